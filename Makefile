@@ -1,0 +1,25 @@
+# The two commands of the README:
+#   make demo   set up (idempotent) and run the whole pipeline on ACLSum
+#   make test   set up (idempotent) and run the test suite
+VENV ?= .venv
+PY := $(VENV)/bin/python
+export HF_HUB_OFFLINE ?= 1
+export TRANSFORMERS_OFFLINE ?= 1
+export TOKENIZERS_PARALLELISM ?= false
+
+.PHONY: setup demo test bench clean-runs
+
+setup:
+	@VENV=$(VENV) bash scripts/setup.sh
+
+demo: setup
+	$(PY) -m workbench run --params params/demo.yaml
+
+test: setup
+	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+bench: setup
+	$(PY) benchmarks/generate.py
+
+clean-runs:
+	rm -rf runs reports/*/

@@ -1,0 +1,465 @@
+"""Tests for workbench.corpus: loaders for every format, validation, subsetting, saving."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from workbench.corpus import (
+    Corpus,
+    CorpusError,
+    ValidationReport,
+    aclsum_splits,
+    load_corpus,
+)
+
+
+def write(tmp_path, name: str, text: str, encoding: str = "utf-8"):
+    path = tmp_path / name
+    path.write_text(text, encoding=encoding)
+    return path
+
+
+def issue(report: ValidationReport, problem: str) -> pd.DataFrame:
+    return report.issues[report.issues["problem"] == problem]
+
+
+def make_corpus(abstracts, titles=None, ids=None) -> Corpus:
+    n = len(abstracts)
+    docs = pd.DataFrame({
+        "doc_id": ids or [f"d{i}" for i in range(n)],
+        "title": titles or [f"Title {i}" for i in range(n)],
+        "abstract": pd.Series(abstracts, dtype=object),
+    })
+    return Corpus(docs, name="t")
+
+
+# -- formats ---------------------------------------------------------------------------
+def test_plain_csv(tmp_path):
+    path = write(tmp_path, "papers.csv",
+                 'id,title,abstract,year,venue\n'
+                 '007,"A, quoted title","First abstract, with comma.",2019,ACL\n'
+                 'x2,Second,"Multi\nline abstract.",2021,EMNLP\n')
+    corpus = load_corpus(path)
+    assert corpus.ids == ["007", "x2"]  # ids stay text: the leading zeros survive
+    assert corpus.titles() == ["A, quoted title", "Second"]
+    assert corpus.texts() == ["First abstract, with comma.", "Multi\nline abstract."]
+    assert corpus.docs["year"].tolist() == [2019, 2021]
+    assert str(corpus.docs["year"].dtype) == "Int64"
+    assert corpus.docs["venue"].tolist() == ["ACL", "EMNLP"]  # other metadata kept
+    assert list(corpus.docs.columns[:4]) == ["doc_id", "title", "abstract", "year"]
+    assert corpus.name == "papers" and corpus.source == str(path)
+
+
+def test_csv_empty_and_na_cells(tmp_path):
+    # An empty cell is a missing abstract, whitespace is an empty one, and the word "NA"
+    # is kept as text (a title "None" must not vanish) but flagged as a placeholder.
+    path = write(tmp_path, "p.csv",
+                 "id,title,abstract\n"
+                 "a,None,Real text here.\n"
+                 "b,T,\n"
+                 'c,T2,"   "\n'
+                 "d,T3,NA\n"
+                 "e,,[No abstract available]\n")
+    corpus = load_corpus(path)
+    assert corpus.titles() == ["None", "T", "T2", "T3", ""]
+    assert corpus.docs["abstract"][1] is None
+    report = corpus.validate()
+    problems = dict(zip(report.errors["row"], report.errors["problem"]))
+    assert problems == {1: "missing_abstract", 2: "empty_abstract",
+                        3: "placeholder_abstract", 4: "placeholder_abstract"}
+    assert issue(report, "missing_title")["row"].tolist() == [4]
+
+
+def test_tsv(tmp_path):
+    path = write(tmp_path, "p.tsv", "paper_id\tTitle\tAbstract\tYear\nP1\tT1\tA one.\t2001\nP2\tT2\tA two.\t\n")
+    corpus = load_corpus(path)
+    assert corpus.ids == ["P1", "P2"]
+    assert corpus.texts() == ["A one.", "A two."]
+    assert corpus.docs["year"][0] == 2001 and pd.isna(corpus.docs["year"][1])
+
+
+def test_scopus_csv(tmp_path):
+    path = write(tmp_path, "scopus.csv",
+                 '\ufeffAuthors,Title,Year,Source title,DOI,Abstract,Author Keywords,EID\n'
+                 '"Smith J.","Deep nets",2020,"J. AI","10.1/abc","We study nets.","nets; deep","2-s2.0-111"\n'
+                 '"Doe A.","Shallow nets",2018,"J. ML",,"We study shallow nets.",,"2-s2.0-222"\n')
+    corpus = load_corpus(path)
+    # EID is present on every Scopus row, DOI is not, so EID is the id.
+    assert corpus.ids == ["2-s2.0-111", "2-s2.0-222"]
+    assert corpus.titles() == ["Deep nets", "Shallow nets"]
+    assert corpus.texts() == ["We study nets.", "We study shallow nets."]
+    assert corpus.docs["year"].tolist() == [2020, 2018]
+    assert corpus.docs["Author Keywords"][0] == "nets; deep"
+    assert "labels" not in corpus.docs.columns  # keywords are not labels by default
+    assert corpus.docs["Authors"][0] == "Smith J."  # the BOM did not stick to the first name
+
+
+def test_wos_tab_delimited_txt(tmp_path):
+    header = "PT\tAU\tTI\tSO\tAB\tPY\tDI\tUT\n"
+    rows = ('J\tSmith, J\t"Graph" learning\tNATURE\tWe propose "graphs".\t2017\t10.1/x\tWOS:000123\t\n'
+            "J\tDoe, A\tTrees\tSCIENCE\tTrees grow.\t2015\t\tWOS:000456\t\n")
+    path = write(tmp_path, "savedrecs.txt", "\ufeff" + header + rows)
+    corpus = load_corpus(path)
+    assert corpus.ids == ["WOS:000123", "WOS:000456"]
+    assert corpus.titles() == ['"Graph" learning', "Trees"]  # WoS never quotes fields
+    assert corpus.texts() == ['We propose "graphs".', "Trees grow."]
+    assert corpus.docs["year"].tolist() == [2017, 2015]
+    assert corpus.docs["PT"].tolist() == ["J", "J"]  # the trailing tab did not shift columns
+
+
+def test_txt_that_is_not_wos(tmp_path):
+    with pytest.raises(CorpusError, match="Web of Science"):
+        load_corpus(write(tmp_path, "notes.txt", "hello\nworld\n"))
+
+
+def test_zotero_csv(tmp_path):
+    path = write(tmp_path, "zotero.csv",
+                 '"Key","Item Type","Publication Year","Author","Title","Abstract Note","Date"\n'
+                 '"ABCD1234","journalArticle","2022","Lee, K.","Zotero paper","An abstract.","2022-03-01"\n')
+    corpus = load_corpus(path)
+    assert corpus.ids == ["ABCD1234"]
+    assert corpus.titles() == ["Zotero paper"]
+    assert corpus.texts() == ["An abstract."]
+    assert corpus.docs["year"].tolist() == [2022]
+    assert corpus.docs["Date"].tolist() == ["2022-03-01"]
+
+
+def test_jsonl_and_json(tmp_path):
+    records = [{"doc_id": 1, "title": "T1", "abstract": "A1.", "year": 2020, "labels": ["x", "y"]},
+               {"doc_id": "2", "title": None, "abstract": "A2.", "year": None, "labels": "z"}]
+    jsonl = write(tmp_path, "d.jsonl", "\n".join(json.dumps(r) for r in records) + "\n\n")
+    jsn = write(tmp_path, "d.json", json.dumps(records))
+    for path in (jsonl, jsn):
+        corpus = load_corpus(path)
+        assert corpus.ids == ["1", "2"]
+        assert corpus.titles() == ["T1", ""]
+        assert corpus.texts() == ["A1.", "A2."]
+        assert corpus.docs["year"][0] == 2020 and pd.isna(corpus.docs["year"][1])
+        assert corpus.docs["labels"].tolist() == [["x", "y"], ["z"]]
+
+
+def test_parquet(tmp_path):
+    path = tmp_path / "d.parquet"
+    pd.DataFrame({"ID": ["a", "b"], "TITLE": ["T", "U"], "Summary": ["S one.", "S two."],
+                  "publication_year": [1999, 2000]}).to_parquet(path)
+    corpus = load_corpus(path)
+    assert corpus.ids == ["a", "b"]
+    assert corpus.titles() == ["T", "U"]
+    assert corpus.texts() == ["S one.", "S two."]
+    assert corpus.docs["year"].tolist() == [1999, 2000]
+
+
+def test_ris_two_records(tmp_path):
+    path = write(tmp_path, "export.ris",
+                 "TY  - JOUR\nTI  - First paper\nAB  - First abstract.\nPY  - 2019\n"
+                 "DO  - 10.1000/one\nKW  - alpha\nKW  - beta\nER  - \n\n"
+                 "TY  - JOUR\nT1  - Second paper\nN2  - Second abstract.\nY1  - 2020///\nER  - \n")
+    corpus = load_corpus(path)
+    assert corpus.ids == ["10.1000/one", "doc-00001"]
+    assert corpus.titles() == ["First paper", "Second paper"]
+    assert corpus.texts() == ["First abstract.", "Second abstract."]
+    assert corpus.docs["year"].tolist() == [2019, 2020]
+    assert corpus.docs["keywords"][0] == ["alpha", "beta"]
+    assert "labels" not in corpus.docs.columns
+
+
+def test_bibtex_braces(tmp_path):
+    path = write(tmp_path, "refs.bib",
+                 "@article{devlin2019,\n  title = {{BERT}: Pre-training of Deep\n    Bidirectional {T}ransformers},\n"
+                 "  abstract = {We introduce {BERT} \\& friends.},\n  year = {2019}\n}\n\n"
+                 '@inproceedings{vaswani2017, title = "Attention Is All You Need", year = 2017,\n'
+                 "  abstract = {Transformers.}, keywords = {attention}}\n")
+    corpus = load_corpus(path)
+    assert corpus.ids == ["devlin2019", "vaswani2017"]
+    assert corpus.titles() == ["BERT: Pre-training of Deep Bidirectional Transformers",
+                               "Attention Is All You Need"]
+    assert corpus.texts() == ["We introduce BERT & friends.", "Transformers."]
+    assert corpus.docs["year"].tolist() == [2019, 2017]
+    assert corpus.docs["entry_type"].tolist() == ["article", "inproceedings"]
+
+
+def test_bibtex_duplicate_key_is_kept_for_validation(tmp_path):
+    path = write(tmp_path, "dup.bib", "@article{a, title={X}, abstract={One.}}\n"
+                                      "@article{a, title={Y}, abstract={Two.}}\n")
+    corpus = load_corpus(path)
+    assert corpus.ids == ["a", "a"]
+    assert issue(corpus.validate(), "duplicate_id")["row"].tolist() == [1]
+
+
+# -- columns ---------------------------------------------------------------------------
+def test_explicit_columns_override_detection(tmp_path):
+    path = write(tmp_path, "p.csv",
+                 "id,ref,title,headline,abstract,body,year,when,label,topic\n"
+                 "1,R1,Wrong title,Right title,Wrong abstract,Right body,1900,2021,l,cs.CL\n")
+    corpus = load_corpus(path, id_column="ref", title_column="HEADLINE", abstract_column="body",
+                         year_column="when", label_column="topic", name="mine")
+    assert corpus.ids == ["R1"]
+    assert corpus.titles() == ["Right title"]
+    assert corpus.texts() == ["Right body"]
+    assert corpus.docs["year"].tolist() == [2021]
+    assert corpus.docs["labels"].tolist() == [["cs.CL"]]
+    assert corpus.name == "mine"
+    # The detected-but-overridden columns stay, renamed where they would clash.
+    assert corpus.docs["title_original"][0] == "Wrong title"
+    assert corpus.docs["abstract_original"][0] == "Wrong abstract"
+    assert corpus.docs["id"][0] == "1"
+
+
+def test_generated_ids_and_label_detection(tmp_path):
+    path = write(tmp_path, "p.csv", "title,text,label\nA,First.,pos\nB,Second.,neg; other\n")
+    corpus = load_corpus(path)
+    assert corpus.ids == ["doc-00000", "doc-00001"]
+    assert corpus.texts() == ["First.", "Second."]
+    assert corpus.docs["labels"].tolist() == [["pos"], ["neg", "other"]]
+
+
+def test_missing_abstract_column_names_columns(tmp_path):
+    path = write(tmp_path, "papers.csv", "id,title,venue\n1,T,ACL\n")
+    with pytest.raises(CorpusError) as err:
+        load_corpus(path)
+    message = str(err.value)
+    assert "papers.csv" in message and "no abstract column" in message
+    assert "['id', 'title', 'venue']" in message and "abstract_column=" in message
+
+
+def test_unknown_explicit_column(tmp_path):
+    path = write(tmp_path, "p.csv", "id,abstract\n1,A.\n")
+    with pytest.raises(CorpusError, match="title_column='Nope' not found"):
+        load_corpus(path, title_column="Nope")
+
+
+# -- malformed files -------------------------------------------------------------------
+def test_malformed_jsonl_names_line(tmp_path):
+    path = write(tmp_path, "bad.jsonl", '{"id": 1, "abstract": "ok"}\n\n{"id": 2, "abstract": \n')
+    with pytest.raises(CorpusError, match=r"bad\.jsonl: line 3 is not valid JSON"):
+        load_corpus(path)
+
+
+def test_jsonl_line_that_is_not_an_object(tmp_path):
+    with pytest.raises(CorpusError, match="line 2 is a list"):
+        load_corpus(write(tmp_path, "b.jsonl", '{"abstract": "a"}\n[1, 2]\n'))
+
+
+def test_malformed_json(tmp_path):
+    with pytest.raises(CorpusError, match="not valid JSON"):
+        load_corpus(write(tmp_path, "b.json", '[{"abstract": "a"},'))
+    with pytest.raises(CorpusError, match="expected a JSON list"):
+        load_corpus(write(tmp_path, "c.json", '{"abstract": "a"}'))
+
+
+def test_malformed_bibtex(tmp_path):
+    path = write(tmp_path, "bad.bib", "@article{ok, title={Fine}, abstract={A.}}\n"
+                                      "@article{broken, title={never closed\n"
+                                      "@article{next, title={N}, abstract={B.}}\n")
+    with pytest.raises(CorpusError, match=r"bad\.bib: malformed BibTeX entry starting on line 2"):
+        load_corpus(path)
+
+
+def test_ragged_csv_names_line(tmp_path):
+    path = write(tmp_path, "rag.csv", "id,title,abstract\n1,T,A\n2,T,A,extra,more\n")
+    with pytest.raises(CorpusError, match=r"rag\.csv.*line 3"):
+        load_corpus(path)
+
+
+@pytest.mark.parametrize("name,text", [("empty.csv", ""), ("header.csv", "id,abstract\n"),
+                                       ("empty.jsonl", "\n\n"), ("empty.json", "[]"),
+                                       ("empty.ris", ""), ("empty.bib", "")])
+def test_empty_file(tmp_path, name, text):
+    with pytest.raises(CorpusError, match="no documents"):
+        load_corpus(write(tmp_path, name, text))
+
+
+def test_unknown_suffix(tmp_path):
+    with pytest.raises(CorpusError) as err:
+        load_corpus(write(tmp_path, "papers.xlsx", "x"))
+    assert "papers.xlsx" in str(err.value) and ".csv" in str(err.value) and ".ris" in str(err.value)
+
+
+def test_format_argument_overrides_suffix(tmp_path):
+    path = write(tmp_path, "export.dat", "id\tabstract\n1\tA.\n")
+    assert load_corpus(path, format="tsv").texts() == ["A."]
+
+
+def test_wrong_encoding_names_encoding(tmp_path):
+    path = tmp_path / "latin.csv"
+    path.write_bytes("id,abstract\n1,Caf\u00e9 society.\n".encode("latin-1"))
+    with pytest.raises(CorpusError, match="encoding="):
+        load_corpus(path)
+    assert load_corpus(path, encoding="latin-1").texts() == ["Caf\u00e9 society."]
+
+
+def test_missing_file():
+    with pytest.raises(CorpusError, match="no such file"):
+        load_corpus("/nonexistent/papers.csv")
+
+
+# -- validation ------------------------------------------------------------------------
+def test_each_problem_reported_with_row_and_severity():
+    long_text = "word " * 5000  # 25,000 characters
+    corpus = Corpus(pd.DataFrame({
+        "doc_id": ["a", "b", "c", "a", "e", "f", "g", "h", "i", "j"],
+        "title": ["T", "T", "T", "T", "T", "", "T", 42, "T", "T"],
+        "abstract": pd.Series(["Good text.", None, "  \n ", "Another text.", 12345,
+                               "Fine text.", long_text, "Title is a number.",
+                               "Good   text.", ["a", "list"]], dtype=object),
+    }))
+    report = corpus.validate(max_chars=20000)
+    found = {(r.row, r.problem): r.severity for r in report.issues.itertuples()}
+    assert found == {
+        (1, "missing_abstract"): "error",
+        (2, "empty_abstract"): "error",
+        (3, "duplicate_id"): "error",
+        (4, "non_text"): "error",
+        (5, "missing_title"): "warning",
+        (6, "very_long"): "warning",
+        (7, "non_text"): "warning",
+        (8, "duplicate_text"): "warning",
+        (9, "non_text"): "error",
+    }
+    assert issue(report, "duplicate_text")["detail"].iloc[0].startswith("same abstract as row 0")
+    assert issue(report, "duplicate_id")["detail"].iloc[0] == "same doc_id as row 0"
+    assert issue(report, "non_text")["field"].tolist() == ["abstract", "title", "abstract"]
+    assert not report.ok
+    assert len(report.errors) == 5 and len(report.warnings) == 4
+    summary = report.summary()
+    assert "5 errors" in summary and "1 missing_abstract" in summary and "1 very_long" in summary
+
+
+def test_clean_corpus_is_ok():
+    report = make_corpus(["One.", "Two."]).validate()
+    assert report.ok and report.issues.empty
+    report.raise_if_errors()  # no exception
+    assert "no problems" in report.summary()
+
+
+def test_raise_if_errors_lists_rows():
+    report = make_corpus(["One.", None, ""]).validate()
+    with pytest.raises(CorpusError) as err:
+        report.raise_if_errors()
+    message = str(err.value)
+    assert "row 1 (doc_id 'd1'): abstract: missing_abstract" in message
+    assert "row 2 (doc_id 'd2'): abstract: empty_abstract" in message
+
+
+def test_drop_invalid_removes_exactly_error_rows():
+    corpus = make_corpus(["Good one.", None, "Good one.", "", "Third.", "Fourth."],
+                         titles=["A", "B", "C", "D", "", "F"],
+                         ids=["a", "b", "c", "d", "a", "f"])
+    report = corpus.validate()
+    clean, dropped = corpus.drop_invalid(report)
+    # Row 2 (duplicate text) and row 4's missing title are warnings: kept.
+    # Row 4 also repeats id "a": an error, so the first "a" stays and row 4 goes.
+    assert clean.ids == ["a", "c", "f"]
+    assert sorted(dropped.issues["row"]) == [1, 3, 4]
+    assert set(dropped.issues["severity"]) == {"error"}
+    assert set(dropped.issues["problem"]) == {"missing_abstract", "empty_abstract", "duplicate_id"}
+    assert clean.validate().ok
+    assert clean.docs.index.tolist() == [0, 1, 2]
+    # Without a report it validates by itself, and a stale report is refused.
+    assert corpus.drop_invalid()[0].ids == clean.ids
+    with pytest.raises(ValueError, match="validate this corpus again"):
+        clean.drop_invalid(report)
+
+
+def test_texts_refuses_invalid_abstracts():
+    with pytest.raises(CorpusError, match="drop_invalid"):
+        make_corpus(["ok", None]).texts()
+
+
+def test_loader_never_drops(tmp_path):
+    path = write(tmp_path, "p.jsonl", '{"id": "a", "abstract": "x y"}\n{"id": "a"}\n{"id": "c", "abstract": 7}\n')
+    corpus = load_corpus(path)
+    assert len(corpus) == 3
+    assert set(corpus.validate().errors["row"]) == {1, 2}
+
+
+# -- access, subset, saving ------------------------------------------------------------
+def test_get_and_getitem():
+    corpus = make_corpus(["One.", "Two."])
+    assert corpus.get("d1")["abstract"] == "Two."
+    assert corpus["d0"]["title"] == "Title 0"
+    with pytest.raises(KeyError, match="nope"):
+        corpus["nope"]
+    with pytest.raises(TypeError):
+        corpus[0]
+
+
+def test_subset():
+    corpus = make_corpus([f"Abstract {i}." for i in range(50)])
+    a, b = corpus.subset(10, seed=3), corpus.subset(10, seed=3)
+    assert a.ids == b.ids and len(a) == 10
+    assert a.ids == sorted(a.ids, key=corpus.ids.index)  # original order
+    assert corpus.subset(10, seed=4).ids != a.ids
+    assert len(corpus.subset(500)) == 50
+    assert corpus.subset(ids=["d7", "d2"]).ids == ["d2", "d7"]
+    with pytest.raises(CorpusError, match="d99"):
+        corpus.subset(ids=["d1", "d99"])
+    corpus.docs["split"] = ["test" if i % 5 == 0 else "train" for i in range(50)]
+    assert corpus.subset(where='split == "test"').ids == [f"d{i}" for i in range(0, 50, 5)]
+    assert corpus.subset(where=corpus.docs["split"] == "test").ids == [f"d{i}" for i in range(0, 50, 5)]
+    assert len(corpus.subset(3, where='split == "test"', seed=1)) == 3
+    with pytest.raises(CorpusError, match="columns are"):
+        corpus.subset(where="nonexistent == 1")
+
+
+def test_round_trip_jsonl_and_parquet(tmp_path):
+    path = write(tmp_path, "p.csv",
+                 "id,title,abstract,year,labels,venue\n"
+                 'a,T1,"Abstract ""one"".",2020,x; y,ACL\n'
+                 "b,,Abstract two.,,,\n")
+    corpus = load_corpus(path)
+    for saved in (corpus.to_jsonl(tmp_path / "out" / "c.jsonl"), corpus.to_parquet(tmp_path / "c.parquet")):
+        again = load_corpus(saved)
+        pd.testing.assert_frame_equal(again.docs, corpus.docs, check_dtype=False)
+        assert str(again.docs["year"].dtype) == "Int64"
+        assert again.docs["labels"].tolist() == [["x", "y"], []]
+        assert again.fingerprint() == corpus.fingerprint()
+
+
+def test_fingerprint():
+    corpus = make_corpus(["One.", "Two."])
+    assert corpus.fingerprint() == make_corpus(["One.", "Two."]).fingerprint()
+    assert len(corpus.fingerprint()) == 16
+    assert corpus.fingerprint() != make_corpus(["One.", "Two!"]).fingerprint()
+    assert corpus.fingerprint() != make_corpus(["One.", "Two."], ids=["x", "d1"]).fingerprint()
+    assert corpus.fingerprint() != make_corpus(["Two.", "One."]).fingerprint()
+
+
+def test_repr_html_escapes_paper_text():
+    corpus = make_corpus(["<script>alert(1)</script> text"], titles=["<b>bold</b>"])
+    page = corpus._repr_html_()
+    assert "<script>" not in page and "&lt;script&gt;" in page
+    assert "<b>bold</b>" not in page and "&lt;b&gt;bold" in page
+    assert "1 documents" in page
+    report = make_corpus(["<script>x</script>", "<script>x</script>"]).validate()
+    assert "<script>" not in report._repr_html_() and "duplicate_text" in report._repr_html_()
+
+
+# -- ACLSum ----------------------------------------------------------------------------
+def test_aclsum_all_splits():
+    assert aclsum_splits() == ["train", "validation", "test"]
+    corpus = load_corpus("aclsum")
+    assert len(corpus) == 250
+    assert corpus.docs["split"].value_counts().to_dict() == {"train": 100, "validation": 50, "test": 100}
+    assert corpus.validate().ok
+    assert all(len(t) > 50 for t in corpus.texts())
+    for aspect in ("challenge", "approach", "outcome"):
+        assert corpus.docs[f"summary_{aspect}"].str.strip().str.len().gt(0).all()
+        assert all(isinstance(h, list) for h in corpus.docs[f"highlights_{aspect}"])
+    first = corpus["P06-1112"]
+    assert first["split"] == "train"
+    # Highlights are sentences of the paper; this one is the abstract's last sentence.
+    assert first["highlights_outcome"][0] in first["abstract"]
+
+
+def test_aclsum_single_and_named_splits():
+    test = load_corpus("aclsum:test")
+    assert len(test) == 100 and set(test.docs["split"]) == {"test"}
+    assert test.source == "aclsum:test"
+    two = load_corpus("aclsum:train,val")
+    assert len(two) == 150 and set(two.docs["split"]) == {"train", "validation"}
+    with pytest.raises(CorpusError, match="unknown split"):
+        load_corpus("aclsum:dev2")

@@ -1,0 +1,232 @@
+"""Stage 01: LLM-written aspect summaries (and LLM-judge similarity scores) for a corpus.
+
+For each document, each prompt key of the aspect set and each of k samples, one
+request; each answer is parsed tolerantly and stored as one record in
+`<run_dir>/summaries.jsonl`:
+
+    {"doc_id", "aspect", "key", "sample", "status": "ok" | "not_applicable" | "unparsed",
+     "text", "raw", "error", "model", "backend", "prompt_hash", "sampling", "tokens", "time"}
+
+The store is append-only and keyed by (doc_id, key, sample), so a killed run started
+again does only what is missing. The judge (appendix A.5 of the paper) scores pairs of
+abstracts per aspect into `<run_dir>/judgements.jsonl` the same way.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .llm import Sampling
+from .parsing import parse_judgement, parse_sentence
+from .store import RecordStore
+
+SUMMARIES = "summaries.jsonl"
+JUDGEMENTS = "judgements.jsonl"
+SUMMARY_KEY = ("doc_id", "key", "sample")
+JUDGEMENT_KEY = ("aspect", "doc_a", "doc_b", "sample")
+SUMMARY_PREFILL = '{"sentence": "'
+JUDGE_PREFILL = '{"reasoning": "'
+# Cut the answer at the end of the JSON object: small models chatter on after it.
+SUMMARY_STOP = ('"}', '"\n}')
+JUDGE_CHARS = 1000  # the authors cut abstracts to 1,000 characters for the judge
+
+
+class GenerationError(RuntimeError):
+    """Some requests failed for good; what succeeded is saved, and a re-run retries the rest."""
+
+
+@dataclass
+class GenerationReport:
+    """What one call did: counts by status, time and throughput."""
+
+    requested: int = 0
+    skipped: int = 0  # already in the store from an earlier run
+    written: int = 0
+    failed: int = 0
+    tokens: int = 0
+    seconds: float = 0.0
+    status: dict = field(default_factory=dict)
+    errors: list = field(default_factory=list)
+
+    @property
+    def tokens_per_second(self) -> float:
+        """Generated tokens per wall-clock second of this call."""
+        return self.tokens / self.seconds if self.seconds else 0.0
+
+    def __str__(self) -> str:
+        return (f"{self.written} written, {self.skipped} already stored, {self.failed} failed; "
+                f"{self.tokens} tokens in {self.seconds:.1f}s ({self.tokens_per_second:.1f} tokens/s); "
+                f"status {self.status}")
+
+
+def summary_store(run_dir: str | Path) -> RecordStore:
+    """Open (or create) the run's summary store."""
+    return RecordStore(Path(run_dir) / SUMMARIES, SUMMARY_KEY)
+
+
+def judgement_store(run_dir: str | Path) -> RecordStore:
+    """Open (or create) the run's LLM-judge store."""
+    return RecordStore(Path(run_dir) / JUDGEMENTS, JUDGEMENT_KEY)
+
+
+def _progress(total: int, desc: str, enabled: bool):
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc, unit="req", disable=not enabled, smoothing=0.1)
+
+
+def _run(backend, store: RecordStore, tasks: list[dict], sampling: Sampling, prefill: str | None,
+         to_record, desc: str, progress: bool, save_every: int) -> GenerationReport:
+    """Send the tasks not yet stored, parse and store answers in batches; shared by summaries and judge."""
+    report = GenerationReport(requested=len(tasks))
+    todo = [t for t in tasks if store.key_of(t["record"]) not in store]
+    report.skipped = len(tasks) - len(todo)
+    t0 = time.perf_counter()
+    pending: list[dict] = []
+    streak = 0  # consecutive failures: a server that is down fails every request, so stop early
+    patience = max(3, getattr(backend, "concurrency", 1) * 2)
+    bar = _progress(len(todo), desc, progress)
+    try:
+        for index, completion in backend.complete([t["messages"] for t in todo], sampling, prefill=prefill):
+            bar.update(1)
+            if completion.error:
+                # Not stored: a re-run asks again. Keep going so one slow request does not stop the rest.
+                report.failed += 1
+                report.errors.append(completion.error)
+                streak += 1
+                if streak >= patience:
+                    break
+                continue
+            streak = 0
+            record = to_record(todo[index], completion)
+            report.tokens += completion.tokens
+            report.status[record["status"]] = report.status.get(record["status"], 0) + 1
+            pending.append(record)
+            if len(pending) >= save_every:
+                report.written += store.append(pending)
+                pending = []
+            bar.set_postfix(tok_s=f"{report.tokens / max(time.perf_counter() - t0, 1e-9):.1f}")
+    finally:
+        report.written += store.append(pending)  # whatever finished is kept, even on KeyboardInterrupt
+        report.seconds = time.perf_counter() - t0
+        bar.close()
+    if report.failed:
+        first = report.errors[0]
+        stopped = f" and stopped after {streak} failures in a row" if streak >= patience else ""
+        raise GenerationError(
+            f"{report.failed} of {len(todo)} requests failed{stopped} (first: {first}). The {report.written} answers "
+            f"that came back are saved in {store.path}; run again to retry only the failed ones."
+        )
+    return report
+
+
+def generate_summaries(corpus, aspects, backend, run_dir: str | Path, k: int = 4, sampling: Sampling | None = None,
+                       progress: bool = True, save_every: int | None = None) -> GenerationReport:
+    """Write k summaries per (document, prompt key) into `<run_dir>/summaries.jsonl`; resumable.
+
+    `corpus` is a `workbench.corpus.Corpus` (validated: rows with errors must be dropped
+    first with `corpus.drop_invalid()`), `aspects` a `workbench.aspects.AspectSet`,
+    `backend` one of `workbench.llm`'s backends.
+    """
+    report = corpus.validate()
+    if not report.ok:
+        raise ValueError("the corpus has invalid rows; call corpus.drop_invalid() first and look at what it drops:\n"
+                         + report.summary())
+    sampling = sampling or Sampling(stop=SUMMARY_STOP)
+    store = summary_store(run_dir)
+    hashes = {key: aspects.prompt_hash(key) for _, key in aspects.prompt_keys()}
+    tasks = []
+    for doc_id, abstract in zip(corpus.ids, corpus.texts()):
+        for aspect, key in aspects.prompt_keys():
+            messages = aspects.messages(key, abstract)
+            for sample in range(k):
+                tasks.append({"messages": messages,
+                              "record": {"doc_id": doc_id, "aspect": aspect, "key": key, "sample": sample}})
+
+    def to_record(task, completion):
+        parsed = parse_sentence(completion.text)
+        record = dict(task["record"])
+        record.update(status=parsed.status, text=parsed.value if parsed.status != "unparsed" else None,
+                      raw=completion.text, error=parsed.error, model=backend.model_id, backend=backend.kind,
+                      prompt_hash=hashes[record["key"]], sampling=sampling.to_dict(), tokens=completion.tokens,
+                      time=time.time())
+        return record
+
+    try:
+        return _run(backend, store, tasks, sampling, SUMMARY_PREFILL, to_record, "summaries", progress,
+                    save_every or getattr(backend, "batch_size", 8))
+    finally:
+        store.close()
+
+
+def sample_pairs(ids: list[str], n_pairs: int | None = None, seed: int = 0) -> list[tuple[str, str]]:
+    """Unordered document pairs: all of them (n_pairs None) or a reproducible random sample."""
+    pairs = list(itertools.combinations(ids, 2))
+    if n_pairs is not None and n_pairs < len(pairs):
+        pairs = random.Random(seed).sample(pairs, n_pairs)
+    return pairs
+
+
+def judge_pairs(corpus, aspects, backend, run_dir: str | Path, pairs: list[tuple[str, str]] | None = None,
+                n_pairs: int | None = None, samples: int = 1, sampling: Sampling | None = None, seed: int = 0,
+                progress: bool = True, save_every: int | None = None) -> GenerationReport:
+    """Score the similarity of document pairs per aspect with an LLM judge (paper, appendix A.5); resumable.
+
+    Only aspects with a `judge` rubric in the aspect set are judged. Records go to
+    `<run_dir>/judgements.jsonl` with the integer score, the judge's reasoning, and
+    the scale, so that the evaluation stage can use them as ground truth.
+    """
+    sampling = sampling or Sampling(temperature=0.8, max_new_tokens=160)
+    pairs = pairs if pairs is not None else sample_pairs(corpus.ids, n_pairs, seed)
+    texts = dict(zip(corpus.ids, corpus.texts()))
+    missing = sorted({d for pair in pairs for d in pair if d not in texts})
+    if missing:
+        raise KeyError(f"pairs name documents that are not in the corpus: {missing[:5]}")
+    store = judgement_store(run_dir)
+    tasks = []
+    for aspect in aspects:
+        if aspect.judge is None:
+            continue
+        for a, b in pairs:
+            messages = aspects.judge_messages(aspect.name, texts[a][:JUDGE_CHARS], texts[b][:JUDGE_CHARS])
+            for sample in range(samples):
+                tasks.append({"messages": messages, "scale": aspect.judge.scale,
+                              "record": {"aspect": aspect.name, "doc_a": a, "doc_b": b, "sample": sample}})
+
+    def to_record(task, completion):
+        parsed = parse_judgement(completion.text, task["scale"])
+        record = dict(task["record"])
+        ok = parsed.status == "ok"
+        record.update(status=parsed.status, score=parsed.value["score"] if ok else None,
+                      reasoning=parsed.value["reasoning"] if ok else None, scale=list(task["scale"]),
+                      raw=completion.text, error=parsed.error, model=backend.model_id, backend=backend.kind,
+                      sampling=sampling.to_dict(), tokens=completion.tokens, time=time.time())
+        return record
+
+    try:
+        return _run(backend, store, tasks, sampling, JUDGE_PREFILL, to_record, "judge", progress,
+                    save_every or getattr(backend, "batch_size", 8))
+    finally:
+        store.close()
+
+
+def summaries_frame(run_dir: str | Path, status: str | None = None):
+    """The run's summaries as a DataFrame, optionally only those of one status ("ok", ...)."""
+    frame = summary_store(run_dir).to_frame()
+    if status is not None and len(frame):
+        frame = frame[frame["status"] == status]
+    return frame
+
+
+def not_applicable_share(frame):
+    """Share of answers per aspect and status (rows: aspect; columns: ok, not_applicable, unparsed)."""
+    import pandas as pd
+
+    if frame.empty:
+        return pd.DataFrame(columns=["ok", "not_applicable", "unparsed"])
+    table = pd.crosstab(frame["aspect"], frame["status"], normalize="index")
+    return table.reindex(columns=["ok", "not_applicable", "unparsed"], fill_value=0.0)
