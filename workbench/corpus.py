@@ -791,6 +791,18 @@ def aclsum_splits() -> list[str]:
     return list(_ACLSUM_SPLITS)
 
 
+_SPACE_BEFORE = re.compile(r"\s+([,.;:!?%)\]}]|'s\b|n't\b|'re\b|'ve\b|'ll\b|'d\b)")
+_SPACE_AFTER = re.compile(r"([(\[{])\s+")
+
+
+def detokenize(text: str) -> str:
+    """Undo PTB-style tokenisation ("models ( QE ) , not" -> "models (QE), not").
+
+    ACLSum ships its sentences tokenised; LLMs and encoders read natural text better.
+    """
+    return _SPACE_AFTER.sub(r"\1", _SPACE_BEFORE.sub(r"\1", text)).replace(" - ", "-").replace("`` ", '"').replace(" ''", '"')
+
+
 def load_aclsum(splits: Sequence[str] | None = None, *, name: str | None = None) -> Corpus:
     """ACLSum (Takeshita et al., 2024): 250 ACL papers with human aspect summaries.
 
@@ -798,7 +810,7 @@ def load_aclsum(splits: Sequence[str] | None = None, *, name: str | None = None)
     "test" (100); all three when None.
 
     Columns: ``doc_id`` (ACL Anthology id), ``title``, ``abstract`` (the abstract's
-    sentences joined by spaces), ``split``, ``summary_challenge``, ``summary_approach``,
+    sentences joined by spaces, detokenised), ``split``, ``summary_challenge``, ``summary_approach``,
     ``summary_outcome`` (one human-written sentence per aspect) and
     ``highlights_challenge``, ``highlights_approach``, ``highlights_outcome`` (list[str]:
     the sentences annotators marked for that aspect, across abstract, introduction and
@@ -820,11 +832,11 @@ def load_aclsum(splits: Sequence[str] | None = None, *, name: str | None = None)
     for split in wanted:
         for doc in ACLSum(_ACLSUM_SPLITS[split]).documents:
             row = {"doc_id": doc.id, "title": doc.title,
-                   "abstract": " ".join(doc.sentences["abstract"]), "split": split}
+                   "abstract": detokenize(" ".join(doc.sentences["abstract"])), "split": split}
             for aspect in _ACLSUM_ASPECTS:
                 row[f"summary_{aspect}"] = doc.summaries[aspect]
             for aspect in _ACLSUM_ASPECTS:
-                row[f"highlights_{aspect}"] = doc.get_all_highlighted_sentences(aspect)
+                row[f"highlights_{aspect}"] = [detokenize(t) for t in doc.get_all_highlighted_sentences(aspect)]
             rows.append(row)
     docs = pd.DataFrame(rows)
     docs["doc_id"] = docs["doc_id"].astype(str)

@@ -142,6 +142,9 @@ class OpenAIBackend:
         self.backoff = float(backoff)
         self.json_mode = json_mode
         self.extra_body = dict(extra_body or {})
+        # top_k is not in the OpenAI schema: vLLM, llama.cpp and TGI read it, but strict servers
+        # (OpenAI itself, `transformers serve`) reject the request; then we stop sending it.
+        self._send_top_k = True
         headers = {"Content-Type": "application/json"}
         key = os.environ.get(api_key_env) if api_key_env else None
         if key:
@@ -159,8 +162,8 @@ class OpenAIBackend:
     def _body(self, messages: Messages, sampling: Sampling) -> dict:
         body = {"model": self.model_id, "messages": messages, "max_tokens": sampling.max_new_tokens,
                 "temperature": max(sampling.temperature, 0.0), "top_p": sampling.top_p, "n": 1}
-        if sampling.top_k and not sampling.greedy:
-            body["top_k"] = sampling.top_k  # vLLM, llama.cpp and TGI read it; others ignore it
+        if sampling.top_k and not sampling.greedy and self._send_top_k:
+            body["top_k"] = sampling.top_k  # vLLM, llama.cpp and TGI read it; strict servers reject it
         if sampling.seed is not None:
             body["seed"] = sampling.seed
         if sampling.stop:
@@ -186,6 +189,10 @@ class OpenAIBackend:
             t0 = time.perf_counter()
             try:
                 resp = self._client.post("/chat/completions", json=body)
+                if resp.status_code in (400, 422) and "top_k" in body and "top_k" in resp.text:
+                    self._send_top_k = False  # a strict server: ask again without it, and from now on
+                    del body["top_k"]
+                    resp = self._client.post("/chat/completions", json=body)
             except httpx.TimeoutException:
                 last = f"timed out after {self._client.timeout.read}s"
                 continue
@@ -239,9 +246,21 @@ class OpenAIBackend:
             running[pool.submit(self.request, messages, sampling)] = index
 
     def health(self) -> bool:
-        """True when the server lists models at /models."""
+        """True when the server lists models at /models, or else answers /health at its root.
+
+        (`transformers serve` answers /v1/models with HTTP 500 when the machine has no hub cache.)
+        """
+        import httpx
+
         try:
-            return self._client.get("/models").status_code == 200
+            if self._client.get("/models").status_code == 200:
+                return True
+        except Exception:
+            pass
+        root = self.base_url[:-3] if self.base_url.endswith("/v1") else self.base_url
+        try:  # on a new connection: uvicorn closes its connection after an error
+            return httpx.get(f"{root}/health", headers=self._client.headers,
+                             timeout=self._client.timeout).status_code == 200
         except Exception:
             return False
 

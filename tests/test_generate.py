@@ -1,0 +1,71 @@
+"""Stage 01 with the packaged local model: records, provenance, resume, judge, displays."""
+
+import pandas as pd
+import pytest
+
+from workbench.aspects import load_aspects
+from workbench.corpus import Corpus
+from workbench.display import summary_examples_html
+from workbench.generate import (generate_summaries, judge_pairs, judgement_store, not_applicable_share,
+                                sample_pairs, summaries_frame)
+from workbench.llm import Sampling
+
+pytestmark = pytest.mark.slow
+
+
+def test_summaries_are_stored_with_provenance_and_resume(tiny_corpus, smollm, tmp_path):
+    aspects = load_aspects("acl").subset(["challenge", "approach"])
+    sampling = Sampling(max_new_tokens=16, seed=0)
+    report = generate_summaries(tiny_corpus.subset(ids=["a", "b"]), aspects, smollm, tmp_path, k=2,
+                                sampling=sampling, progress=False)
+    assert report.written == 8 and report.skipped == 0 and report.tokens > 0
+    frame = summaries_frame(tmp_path)
+    assert len(frame) == 8
+    assert set(frame["status"]) <= {"ok", "not_applicable", "unparsed"}
+    assert frame["raw"].str.len().min() > 0
+    row = frame.iloc[0]
+    assert row["model"] == "smollm2-135m-instruct" and row["backend"] == "transformers"
+    assert row["prompt_hash"] == aspects.prompt_hash(row["key"])
+    assert row["sampling"]["max_new_tokens"] == 16 and row["time"] > 0
+    # ok answers carry text; unparsed ones keep only raw
+    assert frame.loc[frame["status"] == "ok", "text"].notna().all()
+
+    # a larger run over the same store only adds what is missing
+    again = generate_summaries(tiny_corpus, aspects, smollm, tmp_path, k=2, sampling=sampling, progress=False)
+    assert again.skipped == 8 and again.written == 4
+    assert len(summaries_frame(tmp_path)) == 12
+    shares = not_applicable_share(summaries_frame(tmp_path))
+    assert list(shares.index) == ["approach", "challenge"] or set(shares.index) == {"approach", "challenge"}
+    assert (shares.sum(axis=1).round(6) == 1).all()
+
+
+def test_invalid_corpus_is_refused(smollm, tmp_path):
+    bad = Corpus(pd.DataFrame({"doc_id": ["a", "a"], "title": ["", ""], "abstract": ["x y z", ""]}))
+    with pytest.raises(ValueError, match="drop_invalid"):
+        generate_summaries(bad, load_aspects("acl"), smollm, tmp_path, k=1, progress=False)
+
+
+def test_judge_scores_pairs(tiny_corpus, smollm, tmp_path):
+    aspects = load_aspects("acl").subset(["challenge"])
+    pairs = sample_pairs(tiny_corpus.ids)
+    assert pairs == [("a", "b"), ("a", "c"), ("b", "c")]
+    assert len(sample_pairs(tiny_corpus.ids, 2, seed=1)) == 2
+    report = judge_pairs(tiny_corpus, aspects, smollm, tmp_path, pairs=pairs[:2],
+                         sampling=Sampling(max_new_tokens=48, seed=0), progress=False)
+    assert report.written == 2
+    frame = judgement_store(tmp_path).to_frame()
+    assert set(frame["status"]) <= {"ok", "unparsed"}
+    ok = frame[frame["status"] == "ok"]
+    assert ok["score"].between(1, 5).all()
+    assert (frame["scale"].map(tuple) == (1, 5)).all()
+    with pytest.raises(KeyError, match="zzz"):
+        judge_pairs(tiny_corpus, aspects, smollm, tmp_path, pairs=[("a", "zzz")], progress=False)
+
+
+def test_examples_html_escapes_paper_text(tmp_path):
+    corpus = Corpus(pd.DataFrame({"doc_id": ["x"], "title": ["<b>T</b>"],
+                                  "abstract": ["An abstract with <script>alert(1)</script> inside."]}))
+    frame = pd.DataFrame([{"doc_id": "x", "aspect": "challenge", "status": "ok", "text": "<img src=x>", "raw": ""}])
+    html = summary_examples_html(corpus, frame)
+    assert "<script>" not in html and "&lt;script&gt;" in html
+    assert "<img" not in html and "&lt;b&gt;T&lt;/b&gt;" in html
