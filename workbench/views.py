@@ -1,0 +1,114 @@
+"""Views: the texts that describe one aspect of one document, the training pairs of stage 02.
+
+A view is any short text that states an aspect of a paper: each usable LLM summary of
+the store, and, where a corpus carries them (ACLSum does), the human-written aspect
+summary (`summary_<aspect>` column) and the highlighted sentences (`highlights_<aspect>`).
+Two different views of the same (document, aspect) are a positive pair.
+
+Human-written views of held-out splits (by default ACLSum's "test" split) are evaluation
+ground truth and are never returned here: `collect_views` drops them, not the caller.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from .generate import summaries_frame
+
+HUMAN_EXCLUDED_SPLITS = ("test",)
+
+
+@dataclass
+class AspectViews:
+    """All views of one aspect: {doc_id: [text, ...]}, with where each came from."""
+
+    aspect: str
+    views: dict[str, list[str]] = field(default_factory=dict)
+    sources: dict[str, list[str]] = field(default_factory=dict)  # parallel to views: "llm", "human", "highlight"
+
+    def add(self, doc_id: str, text: str, source: str) -> None:
+        """Add a view, skipping empty and exactly repeated texts (a repeat is no new information)."""
+        text = " ".join(str(text).split())
+        if not text or text in self.views.get(doc_id, ()):
+            return
+        self.views.setdefault(doc_id, []).append(text)
+        self.sources.setdefault(doc_id, []).append(source)
+
+    def docs(self, min_views: int = 2) -> list[str]:
+        """Documents with at least `min_views` views (only those can form a positive pair)."""
+        return [d for d, v in self.views.items() if len(v) >= min_views]
+
+    def subset(self, doc_ids) -> "AspectViews":
+        """The views of the given documents only."""
+        keep = set(doc_ids)
+        return AspectViews(self.aspect, {d: v for d, v in self.views.items() if d in keep},
+                           {d: s for d, s in self.sources.items() if d in keep})
+
+    def pairs(self, rng: random.Random) -> list[tuple[str, str, str]]:
+        """One (doc_id, view_a, view_b) per document with two or more views, drawn at random."""
+        out = []
+        for doc_id in self.docs(2):
+            a, b = rng.sample(self.views[doc_id], 2)
+            out.append((doc_id, a, b))
+        return out
+
+    def stats(self) -> dict:
+        """Counts for tables: documents, usable documents, views, views per source."""
+        per_source: dict[str, int] = {}
+        for sources in self.sources.values():
+            for s in sources:
+                per_source[s] = per_source.get(s, 0) + 1
+        return {"aspect": self.aspect, "documents": len(self.views), "usable (>=2 views)": len(self.docs(2)),
+                "views": sum(len(v) for v in self.views.values()), **per_source}
+
+
+def collect_views(aspects: list[str], run_dir=None, corpus=None, include_human: bool = True,
+                  exclude_splits=HUMAN_EXCLUDED_SPLITS) -> dict[str, AspectViews]:
+    """Gather every view per aspect from the run's summary store and the corpus's human columns.
+
+    - LLM summaries: records with status "ok" from `<run_dir>/summaries.jsonl`
+      (the "Not applicable." and unparsed answers are not views).
+    - Human views (`include_human`): the corpus columns `summary_<aspect>` and
+      `highlights_<aspect>`, except for rows whose `split` is in `exclude_splits`.
+    """
+    out = {a: AspectViews(a) for a in aspects}
+    if run_dir is not None:
+        frame = summaries_frame(run_dir, status="ok")
+        if len(frame):
+            frame = frame[frame["aspect"].isin(aspects)]
+            for doc_id, aspect, text in zip(frame["doc_id"], frame["aspect"], frame["text"]):
+                out[aspect].add(str(doc_id), text, "llm")
+    if include_human and corpus is not None:
+        docs = corpus.docs
+        allowed = ~docs["split"].isin(exclude_splits) if "split" in docs else pd.Series(True, index=docs.index)
+        for aspect in aspects:
+            summary, highlights = f"summary_{aspect}", f"highlights_{aspect}"
+            for i in docs.index[allowed]:
+                doc_id = str(docs.at[i, "doc_id"])
+                if summary in docs and isinstance(docs.at[i, summary], str):
+                    out[aspect].add(doc_id, docs.at[i, summary], "human")
+                if highlights in docs and isinstance(docs.at[i, highlights], (list, tuple)):
+                    for sentence in docs.at[i, highlights]:
+                        out[aspect].add(doc_id, sentence, "highlight")
+    return out
+
+
+def split_documents(doc_ids: list[str], corpus=None, val_split: str | None = None, val_docs: int | float = 0.2,
+                    seed: int = 0) -> tuple[list[str], list[str]]:
+    """Split documents into train and validation sets.
+
+    With `val_split` (e.g. "validation") and a corpus with a `split` column, the
+    validation documents are those of that split; otherwise a reproducible random share
+    (`val_docs` < 1) or number of documents is held out.
+    """
+    ids = list(dict.fromkeys(doc_ids))
+    if val_split and corpus is not None and "split" in corpus.docs:
+        in_split = set(corpus.docs.loc[corpus.docs["split"] == val_split, "doc_id"].astype(str))
+        return [d for d in ids if d not in in_split], [d for d in ids if d in in_split]
+    n_val = int(round(len(ids) * val_docs)) if val_docs < 1 else int(val_docs)
+    n_val = min(max(n_val, 1 if len(ids) > 1 else 0), max(len(ids) - 1, 0))
+    held = set(random.Random(seed).sample(ids, n_val))
+    return [d for d in ids if d not in held], [d for d in ids if d in held]
