@@ -1,0 +1,52 @@
+"""Views for stage 02: LLM summaries plus human views, never the test split's human ones."""
+
+import json
+import random
+
+from workbench.corpus import load_corpus
+from workbench.views import collect_views, split_documents
+
+
+def write_store(run_dir, records):
+    run_dir.mkdir(parents=True, exist_ok=True)
+    with open(run_dir / "summaries.jsonl", "w") as fh:
+        for r in records:
+            fh.write(json.dumps(r) + "\n")
+
+
+def test_human_views_of_the_test_split_never_appear(tmp_path):
+    corpus = load_corpus("aclsum")
+    test_ids = set(corpus.docs.loc[corpus.docs["split"] == "test", "doc_id"])
+    train_id = corpus.docs.loc[corpus.docs["split"] == "train", "doc_id"].iloc[0]
+    test_id = sorted(test_ids)[0]
+    write_store(tmp_path, [
+        {"doc_id": test_id, "aspect": "challenge", "key": "challenge", "sample": 0, "status": "ok", "text": "llm view"},
+        {"doc_id": test_id, "aspect": "challenge", "key": "challenge", "sample": 1, "status": "not_applicable",
+         "text": "Not applicable."},
+    ])
+    views = collect_views(["challenge", "approach", "outcome"], run_dir=tmp_path, corpus=corpus)
+    human = collect_views(["challenge", "approach", "outcome"], corpus=corpus)
+    for aspect_views in human.values():
+        assert not set(aspect_views.views) & test_ids
+        assert len(aspect_views.docs(2)) > 100  # train + validation docs have summary + highlights
+    # the test split's LLM summaries may be used, as for any corpus; "Not applicable." never is
+    assert views["challenge"].views[test_id] == ["llm view"]
+    assert views["challenge"].sources[test_id] == ["llm"]
+    summary = corpus.get(train_id)["summary_challenge"]
+    assert " ".join(summary.split()) in views["challenge"].views[train_id]
+
+
+def test_pairs_are_two_different_views_of_one_document(tmp_path):
+    corpus = load_corpus("aclsum:train")
+    views = collect_views(["outcome"], corpus=corpus)["outcome"]
+    for doc_id, a, b in views.pairs(random.Random(0)):
+        assert a != b and a in views.views[doc_id] and b in views.views[doc_id]
+
+
+def test_document_split():
+    corpus = load_corpus("aclsum:train,validation")
+    train, val = split_documents(corpus.ids, corpus, val_split="validation")
+    assert len(train) == 100 and len(val) == 50 and not set(train) & set(val)
+    train, val = split_documents([f"d{i}" for i in range(10)], val_docs=0.3, seed=1)
+    assert len(val) == 3 and len(train) == 7
+    assert split_documents([f"d{i}" for i in range(10)], val_docs=0.3, seed=1) == (train, val)
