@@ -93,6 +93,10 @@ def main(argv=None) -> None:
     t0 = time.perf_counter()
     backend = TransformersBackend(args.model, batch_size=args.batch_size)
     print(f"loaded {backend.model_id} on {backend.device} in {time.perf_counter() - t0:.1f}s")
+    prompt_tokens = sum(len(backend.tokenizer(backend._prompt(m, SUMMARY_PREFILL), add_special_tokens=False)["input_ids"])
+                        for m in prompts)
+    print(f"prompt tokens: {prompt_tokens} in all, {prompt_tokens / len(prompts):.0f} per prompt "
+          "(every prompt is processed before its first new token)")
     time_backend(backend, prompts[:1], Sampling(stop=SUMMARY_STOP, max_new_tokens=4, seed=0))  # warm-up
 
     rows = []
@@ -112,9 +116,10 @@ def main(argv=None) -> None:
             rows.append(("llama.cpp (GGUF), one at a time", tokens, seconds))
 
     print()
-    print(f"{'backend':36s} {'tokens':>7s} {'seconds':>8s} {'tokens/s':>9s}")
+    print(f"{'backend':36s} {'prompts':>7s} {'tokens':>7s} {'seconds':>8s} {'tokens/s':>9s} {'s/prompt':>9s}")
     for label, tokens, seconds in rows:
-        print(f"{label:36s} {tokens:7d} {seconds:8.1f} {tokens / seconds:9.1f}")
+        print(f"{label:36s} {len(prompts):7d} {tokens:7d} {seconds:8.1f} {tokens / seconds:9.1f} "
+              f"{seconds / len(prompts):9.2f}")
     rate = {label: tokens / seconds for label, tokens, seconds in rows}
     batched, sequential = rate[rows[0][0]], rate[rows[1][0]]
     print(f"\nbatched / one at a time: {batched / sequential:.2f}x")

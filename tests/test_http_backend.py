@@ -63,7 +63,7 @@ def chat_reply(content: str, tokens: int = 3) -> dict:
             "usage": {"prompt_tokens": 5, "completion_tokens": tokens, "total_tokens": 5 + tokens}}
 
 
-def tiny_corpus(n: int = 2) -> Corpus:
+def small_corpus(n: int = 2) -> Corpus:
     abstracts = [
         "Parsing long documents is slow. We propose a linear-time parser based on a stack of "
         "transitions and show that it is as accurate as cubic-time parsers on two treebanks.",
@@ -267,7 +267,7 @@ def test_generation_stops_early_against_a_dead_server_and_stores_nothing(serve, 
     aspects = load_aspects("acl").subset(["challenge"])
     total = 2 * 1 * 5  # documents x prompt keys x k
     with pytest.raises(GenerationError, match="run again to retry only the failed ones") as info:
-        generate_summaries(tiny_corpus(2), aspects, backend, tmp_path, k=5, progress=False)
+        generate_summaries(small_corpus(2), aspects, backend, tmp_path, k=5, progress=False)
     assert "stopped after" in str(info.value)
     assert 0 < len(server.posts) < total
     assert len(summary_store(tmp_path)) == 0
@@ -287,13 +287,13 @@ def test_failed_requests_are_not_stored_and_a_rerun_retries_them(serve, tmp_path
     backend = backend_for(server, retries=0, concurrency=2)
     aspects = load_aspects("acl").subset(["challenge"])
     with pytest.raises(GenerationError, match="2 of 4 requests failed"):
-        generate_summaries(tiny_corpus(2), aspects, backend, tmp_path, k=2, progress=False)
+        generate_summaries(small_corpus(2), aspects, backend, tmp_path, k=2, progress=False)
     stored = summary_store(tmp_path).records()
     assert sorted((r["doc_id"], r["sample"]) for r in stored) == [("d0", 0), ("d0", 1)]
     assert all(r["status"] == "ok" and r["text"] == "A general challenge." for r in stored)
 
     healthy.set()
-    report = generate_summaries(tiny_corpus(2), aspects, backend, tmp_path, k=2, progress=False)
+    report = generate_summaries(small_corpus(2), aspects, backend, tmp_path, k=2, progress=False)
     assert (report.written, report.skipped, report.failed) == (2, 2, 0)
     assert len(summary_store(tmp_path)) == 4
 
@@ -302,7 +302,7 @@ def test_answer_that_is_not_json_is_stored_as_unparsed(serve, tmp_path):
     server = serve(lambda n, req: (200, {"choices": [{"message": {"content": "not json at all"}}]}))
     backend = backend_for(server, retries=0)
     aspects = load_aspects("acl").subset(["challenge"])
-    report = generate_summaries(tiny_corpus(1), aspects, backend, tmp_path, k=1, progress=False)
+    report = generate_summaries(small_corpus(1), aspects, backend, tmp_path, k=1, progress=False)
     assert report.written == 1 and report.status == {"unparsed": 1}
     (record,) = summary_store(tmp_path).records()
     assert record["status"] == "unparsed" and record["text"] is None
@@ -406,7 +406,7 @@ def test_real_server_generate_summaries_is_resumable(real_server, tmp_path):
     backend = OpenAIBackend(model=real_server["folder"], base_url=real_server["base_url"], api_key_env=None,
                             timeout=120, retries=1, backoff=0.1, concurrency=2)
     aspects = load_aspects("acl").subset(["challenge"])
-    corpus = tiny_corpus(2)
+    corpus = small_corpus(2)
     sampling = Sampling(stop=SUMMARY_STOP, max_new_tokens=24, seed=0)
     try:
         first = generate_summaries(corpus, aspects, backend, tmp_path, k=2, sampling=sampling, progress=False)
