@@ -1,0 +1,922 @@
+"""Stage 03: distil the aspect models into one unified model (paper section 4, appendices A.4, A.7).
+
+Stage 02 leaves one aspect model per aspect in ``<run_dir>/aspect_models/<aspect>/``;
+each embeds *summaries* of that aspect. Here one shared encoder with one linear head
+per aspect learns to predict, from the *abstract* alone, where each aspect model puts
+that document:
+
+1. `compute_targets`: every view (summary) of a document is embedded by its aspect's
+   model; the document's target in that aspect is the mean of those embeddings.
+   Cached in ``<run_dir>/targets.safetensors`` + ``targets.json``.
+2. `train_unified_model`: 10 x MSE between the heads' outputs and the targets, only
+   over the aspects a document has a target for (`losses.masked_mse`); validated by
+   the rank of the true target among all validation targets; best checkpoint kept.
+3. `embed_corpus`: every aspect of every abstract from one forward pass, cached in
+   ``<run_dir>/embeddings/`` keyed by model and corpus.
+
+`train_unified_baseline` is the paper's A.7 control (one model trained contrastively
+on all aspects at once), which disentangles the aspects less well.
+
+Typical use (what notebooks/03_distill.ipynb does)::
+
+    views = collect_views(aspects, run_dir, corpus)
+    targets = compute_targets(run_dir, views, aspects)
+    train_ids, val_ids = split_documents(sorted(documents_with_targets(targets)), corpus, "validation")
+    result = train_unified_model(corpus, targets, train_ids, val_ids, f"{run_dir}/unified_model", DistillConfig())
+    vectors = embed_corpus(result.out_dir, corpus, run_dir)          # {aspect: [N, dim]}
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import random
+import time
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Callable, Iterable, Mapping, Sequence
+
+import numpy as np
+import torch
+
+from .encoders import CONFIG_NAME, POOLINGS, WEIGHTS_NAME, AspectEncoder
+from .losses import info_nce, masked_mse
+from .metrics import mean_rank, mrr, retrieval_ranks
+
+ASPECT_MODELS = "aspect_models"
+UNIFIED_DIR = "unified_model"
+BASELINE_DIR = "unified_baseline"
+TARGETS_NAME = "targets.safetensors"
+TARGETS_INDEX = "targets.json"
+EMBEDDINGS_DIR = "embeddings"
+# Bump when the way targets are computed changes, so old caches are not reused.
+TARGETS_METHOD = "mean-of-unit-views-v1"
+
+
+class MissingTeachersError(FileNotFoundError):
+    """The aspect models of stage 02 are not there; the message names the folder and what to run."""
+
+
+# --------------------------------------------------------------------------- config
+
+
+@dataclass
+class DistillConfig:
+    """Settings of the unified model's training (paper A.4 values unless said otherwise).
+
+    max_length is 256 tokens, enough for abstracts (the authors use 512); max_steps and
+    eval_every are sized for a CPU demo (the authors evaluate every 250 updates).
+    `clip_value` clips each gradient entry to [-v, v] as the authors do (0.01);
+    `grad_clip` is the more common norm clipping; both off when None.
+    `dim` and `temperature` are used only by `train_unified_baseline` (the distilled
+    model takes its size from the targets).
+    """
+
+    base_model: str = "minilm"
+    pooling: str = "cls"
+    max_length: int = 256
+    lr: float = 1e-4
+    weight_decay: float = 1e-4
+    batch_size: int = 16
+    max_steps: int = 60
+    eval_every: int = 10
+    patience: int = 10
+    seed: int = 0
+    head_std: float = 1e-2
+    grad_clip: float | None = None
+    clip_value: float | None = 0.01
+    loss_scale: float = 10.0
+    device: str | None = None
+    mixed_precision: str = "no"
+    eval_batch_size: int = 32
+    dim: int = 150
+    temperature: float = 0.07
+
+    def __post_init__(self):
+        if self.pooling not in POOLINGS:
+            raise ValueError(f"pooling must be one of {POOLINGS}, got {self.pooling!r}")
+        for name in ("max_length", "batch_size", "max_steps", "eval_every", "patience", "eval_batch_size", "dim"):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        for name in ("grad_clip", "clip_value"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise ValueError(f"{name} must be positive or None, got {value}")
+
+    def to_dict(self) -> dict:
+        """A JSON-serialisable dict (the form saved in distill_config.json)."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: Mapping) -> "DistillConfig":
+        """The inverse of `to_dict`; unknown keys are an error (a typo must not pass silently)."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"unknown DistillConfig field(s) {unknown}; fields are {sorted(known)}")
+        return cls(**dict(values))
+
+
+# --------------------------------------------------------------------------- small helpers
+
+
+def _file_digest(path: Path, _memo: dict = {}) -> str:  # noqa: B006 - the default is the memo on purpose
+    """sha256 of a file's content, memoised per (path, size, mtime) so a notebook re-run does not re-read it.
+
+    A content hash (not the mtime alone) keeps a cache valid for a copied model folder
+    and invalid for a retrained one with the same size.
+    """
+    path = Path(path).resolve()
+    stat = path.stat()
+    memo_key = (str(path), stat.st_size, stat.st_mtime_ns)
+    if memo_key not in _memo:
+        digest = hashlib.sha256()
+        with open(path, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(chunk)
+        _memo[memo_key] = digest.hexdigest()
+    return _memo[memo_key]
+
+
+def model_key(model_dir: str | os.PathLike) -> str:
+    """A short hash that changes whenever a checkpoint's weights or workbench config change."""
+    folder = Path(model_dir)
+    for name in (CONFIG_NAME, WEIGHTS_NAME):
+        if not (folder / name).is_file():
+            raise FileNotFoundError(f"{folder} has no {name}: not a saved workbench model")
+    digest = hashlib.sha256((folder / CONFIG_NAME).read_bytes())
+    digest.update(_file_digest(folder / WEIGHTS_NAME).encode())
+    return digest.hexdigest()[:16]
+
+
+def _views_of(views) -> dict[str, list[str]]:
+    """{doc_id: [texts]} from an `AspectViews` or a plain dict."""
+    return {str(d): list(v) for d, v in getattr(views, "views", views).items()}
+
+
+def _abstracts(corpus, doc_ids: Iterable[str]) -> dict[str, str]:
+    """The abstract of each requested document; every one must be in the corpus with a text abstract."""
+    table = {str(d): a for d, a in zip(corpus.docs["doc_id"], corpus.docs["abstract"]) if isinstance(a, str)}
+    wanted = list(dict.fromkeys(doc_ids))
+    missing = [d for d in wanted if d not in table]
+    if missing:
+        raise ValueError(f"{len(missing)} document(s) are not in corpus {corpus.name!r} or have no abstract: "
+                         f"{missing[:5]}; pass the corpus the targets were made for")
+    return {d: table[d] for d in wanted}
+
+
+def documents_with_targets(targets: Mapping[str, Mapping[str, np.ndarray]]) -> set[str]:
+    """Documents that have a target in at least one aspect (the only ones the unified model trains on)."""
+    return set().union(*[set(t) for t in targets.values()]) if targets else set()
+
+
+def _json_safe(value):
+    """NaN/inf -> None, recursively: json.dumps would write bare NaN, which is not JSON."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+def _progress_bar(total: int, desc: str, enabled: bool):
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc, disable=not enabled)
+
+
+# --------------------------------------------------------------------------- teachers and targets
+
+
+def check_teachers(run_dir: str | os.PathLike, aspects: Sequence[str]) -> dict[str, Path]:
+    """The aspect model folder of each aspect, after checking they exist and share one embedding size.
+
+    Raises MissingTeachersError (naming the folder and saying to run 02_train) when
+    ``<run_dir>/aspect_models`` or an aspect's model is missing, and ValueError when the
+    models' sizes differ. Only the small config files are read.
+    """
+    root = Path(run_dir) / ASPECT_MODELS
+    if not root.is_dir():
+        raise MissingTeachersError(
+            f"{root} does not exist. The unified model is distilled from the aspect models of stage 02: "
+            f"run 02_train first with this run_dir (notebooks/02_train.ipynb, or "
+            f"`workbench run --run-dir {run_dir} --stages 02_train`)."
+        )
+    found = sorted(p.name for p in root.iterdir() if (p / CONFIG_NAME).is_file())
+    missing = [a for a in aspects if not (root / a / CONFIG_NAME).is_file()]
+    if missing:
+        raise MissingTeachersError(
+            f"no aspect model for {missing} in {root} (it has {found or 'none'}): run 02_train first for these "
+            f"aspects, or leave them out with aspect_names."
+        )
+    dims = {a: json.loads((root / a / CONFIG_NAME).read_text()).get("dim") for a in aspects}
+    if len(set(dims.values())) > 1:
+        raise ValueError(
+            f"the aspect models in {root} have different embedding sizes {dims}; the unified model predicts every "
+            f"aspect with a head of one size, so train them with the same dim."
+        )
+    return {a: root / a for a in aspects}
+
+
+def _targets_key(teacher_dir: Path, docs: Mapping[str, list[str]]) -> str:
+    digest = hashlib.sha256(f"{TARGETS_METHOD}\n{model_key(teacher_dir)}\n".encode())
+    digest.update(json.dumps(docs, sort_keys=True, ensure_ascii=False).encode())
+    return digest.hexdigest()[:16]
+
+
+def _read_targets_cache(run_dir: Path) -> tuple[dict, dict[str, np.ndarray]]:
+    """(index, tensors) of the run's targets cache, or ({}, {}) when there is none or it is unreadable."""
+    index_path, tensor_path = run_dir / TARGETS_INDEX, run_dir / TARGETS_NAME
+    if not (index_path.is_file() and tensor_path.is_file()):
+        return {}, {}
+    from safetensors.numpy import load_file
+
+    try:
+        index = json.loads(index_path.read_text())
+        tensors = load_file(str(tensor_path))
+    except Exception:  # a damaged cache is recomputed, never trusted
+        return {}, {}
+    if index.get("method") != TARGETS_METHOD:
+        return {}, {}
+    return index, tensors
+
+
+def load_targets(run_dir: str | os.PathLike, aspects: Sequence[str] | None = None) -> dict[str, dict[str, np.ndarray]]:
+    """The targets that `compute_targets` saved in run_dir, without loading any model."""
+    index, tensors = _read_targets_cache(Path(run_dir))
+    if not index:
+        raise FileNotFoundError(f"no targets in {run_dir}: run compute_targets (notebook 03_distill) first")
+    entries = index["aspects"]
+    aspects = list(entries) if aspects is None else list(aspects)
+    unknown = [a for a in aspects if a not in entries]
+    if unknown:
+        raise KeyError(f"no targets for {unknown} in {run_dir}; it has {list(entries)}")
+    return {a: dict(zip(entries[a]["doc_ids"], tensors[a])) for a in aspects}
+
+
+def compute_targets(
+    run_dir: str | os.PathLike,
+    views_by_aspect: Mapping,
+    aspects: Sequence[str] | None = None,
+    batch_size: int = 64,
+    device: str | None = None,
+    progress: bool = True,
+    force: bool = False,
+) -> dict[str, dict[str, np.ndarray]]:
+    """Target embeddings {aspect: {doc_id: float32 [dim]}} from the aspect models of stage 02.
+
+    `views_by_aspect` maps each aspect to its views (`views.collect_views` output, or
+    {doc_id: [texts]}). A document gets a target in an aspect when it has at least one
+    view there (paper A.4: "at least one valid summary").
+
+    Target = mean of the L2-normalised view embeddings (not renormalised). The authors
+    average the raw projections; we normalise first because an aspect model is
+    trained only through cosine similarity, so the length of its raw output carries no
+    meaning, yet it would weight some summaries more than others in a raw mean and set
+    the scale of the MSE arbitrarily per teacher. Unit views weight every summary
+    equally and keep targets inside the unit ball, so the 10 x MSE has the same scale
+    for any teacher; the mean's length still says how much the views agree.
+
+    Results are saved to ``<run_dir>/targets.safetensors`` (one [n_docs, dim] tensor per
+    aspect) and ``<run_dir>/targets.json`` (doc ids per aspect, and a key per aspect made
+    of the teacher's weights and the views): an aspect whose key is unchanged is loaded,
+    not recomputed, unless `force`.
+    """
+    from safetensors.numpy import save_file
+
+    run_dir = Path(run_dir)
+    aspects = list(views_by_aspect) if aspects is None else list(aspects)
+    missing_views = [a for a in aspects if a not in views_by_aspect]
+    if missing_views:
+        raise KeyError(f"no views for aspect(s) {missing_views}; views were given for {list(views_by_aspect)}")
+    folders = check_teachers(run_dir, aspects)
+    index, tensors = ({}, {}) if force else _read_targets_cache(run_dir)
+    dim = json.loads((folders[aspects[0]] / CONFIG_NAME).read_text())["dim"]
+    if index.get("dim") != dim:  # teachers of another size: no cached aspect can be kept beside the new ones
+        index, tensors = {}, {}
+    entries: dict = dict(index.get("aspects", {}))
+    out: dict[str, dict[str, np.ndarray]] = {}
+    changed = False
+    for aspect in aspects:
+        docs = {d: v for d, v in _views_of(views_by_aspect[aspect]).items() if v}
+        key = _targets_key(folders[aspect], docs)
+        entry = entries.get(aspect)
+        if entry and entry.get("key") == key and aspect in tensors:
+            out[aspect] = dict(zip(entry["doc_ids"], tensors[aspect]))
+            if progress:
+                print(f"{aspect}: {len(entry['doc_ids'])} targets loaded from {run_dir / TARGETS_NAME}")
+            continue
+        ids = list(docs)
+        flat = [text for d in ids for text in docs[d]]
+        if flat:
+            teacher = AspectEncoder.from_pretrained(folders[aspect], device=device, aspects=[aspect])
+            # Each teacher reads views with the length it was trained with (its own max_length).
+            vectors = teacher.encode(flat, aspects=[aspect], batch_size=batch_size, normalize=True,
+                                     progress=progress)[aspect]
+            del teacher
+        else:
+            vectors = np.zeros((0, dim), dtype=np.float32)
+        bounds = np.cumsum([0] + [len(docs[d]) for d in ids])
+        matrix = np.stack([vectors[s:e].mean(axis=0) for s, e in zip(bounds[:-1], bounds[1:])]) if ids \
+            else np.zeros((0, dim), dtype=np.float32)
+        tensors[aspect] = np.ascontiguousarray(matrix, dtype=np.float32)
+        entries[aspect] = {"key": key, "doc_ids": ids, "n_views": [len(docs[d]) for d in ids],
+                           "teacher": str(folders[aspect])}
+        out[aspect] = dict(zip(ids, tensors[aspect]))
+        changed = True
+    if changed:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        # Remove the index first and write it last: an interrupted save leaves no index, so the
+        # next run recomputes instead of pairing a new tensor file with old doc ids.
+        (run_dir / TARGETS_INDEX).unlink(missing_ok=True)
+        keep = {a: tensors[a] for a in entries if a in tensors}
+        tmp = run_dir / (TARGETS_NAME + ".tmp")
+        save_file(keep, str(tmp), metadata={"method": TARGETS_METHOD})
+        os.replace(tmp, run_dir / TARGETS_NAME)
+        index = {"format": "workbench-targets", "method": TARGETS_METHOD, "dim": int(dim),
+                 "aspects": {a: entries[a] for a in keep}}
+        (run_dir / TARGETS_INDEX).write_text(json.dumps(index, indent=1) + "\n")
+    return out
+
+
+# --------------------------------------------------------------------------- distillation pieces
+
+
+class DistillCollate:
+    """Turn a list of doc ids into a training batch: tokens, a target and a mask per aspect.
+
+    Rows without a target hold zeros that `masked_mse` selects away (mask False), so
+    they never reach the loss. Tokenised on the CPU here; Accelerate moves the batch.
+    """
+
+    def __init__(self, tokenizer, max_length: int, texts: Mapping[str, str],
+                 targets: Mapping[str, Mapping[str, np.ndarray]], dim: int):
+        self.tokenizer, self.max_length, self.texts, self.targets, self.dim = tokenizer, max_length, texts, targets, dim
+
+    def __call__(self, doc_ids: Sequence[str]) -> dict:
+        # Same call as AspectEncoder.tokenize (right padding is set on the tokenizer by the model).
+        enc = self.tokenizer([self.texts[d] for d in doc_ids], padding=True, truncation=True,
+                             max_length=self.max_length, return_tensors="pt")
+        target, mask = {}, {}
+        for aspect, table in self.targets.items():
+            t = torch.zeros(len(doc_ids), self.dim)
+            m = torch.zeros(len(doc_ids), dtype=torch.bool)
+            for i, d in enumerate(doc_ids):
+                if d in table:
+                    t[i] = torch.as_tensor(np.asarray(table[d], dtype=np.float32))
+                    m[i] = True
+            target[aspect], mask[aspect] = t, m
+        return {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"], "target": target, "mask": mask}
+
+
+def distill_loss(model, batch: Mapping, scale: float = 10.0):
+    """(loss, {aspect: scaled loss}) of one batch: all heads from one backbone pass, masked MSE.
+
+    An aspect with no target in the batch is left out of the loss entirely, so its head
+    gets no gradient (None, not zero): AdamW then leaves it alone, weight decay included.
+    """
+    pred = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
+    return masked_mse(pred, batch["target"], batch["mask"], scale=scale)
+
+
+def _aggregate(per_aspect: dict[str, dict]) -> dict:
+    """Averages over aspects of the per-aspect metrics (the paper's selection score is the mean rank)."""
+    scored = {a: m for a, m in per_aspect.items() if m["n"] > 0}
+    out = {"aspects": per_aspect}
+    for name in ("mean_rank", "mrr", "loss"):
+        values = [m[name] for m in scored.values() if name in m]
+        out[name] = float(np.mean(values)) if values else float("nan")
+    return out
+
+
+def evaluate_distill(model: AspectEncoder, texts: Sequence[str], targets: Mapping[str, np.ndarray],
+                     masks: Mapping[str, np.ndarray], batch_size: int = 32, loss_scale: float = 10.0) -> dict:
+    """Validation of a unified model: per aspect, the rank of each document's true target.
+
+    Queries are the model's predictions for the documents that have a target in that
+    aspect; candidates are the targets of those same documents (cosine similarity).
+    Returns {"mean_rank", "mrr", "loss", "aspects": {aspect: {"mean_rank", "mrr", "loss", "n"}}},
+    the top-level values averaged over aspects.
+    """
+    pred = model.encode(list(texts), batch_size=batch_size, normalize=False)
+    per_aspect = {}
+    for aspect, table in targets.items():
+        rows = np.asarray(masks[aspect], dtype=bool)
+        if not rows.any():
+            per_aspect[aspect] = {"mean_rank": float("nan"), "mrr": float("nan"), "loss": float("nan"), "n": 0}
+            continue
+        p, t = pred[aspect][rows], table[rows]
+        ranks = retrieval_ranks(p, t)
+        per_aspect[aspect] = {"mean_rank": mean_rank(ranks), "mrr": mrr(ranks),
+                              "loss": float(loss_scale * np.mean((p - t) ** 2)), "n": int(rows.sum())}
+    return _aggregate(per_aspect)
+
+
+def _stack_targets(targets, doc_ids, dim) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """Dense [n, dim] targets and [n] masks per aspect for a list of documents (NaN where none)."""
+    dense, masks = {}, {}
+    for aspect, table in targets.items():
+        dense[aspect] = np.full((len(doc_ids), dim), np.nan, dtype=np.float32)
+        masks[aspect] = np.array([d in table for d in doc_ids], dtype=bool)
+        for i, d in enumerate(doc_ids):
+            if d in table:
+                dense[aspect][i] = table[d]
+    return dense, masks
+
+
+# --------------------------------------------------------------------------- results and the loop
+
+
+@dataclass
+class DistillResult:
+    """What a training run of this stage leaves: where the best checkpoint is and how it got there.
+
+    `baseline` is the validation at step 0 (fresh heads), `best` the one of the kept
+    checkpoint; both have "mean_rank", "mrr" and per-aspect values under "aspects".
+    """
+
+    out_dir: Path
+    kind: str
+    aspects: list[str]
+    best_step: int
+    best: dict
+    baseline: dict
+    history: dict
+    config: DistillConfig
+    n_train: int
+    n_val: int
+    steps: int
+    stopped_early: bool
+    seconds: float
+
+    def load(self, device: str | None = None) -> AspectEncoder:
+        """The best checkpoint, loaded."""
+        return AspectEncoder.from_pretrained(self.out_dir, device=device)
+
+    def table(self):
+        """Per-aspect validation table: mean rank and MRR at step 0 and at the best step."""
+        return validation_table(self)
+
+    def __repr__(self) -> str:
+        return (f"DistillResult({self.kind}: best step {self.best_step}/{self.steps}, mean rank "
+                f"{self.baseline['mean_rank']:.2f} -> {self.best['mean_rank']:.2f}, MRR {self.baseline['mrr']:.3f} -> "
+                f"{self.best['mrr']:.3f}, {self.n_train} train / {self.n_val} val docs, {self.seconds:.0f}s, "
+                f"saved in {self.out_dir})")
+
+
+def _accelerator(config: DistillConfig):
+    """An Accelerator for CPU, one GPU, or the processes that torchrun / accelerate launch started."""
+    from accelerate import Accelerator
+    from accelerate.utils import DistributedDataParallelKwargs
+
+    from .devices import best_device
+
+    cpu = (config.device or best_device()) == "cpu"
+    # A batch may lack every target of some aspect, leaving that head unused in the graph;
+    # DDP must be told, or it waits forever for that head's gradient.
+    handlers = [DistributedDataParallelKwargs(find_unused_parameters=True)]
+    try:
+        return Accelerator(cpu=cpu, mixed_precision=config.mixed_precision, kwargs_handlers=handlers)
+    except ValueError:
+        # Accelerate keeps one process-wide state: a notebook that trained on the GPU and now
+        # asks for the CPU (or another precision) must forget the first choice (single process only).
+        from accelerate.state import AcceleratorState
+
+        if AcceleratorState().num_processes > 1:
+            raise
+        AcceleratorState._reset_state(reset_partial_state=True)
+        return Accelerator(cpu=cpu, mixed_precision=config.mixed_precision, kwargs_handlers=handlers)
+
+
+def _adamw(model, config: DistillConfig):
+    # The fused kernel is several times faster on CPU: AdamW touches every parameter, including
+    # the 30k-row embedding matrix, which otherwise dominates a CPU step.
+    try:
+        return torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay, fused=True)
+    except (RuntimeError, TypeError, ValueError):
+        return torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+
+
+def _better(new: dict, old: dict) -> bool:
+    """Lower average mean rank wins (the paper's criterion); a tie goes to the higher MRR."""
+    if not math.isfinite(new["mean_rank"]):
+        return False
+    if not math.isfinite(old["mean_rank"]) or new["mean_rank"] < old["mean_rank"] - 1e-9:
+        return True
+    return abs(new["mean_rank"] - old["mean_rank"]) <= 1e-9 and new["mrr"] > old["mrr"] + 1e-12
+
+
+def _fit(*, kind: str, accelerator, model, optimizer, next_batch: Callable[[], dict],
+         loss_fn: Callable, evaluate: Callable[[AspectEncoder], dict], out_dir: Path, config: DistillConfig,
+         meta: dict, progress: bool) -> DistillResult:
+    """The shared training loop: step, clip, evaluate every eval_every steps, keep the best, stop early."""
+    out_dir = Path(out_dir)
+    main = accelerator.is_main_process
+    raw = accelerator.unwrap_model(model)
+    t0 = time.perf_counter()
+
+    def save(step: int, metrics: dict) -> None:
+        # Every process holds the same weights; one writes. The others wait, so nobody reads a half file.
+        if main:
+            raw.save_pretrained(out_dir, extra=_json_safe({
+                "stage": kind, "step": step, "val_mean_rank": metrics["mean_rank"], "val_mrr": metrics["mrr"],
+                "distill_config": config.to_dict()}))
+        accelerator.wait_for_everyone()
+
+    # Every process evaluates the full validation set itself: the numbers, and so the
+    # keep/stop decisions, are identical everywhere without any communication.
+    baseline = evaluate(raw)
+    history = {"train": [], "eval": [{"step": 0, **baseline, "best": True, "seconds": 0.0}]}
+    best, best_step, bad, stopped_early, step = baseline, 0, 0, False, 0
+    save(0, baseline)
+    window: list[float] = []
+    bar = _progress_bar(config.max_steps, kind, progress and main)
+    model.train()
+    for step in range(1, config.max_steps + 1):
+        batch = next_batch()
+        loss, parts = loss_fn(model, batch)
+        accelerator.backward(loss)
+        if config.clip_value is not None and accelerator.sync_gradients:
+            accelerator.clip_grad_value_(model.parameters(), config.clip_value)
+        if config.grad_clip is not None and accelerator.sync_gradients:
+            accelerator.clip_grad_norm_(model.parameters(), config.grad_clip)
+        optimizer.step()
+        optimizer.zero_grad()  # set_to_none: a head without targets next step keeps grad None
+        value = float(loss.detach())
+        window.append(value)
+        history["train"].append({"step": step, "loss": value, "aspects": {a: float(v) for a, v in parts.items()}})
+        bar.update(1)
+        if step % config.eval_every == 0 or step == config.max_steps:
+            metrics = evaluate(raw)
+            improved = _better(metrics, best)
+            if improved:
+                best, best_step, bad = metrics, step, 0
+                save(step, metrics)
+            else:
+                bad += 1
+            history["eval"].append({"step": step, **metrics, "train_loss": float(np.mean(window)),
+                                    "best": improved, "seconds": round(time.perf_counter() - t0, 2)})
+            bar.set_postfix(loss=f"{np.mean(window):.4f}", val_rank=f"{metrics['mean_rank']:.2f}",
+                            best=f"{best['mean_rank']:.2f}@{best_step}")
+            window = []
+            if bad >= config.patience:
+                stopped_early = True
+                break
+    bar.close()
+    seconds = time.perf_counter() - t0
+    if main:
+        (out_dir / "history.json").write_text(json.dumps(_json_safe(history), indent=1) + "\n")
+        record = {"kind": kind, "config": config.to_dict(), "seed": config.seed, **meta, "steps": step,
+                  "best_step": best_step, "stopped_early": stopped_early, "seconds": round(seconds, 1),
+                  "num_processes": accelerator.num_processes, "device": str(accelerator.device),
+                  "torch": torch.__version__}
+        (out_dir / "distill_config.json").write_text(json.dumps(_json_safe(record), indent=2) + "\n")
+    accelerator.wait_for_everyone()
+    return DistillResult(out_dir=out_dir, kind=kind, aspects=list(raw.aspects), best_step=best_step, best=best,
+                         baseline=baseline, history=history, config=config, n_train=meta["n_train"],
+                         n_val=meta["n_val"], steps=step, stopped_early=stopped_early, seconds=seconds)
+
+
+def _cycle(loader):
+    """Endless batches: a new epoch (new shuffle) whenever the loader runs out."""
+    while True:
+        yielded = False
+        for batch in loader:
+            yielded = True
+            yield batch
+        if not yielded:
+            raise ValueError("the training loader is empty")
+
+
+def train_unified_model(
+    corpus,
+    targets: Mapping[str, Mapping[str, np.ndarray]],
+    train_ids: Sequence[str],
+    val_ids: Sequence[str],
+    out_dir: str | os.PathLike,
+    config: DistillConfig | None = None,
+    progress: bool = True,
+) -> DistillResult:
+    """Distil the aspect models' targets into one encoder with a head per aspect (paper section 4, A.4).
+
+    The student reads each document's abstract from `corpus`; for every aspect the
+    document has a target in, its head's output is pulled towards that target
+    (10 x MSE, masked). Documents with no target in any aspect are skipped. Runs on
+    CPU, a GPU or several processes (`accelerate launch`) through HF Accelerate.
+
+    Validation every `eval_every` steps (and at step 0): per aspect, the rank of each
+    validation document's true target among all validation targets of that aspect, by
+    cosine similarity to the prediction; the checkpoint with the best average mean rank
+    is saved to `out_dir`, with history.json and distill_config.json next to it.
+    """
+    from accelerate.utils import set_seed
+    from torch.utils.data import DataLoader
+
+    config = config or DistillConfig()
+    aspects = list(targets)
+    if not aspects:
+        raise ValueError("no aspects in targets")
+    dims = {a: len(next(iter(t.values()))) for a, t in targets.items() if t}
+    if not dims or len(set(dims.values())) != 1:
+        raise ValueError(f"targets must have one size across aspects and at least one document, got sizes {dims}")
+    dim = next(iter(dims.values()))
+    have = documents_with_targets(targets)
+    train = [d for d in dict.fromkeys(map(str, train_ids)) if d in have]
+    val = [d for d in dict.fromkeys(map(str, val_ids)) if d in have]
+    overlap = set(train) & set(val)
+    if overlap:
+        raise ValueError(f"{len(overlap)} documents are in both train_ids and val_ids, e.g. {sorted(overlap)[:3]}")
+    if not train or not val:
+        raise ValueError(f"need documents with targets for training and validation, got {len(train)} and {len(val)}")
+    texts = _abstracts(corpus, train + val)
+
+    accelerator = _accelerator(config)
+    set_seed(config.seed)
+    model = AspectEncoder.from_base(config.base_model, aspects, dim=dim, pooling=config.pooling,
+                                    head_std=config.head_std, max_length=config.max_length, device="cpu")
+    collate = DistillCollate(model.tokenizer, config.max_length, texts, targets, dim)
+    loader = DataLoader(train, batch_size=config.batch_size, shuffle=True, collate_fn=collate,
+                        generator=torch.Generator().manual_seed(config.seed))
+    optimizer = _adamw(model, config)
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+
+    val_texts = [texts[d] for d in val]
+    val_targets, val_masks = _stack_targets(targets, val, dim)
+    batches = _cycle(loader)
+    counts = {a: {"train": sum(d in targets[a] for d in train), "val": sum(d in targets[a] for d in val)}
+              for a in aspects}
+    meta = {"n_train": len(train), "n_val": len(val), "aspects": aspects, "dim": dim, "docs_per_aspect": counts,
+            "base_model": config.base_model, "corpus": getattr(corpus, "name", ""),
+            "corpus_fingerprint": corpus.fingerprint() if hasattr(corpus, "fingerprint") else None}
+    return _fit(
+        kind="distill", accelerator=accelerator, model=model, optimizer=optimizer,
+        next_batch=lambda: next(batches),
+        loss_fn=lambda m, b: distill_loss(m, b, config.loss_scale),
+        evaluate=lambda m: evaluate_distill(m, val_texts, val_targets, val_masks, config.eval_batch_size,
+                                            config.loss_scale),
+        out_dir=Path(out_dir), config=config, meta=meta, progress=progress,
+    )
+
+
+# --------------------------------------------------------------------------- the A.7 baseline
+
+
+def train_unified_baseline(
+    views_by_aspect: Mapping,
+    corpus,
+    train_ids: Sequence[str],
+    val_ids: Sequence[str],
+    out_dir: str | os.PathLike,
+    config: DistillConfig | None = None,
+    progress: bool = True,
+) -> DistillResult:
+    """The paper's "unified baseline" (A.7): all aspects trained at once, contrastively, no teachers.
+
+    Each step draws, for every aspect, `batch_size` training documents and two
+    different texts of each from its pool (the aspect's views plus the abstract, so
+    abstracts learn to land on their summaries); InfoNCE over each aspect's pairs through
+    that aspect's head, summed over aspects. All texts of a step go through the backbone
+    in one pass (one forward per backward also keeps DDP simple). Validation per aspect:
+    the abstract's embedding as query, each validation document's first view as candidate.
+    Embedding size `config.dim`: pass the teachers' to compare spaces of one size.
+    """
+    from accelerate.utils import set_seed
+
+    config = config or DistillConfig()
+    aspects = list(views_by_aspect)
+    views = {a: _views_of(views_by_aspect[a]) for a in aspects}
+    train_set, val_set = set(map(str, train_ids)), set(map(str, val_ids))
+    texts = _abstracts(corpus, [d for a in aspects for d in views[a] if d in train_set | val_set])
+    pools = {a: {d: [texts[d]] + [v for v in views[a][d] if v != texts[d]]
+                 for d in views[a] if d in train_set and views[a][d]} for a in aspects}
+    empty = [a for a in aspects if not pools[a]]
+    if empty:
+        raise ValueError(f"no training documents with views for aspect(s) {empty}")
+    val_docs = {a: [d for d in views[a] if d in val_set and views[a][d]] for a in aspects}
+
+    accelerator = _accelerator(config)
+    set_seed(config.seed)
+    model = AspectEncoder.from_base(config.base_model, aspects, dim=config.dim, pooling=config.pooling,
+                                    head_std=config.head_std, max_length=config.max_length, device="cpu")
+    tokenizer = model.tokenizer
+    optimizer = _adamw(model, config)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    # Different processes must draw different batches (data parallelism), reproducibly.
+    rng = random.Random(config.seed * 1000 + accelerator.process_index)
+    pool_ids = {a: sorted(pools[a]) for a in aspects}
+
+    def next_batch() -> dict:
+        chunk, slices = [], {}
+        for a in aspects:
+            docs = rng.sample(pool_ids[a], min(config.batch_size, len(pool_ids[a])))
+            pairs = [rng.sample(pools[a][d], 2) for d in docs]
+            slices[a] = (len(chunk), len(pairs))
+            chunk += [p[0] for p in pairs] + [p[1] for p in pairs]
+        enc = tokenizer(chunk, padding=True, truncation=True, max_length=config.max_length, return_tensors="pt")
+        return {"input_ids": enc["input_ids"].to(accelerator.device),
+                "attention_mask": enc["attention_mask"].to(accelerator.device), "slices": slices}
+
+    def loss_fn(m, batch):
+        pred = m(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
+        parts = {}
+        for a, (start, n) in batch["slices"].items():
+            parts[a] = info_nce(pred[a][start:start + n], pred[a][start + n:start + 2 * n], config.temperature)
+        return torch.stack(list(parts.values())).sum(), {a: v.detach() for a, v in parts.items()}
+
+    every_val = sorted(set().union(*[set(v) for v in val_docs.values()]))
+
+    def evaluate(m: AspectEncoder) -> dict:
+        # The abstracts once, through every head; then each aspect's candidate views through its head.
+        queries = m.encode([texts[d] for d in every_val], batch_size=config.eval_batch_size)
+        row = {d: i for i, d in enumerate(every_val)}
+        per_aspect = {}
+        for a in aspects:
+            docs = val_docs[a]
+            if len(docs) == 0:
+                per_aspect[a] = {"mean_rank": float("nan"), "mrr": float("nan"), "n": 0}
+                continue
+            q = queries[a][[row[d] for d in docs]]
+            c = m.encode([views[a][d][0] for d in docs], aspects=[a], batch_size=config.eval_batch_size)[a]
+            ranks = retrieval_ranks(q, c)
+            per_aspect[a] = {"mean_rank": mean_rank(ranks), "mrr": mrr(ranks), "n": len(docs)}
+        return _aggregate(per_aspect)
+
+    meta = {"n_train": len(set().union(*[set(p) for p in pools.values()])), "n_val": len(every_val),
+            "aspects": aspects, "dim": config.dim,
+            "docs_per_aspect": {a: {"train": len(pools[a]), "val": len(val_docs[a])} for a in aspects},
+            "base_model": config.base_model, "corpus": getattr(corpus, "name", "")}
+    return _fit(kind="unified-baseline", accelerator=accelerator, model=model, optimizer=optimizer,
+                next_batch=next_batch, loss_fn=loss_fn, evaluate=evaluate, out_dir=Path(out_dir), config=config,
+                meta=meta, progress=progress)
+
+
+# --------------------------------------------------------------------------- embedding
+
+
+def embed(model: AspectEncoder | str | os.PathLike, texts: Sequence[str], batch_size: int = 32,
+          progress: bool = True, device: str | None = None) -> dict[str, np.ndarray]:
+    """Every aspect's embedding of `texts` from one backbone pass per batch: {aspect: unit rows [N, dim]}."""
+    if not isinstance(model, AspectEncoder):
+        model = AspectEncoder.from_pretrained(model, device=device)
+    return model.encode(list(texts), batch_size=batch_size, normalize=True, progress=progress, device=device)
+
+
+def embeddings_key(model_dir: str | os.PathLike, corpus) -> str:
+    """The cache key of a corpus's embeddings: the model's weights and config, and the corpus's ids and texts."""
+    return hashlib.sha256(f"{model_key(model_dir)}:{corpus.fingerprint()}:unit".encode()).hexdigest()[:16]
+
+
+def embed_corpus(model_dir: str | os.PathLike, corpus, run_dir: str | os.PathLike, batch_size: int = 32,
+                 progress: bool = True, device: str | None = None) -> dict[str, np.ndarray]:
+    """Embeddings {aspect: float32 [len(corpus), dim], unit rows, corpus order}, cached in the run directory.
+
+    Stored as ``<run_dir>/embeddings/<key>.safetensors`` + ``<key>.json`` (the key hashes
+    the model's weights and config and the corpus's ids and abstracts), so a notebook
+    re-run loads them and any change to the model or the corpus computes afresh.
+    """
+    from safetensors.numpy import load_file, save_file
+
+    folder = Path(run_dir) / EMBEDDINGS_DIR
+    key = embeddings_key(model_dir, corpus)
+    tensor_path, meta_path = folder / f"{key}.safetensors", folder / f"{key}.json"
+    if tensor_path.is_file() and meta_path.is_file():
+        try:
+            meta = json.loads(meta_path.read_text())
+            arrays = load_file(str(tensor_path))
+            if meta.get("doc_ids") == corpus.ids and all(a in arrays for a in meta["aspects"]):
+                if progress:
+                    print(f"loaded cached embeddings {tensor_path}")
+                return {a: arrays[a] for a in meta["aspects"]}
+        except Exception:  # a damaged cache entry is recomputed and overwritten
+            pass
+    model = AspectEncoder.from_pretrained(model_dir, device=device)
+    vectors = model.encode(corpus.texts(), batch_size=batch_size, normalize=True, progress=progress)
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = folder / f"{key}.safetensors.tmp"
+    save_file({a: np.ascontiguousarray(v) for a, v in vectors.items()}, str(tmp))
+    os.replace(tmp, tensor_path)
+    # The JSON is written last: a cache entry without it is incomplete and ignored.
+    meta_path.write_text(json.dumps({
+        "model_dir": str(Path(model_dir).resolve()), "model_key": model_key(model_dir), "corpus": corpus.name,
+        "corpus_fingerprint": corpus.fingerprint(), "n_docs": len(corpus), "aspects": list(vectors),
+        "dim": int(model.dim), "max_length": model.max_length, "normalized": True,
+        "created": time.strftime("%Y-%m-%d %H:%M:%S"), "doc_ids": corpus.ids,
+    }, indent=1) + "\n")
+    return vectors
+
+
+# --------------------------------------------------------------------------- analysis and plots
+
+
+def validation_table(result: DistillResult):
+    """Per aspect: validation documents, chance MRR, mean rank and MRR at step 0 and at the best step."""
+    import pandas as pd
+
+    rows = []
+    for aspect in result.aspects:
+        before, after = result.baseline["aspects"][aspect], result.best["aspects"][aspect]
+        n = after["n"]
+        kept = f"kept, step {result.best_step}"  # may be step 0 itself, so the names must differ anyway
+        rows.append({"aspect": aspect, "val docs": n,
+                     "chance MRR": float(np.mean(1.0 / np.arange(1, n + 1))) if n else float("nan"),
+                     "mean rank (step 0)": before["mean_rank"], f"mean rank ({kept})": after["mean_rank"],
+                     "MRR (step 0)": before["mrr"], f"MRR ({kept})": after["mrr"]})
+    table = pd.DataFrame(rows).set_index("aspect")
+    table.loc["mean"] = table.mean(numeric_only=True)
+    return table
+
+
+def plot_distill_curves(history: Mapping | DistillResult, axes=None, title: str = ""):
+    """Training loss (per step, and its mean between evaluations) and validation MRR per aspect vs step."""
+    import matplotlib.pyplot as plt
+
+    if isinstance(history, DistillResult):
+        title = title or history.kind
+        history = history.history
+    if axes is None:
+        fig, axes = plt.subplots(1, 2, figsize=(11, 3.6))
+    else:
+        fig = axes[0].figure
+    train, evals = history["train"], history["eval"]
+    ax = axes[0]
+    if train:
+        ax.plot([r["step"] for r in train], [r["loss"] for r in train], color="0.75", lw=1, label="train (per step)")
+    later = [e for e in evals if "train_loss" in e]
+    ax.plot([e["step"] for e in later], [e["train_loss"] for e in later], "o-", color="C0", label="train (mean)")
+    if evals and "loss" in evals[0] and math.isfinite(evals[0]["loss"]):
+        ax.plot([e["step"] for e in evals], [e["loss"] for e in evals], "s--", color="C3", label="validation")
+    ax.set(xlabel="step", ylabel="loss", title=f"{title} loss".strip())
+    ax.legend(fontsize=8)
+    ax = axes[1]
+    steps = [e["step"] for e in evals]
+    for i, aspect in enumerate(evals[0]["aspects"] if evals else []):
+        ax.plot(steps, [e["aspects"][aspect]["mrr"] for e in evals], ".-", color=f"C{i}", label=aspect)
+    ax.plot(steps, [e["mrr"] for e in evals], "k-", lw=2.5, label="mean")
+    best = [e for e in evals if e.get("best")]
+    if best:
+        ax.axvline(best[-1]["step"], color="0.5", ls=":", lw=1)
+    ax.set(xlabel="step", ylabel="validation MRR", title=f"{title} validation MRR (dotted: kept checkpoint)".strip())
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def aspect_space_correlations(embeddings: Mapping[str, np.ndarray], max_docs: int | None = 500, seed: int = 0):
+    """How differently the aspect spaces order the corpus: a [K, K] DataFrame of mean per-document Spearman.
+
+    For each document and each space, its cosine similarities to all other documents
+    form a row; cell (a, b) is the Spearman correlation between the document's rows in
+    spaces a and b, averaged over documents. The diagonal is 1; an off-diagonal value
+    well below 1 means the two spaces find different neighbours, i.e. each captures
+    something of its own. At most `max_docs` documents (a seeded sample) are used.
+    """
+    import pandas as pd
+    from scipy.stats import rankdata
+
+    names = list(embeddings)
+    n = len(next(iter(embeddings.values())))
+    if n < 3:
+        raise ValueError(f"need at least 3 documents to correlate similarity rows, got {n}")
+    idx = np.arange(n)
+    if max_docs and n > max_docs:
+        idx = np.sort(np.random.default_rng(seed).choice(n, max_docs, replace=False))
+    off = ~np.eye(len(idx), dtype=bool)  # a document's similarity to itself says nothing
+    z = {}
+    for name in names:
+        x = np.asarray(embeddings[name], dtype=np.float64)[idx]
+        x = x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
+        sims = (x @ x.T)[off].reshape(len(idx), len(idx) - 1)
+        r = rankdata(sims, axis=1)
+        r -= r.mean(axis=1, keepdims=True)
+        z[name] = r / np.maximum(np.linalg.norm(r, axis=1, keepdims=True), 1e-12)
+    matrix = np.array([[float(np.mean(np.sum(z[a] * z[b], axis=1))) for b in names] for a in names])
+    return pd.DataFrame(matrix, index=names, columns=names)
+
+
+def mean_off_diagonal(frame) -> float:
+    """The mean of a square matrix's off-diagonal cells (lower = more disentangled aspect spaces)."""
+    values = np.asarray(frame, dtype=float)
+    return float(values[~np.eye(len(values), dtype=bool)].mean()) if len(values) > 1 else float("nan")
+
+
+def plot_aspect_correlations(frame, ax=None, title: str = "aspect spaces: mean per-document Spearman"):
+    """Heatmap of `aspect_space_correlations` with the values written in the cells."""
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(1.3 * len(frame) + 2.2, 1.1 * len(frame) + 1.6))
+    values = np.asarray(frame, dtype=float)
+    image = ax.imshow(values, vmin=min(0.0, np.nanmin(values)), vmax=1.0, cmap="viridis")
+    ax.set_xticks(range(len(frame.columns)), frame.columns, rotation=30, ha="right")
+    ax.set_yticks(range(len(frame.index)), frame.index)
+    for i in range(values.shape[0]):
+        for j in range(values.shape[1]):
+            ax.text(j, i, f"{values[i, j]:.2f}", ha="center", va="center",
+                    color="black" if values[i, j] > 0.6 else "white", fontsize=9)
+    ax.set_title(title, fontsize=10)
+    ax.figure.colorbar(image, ax=ax, fraction=0.046)
+    return ax
