@@ -41,6 +41,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 import numpy as np
 import torch
 
+from .accel import adamw, make_accelerator
 from .encoders import CONFIG_NAME, POOLINGS, WEIGHTS_NAME, AspectEncoder
 from .losses import info_nce, masked_mse
 from .metrics import mean_rank, mrr, retrieval_ranks
@@ -468,39 +469,6 @@ class DistillResult:
                 f"saved in {self.out_dir})")
 
 
-def _accelerator(config: DistillConfig):
-    """An Accelerator for CPU, one GPU, or the processes that torchrun / accelerate launch started."""
-    from accelerate import Accelerator
-    from accelerate.utils import DistributedDataParallelKwargs
-
-    from .devices import best_device
-
-    cpu = (config.device or best_device()) == "cpu"
-    # A batch may lack every target of some aspect, leaving that head unused in the graph;
-    # DDP must be told, or it waits forever for that head's gradient.
-    handlers = [DistributedDataParallelKwargs(find_unused_parameters=True)]
-    try:
-        return Accelerator(cpu=cpu, mixed_precision=config.mixed_precision, kwargs_handlers=handlers)
-    except ValueError:
-        # Accelerate keeps one process-wide state: a notebook that trained on the GPU and now
-        # asks for the CPU (or another precision) must forget the first choice (single process only).
-        from accelerate.state import AcceleratorState
-
-        if AcceleratorState().num_processes > 1:
-            raise
-        AcceleratorState._reset_state(reset_partial_state=True)
-        return Accelerator(cpu=cpu, mixed_precision=config.mixed_precision, kwargs_handlers=handlers)
-
-
-def _adamw(model, config: DistillConfig):
-    # The fused kernel is several times faster on CPU: AdamW touches every parameter, including
-    # the 30k-row embedding matrix, which otherwise dominates a CPU step.
-    try:
-        return torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay, fused=True)
-    except (RuntimeError, TypeError, ValueError):
-        return torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
-
-
 def _better(new: dict, old: dict) -> bool:
     """Lower average mean rank wins (the paper's criterion); a tie goes to the higher MRR."""
     if not math.isfinite(new["mean_rank"]):
@@ -634,14 +602,14 @@ def train_unified_model(
         raise ValueError(f"need documents with targets for training and validation, got {len(train)} and {len(val)}")
     texts = _abstracts(corpus, train + val)
 
-    accelerator = _accelerator(config)
+    accelerator = make_accelerator(config.device, config.mixed_precision)
     set_seed(config.seed)
     model = AspectEncoder.from_base(config.base_model, aspects, dim=dim, pooling=config.pooling,
                                     head_std=config.head_std, max_length=config.max_length, device="cpu")
     collate = DistillCollate(model.tokenizer, config.max_length, texts, targets, dim)
     loader = DataLoader(train, batch_size=config.batch_size, shuffle=True, collate_fn=collate,
                         generator=torch.Generator().manual_seed(config.seed))
-    optimizer = _adamw(model, config)
+    optimizer = adamw(model.parameters(), config.lr, config.weight_decay)
     model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
 
     val_texts = [texts[d] for d in val]
@@ -698,12 +666,12 @@ def train_unified_baseline(
         raise ValueError(f"no training documents with views for aspect(s) {empty}")
     val_docs = {a: [d for d in views[a] if d in val_set and views[a][d]] for a in aspects}
 
-    accelerator = _accelerator(config)
+    accelerator = make_accelerator(config.device, config.mixed_precision)
     set_seed(config.seed)
     model = AspectEncoder.from_base(config.base_model, aspects, dim=config.dim, pooling=config.pooling,
                                     head_std=config.head_std, max_length=config.max_length, device="cpu")
     tokenizer = model.tokenizer
-    optimizer = _adamw(model, config)
+    optimizer = adamw(model.parameters(), config.lr, config.weight_decay)
     model, optimizer = accelerator.prepare(model, optimizer)
     # Different processes must draw different batches (data parallelism), reproducibly.
     rng = random.Random(config.seed * 1000 + accelerator.process_index)

@@ -45,6 +45,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from .accel import adamw, make_accelerator
 from .devices import best_device
 from .losses import info_nce
 from .metrics import retrieval_report
@@ -243,41 +244,6 @@ def views_table(views_by_aspect: dict[str, AspectViews], train_ids, val_ids):
 # --------------------------------------------------------------------------- helpers
 
 
-def make_accelerator(device: str | None = None, mixed_precision: str = "no"):
-    """An Accelerator for CPU, one GPU, or the processes that torchrun / accelerate launch started.
-
-    DDP is told to expect unused parameters: backbones such as BERT carry a pooler layer
-    that CLS/mean pooling never uses, and DDP would otherwise wait for its gradients.
-    """
-    from accelerate import Accelerator
-    from accelerate.utils import DistributedDataParallelKwargs
-
-    cpu = (device or best_device()) == "cpu"
-    handlers = [DistributedDataParallelKwargs(find_unused_parameters=True)]
-    try:
-        return Accelerator(cpu=cpu, mixed_precision=mixed_precision, kwargs_handlers=handlers)
-    except ValueError:
-        # Accelerate keeps one process-wide state: a notebook that trained on the GPU and
-        # now asks for the CPU must forget the first choice (single process only).
-        from accelerate.state import AcceleratorState
-
-        if AcceleratorState().num_processes > 1:
-            raise
-        AcceleratorState._reset_state(reset_partial_state=True)
-        return Accelerator(cpu=cpu, mixed_precision=mixed_precision, kwargs_handlers=handlers)
-
-
-def _adamw(params, lr: float, weight_decay: float):
-    import torch
-
-    # The fused kernel is several times faster on CPU: AdamW touches every parameter,
-    # including the 30k-row embedding matrix, which otherwise dominates a CPU step.
-    try:
-        return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, fused=True)
-    except (RuntimeError, TypeError, ValueError):
-        return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
-
-
 def evaluate(model, views: AspectViews, val_ids, batch_size: int = 64, aspect: str | None = None) -> dict:
     """Validation retrieval: rank each held-out document's second view from its first -> mean rank, MRR, top-1.
 
@@ -323,7 +289,7 @@ def prepare_training(aspect: str, config: TrainConfig, accelerator):
     model = AspectEncoder.from_base(config.base_model, [aspect], dim=config.dim, pooling=config.pooling,
                                     head_std=config.head_std, max_length=config.max_length,
                                     device=str(accelerator.device))
-    optimizer = _adamw(model.parameters(), config.lr, config.weight_decay)
+    optimizer = adamw(model.parameters(), config.lr, config.weight_decay)
     return accelerator.prepare(model, optimizer)
 
 
