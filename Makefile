@@ -20,6 +20,8 @@ test: setup
 
 bench: setup
 	$(PY) benchmarks/generate.py
+	$(PY) benchmarks/train.py
+	$(PY) benchmarks/embed.py
 
 clean-runs:
 	rm -rf runs reports/*/

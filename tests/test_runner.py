@@ -61,3 +61,23 @@ def test_generate_notebook_runs_through_papermill(tmp_path, monkeypatch):
     executed = (tmp_path / "run" / "01_generate.ipynb").read_text()
     assert '"subset": 2' in executed or "subset = 2" in executed
     assert (tmp_path / "run" / "params.yaml").exists() and (tmp_path / "run" / "run.json").exists()
+
+
+def test_stage_parameters_override_shared_ones(tmp_path):
+    params = tmp_path / "p.yaml"
+    params.write_text(yaml.safe_dump({"parameters": {"subset": 4, "max_length": 64},
+                                      "stage_parameters": {"01_generate": {"subset": 2}}}))
+    config = load_params(params, {"02_train.max_length": 32, "k": 3})
+    assert config["parameters"] == {"subset": 4, "max_length": 64, "k": 3}
+    assert config["stage_parameters"] == {"01_generate": {"subset": 2}, "02_train": {"max_length": 32}}
+    with pytest.raises(RunConfigError, match="environment variable"):
+        load_params(None, {"01_generate.api_key": "sk-1"})
+
+
+def test_unknown_stage_parameter_is_an_error(tmp_path):
+    with pytest.raises(RunConfigError, match="no parameters"):
+        run_pipeline(None, run_dir=str(tmp_path), stages=["01_generate"], overrides={"01_generate.subsett": 3},
+                     report=False)
+    with pytest.raises(RunConfigError, match="unknown stage"):
+        run_pipeline(None, run_dir=str(tmp_path), stages=["01_generate"], overrides={"09_nothing.k": 3},
+                     report=False)

@@ -7,10 +7,13 @@ A parameters file (YAML) says where the run goes and what each notebook gets:
     stages: [01_generate]            # which notebooks, in order (default: all in notebooks/)
     parameters:                      # passed to every notebook that declares them
       corpus: aclsum
-      subset: 8
+    stage_parameters:                # per stage, on top of `parameters`
+      01_generate: {subset: 8}
+      02_train: {max_steps: 30}
 
 Each notebook receives `run_dir` too. Parameters a notebook does not declare in its
-`parameters` cell are not passed to it, so one file can drive all stages.
+`parameters` cell are not passed to it, so one file can drive all stages. On the command
+line, `-p k=v` sets a shared parameter and `-p 02_train.k=v` one stage's.
 """
 
 from __future__ import annotations
@@ -49,13 +52,19 @@ def load_params(path: str | os.PathLike | None, overrides: dict | None = None) -
             raise RunConfigError(f"{path}: not valid YAML: {exc}") from None
         if not isinstance(config, dict):
             raise RunConfigError(f"{path}: the top level must be a mapping (run_dir, stages, parameters)")
-    unknown = set(config) - {"run_dir", "report_dir", "stages", "parameters", "kernel"}
+    allowed = {"run_dir", "report_dir", "stages", "parameters", "stage_parameters", "kernel"}
+    unknown = set(config) - allowed
     if unknown:
-        raise RunConfigError(f"{path}: unknown keys {sorted(unknown)}; allowed: run_dir, report_dir, stages, "
-                             "parameters, kernel")
+        raise RunConfigError(f"{path}: unknown keys {sorted(unknown)}; allowed: {', '.join(sorted(allowed))}")
     params = dict(config.get("parameters") or {})
-    params.update(overrides or {})
-    for name, value in params.items():
+    per_stage = {str(k): dict(v or {}) for k, v in (config.get("stage_parameters") or {}).items()}
+    for key, value in (overrides or {}).items():
+        stage, _, name = key.rpartition(".")
+        if stage:
+            per_stage.setdefault(stage, {})[name] = value
+        else:
+            params[name] = value
+    for name, value in [*params.items(), *(kv for d in per_stage.values() for kv in d.items())]:
         # Keys belong in the environment; a notebook's parameters end up in its HTML report.
         if _SECRET.search(name) and value:
             raise RunConfigError(
@@ -63,6 +72,7 @@ def load_params(path: str | os.PathLike | None, overrides: dict | None = None) -
                 f"name instead (e.g. api_key_env: OPENAI_API_KEY). Parameters are written into the reports."
             )
     config["parameters"] = params
+    config["stage_parameters"] = per_stage
     return config
 
 
@@ -70,6 +80,15 @@ def _declared_parameters(notebook: Path) -> set[str]:
     import papermill
 
     return set(papermill.inspect_notebook(str(notebook)).keys())
+
+
+def _resolve_stage(stage, known: list[str]) -> str:
+    """"02_train", "02", 2 and "train" all name the notebook 02_train."""
+    text = str(stage)
+    match = [s for s in known if s == text or s.split("_", 1)[0] == text.zfill(2) or s.split("_", 1)[1] == text]
+    if len(match) != 1:
+        raise RunConfigError(f"unknown stage {stage!r}; available: {', '.join(known)}")
+    return match[0]
 
 
 def export_html(notebook: Path, html: Path) -> Path:
@@ -99,19 +118,19 @@ def run_pipeline(params_file: str | os.PathLike | None = None, *, run_dir: str |
     report_path = Path(config.get("report_dir") or ROOT / "reports" / run_path.name).resolve()
     known = available_stages(notebook_dir)
     chosen = stages or config.get("stages") or known
-    resolved = []
-    for stage in chosen:
-        match = [s for s in known if s == stage or s.split("_", 1)[0] == str(stage).zfill(2) or s.split("_", 1)[1] == stage]
-        if len(match) != 1:
-            raise RunConfigError(f"unknown stage {stage!r}; available: {', '.join(known)}")
-        resolved.append(match[0])
+    resolved = [_resolve_stage(stage, known) for stage in chosen]
+    config["stage_parameters"] = {_resolve_stage(k, known): v for k, v in config["stage_parameters"].items()}
     run_path.mkdir(parents=True, exist_ok=True)
     (run_path / "params.yaml").write_text(yaml.safe_dump({**config, "run_dir": str(run_path)}, sort_keys=False))
     results = {}
     for stage in resolved:
         source = notebook_dir / f"{stage}.ipynb"
         declared = _declared_parameters(source)
-        params = {k: v for k, v in config["parameters"].items() if k in declared}
+        merged = {**config["parameters"], **config["stage_parameters"].get(stage, {})}
+        undeclared = sorted(set(config["stage_parameters"].get(stage, {})) - declared)
+        if undeclared:
+            raise RunConfigError(f"stage {stage} has no parameters {undeclared}; it takes: {', '.join(sorted(declared))}")
+        params = {k: v for k, v in merged.items() if k in declared}
         params["run_dir"] = str(run_path)
         executed = run_path / f"{stage}.ipynb"
         log(f"[workbench] {stage}: executing {source.name} -> {executed}")
