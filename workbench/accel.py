@@ -48,3 +48,24 @@ def adamw(params, lr: float, weight_decay: float):
         return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, fused=True)
     except (RuntimeError, TypeError, ValueError):
         return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
+
+
+class ConfigDict:
+    """Mixin for the stages' config dataclasses: to and from a JSON-serialisable dict."""
+
+    def to_dict(self) -> dict:
+        """All fields as a JSON-serialisable dict (the form saved beside each model)."""
+        from dataclasses import asdict
+
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, values):
+        """The inverse of `to_dict`; unknown keys are an error (a typo must not pass silently)."""
+        from dataclasses import fields
+
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"unknown {cls.__name__} field(s) {unknown}; fields are {sorted(known)}")
+        return cls(**dict(values))

@@ -34,14 +34,14 @@ import math
 import os
 import random
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 import torch
 
-from .accel import adamw, make_accelerator
+from .accel import ConfigDict, adamw, make_accelerator
 from .encoders import CONFIG_NAME, POOLINGS, WEIGHTS_NAME, AspectEncoder
 from .losses import info_nce, masked_mse
 from .metrics import mean_rank, mrr, retrieval_ranks
@@ -64,7 +64,7 @@ class MissingTeachersError(FileNotFoundError):
 
 
 @dataclass
-class DistillConfig:
+class DistillConfig(ConfigDict):
     """Settings of the unified model's training (paper A.4 values unless said otherwise).
 
     max_length is 256 tokens, enough for abstracts (the authors use 512); max_steps and
@@ -105,19 +105,6 @@ class DistillConfig:
             value = getattr(self, name)
             if value is not None and not value > 0:
                 raise ValueError(f"{name} must be positive or None, got {value}")
-
-    def to_dict(self) -> dict:
-        """A JSON-serialisable dict (the form saved in distill_config.json)."""
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, values: Mapping) -> "DistillConfig":
-        """The inverse of `to_dict`; unknown keys are an error (a typo must not pass silently)."""
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ValueError(f"unknown DistillConfig field(s) {unknown}; fields are {sorted(known)}")
-        return cls(**dict(values))
 
 
 # --------------------------------------------------------------------------- small helpers

@@ -41,11 +41,11 @@ import hashlib
 import json
 import random
 import time
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from .accel import adamw, make_accelerator
+from .accel import ConfigDict, adamw, make_accelerator
 from .devices import best_device
 from .losses import info_nce
 from .metrics import retrieval_report
@@ -66,7 +66,7 @@ _NOT_COMPARED = ("device",)
 
 
 @dataclass
-class TrainConfig:
+class TrainConfig(ConfigDict):
     """Settings of one aspect model's training; defaults as in the paper, step counts for a CPU demo.
 
     lr, weight_decay, batch_size, temperature, dim, head_std, max_length are the paper's /
@@ -102,19 +102,6 @@ class TrainConfig:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
         if self.batch_size < 2:
             raise ValueError("batch_size must be at least 2: the other pairs of the batch are the negatives")
-
-    def to_dict(self) -> dict:
-        """All fields as a JSON-serialisable dict."""
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict) -> "TrainConfig":
-        """Build from a dict; unknown keys raise (a typo should not pass silently)."""
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"unknown TrainConfig field(s) {unknown}; known: {sorted(known)}")
-        return cls(**data)
 
     def comparable(self) -> dict:
         """The fields that decide whether an existing model can be reused."""
