@@ -1,0 +1,206 @@
+"""Embedding decoder (workbench/decoder.py): soft-token path, loss masking, frozen LM, tiny training, checkpoints.
+
+The packaged SmolLM2-135M-Instruct is loaded once for the module; the tiny training run
+is shared by the training, checkpoint and generation tests.
+"""
+
+import copy
+import json
+import shutil
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from workbench.decoder import (CONFIG_NAME, HISTORY_NAME, WEIGHTS_NAME, DecoderConfig, EmbeddingDecoder,
+                               train_decoder)
+from workbench.encoders import CheckpointError
+
+EMB_DIM = 16
+SENTENCES = [
+    "Frogs sing at night.", "Bees make honey.", "Rivers carry sand to the sea.", "Wolves hunt in packs.",
+    "Snow covers the mountains.", "Ants build tunnels.", "Owls see in the dark.", "Whales migrate far.",
+    "Moss grows on rocks.", "Crabs walk sideways.", "Bats eat insects.", "Corals form reefs.",
+]
+N_TRAIN = 10  # items 10 and 11 are the validation set
+
+
+@pytest.fixture(scope="module")
+def lm():
+    from workbench.models import load_causal_lm
+
+    return load_causal_lm("smollm2-135m-instruct", device="cpu")
+
+
+def _decoder(lm, chat=True, **config):
+    model, tokenizer = lm
+    if not chat:
+        # The same LM seen as a base LM: no chat template -> <bos>, tokens, delimiter.
+        tokenizer = copy.copy(tokenizer)
+        tokenizer.chat_template = None
+    torch.manual_seed(0)
+    return EmbeddingDecoder(model, tokenizer, EMB_DIM, DecoderConfig(device="cpu", **config)).eval()
+
+
+def _embeddings(n, seed=0):
+    return np.random.default_rng(seed).standard_normal((n, EMB_DIM)).astype(np.float32)
+
+
+class _FixedTokens(nn.Module):
+    """A stand-in mapping whose soft tokens are the LM's own embeddings of fixed token ids."""
+
+    def __init__(self, table, ids):
+        super().__init__()
+        self.rows = table[ids].detach().reshape(1, -1)
+
+    def forward(self, x):
+        return self.rows.expand(x.shape[0], -1)
+
+
+@pytest.mark.parametrize("chat", [True, False])
+def test_soft_tokens_match_plain_token_input(lm, chat):
+    dec = _decoder(lm, chat=chat)
+    table = dec.lm.get_input_embeddings().weight
+    pieces = dec.tokenizer(" frogs sing loudly at night near the river bank in spring",
+                           add_special_tokens=False)["input_ids"]
+    assert len(pieces) >= 11
+    task_ids, soft_ids, delim_ids = pieces[:5], pieces[5:10], pieces[10:11]
+    dec.mapping = _FixedTokens(table, soft_ids)
+    with torch.no_grad():
+        dec.task_tokens.copy_(table[task_ids])
+        if not chat:
+            dec.delimiter.copy_(table[delim_ids])
+    texts = ["Frogs sing at night.", "Bees make honey in summer hives."]
+    targets = dec.encode_targets(texts)
+    with torch.no_grad():
+        inputs, mask, _ = dec.build_inputs(_embeddings(2), targets)
+        logits = dec.lm(inputs_embeds=inputs, attention_mask=mask).logits
+        P = dec.n_prompt
+        for i, target in enumerate(targets):
+            ids = dec.prefix_ids + task_ids + soft_ids + ([] if chat else delim_ids) + dec.suffix_ids + target
+            assert len(ids) == P + len(target)
+            want = dec.lm(input_ids=torch.tensor([ids])).logits[0]
+            # The logits that predict the target tokens, and the target tokens' own positions.
+            span = slice(P - 1, P + len(target))
+            torch.testing.assert_close(logits[i, span], want[span], atol=1e-4, rtol=1e-4)
+    if chat:
+        # The chat decoder's instruction and assistant header really are in the prompt.
+        text = dec.tokenizer.decode(dec.prefix_ids + dec.suffix_ids)
+        assert "Describe the content" in text and "assistant" in text
+
+
+def test_loss_masking(lm):
+    dec = _decoder(lm)
+    texts = ["Frogs sing at night.", "Corals form large reefs in warm and shallow seas."]
+    targets = dec.encode_targets(texts)
+    assert all(t[-1] == dec.tokenizer.eos_token_id for t in targets)
+    emb = _embeddings(2)
+    with torch.no_grad():
+        inputs, mask, labels = dec.build_inputs(emb, targets)
+    P, T = dec.n_prompt, max(len(t) for t in targets)
+    assert inputs.shape[:2] == labels.shape == mask.shape == (2, P + T)
+    assert (labels[:, :P] == -100).all()  # template, task and soft tokens carry no loss
+    for i, t in enumerate(targets):
+        assert labels[i, P:P + len(t)].tolist() == t
+        assert (labels[i, P + len(t):] == -100).all()  # right padding carries no loss
+        assert int(mask[i].sum()) == P + len(t) and mask[i, :P + len(t)].all()
+
+    # Another instruction (another prompt length) and other embeddings: the same targets carry the loss.
+    other = EmbeddingDecoder(dec.lm, dec.tokenizer, EMB_DIM,
+                             DecoderConfig(prompt="Summarise the {aspect} in a single sentence, please:"),
+                             aspect="methodology")
+    assert other.n_prompt != P
+    with torch.no_grad():
+        _, _, labels2 = other.build_inputs(emb * 5, targets)
+    assert (labels2[:, :other.n_prompt] == -100).all()
+    assert torch.equal(labels2[:, other.n_prompt:], labels[:, P:])
+
+    # The loss is the cross-entropy over target positions only.
+    with torch.no_grad():
+        logp = torch.log_softmax(dec.lm(inputs_embeds=inputs, attention_mask=mask).logits.float(), -1)
+        manual = -sum(float(logp[i, P + j - 1, tok]) for i, t in enumerate(targets) for j, tok in enumerate(t))
+        manual /= sum(len(t) for t in targets)
+        assert float(dec(emb, texts)) == pytest.approx(manual, abs=1e-4)
+
+    # The unconditioned control drops exactly the soft tokens.
+    with torch.no_grad():
+        _, _, labels0 = dec.build_inputs(None, targets)
+    assert labels0.shape[1] == P - dec.config.n_soft + T
+
+
+@pytest.mark.parametrize("chat", [True, False])
+def test_only_mapping_and_learned_tokens_train(lm, chat):
+    dec = _decoder(lm, chat=chat).train()
+    trainable = {n for n, p in dec.named_parameters() if p.requires_grad}
+    expected = {"mapping.0.weight", "mapping.0.bias", "mapping.3.weight", "mapping.3.bias", "task_tokens"}
+    assert trainable == (expected if chat else expected | {"delimiter"})
+    assert not dec.lm.training  # the frozen LM stays in eval mode
+    dec(_embeddings(2), ["Frogs sing at night.", "Bees make honey."]).backward()
+    assert all(p.grad is None for p in dec.lm.parameters())
+    assert all(dec.get_parameter(n).grad is not None for n in trainable)
+
+
+@pytest.fixture(scope="module")
+def trained(lm, tmp_path_factory):
+    out = tmp_path_factory.mktemp("decoder")
+    emb = _embeddings(len(SENTENCES))
+    config = DecoderConfig(max_steps=30, eval_every=30, lr=1e-2, batch_size=4, device="cpu")
+    result = train_decoder(emb, [[s] for s in SENTENCES], range(N_TRAIN), range(N_TRAIN, len(SENTENCES)),
+                           out, config, lm=lm, progress=False)
+    return result, emb
+
+
+def test_tiny_training_prefers_matching_embeddings(trained):
+    result, emb = trained
+    dec = result.decoder
+    assert result.best_step > 0
+    matching = dec.perplexity(emb[:N_TRAIN], SENTENCES[:N_TRAIN])
+    shuffled = dec.perplexity(np.roll(emb[:N_TRAIN], 1, axis=0), SENTENCES[:N_TRAIN])
+    assert matching < 0.7 * shuffled, (matching, shuffled)
+    print(f"perplexity matching {matching:.2f}, shuffled {shuffled:.2f}")
+    history = json.loads(open(f"{result.out_dir}/{HISTORY_NAME}").read())
+    assert [h["step"] for h in history] == [0, 30]
+    assert history[0]["train_loss"] is None and history[-1]["val_loss"] < history[0]["val_loss"]
+
+
+def test_save_load_round_trip(trained, lm, tmp_path):
+    result, emb = trained
+    texts = SENTENCES[:4]
+    loaded = EmbeddingDecoder.from_pretrained(result.out_dir, lm=lm)
+    with torch.no_grad():
+        assert float(loaded(emb[:4], texts)) == pytest.approx(float(result.decoder.eval()(emb[:4], texts)), abs=1e-6)
+    saved = json.loads(open(f"{result.out_dir}/{CONFIG_NAME}").read())
+    assert saved["lm"] == "smollm2-135m-instruct" and saved["emb_dim"] == EMB_DIM and saved["lm_hidden"] == 576
+
+    # A wrong embedding size in the config.
+    bad = tmp_path / "bad_dim"
+    shutil.copytree(result.out_dir, bad)
+    saved["emb_dim"] = 2 * EMB_DIM
+    (bad / CONFIG_NAME).write_text(json.dumps(saved))
+    with pytest.raises(CheckpointError, match="emb_dim"):
+        EmbeddingDecoder.from_pretrained(bad, lm=lm)
+
+    # An LM of another hidden size.
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tokenizer = lm[1]
+    small = LlamaForCausalLM(LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128,
+                                         num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=4))
+    with pytest.raises(CheckpointError, match="hidden size"):
+        EmbeddingDecoder.from_pretrained(result.out_dir, lm=(small, tokenizer))
+
+    # Not a checkpoint at all.
+    with pytest.raises(CheckpointError):
+        EmbeddingDecoder.from_pretrained(tmp_path, lm=lm)
+    assert (tmp_path / "bad_dim" / WEIGHTS_NAME).is_file()
+
+
+def test_generate_shapes(trained):
+    result, emb = trained
+    dec = result.decoder
+    greedy = dec.generate(emb[:3], greedy=True, max_new_tokens=12, batch_size=2)
+    assert len(greedy) == 3 and all(len(c) == 1 and c[0].strip() for c in greedy)
+    torch.manual_seed(0)
+    sampled = dec.generate(emb[:3], num_return_sequences=2, max_new_tokens=12, batch_size=2)
+    assert len(sampled) == 3 and all(len(c) == 2 and all(s.strip() for s in c) for c in sampled)
