@@ -1,4 +1,4 @@
-"""Command line: `workbench run`, `workbench models`, `workbench validate`, `workbench aspects`."""
+"""Command line: `workbench run`, `workbench models`, `workbench validate`, `workbench aspects`, `workbench compare`."""
 
 from __future__ import annotations
 
@@ -69,6 +69,22 @@ def cmd_aspects(args) -> int:
     return 0
 
 
+def cmd_compare(args) -> int:
+    """Print two runs' metrics.json side by side: A, B and the difference B - A per numeric metric."""
+    import pandas as pd
+
+    from .evaluation import compare_metrics, load_metrics
+
+    table = compare_metrics(load_metrics(args.run_a), load_metrics(args.run_b))
+    print(f"A: {args.run_a}\nB: {args.run_b}")
+    if table.empty:
+        print("no numeric metrics in either run")
+        return 0
+    with pd.option_context("display.max_rows", None, "display.max_colwidth", 80, "display.width", 200):
+        print(table.to_string(float_format=lambda v: f"{v:.4g}", na_rep="-"))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `workbench` console script."""
     parser = argparse.ArgumentParser(prog="workbench", description=__doc__)
@@ -94,6 +110,11 @@ def main(argv: list[str] | None = None) -> int:
     aspects = sub.add_parser("aspects", help="list aspect presets or show one")
     aspects.add_argument("name", nargs="?")
     aspects.set_defaults(func=cmd_aspects)
+
+    compare = sub.add_parser("compare", help="compare two runs' metrics.json (A, B, B - A)")
+    compare.add_argument("run_a", help="run directory or its metrics.json")
+    compare.add_argument("run_b", help="run directory or its metrics.json")
+    compare.set_defaults(func=cmd_compare)
 
     args = parser.parse_args(argv)
     try:

@@ -1,0 +1,286 @@
+"""Evaluation metrics (workbench.evaluation) against independent computations on small fixed inputs."""
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy.stats import spearmanr
+
+from workbench import evaluation as ev
+from workbench.cli import main
+
+
+def _sym(rng, n, integer=False):
+    x = rng.integers(1, 6, size=(n, n)).astype(float) if integer else rng.normal(size=(n, n))
+    x = np.triu(x, 1)
+    x = x + x.T
+    np.fill_diagonal(x, np.nan)
+    return x
+
+
+# ---------------------------------------------------------------- rowwise_spearman
+
+
+def _spearman_loop(pred, true):
+    out = []
+    for i in range(len(pred)):
+        js = [j for j in range(len(pred)) if j != i and np.isfinite(true[i, j]) and np.isfinite(pred[i, j])]
+        x, y = pred[i, js], true[i, js]
+        if len(js) < 3 or np.ptp(x) == 0 or np.ptp(y) == 0:
+            out.append(np.nan)
+        else:
+            out.append(spearmanr(x, y).statistic)
+    return np.array(out)
+
+
+def test_rowwise_spearman_matches_scipy_with_ties_and_unknown_pairs():
+    rng = np.random.default_rng(1)
+    n = 12
+    pred = ev.cosine_similarity_matrix(rng.normal(size=(n, 4)))
+    pred[0, 1:6] = 0.5  # ties in the prediction too
+    true = _sym(rng, n, integer=True)  # judge-like integer scores: many ties
+    true[rng.random((n, n)) < 0.25] = np.nan  # pairs the judge did not score
+    true[3, :] = np.nan  # a document with no known pair
+    true[4, :] = np.nan
+    true[4, [0, 1]] = [1, 2]  # two known pairs only
+    true[5, :] = np.where(np.isfinite(true[5]), 3.0, np.nan)  # constant truth
+    got = ev.rowwise_spearman(pred, true)
+    want = _spearman_loop(pred, true)
+    assert np.isnan(got[[3, 4, 5]]).all()
+    np.testing.assert_allclose(got, want, atol=1e-12, equal_nan=True)
+    assert np.isfinite(got).sum() >= 8
+
+
+def test_rowwise_spearman_perfect_and_reversed():
+    rng = np.random.default_rng(0)
+    truth = _sym(rng, 6)
+    assert np.allclose(ev.rowwise_spearman(truth * 3 + 1, truth), 1.0)
+    assert np.allclose(ev.rowwise_spearman(-truth, truth), -1.0)
+
+
+# ---------------------------------------------------------------- top_k_overlap
+
+
+def _overlap_loop(pred, true, k):
+    out = []
+    for i in range(len(pred)):
+        js = [j for j in range(len(pred)) if j != i and np.isfinite(true[i, j]) and np.isfinite(pred[i, j])]
+        if len(js) <= k:
+            out.append(np.nan)
+            continue
+        kth_true = sorted((true[i, j] for j in js), reverse=True)[k - 1]
+        neighbours = {j for j in js if true[i, j] >= kth_true}
+        kth_pred = sorted((pred[i, j] for j in js), reverse=True)[k - 1]
+        above = [j for j in js if pred[i, j] > kth_pred]
+        tied = [j for j in js if pred[i, j] == kth_pred]
+        share = (k - len(above)) / len(tied)  # tied documents share the last places
+        hits = sum(j in neighbours for j in above) + share * sum(j in neighbours for j in tied)
+        out.append(hits / k)
+    return np.array(out)
+
+
+@pytest.mark.parametrize("k", [1, 3, 5])
+def test_top_k_overlap_matches_brute_force(k):
+    rng = np.random.default_rng(k)
+    n = 14
+    pred = np.round(ev.cosine_similarity_matrix(rng.normal(size=(n, 3))), 1)  # rounding makes pred ties
+    true = _sym(rng, n, integer=True)
+    true[rng.random((n, n)) < 0.2] = np.nan
+    true[2, :] = np.nan
+    np.testing.assert_allclose(ev.top_k_overlap(pred, true, k), _overlap_loop(pred, true, k), equal_nan=True)
+
+
+def test_top_k_overlap_counts_truth_ties_and_excludes_self():
+    true = np.array([[np.nan, 5, 1, 4, 4], [5, np.nan, 1, 1, 1], [1, 1, np.nan, 1, 2],
+                     [4, 1, 1, np.nan, 1], [4, 1, 2, 1, np.nan]], dtype=float)
+    # The large diagonal would win every row if self were not excluded.
+    pred = np.array([[9, .9, .1, .2, .8], [.9, 9, .1, .2, .3], [.1, .1, 9, .2, .3],
+                     [.8, .2, .2, 9, .1], [.2, .3, .1, .1, 9]])
+    got = ev.top_k_overlap(pred, true, k=2)
+    # Doc 0: truth 5, 1, 4, 4 -> docs 3 and 4 tie for second place, so both count: the
+    # prediction's top 2 {1, 4} scores 1.0 (0.5 if only one of the tied docs counted).
+    assert got[0] == 1.0
+    # Doc 4: truth 4, 1, 2, 1 -> true neighbours {0, 2}; prediction's top 2 {1, 0} -> 0.5.
+    assert got[4] == 0.5
+    np.testing.assert_allclose(got, _overlap_loop(pred, true, 2))
+    assert np.isnan(ev.top_k_overlap(pred, true, k=4)).all()  # 4 known pairs per row: nothing to rank
+
+
+# ---------------------------------------------------------------- permutation test
+
+
+def test_permutation_identical_matrices_give_p_one():
+    rng = np.random.default_rng(0)
+    truth, sim = _sym(rng, 10), _sym(rng, 10)
+    out = ev.permutation_test(sim, sim.copy(), truth, n_permutations=50)
+    assert out["observed_difference"] == 0.0
+    assert out["p_value"] == 1.0 and out["n_permutations"] == 50
+
+
+def test_permutation_truth_against_noise_is_significant_with_floor():
+    rng = np.random.default_rng(0)
+    truth = _sym(rng, 20)
+    noise = _sym(rng, 20)
+    out = ev.permutation_test(truth, noise, truth, n_permutations=200, seed=1)
+    assert out["correlation_a"] == pytest.approx(1.0)
+    assert out["observed_difference"] > 0.8
+    assert out["p_value"] == pytest.approx(1 / 201)  # nothing beats S_a, and p never goes below the floor
+    # Swapped: the noise is not better than the truth, so p is large.
+    assert ev.permutation_test(noise, truth, truth, n_permutations=50)["p_value"] == 1.0
+
+
+def test_permutation_equal_quality_is_not_significant():
+    rng = np.random.default_rng(3)
+    truth = _sym(rng, 16)
+    a, b = truth + 1.5 * _sym(rng, 16), truth + 1.5 * _sym(rng, 16)
+    out = ev.permutation_test(a, b, truth, n_permutations=100, seed=2)
+    assert out["p_value"] > 0.01
+
+
+# ---------------------------------------------------------------- bootstrap
+
+
+def test_bootstrap_ci_contains_mean_and_narrows():
+    rng = np.random.default_rng(0)
+    small = rng.normal(0.3, 1.0, size=20)
+    large = rng.normal(0.3, 1.0, size=2000)
+    mean, low, high = ev.bootstrap_ci(np.append(small, [np.nan, np.nan]), n_boot=500)
+    assert mean == pytest.approx(small.mean()) and low < mean < high
+    m2, l2, h2 = ev.bootstrap_ci(large, n_boot=500)
+    assert l2 < m2 < h2 and (h2 - l2) < (high - low) / 4
+    assert all(math.isnan(v) for v in ev.bootstrap_ci([np.nan, np.nan]))
+
+
+# ---------------------------------------------------------------- ground truths
+
+
+def test_judge_similarity_from_records_and_run_dir(tmp_path):
+    records = [
+        {"aspect": "method", "doc_a": "a", "doc_b": "b", "sample": 0, "status": "ok", "score": 4},
+        {"aspect": "method", "doc_a": "a", "doc_b": "b", "sample": 1, "status": "ok", "score": 2},
+        {"aspect": "method", "doc_a": "c", "doc_b": "a", "sample": 0, "status": "ok", "score": 5},  # reversed order
+        {"aspect": "method", "doc_a": "b", "doc_b": "c", "sample": 0, "status": "unparsed", "score": None},
+        {"aspect": "task", "doc_a": "b", "doc_b": "c", "sample": 0, "status": "ok", "score": 1},
+        {"aspect": "method", "doc_a": "a", "doc_b": "zz", "sample": 0, "status": "ok", "score": 1},  # not in ids
+    ]
+    want = np.array([[np.nan, 3, 5], [3, np.nan, np.nan], [5, np.nan, np.nan]])
+    np.testing.assert_array_equal(ev.judge_similarity(records, ["a", "b", "c"], "method"), want)
+    with open(tmp_path / "judgements.jsonl", "w") as fh:
+        fh.writelines(json.dumps(r) + "\n" for r in records)
+    np.testing.assert_array_equal(ev.judge_similarity(tmp_path, ["a", "b", "c"], "method"), want)
+    with pytest.raises(FileNotFoundError):
+        ev.judge_similarity(tmp_path / "missing", ["a"], "method")
+
+
+def test_label_similarity_with_lists_and_missing():
+    labels = ["h1", ["h1", "h2"], ["h2"], None, [], "h3"]
+    sim = ev.label_similarity(labels)
+    nan = np.nan
+    want = np.array([
+        [nan, 1, 0, nan, nan, 0],
+        [1, nan, 1, nan, nan, 0],
+        [0, 1, nan, nan, nan, 0],
+        [nan] * 6,
+        [nan] * 6,
+        [0, 0, 0, nan, nan, nan],
+    ])
+    np.testing.assert_array_equal(sim, want)
+
+
+def test_summary_similarity_averages_and_marks_missing():
+    emb = [np.array([1.0, 0.0]), np.array([[0.0, 1.0], [0.0, 3.0]]), None]
+    sim = ev.summary_similarity(emb)
+    assert sim[0, 1] == pytest.approx(0.0) and np.isnan(sim[2]).all() and np.isnan(sim[0, 0])
+
+
+# ---------------------------------------------------------------- tables
+
+
+def test_correlation_table_rows_and_combined():
+    rng = np.random.default_rng(0)
+    n = 15
+    e_x, e_y, base = rng.normal(size=(n, 4)), rng.normal(size=(n, 4)), rng.normal(size=(n, 4))
+    truths = {"x": ev.cosine_similarity_matrix(e_x), "y": ev.cosine_similarity_matrix(e_y),
+              "labels": ev.label_similarity(rng.integers(0, 3, size=n).tolist())}
+    out = ev.correlation_table({"multi": {"x": e_x, "y": e_y}, "base": base}, truths, k=3,
+                               truth_aspects={"labels": "x"})
+    sp = out["spearman"]
+    assert list(sp.index) == ["multi:x", "multi:y", "multi:combined", "base"]
+    assert list(sp.columns) == ["x", "y", "labels"]
+    assert sp.at["multi:x", "x"] == pytest.approx(100.0) and out["top10"].at["multi:y", "y"] == pytest.approx(100.0)
+    assert sp.at["multi:combined", "y"] == sp.at["multi:y", "y"]
+    assert sp.at["multi:combined", "labels"] == sp.at["multi:x", "labels"]
+    per_doc = out["per_document"]["spearman"]["base"]["y"]
+    assert sp.at["base", "y"] == pytest.approx(100 * np.nanmean(ev.rowwise_spearman(
+        ev.cosine_similarity_matrix(base), truths["y"])))
+    assert per_doc.shape == (n,) and out["n_docs"].at["base", "x"] == n
+
+
+def test_retrieval_table_mrr_by_hand():
+    vectors = {"q1": [1, 0], "q2": [0, 1], "q3": [1, 1], "c1": [1, 0.1], "c2": [1, 0.2], "c3": [0, 1]}
+
+    def encode(texts):
+        return np.array([vectors[t] for t in texts], dtype=float)
+
+    pairs = {"aspect": (["q1", "q2", "q3"], ["c1", "c2", "c3"])}
+    table = ev.retrieval_table({"toy": encode, "per-aspect": {"aspect": encode}}, pairs)
+    # q1 -> c1 first (rank 1); q2: c3 (1.0) > c2 (0.196) > c1 (0.100) -> rank 2;
+    # q3 -> c3 (0.707) vs c2 (0.832), c1 (0.774) -> rank 3.
+    assert table.at["toy", "aspect"] == pytest.approx((1 + 1 / 2 + 1 / 3) / 3)
+    assert table.at["per-aspect", "aspect"] == table.at["toy", "aspect"]
+    assert table.attrs["n_pairs"] == {"aspect": 3}
+
+
+def test_reading_names_leaks_and_baselines():
+    table = pd.DataFrame({"hyp": [44.0, 38.2, 26.1], "rq": [45.5, 40.0, 28.9]},
+                         index=["M:hyp", "M:rq", "SPECTER"])
+    text = ev.reading(table, ["hyp", "rq"], "M", ["SPECTER", "absent"])
+    lines = text.splitlines()
+    assert lines[0].startswith("- **hyp**: 44.0") and "leaks into rq (45.5)" in lines[0]
+    assert "above every baseline (SPECTER 26.1)" in lines[0]
+    assert "highest in its row (isolated)" in lines[1] and "hyp embedding (45.5) does better" in lines[1]
+
+
+# ---------------------------------------------------------------- metrics.json and compare
+
+
+def test_metrics_round_trip_merge_and_compare(tmp_path):
+    frame = pd.DataFrame({"x": [1.5, np.nan]}, index=["m1", "m2"])
+    ev.write_metrics(tmp_path, {"retrieval": {"mrr": np.float32(0.5), "n": np.int64(3), "ok": np.bool_(True),
+                                              "curve": np.array([1.0, np.nan])}})
+    path = ev.write_metrics(tmp_path, {"correlations": frame, "inf": float("inf")})
+    loaded = ev.load_metrics(tmp_path)
+    assert json.loads(path.read_text()) == loaded  # strict JSON: no NaN tokens
+    assert loaded["retrieval"] == {"mrr": 0.5, "n": 3, "ok": True, "curve": [1.0, None]}
+    assert loaded["correlations"] == {"m1": {"x": 1.5}, "m2": {"x": None}} and loaded["inf"] is None
+    other = {"retrieval": {"mrr": 0.75, "n": 3, "ok": False}, "new": {"v": 2}}
+    table = ev.compare_metrics(loaded, other)
+    assert table.loc["retrieval/mrr"].tolist() == [0.5, 0.75, 0.25]
+    assert "retrieval/ok" not in table.index
+    assert np.isnan(table.at["correlations/m2/x", "A"]) and table.at["retrieval/curve[0]", "A"] == 1.0
+    assert np.isnan(table.at["new/v", "A"]) and table.at["new/v", "B"] == 2
+
+
+def test_cli_compare(tmp_path, capsys):
+    ev.write_metrics(tmp_path / "a", {"s": {"mrr": 0.5, "rank": 2}})
+    ev.write_metrics(tmp_path / "b", {"s": {"mrr": 0.625, "rank": 2}})
+    assert main(["compare", str(tmp_path / "a"), str(tmp_path / "b" / "metrics.json")]) == 0
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if line.startswith("s/mrr"))
+    assert row.split() == ["s/mrr", "0.5", "0.625", "0.125"]
+    assert main(["compare", str(tmp_path / "a"), str(tmp_path / "nothing")]) == 2
+    assert "no metrics file" in capsys.readouterr().err
+
+
+def test_plots_draw(tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    table = pd.DataFrame({"x": [50.0, 10.0], "y": [5.0, np.nan]}, index=["M:x", "M:y"])
+    ax = ev.plot_matrix(table, title="t")
+    assert len(ax.patches) == 2  # both diagonal cells outlined
+    bars = ev.plot_headline_bars(pd.DataFrame({"mean": [1.0, 2.0], "low": [0.5, 1.5], "high": [1.5, 2.5]},
+                                              index=["a", "b"]))
+    assert len(bars.patches) == 2
