@@ -1,0 +1,328 @@
+"""The map view: MapPane driven without a browser, and the exported page in headless Chromium."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from workbench import mapview
+from workbench.mapview import MapPane, cluster_labels, export_html, map_figure, map_frame
+
+N = 60
+XSS_TITLE = "<script>alert(1)</script><script>document.title='PWNED'</script>"
+XSS_SUMMARY = "<img src=x onerror=\"document.title='PWNED'\">"
+PAGE_TITLE = "Map <script>alert(1)</script>"
+
+
+@pytest.fixture(scope="module")
+def meta():
+    frame = pd.DataFrame({
+        "title": [f"Paper {i}" for i in range(N)],
+        "year": [2000.0 + i % 20 for i in range(N)],  # floats, as pandas often loads years
+        "venue": ["ACL", "EMNLP", "NAACL"] * (N // 3),
+        "summary_method": [f"method {i}" for i in range(N)],
+        "summary_task": [f"task {i}" for i in range(N)],
+    })
+    frame.loc[3, "title"] = XSS_TITLE
+    frame.loc[3, "summary_method"] = XSS_SUMMARY
+    frame.loc[4, "year"] = np.nan
+    return frame
+
+
+@pytest.fixture(scope="module")
+def presets():
+    rng = np.random.default_rng(0)
+    centres = np.repeat(rng.uniform(-20, 20, size=(6, 2)), N // 6, axis=0)
+    return {"balanced": centres + rng.normal(size=(N, 2)), "method only": rng.normal(size=(N, 2)) * 10}
+
+
+# --------------------------------------------------------------------------- data and figure
+
+
+def test_map_frame_columns_colours_and_raw_text(meta, presets):
+    coords = presets["balanced"]
+    data = map_frame(coords, meta, color_by="venue")
+    assert {"x", "y", "title", "year", "hover", "color", "group", "alpha", "size",
+            "summary_method", "summary_task"} <= set(data)
+    assert data["x"][5] == coords[5, 0] and data["year"][0] == "2000" and data["year"][4] == ""
+    assert data["hover"][0] == "Paper 0 (2000) | method: method 0 | task: task 0"
+    # Text stays raw in the data: Bokeh escapes it when rendering; escaping twice would show "&lt;".
+    assert data["title"][3] == XSS_TITLE
+    venues = dict(zip(data["group"], data["color"]))
+    assert len(venues) == 3 and len(set(venues.values())) == 3
+    clusters = map_frame(coords, meta)
+    assert clusters["group"][0].startswith("cluster ")
+    assert list(cluster_labels(coords, 6)) == list(cluster_labels(coords, 6))  # fixed seed
+    assert len(set(cluster_labels(coords, 6))) == 6
+    with pytest.raises(ValueError):
+        map_frame(coords[:10], meta)
+    with pytest.raises(ValueError):
+        map_frame(coords, meta, color_by="no such column")
+
+
+def test_map_figure_hover_tap_and_labels(meta, presets):
+    from bokeh.models import HoverTool, LabelSet, TapTool
+
+    fig = map_figure(presets["balanced"], meta, labels=[(0.0, 1.0, "parsing")], title="t")
+    hover = fig.select_one(HoverTool)
+    assert ("title", "@title") in hover.tooltips
+    assert all("{safe}" not in field for _, field in hover.tooltips)
+    assert fig.select_one(TapTool) is not None
+    labels = fig.select_one(LabelSet)
+    assert labels.background_fill_color is not None and labels.source.data["text"] == ["parsing"]
+    assert len(fig.select_one({"name": "points"}).data["x"]) == N
+
+
+# --------------------------------------------------------------------------- MapPane without a browser
+
+
+class Recorder:
+    """Callbacks that record their calls and return canned answers."""
+
+    def __init__(self, coords):
+        self.coords = coords
+        self.calls = {"weights": [], "tap": [], "place": [], "search": []}
+
+    def on_weights(self, weights):
+        self.calls["weights"].append(weights)
+        return self.coords * 2 + 1
+
+    def on_tap(self, x, y, index):
+        self.calls["tap"].append((x, y, index))
+        return f"<p>spot {index}</p>"
+
+    def on_place(self, text):
+        self.calls["place"].append(text)
+        return 1.5, -2.5, "<p>placed</p>"
+
+    def on_search(self, queries):
+        self.calls["search"].append(queries)
+        return pd.DataFrame({"title": [XSS_TITLE, "Paper 1"], "score": [0.9, 0.5]})
+
+
+@pytest.fixture
+def pane(meta, presets):
+    rec = Recorder(presets["balanced"])
+    p = MapPane(presets["balanced"], meta, ["method", "task"], {"method": 0.5, "task": 0.5},
+                on_weights=rec.on_weights, on_tap=rec.on_tap, on_place=rec.on_place,
+                on_search=rec.on_search, labels=[(0.0, 0.0, "region")])
+    p.rec = rec
+    return p
+
+
+def test_sliders_relayout_with_normalised_weights(pane, presets):
+    assert all(not s.continuous_update for s in pane.sliders.values())  # recompute on release only
+    pane.sliders["method"].value = 0.75
+    assert pane.rec.calls["weights"] == [{"method": 0.6, "task": 0.4}]
+    np.testing.assert_allclose(pane.source.data["x"], presets["balanced"][:, 0] * 2 + 1)
+    np.testing.assert_allclose(pane.source.data["y"], presets["balanced"][:, 1] * 2 + 1)
+    assert pane.label_source.data["text"] == []  # the old layout's labels no longer apply
+
+    pane.set_weights({"method": 1.0, "task": 0.0})  # as a notebook cell would; sliders follow
+    assert pane.rec.calls["weights"][-1] == {"method": 1.0, "task": 0.0}
+    assert len(pane.rec.calls["weights"]) == 2 and pane.sliders["task"].value == 0.0
+
+    pane.sliders["method"].value = 0.0  # all zero: a message, no call
+    assert len(pane.rec.calls["weights"]) == 2
+    assert "zero" in pane.detail.value
+
+
+def test_tap_event_on_a_point_and_on_an_empty_spot(pane, presets):
+    from bokeh.events import Tap
+
+    x, y = presets["balanced"][7] + 0.01
+    pane.figure._trigger_event(Tap(pane.figure, x=float(x), y=float(y)))  # the wiring a browser tap uses
+    assert pane.rec.calls["tap"] == [(float(x), float(y), 7)]
+    assert pane.detail.value == "<p>spot 7</p>"
+    assert pane.tap_source.data == {"x": [float(x)], "y": [float(y)]}
+
+    pane.figure._trigger_event(Tap(pane.figure, x=500.0, y=-500.0))
+    assert pane.rec.calls["tap"][-1] == (500.0, -500.0, None)
+    assert pane.detail.value == "<p>spot None</p>"
+    assert pane.tap_source.data == {"x": [500.0], "y": [-500.0]}  # one marker, moved
+
+
+def test_place_adds_a_marker(pane):
+    pane.place_text.value = "We parse things."
+    pane.place_button.click()
+    pane.place("Another abstract.")
+    assert pane.rec.calls["place"] == ["We parse things.", "Another abstract."]
+    assert pane.placed_source.data["x"] == [1.5, 1.5] and pane.placed_source.data["y"] == [-2.5, -2.5]
+    assert pane.detail.value == "<p>placed</p>"
+    pane.place("   ")
+    assert len(pane.rec.calls["place"]) == 2 and "abstract" in pane.detail.value
+
+
+def test_search_renders_an_escaped_table(pane):
+    pane.query_texts["method"].value = "contrastive loss"
+    pane.query_weights["method"].value = -0.5
+    pane.search_button.click()
+    assert pane.rec.calls["search"] == [{"method": ("contrastive loss", -0.5)}]  # blank queries left out
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in pane.results.value
+    assert "<script>" not in pane.results.value and "<td" in pane.results.value
+    pane.search({"method": ("", 1.0), "task": ("  ", 1.0)})
+    assert len(pane.rec.calls["search"]) == 1 and "query" in pane.detail.value
+
+
+@pytest.mark.parametrize("action", ["weights", "tap", "place", "search"])
+def test_callback_errors_show_in_the_panel(meta, presets, action):
+    def boom(*args):
+        raise RuntimeError("<b>model</b> exploded")
+
+    p = MapPane(presets["balanced"], meta, ["method", "task"], {"method": 1.0, "task": 0.0},
+                on_weights=boom, on_tap=boom, on_place=boom, on_search=boom)
+    {"weights": lambda: p.set_weights({"task": 1.0}), "tap": lambda: p.tap(0.0, 0.0),
+     "place": lambda: p.place("text"), "search": lambda: p.search({"task": ("q", 1.0)})}[action]()
+    assert "failed" in p.detail.value and "RuntimeError" in p.detail.value
+    assert "&lt;b&gt;model&lt;/b&gt; exploded" in p.detail.value
+
+
+def test_wrong_shaped_layout_is_reported(meta, presets):
+    p = MapPane(presets["balanced"], meta, ["method"], {"method": 1.0}, on_weights=lambda w: np.zeros((3, 2)),
+                on_tap=None, on_place=None, on_search=None)
+    p.set_weights({"method": 0.5})
+    assert "3 points" in p.detail.value
+    np.testing.assert_allclose(p.source.data["x"], presets["balanced"][:, 0])  # map left as it was
+
+
+def test_display_is_an_ipywidgets_layout(pane):
+    import ipywidgets
+    from jupyter_bokeh import BokehModel
+
+    layout = pane.display()
+    assert isinstance(layout, ipywidgets.VBox)
+
+    def walk(w):
+        yield w
+        for child in getattr(w, "children", ()):
+            yield from walk(child)
+
+    kinds = [type(w) for w in walk(layout)]
+    assert BokehModel in kinds and kinds.count(ipywidgets.FloatSlider) == 4
+
+
+# --------------------------------------------------------------------------- the exported page in Chromium
+
+
+def _chromium() -> str:
+    path = shutil.which("chromium") or shutil.which("chromium-browser")
+    if path is None:
+        if os.environ.get("CI"):
+            pytest.fail("chromium is required in CI for the exported-page tests")
+        pytest.skip("chromium not installed: cannot render the exported page")
+    return path
+
+
+def _run_chromium(tmp_path, url: str, *mode: str) -> subprocess.CompletedProcess:
+    cmd = [_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+           "--disable-background-networking", "--disable-component-update", "--disable-sync",
+           f"--user-data-dir={tmp_path / 'chromium-profile'}", "--window-size=1000,800",
+           "--virtual-time-budget=5000", *mode, url]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done
+
+
+def _coloured_pixels(png) -> np.ndarray:
+    """RGB values of the saturated pixels of a screenshot (points are coloured; text and inputs are grey)."""
+    import matplotlib.image
+
+    # Left of x=760 px: the 800 px figure minus its toolbar, whose Bokeh logo is coloured too.
+    rgb = matplotlib.image.imread(str(png))[:, :760, :3]
+    saturated = (rgb.max(axis=-1) - rgb.min(axis=-1)) > 0.25
+    return rgb[saturated]
+
+
+@pytest.fixture(scope="module")
+def pages(tmp_path_factory, meta, presets):
+    out = tmp_path_factory.mktemp("map")
+    labels = {"balanced": [(0.0, 0.0, "<b>parsing</b>")], "method only": [(1.0, 2.0, "translation")]}
+    full = export_html(out / "map.html", presets, meta, labels, title=PAGE_TITLE)
+    empty = export_html(out / "empty.html", {k: np.zeros((0, 2)) for k in presets}, meta.iloc[:0], title=PAGE_TITLE)
+    return out, full, empty
+
+
+def test_exported_page_is_standalone(pages):
+    _, full, _ = pages
+    text = full.read_text()
+    assert "cdn.bokeh.org" not in text and "Bokeh.embed" in text  # BokehJS inlined, works offline
+    assert "<script>alert(1)</script>" not in text
+
+
+def test_exported_page_draws_the_map(pages, tmp_path):
+    out, full, empty = pages
+    _run_chromium(tmp_path, full.as_uri(), f"--screenshot={tmp_path / 'map.png'}")
+    _run_chromium(tmp_path, empty.as_uri(), f"--screenshot={tmp_path / 'empty.png'}")
+    drawn, blank = _coloured_pixels(tmp_path / "map.png"), _coloured_pixels(tmp_path / "empty.png")
+    # 60 markers of ~8 px: some three thousand coloured pixels; the same page without points has ~none.
+    assert len(drawn) > 1000 and len(blank) < 50, (len(drawn), len(blank))
+    hues = {tuple(c) for c in np.round(drawn * 4)}  # coarse colour bins: cluster colours differ
+    assert len(hues) >= 4
+
+
+PROBE = """
+<img src="missing.png" style="display:none" onerror="document.body.dataset.control = 'ran'">
+<pre id="probe"></pre>
+<script>
+// CustomJS callbacks run asynchronously in BokehJS 3.x, so each step waits before reading.
+const pause = () => new Promise(resolve => setTimeout(resolve, 300));
+(async function probe() {
+  const out = {};
+  try {
+    const docs = (window.Bokeh && Bokeh.documents) || [];
+    if (!docs.length || !docs[0].get_model_by_name("points")) { setTimeout(probe, 50); return; }
+    const doc = docs[0], src = doc.get_model_by_name("points"), labels = doc.get_model_by_name("labels");
+    const search = doc.get_model_by_name("search"), status = doc.get_model_by_name("search_status");
+    out.x0_before = src.data.x[0];
+    doc.get_model_by_name("preset").value = "method only";
+    await pause();
+    out.x0_after = src.data.x[0];
+    out.labels_after = Array.from(labels.data.text);
+    search.value_input = "PAPER 1";
+    await pause();
+    out.alpha = Array.from(src.data.alpha);
+    out.status = status.text;
+    search.value_input = "<script>alert";
+    await pause();
+    out.xss_hits = Array.from(src.data.alpha).map((a, i) => a === 1 ? i : -1).filter(i => i >= 0);
+    search.value_input = "";
+    await pause();
+    out.alpha_cleared = Array.from(src.data.alpha);
+  } catch (e) { out.error = String(e); }
+  document.getElementById("probe").textContent = JSON.stringify(out);
+})();
+</script>
+"""
+
+
+def test_exported_page_escapes_text_and_runs_its_widgets(pages, tmp_path, presets):
+    _, full, _ = pages
+    # The probe drives the page's own widgets through BokehJS, as a user's clicks would.
+    probed = tmp_path / "probed.html"
+    head, tail = full.read_text().rsplit("</body>", 1)
+    probed.write_text(head + PROBE + "</body>" + tail)
+    dom = _run_chromium(tmp_path, probed.as_uri(), "--dump-dom").stdout
+
+    assert 'data-control="ran"' in dom  # control: inline handlers do run in this browser...
+    title = re.search(r"<title>(.*?)</title>", dom, re.S).group(1)
+    assert title == "Map &lt;script&gt;alert(1)&lt;/script&gt;"  # ...yet no payload set document.title
+    assert "PWNED" not in title
+    assert "<script>alert(1)</script>" not in dom  # never a live script element
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in dom  # the title travels as escaped JSON data
+
+    out = json.loads(re.search(r'<pre id="probe">(.*?)</pre>', dom, re.S).group(1).replace("&quot;", '"'))
+    assert out["x0_before"] == pytest.approx(presets["balanced"][0, 0])
+    assert out["x0_after"] == pytest.approx(presets["method only"][0, 0])  # preset switched on the client
+    assert out["labels_after"] == ["translation"]
+    hits = [i for i, a in enumerate(out["alpha"]) if a == 1]
+    assert hits == [1] + list(range(10, 20))  # case-insensitive substring "paper 1"
+    assert set(out["alpha"]) == {1, mapview.DIM_ALPHA} and out["status"] == "11 papers match"
+    assert out["xss_hits"] == [3]  # the payload is searchable text, not markup
+    assert set(out["alpha_cleared"]) == {mapview.BASE_ALPHA}

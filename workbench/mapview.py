@@ -1,0 +1,547 @@
+"""The interactive map (paper section 6): a Bokeh scatter of a 2-D layout of the corpus.
+
+Pure view layer: it takes coordinates and metadata as plain arrays and frames, and the
+maths (t-SNE, re-weighting, placing an abstract, decoding a spot) as callbacks, so it can
+be driven and tested without a model or a browser.
+
+Three entry points:
+
+* `map_figure` - a static Bokeh figure with hover, tap and region labels;
+* `export_html` - a standalone HTML page (Bokeh JS inlined, no CDN) that switches between
+  precomputed weight presets and searches titles on the client, without a kernel;
+* `MapPane` - the JupyterLab pane: aspect-weight sliders, tap-to-describe, place an
+  abstract, and per-aspect query search, each wired to a callback.
+
+Paper text never goes into HTML by string formatting: it travels in the data source (JSON)
+and Bokeh escapes `@field` tooltips; the few HTML snippets built here use `display.esc`.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+
+from .display import esc
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CLUSTERS = 8
+MISSING_COLOR = "#9e9e9e"
+BASE_ALPHA = 0.8
+DIM_ALPHA = 0.08  # points not matching a title search: faint but still there for context
+POINT_SIZE = 8
+HIT_SIZE = 12
+TOOLTIP_CHARS = 200  # long summaries would make the tooltip cover the whole map
+
+
+# --------------------------------------------------------------------------- data
+
+
+def _as_coords(coords) -> np.ndarray:
+    """Coordinates as a finite float array of shape (n, 2); anything else is a ValueError."""
+    arr = np.asarray(coords, dtype=float)
+    if arr.size == 0:
+        return arr.reshape(0, 2)
+    if arr.ndim != 2 or arr.shape[1] != 2:
+        raise ValueError(f"coordinates must have shape (n, 2), got {arr.shape}")
+    if not np.isfinite(arr).all():
+        raise ValueError("coordinates contain NaN or infinite values")
+    return arr
+
+
+def _text(value, limit: int | None = None) -> str:
+    """Plain (unescaped) text for the data source: None/NaN become "", whole floats drop ".0".
+
+    Not escaped on purpose: Bokeh escapes `@field` values when it renders a tooltip, and
+    escaping here as well would show `&lt;` to the reader.
+    """
+    if value is None or (np.ndim(value) == 0 and pd.isna(value)):  # None, NaN, NaT, pd.NA
+        return ""
+    if isinstance(value, (float, np.floating)) and float(value).is_integer():
+        value = int(value)
+    text = " ".join(str(value).split())
+    if limit is not None and len(text) > limit:
+        text = text[: limit - 1] + "…"
+    return text
+
+
+def summary_aspects(meta: pd.DataFrame) -> list[str]:
+    """The aspects that have a `summary_<aspect>` column in `meta`, in column order."""
+    return [c[len("summary_"):] for c in meta.columns if c.startswith("summary_") and len(c) > len("summary_")]
+
+
+def cluster_labels(coords, k: int = DEFAULT_CLUSTERS, seed: int = 0) -> np.ndarray:
+    """KMeans cluster ids (0..k-1) of the 2-D points; fixed seed so colours are reproducible."""
+    from sklearn.cluster import KMeans
+
+    arr = _as_coords(coords)
+    k = min(int(k), len(np.unique(arr, axis=0)))  # KMeans warns when asked for more clusters than points
+    if k <= 1:
+        return np.zeros(len(arr), dtype=int)
+    return KMeans(n_clusters=k, n_init=4, random_state=seed).fit_predict(arr).astype(int)
+
+
+def _palette(n: int) -> list[str]:
+    """n distinct colours: Category10 up to 10 groups, Category20 (cycled) beyond."""
+    from bokeh.palettes import Category10_10, Category20_20
+
+    base = list(Category10_10 if n <= 10 else Category20_20)
+    return [base[i % len(base)] for i in range(n)]
+
+
+def _by_cluster(color_by) -> bool:
+    """Whether `color_by` asks for map clusters (None or an int k) rather than a metadata column."""
+    return color_by is None or (isinstance(color_by, (int, np.integer)) and not isinstance(color_by, bool))
+
+
+def _group_name(color_by) -> str:
+    """What the colour means, for the tooltip."""
+    return "cluster" if _by_cluster(color_by) else str(color_by)
+
+
+def _colors(coords: np.ndarray, meta: pd.DataFrame, color_by) -> tuple[list[str], list[str], str]:
+    """(colour per point, group name per point, name of the grouping) for `color_by`.
+
+    `color_by` is a metadata column (categorical colours), an int k (k map clusters), or
+    None (the default number of map clusters).
+    """
+    if _by_cluster(color_by):
+        ids = cluster_labels(coords, DEFAULT_CLUSTERS if color_by is None else int(color_by))
+        colors = _palette(int(ids.max()) + 1 if len(ids) else 0)
+        return [colors[i] for i in ids], [f"cluster {i}" for i in ids], "cluster"
+    if color_by not in meta.columns:
+        raise ValueError(f"color_by={color_by!r} is not a metadata column")
+    groups = [_text(v) for v in meta[color_by]]
+    names = sorted({g for g in groups if g})
+    lookup = dict(zip(names, _palette(len(names))))
+    return [lookup.get(g, MISSING_COLOR) for g in groups], groups, str(color_by)
+
+
+def map_frame(coords, meta: pd.DataFrame, color_by=None) -> dict[str, list]:
+    """The ColumnDataSource data of the map: one row per paper.
+
+    Columns: x, y, title, year, hover (a plain-text one-liner: title, year and the aspect
+    summaries), summary_<aspect> (shortened, for the tooltip), color, group (what the colour
+    means), alpha and size (changed by the title search). Text is left unescaped: Bokeh
+    escapes it when it renders the tooltip.
+    """
+    arr = _as_coords(coords)
+    if len(arr) != len(meta):
+        raise ValueError(f"{len(arr)} coordinates but {len(meta)} metadata rows")
+    meta = meta.reset_index(drop=True)
+    n = len(arr)
+    titles = [_text(v) for v in meta["title"]] if "title" in meta.columns else [""] * n
+    years = [_text(v) for v in meta["year"]] if "year" in meta.columns else [""] * n
+    aspects = summary_aspects(meta)
+    summaries = {a: [_text(v, TOOLTIP_CHARS) for v in meta[f"summary_{a}"]] for a in aspects}
+    hover = []
+    for i in range(n):
+        parts = [titles[i] + (f" ({years[i]})" if years[i] else "")]
+        parts += [f"{a}: {summaries[a][i]}" for a in aspects if summaries[a][i]]
+        hover.append(" | ".join(p for p in parts if p))
+    colors, groups, _ = _colors(arr, meta, color_by)
+    data = {
+        "x": arr[:, 0].tolist(), "y": arr[:, 1].tolist(),
+        "title": titles, "year": years, "hover": hover,
+        "color": colors, "group": groups,
+        "alpha": [BASE_ALPHA] * n, "size": [POINT_SIZE] * n,
+    }
+    data.update({f"summary_{a}": summaries[a] for a in aspects})
+    return data
+
+
+def _label_data(labels) -> dict[str, list]:
+    """Region labels [(x, y, text), ...] as LabelSet source data (text is drawn on the canvas, not as HTML)."""
+    labels = list(labels or [])
+    return {
+        "x": [float(x) for x, _, _ in labels],
+        "y": [float(y) for _, y, _ in labels],
+        "text": [_text(t) for _, _, t in labels],
+    }
+
+
+# --------------------------------------------------------------------------- figure
+
+
+def _build_figure(data: dict, labels, group_name: str, title: str, width: int, height: int):
+    """(figure, points source, label source) for map data from `map_frame`."""
+    from bokeh.models import ColumnDataSource, HoverTool, LabelSet, TapTool
+    from bokeh.plotting import figure
+
+    source = ColumnDataSource(data, name="points")
+    label_source = ColumnDataSource(_label_data(labels), name="labels")
+    fig = figure(title=title, width=width, height=height, tools="pan,wheel_zoom,box_zoom,reset,save",
+                 active_scroll="wheel_zoom", match_aspect=True)
+    points = fig.scatter("x", "y", source=source, size="size", fill_color="color", line_color="color",
+                         fill_alpha="alpha", line_alpha="alpha", name="points_glyph")
+    # Plain `@field`s only: Bokeh escapes them; `{safe}` would let a title inject markup.
+    tooltips = [("title", "@title"), ("year", "@year"), (group_name, "@group")]
+    tooltips += [(c[len("summary_"):], f"@{{{c}}}") for c in data if c.startswith("summary_")]
+    fig.add_tools(HoverTool(renderers=[points], tooltips=tooltips),
+                  TapTool(renderers=[points]))
+    fig.add_layout(LabelSet(x="x", y="y", text="text", source=label_source, text_font_size="11pt",
+                            text_font_style="bold", text_align="center", text_baseline="middle",
+                            background_fill_color="white", background_fill_alpha=0.7,
+                            name="labels_glyph"))
+    fig.xaxis.visible = fig.yaxis.visible = False  # t-SNE axes carry no meaning
+    fig.grid.visible = False
+    return fig, source, label_source
+
+
+def map_figure(coords, meta: pd.DataFrame, color_by=None, labels=None, title: str = "",
+               width: int = 800, height: int = 600):
+    """A Bokeh scatter of the map with hover (escaped), tap selection and optional region labels.
+
+    `labels` is a list of (x, y, text) drawn as a LabelSet with a light background. The
+    data sources are named "points" and "labels" (`fig.select_one({"name": "points"})`).
+    """
+    data = map_frame(coords, meta, color_by)
+    fig, _, _ = _build_figure(data, labels, _group_name(color_by), title, width, height)
+    return fig
+
+
+# --------------------------------------------------------------------------- HTML export
+
+_PRESET_JS = """
+const i = names.indexOf(cb_obj.value);
+if (i < 0) { return; }
+const d = Object.assign({}, source.data);
+for (const c of ["x", "y", "color", "group"]) { d[c] = d[c + "__" + i]; }
+source.data = d;
+labels.data = label_data[i];
+"""
+
+# The query is never echoed into HTML (the Div renders markup); only a count is shown.
+_SEARCH_JS = """
+const q = (cb_obj.value_input || "").trim().toLowerCase();
+const titles = source.data.title;
+const n = titles.length;
+const alpha = new Array(n), size = new Array(n);
+let hits = 0;
+for (let k = 0; k < n; k++) {
+  const hit = q !== "" && String(titles[k]).toLowerCase().includes(q);
+  if (hit) { hits++; }
+  alpha[k] = q === "" ? base_alpha : (hit ? 1.0 : dim_alpha);
+  size[k] = hit ? hit_size : point_size;
+}
+source.data = Object.assign({}, source.data, {alpha: alpha, size: size});
+status.text = q === "" ? "" : hits + (hits === 1 ? " paper matches" : " papers match");
+"""
+
+
+def export_html(path, coords_by_preset: dict[str, np.ndarray], meta: pd.DataFrame,
+                labels_by_preset: dict | None = None, title: str = "", color_by=None,
+                width: int = 800, height: int = 600) -> Path:
+    """Write a standalone map page (Bokeh JS inlined, works offline) and return its path.
+
+    The page has the scatter with hover, a Select switching between the precomputed weight
+    presets (coordinates, cluster colours and region labels swapped by CustomJS, no
+    kernel), and a "search by title" box that highlights case-insensitive substring
+    matches. All paper text travels as JSON in the data source; the title Div is escaped.
+    """
+    from bokeh.embed import file_html
+    from bokeh.layouts import column, row
+    from bokeh.models import CustomJS, Div, Select, TextInput
+    from bokeh.resources import INLINE
+
+    if not coords_by_preset:
+        raise ValueError("export_html needs at least one preset")
+    names = [str(name) for name in coords_by_preset]
+    labels_by_preset = labels_by_preset or {}
+    frames = [map_frame(c, meta, color_by) for c in coords_by_preset.values()]
+    # Presets are stored as indexed columns (x__0, y__0, ...) so any preset name is safe.
+    data = dict(frames[0])
+    for i, frame in enumerate(frames):
+        for c in ("x", "y", "color", "group"):
+            data[f"{c}__{i}"] = frame[c]
+    label_data = [_label_data(labels_by_preset.get(name)) for name in coords_by_preset]
+    fig, source, label_source = _build_figure(data, labels_by_preset.get(names[0]), _group_name(color_by),
+                                              "", width, height)
+
+    select = Select(title="Weight preset", value=names[0], options=names, name="preset", width=220)
+    select.js_on_change("value", CustomJS(args=dict(source=source, labels=label_source, names=names,
+                                                    label_data=label_data), code=_PRESET_JS))
+    status = Div(text="", name="search_status", width=200, render_as_text=True)
+    search = TextInput(title="Search by title", placeholder="substring, any case", name="search", width=300)
+    search.js_on_change("value_input", CustomJS(args=dict(
+        source=source, status=status, base_alpha=BASE_ALPHA, dim_alpha=DIM_ALPHA,
+        point_size=POINT_SIZE, hit_size=HIT_SIZE), code=_SEARCH_JS))
+    header = Div(text=f"<h2 style='margin:4px 0'>{esc(title)}</h2>" if title else "", name="header")
+    # Named so that page scripts (and the browser test) can find models with get_model_by_name.
+    layout = column(header, row(select, search, status, name="controls"), fig, name="page")
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # file_html escapes the <title>; INLINE embeds BokehJS so the page needs no network.
+    path.write_text(file_html(layout, resources=INLINE, title=title or "Map"), encoding="utf-8")
+    return path
+
+
+# --------------------------------------------------------------------------- Jupyter pane
+
+
+def frame_html(frame: pd.DataFrame, max_rows: int = 50) -> str:
+    """An HTML table of a DataFrame with every header and cell escaped."""
+    if frame is None or len(frame) == 0:
+        return "<p><em>No results.</em></p>"
+    head = "".join(f"<th style='text-align:left'>{esc(c)}</th>" for c in frame.columns)
+    body = "".join(
+        "<tr>" + "".join(f"<td style='text-align:left;vertical-align:top'>{esc(v)}</td>" for v in values) + "</tr>"
+        for values in frame.head(max_rows).itertuples(index=False, name=None)
+    )
+    more = f"<p><small>{len(frame) - max_rows} more rows not shown</small></p>" if len(frame) > max_rows else ""
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{more}"
+
+
+def _error_html(action: str, exc: BaseException) -> str:
+    return (f"<div style='color:#b00020'><b>{esc(action)} failed</b>: "
+            f"{esc(type(exc).__name__)}: {esc(exc)}</div>")
+
+
+def _message_html(text: str) -> str:
+    return f"<div style='color:#555'><em>{esc(text)}</em></div>"
+
+
+class MapPane:
+    """The map in JupyterLab, with aspect-weight sliders, tap, place-an-abstract and query search.
+
+    All maths is in the callbacks; each may be None, which disables its widgets:
+
+    * `on_weights(weights) -> coords`: new layout for normalised weights (sum 1);
+    * `on_tap(x, y, index_or_None) -> html`: description of a spot (index of the tapped
+      point, None for an empty spot); the caller escapes the HTML it returns;
+    * `on_place(text) -> (x, y, html)`: where a new abstract lands;
+    * `on_search({aspect: (query, weight)}) -> DataFrame`: nearest papers.
+
+    The widgets call the public methods `set_weights`, `tap`, `place` and `search`, so a
+    test (or a notebook cell) can drive the pane the same way. A callback's exception is
+    shown, escaped, in the detail panel and logged; it never propagates into the kernel.
+    """
+
+    def __init__(self, coords, meta: pd.DataFrame, aspects, weights,
+                 on_weights: Callable[[dict], np.ndarray] | None = None,
+                 on_tap: Callable[[float, float, int | None], str] | None = None,
+                 on_place: Callable[[str], tuple[float, float, str]] | None = None,
+                 on_search: Callable[[dict[str, tuple[str, float]]], pd.DataFrame] | None = None,
+                 labels=None, color_by=None, width: int = 700, height: int = 560,
+                 hit_fraction: float = 0.015):
+        import ipywidgets as widgets
+        from bokeh.events import Tap
+        from bokeh.models import ColumnDataSource
+        from jupyter_bokeh import BokehModel
+
+        self.meta = meta.reset_index(drop=True)
+        self.aspects = [str(a) for a in aspects]
+        self.color_by = color_by
+        self.on_weights, self.on_tap, self.on_place, self.on_search = on_weights, on_tap, on_place, on_search
+        # A tap within this fraction of the map's extent of a point counts as tapping it.
+        self.hit_fraction = hit_fraction
+        self.coords = _as_coords(coords)
+
+        data = map_frame(self.coords, self.meta, color_by)
+        self.figure, self.source, self.label_source = _build_figure(data, labels, _group_name(color_by),
+                                                                    "", width, height)
+        self.tap_source = ColumnDataSource({"x": [], "y": []}, name="tap_marker")
+        self.placed_source = ColumnDataSource({"x": [], "y": [], "text": []}, name="placed")
+        self.figure.scatter("x", "y", source=self.tap_source, marker="x", size=18, line_width=3,
+                            line_color="#d62728", name="tap_marker_glyph")
+        self.figure.scatter("x", "y", source=self.placed_source, marker="star", size=20,
+                            fill_color="#ffd700", line_color="black", name="placed_glyph")
+        self.figure.on_event(Tap, self._on_tap_event)
+
+        weights = dict(weights or {})
+        self.sliders = {
+            a: widgets.FloatSlider(value=float(weights.get(a, 0.0)), min=0.0, max=1.0, step=0.05,
+                                   description=a, continuous_update=False,  # recompute on release only
+                                   disabled=on_weights is None, readout_format=".2f")
+            for a in self.aspects
+        }
+        self._syncing = False  # set while set_weights moves the sliders, so they don't re-fire
+        for slider in self.sliders.values():
+            slider.observe(self._on_slider, names="value")
+
+        self.detail = widgets.HTML(value=_message_html("Tap the map to describe a spot."),
+                                   layout=widgets.Layout(width="100%"))
+        self.place_text = widgets.Textarea(placeholder="Paste an abstract to place it on the map",
+                                           layout=widgets.Layout(width="100%", height="90px"),
+                                           disabled=on_place is None)
+        self.place_button = widgets.Button(description="place abstract", disabled=on_place is None)
+        self.place_button.on_click(lambda _: self.place(self.place_text.value))
+        self.query_texts = {a: widgets.Text(placeholder=f"{a} query", description=a,
+                                            disabled=on_search is None) for a in self.aspects}
+        self.query_weights = {a: widgets.FloatSlider(value=1.0, min=-1.0, max=1.0, step=0.1,
+                                                     description="weight", continuous_update=False,
+                                                     disabled=on_search is None) for a in self.aspects}
+        self.search_button = widgets.Button(description="search", disabled=on_search is None)
+        self.search_button.on_click(lambda _: self.search(self._queries()))
+        self.results = widgets.HTML(value="")
+        self.bokeh = BokehModel(self.figure)
+        self.layout = self._layout(widgets)
+
+    # -- layout
+
+    def _layout(self, widgets):
+        controls = widgets.VBox([widgets.HTML("<b>Aspect weights</b>"), *self.sliders.values(),
+                                 widgets.HTML("<b>Place an abstract</b>"), self.place_text, self.place_button],
+                                layout=widgets.Layout(width="340px"))
+        queries = widgets.VBox([widgets.HTML("<b>Search by aspect</b>")]
+                               + [widgets.HBox([self.query_texts[a], self.query_weights[a]]) for a in self.aspects]
+                               + [self.search_button, self.results])
+        return widgets.VBox([widgets.HBox([controls, self.bokeh]), self.detail, queries])
+
+    def display(self):
+        """The ipywidgets layout of the pane (what a notebook cell shows)."""
+        return self.layout
+
+    def _ipython_display_(self):
+        from IPython.display import display
+
+        display(self.layout)
+
+    # -- helpers
+
+    def _show(self, html: str) -> None:
+        self.detail.value = html
+
+    def _fail(self, action: str, exc: BaseException) -> None:
+        log.exception("map pane: %s failed", action)
+        self._show(_error_html(action, exc))
+
+    def _queries(self) -> dict[str, tuple[str, float]]:
+        return {a: (self.query_texts[a].value, float(self.query_weights[a].value)) for a in self.aspects}
+
+    def nearest(self, x: float, y: float) -> int | None:
+        """Index of the point nearest (x, y) if it lies within the hit radius, else None.
+
+        Decided here rather than from the TapTool's selection: the Tap event and the
+        selection change reach the kernel as separate messages in no guaranteed order.
+        """
+        if len(self.coords) == 0:
+            return None
+        d = np.hypot(self.coords[:, 0] - x, self.coords[:, 1] - y)
+        i = int(np.argmin(d))
+        extent = float(np.ptp(self.coords, axis=0).max()) or 1.0
+        return i if d[i] <= self.hit_fraction * extent else None
+
+    # -- actions (the widgets call these; so can tests)
+
+    def _on_slider(self, change) -> None:
+        if not self._syncing:
+            self.set_weights({a: s.value for a, s in self.sliders.items()})
+
+    def set_weights(self, weights: dict) -> np.ndarray | None:
+        """Re-layout the map for aspect weights (missing aspects keep their slider value).
+
+        Weights are normalised to sum 1 before `on_weights` sees them; all zero shows a
+        message instead. Returns the new coordinates, or None when nothing changed.
+        """
+        try:
+            unknown = set(weights) - set(self.aspects)
+            if unknown:
+                raise ValueError(f"unknown aspects: {sorted(unknown)}")
+            merged = {a: float(weights.get(a, self.sliders[a].value)) for a in self.aspects}
+            if any(w < 0 or w != w for w in merged.values()):
+                raise ValueError("aspect weights must be non-negative")
+            self._syncing = True
+            try:
+                for a, w in merged.items():
+                    self.sliders[a].value = min(w, 1.0)
+            finally:
+                self._syncing = False
+            total = sum(merged.values())
+            if total <= 0:
+                self._show(_message_html("All aspect weights are zero: raise at least one to lay out the map."))
+                return None
+            if self.on_weights is None:
+                self._show(_message_html("Re-weighting is not available for this map."))
+                return None
+            normalised = {a: w / total for a, w in merged.items()}
+            self._show(_message_html("Computing the new layout…"))
+            coords = _as_coords(self.on_weights(normalised))
+            if len(coords) != len(self.coords):
+                raise ValueError(f"on_weights returned {len(coords)} points, the map has {len(self.coords)}")
+            self._set_coords(coords)
+            self._show(_message_html("Layout: " + ", ".join(f"{a} {w:.2f}" for a, w in normalised.items())))
+            return coords
+        except Exception as exc:  # shown to the user, never raised into the kernel
+            self._fail("Re-weighting", exc)
+            return None
+
+    def _set_coords(self, coords: np.ndarray) -> None:
+        """Move the points; markers and region labels belong to the old layout and are cleared."""
+        self.coords = coords
+        patch = {"x": coords[:, 0].tolist(), "y": coords[:, 1].tolist()}
+        if _by_cluster(self.color_by):
+            # Cluster colours are clusters of the map, so they follow the new layout.
+            patch["color"], patch["group"], _ = _colors(coords, self.meta, self.color_by)
+        self.source.data.update(patch)
+        self.tap_source.data = {"x": [], "y": []}
+        self.placed_source.data = {"x": [], "y": [], "text": []}
+        self.label_source.data = _label_data(None)
+
+    def set_labels(self, labels) -> None:
+        """Replace the region labels: [(x, y, text), ...] (e.g. after a re-layout)."""
+        self.label_source.data = _label_data(labels)
+
+    def _on_tap_event(self, event) -> None:
+        if event.x is not None and event.y is not None:
+            self.tap(event.x, event.y)
+
+    def tap(self, x: float, y: float) -> str | None:
+        """Mark (x, y) and show `on_tap`'s description of it (tapped point index or None)."""
+        self.tap_source.data = {"x": [float(x)], "y": [float(y)]}
+        if self.on_tap is None:
+            return None
+        try:
+            self._show(_message_html("Describing this spot…"))
+            html = str(self.on_tap(float(x), float(y), self.nearest(x, y)))
+            self._show(html)
+            return html
+        except Exception as exc:
+            self._fail("Describing the spot", exc)
+            return None
+
+    def place(self, text: str) -> tuple[float, float] | None:
+        """Place an abstract with `on_place`, mark it on the map and show its description."""
+        if not str(text or "").strip():
+            self._show(_message_html("Paste an abstract first."))
+            return None
+        if self.on_place is None:
+            return None
+        try:
+            self._show(_message_html("Placing the abstract…"))
+            x, y, html = self.on_place(str(text))
+            x, y = float(x), float(y)
+            if not (np.isfinite(x) and np.isfinite(y)):
+                raise ValueError("on_place returned a non-finite position")
+            self.placed_source.stream({"x": [x], "y": [y], "text": [_text(text, 80)]})
+            self._show(str(html))
+            return x, y
+        except Exception as exc:
+            self._fail("Placing the abstract", exc)
+            return None
+
+    def search(self, queries: dict[str, tuple[str, float]]) -> pd.DataFrame | None:
+        """Run `on_search` with the non-blank queries and show its results as an escaped table."""
+        active = {a: (str(q).strip(), float(w)) for a, (q, w) in queries.items() if str(q or "").strip()}
+        if not active:
+            self._show(_message_html("Type a query for at least one aspect."))
+            return None
+        if self.on_search is None:
+            return None
+        try:
+            self._show(_message_html("Searching…"))
+            frame = self.on_search(active)
+            if not isinstance(frame, pd.DataFrame):
+                raise TypeError(f"on_search returned {type(frame).__name__}, not a DataFrame")
+            self.results.value = frame_html(frame)
+            self._show(_message_html(f"{len(frame)} results."))
+            return frame
+        except Exception as exc:
+            self.results.value = ""
+            self._fail("Search", exc)
+            return None
