@@ -204,3 +204,148 @@ def test_generate_shapes(trained):
     torch.manual_seed(0)
     sampled = dec.generate(emb[:3], num_return_sequences=2, max_new_tokens=12, batch_size=2)
     assert len(sampled) == 3 and all(len(c) == 2 and all(s.strip() for s in c) for c in sampled)
+
+
+# --------------------------------------------------------------------------- shared decoder
+
+
+def test_shared_decoder_aspect_token(lm, tmp_path):
+    model, tokenizer = lm
+    torch.manual_seed(0)
+    dec = EmbeddingDecoder(model, tokenizer, EMB_DIM, DecoderConfig(device="cpu"),
+                           aspects=["method", "task"]).eval()
+    per_aspect = _decoder(lm)
+    assert dec.n_prompt == per_aspect.n_prompt + 1 - len(per_aspect.prefix_ids) + len(dec.prefix_ids)
+    targets = dec.encode_targets(["Frogs sing at night.", "Bees make honey."])
+    with torch.no_grad():
+        inputs, _, labels = dec.build_inputs(_embeddings(2), targets, aspect=["task", "method"])
+        slot = len(dec.prefix_ids) + dec.config.n_task  # the aspect token follows the task tokens
+        torch.testing.assert_close(inputs[0, slot], dec.aspect_tokens[1])
+        torch.testing.assert_close(inputs[1, slot], dec.aspect_tokens[0])
+        assert (labels[:, :dec.n_prompt] == -100).all()
+        # The aspect token changes what the LM predicts.
+        a = dec(_embeddings(2), ["Frogs sing at night.", "Bees make honey."], aspect="method")
+        b = dec(_embeddings(2), ["Frogs sing at night.", "Bees make honey."], aspect="task")
+        assert float(a) != pytest.approx(float(b), abs=1e-6)
+    with pytest.raises(ValueError, match="aspect="):
+        dec.build_inputs(_embeddings(2), targets)
+    with pytest.raises(ValueError, match="one of"):
+        dec.build_inputs(_embeddings(2), targets, aspect="species")
+    with pytest.raises(ValueError, match="trained for aspect"):
+        EmbeddingDecoder(model, tokenizer, EMB_DIM, DecoderConfig(), aspect="method").build_inputs(
+            _embeddings(1), aspect="task")
+    assert "aspect_tokens" in dec.trainable_state()
+    dec.save_pretrained(tmp_path)
+    loaded = EmbeddingDecoder.from_pretrained(tmp_path, lm=lm)
+    assert loaded.aspects == ["method", "task"]
+    torch.testing.assert_close(loaded.aspect_tokens, dec.aspect_tokens)
+
+
+# --------------------------------------------------------------------------- stage 04 (decoding.py)
+
+
+def _data(aspect, emb):
+    from workbench.decoding import DecoderData
+
+    return DecoderData(aspect=aspect, doc_ids=[f"d{i}" for i in range(len(SENTENCES))], embeddings=emb,
+                       texts=[[s] for s in SENTENCES], train_idx=list(range(N_TRAIN)),
+                       val_idx=list(range(N_TRAIN, len(SENTENCES))))
+
+
+def test_train_decoders_resume_and_load(lm, tmp_path):
+    from workbench.decoding import DONE_NAME, load_decoders, train_decoders
+
+    emb = _embeddings(len(SENTENCES))
+    data = {"a": _data("a", emb), "b": _data("b", emb[::-1].copy())}
+    config = DecoderConfig(max_steps=2, eval_every=2, device="cpu")
+    first = train_decoders(tmp_path, None, ["a", "b"], config, data=data, lm=lm, progress=False)
+    assert set(first) == {"a", "b"} and (tmp_path / "decoders" / "a" / DONE_NAME).is_file()
+    stamp = (tmp_path / "decoders" / "a" / WEIGHTS_NAME).stat().st_mtime_ns
+    again = train_decoders(tmp_path, None, ["a", "b"], config, data=data, lm=lm, progress=False)
+    assert (tmp_path / "decoders" / "a" / WEIGHTS_NAME).stat().st_mtime_ns == stamp  # not retrained
+    assert again["a"].best_val_loss == pytest.approx(first["a"].best_val_loss)
+    # Changed data retrains only that aspect.
+    data["b"].texts[0] = ["Something else entirely."]
+    train_decoders(tmp_path, None, ["a", "b"], config, data=data, lm=lm, progress=False)
+    assert (tmp_path / "decoders" / "a" / WEIGHTS_NAME).stat().st_mtime_ns == stamp
+    # A half-finished decoder (no done.json) is trained again.
+    (tmp_path / "decoders" / "a" / DONE_NAME).unlink()
+    train_decoders(tmp_path, None, ["a"], config, data=data, lm=lm, progress=False)
+    assert (tmp_path / "decoders" / "a" / DONE_NAME).is_file()
+
+    shared = train_decoders(tmp_path / "s", None, ["a", "b"], config, shared=True, data=data, lm=lm, progress=False)
+    assert shared["a"] is shared["b"]
+    loaded = load_decoders(tmp_path / "s", lm=lm)
+    assert set(loaded) == {"a", "b"} and loaded["a"].shared and loaded["a"].decoder is loaded["b"].decoder
+    text = loaded["b"].describe(emb[0], max_new_tokens=5, greedy=True)
+    assert len(text) == 1 and isinstance(text[0][0], str)
+    with pytest.raises(FileNotFoundError, match="stage 04"):
+        load_decoders(tmp_path / "nothing")
+
+
+def test_bertscore_prefers_the_matching_text():
+    from workbench.decoding import bertscore
+
+    refs = [["Frogs sing at night near ponds."], ["Bees make honey.", "Frogs sing at night."]]
+    f1 = bertscore(["Frogs sing at night near ponds.", "Frogs sing at night."], refs, model="minilm")
+    assert f1[0] == pytest.approx(1.0, abs=1e-4)  # identical text
+    assert f1[1] == pytest.approx(1.0, abs=1e-4)  # the best of several references counts
+    other = bertscore(["The stock market fell sharply."], [["Frogs sing at night near ponds."]], model="minilm")
+    assert other[0] < f1[0] - 0.1
+    with pytest.raises(ValueError):
+        bertscore(["a"], [[]], model="minilm")
+
+
+def test_round_trip_rank_against_brute_force():
+    from workbench.decoding import round_trip
+    from workbench.encoders import AspectEncoder
+
+    torch.manual_seed(0)
+    model = AspectEncoder.from_base("minilm", ["method"], dim=32, pooling="mean")
+    texts = SENTENCES[:6]
+    own = model.encode(texts, aspects="method")["method"]
+    corpus = np.concatenate([own, _embeddings(20, seed=3)[:, :1].repeat(32, axis=1)])
+    # Targets: the corpus rows of the texts themselves, then a shifted pairing.
+    rt = round_trip(texts, own, model, "method", corpus)
+    assert np.allclose(rt["cosine"], 1.0, atol=1e-4) and (rt["rank"] == 1).all()
+    shifted = np.roll(own, 1, axis=0)
+    rt = round_trip(texts, shifted, model, "method", corpus)
+    unit = corpus / np.linalg.norm(corpus, axis=1, keepdims=True)
+    for i, text_vec in enumerate(own):
+        sims = unit @ text_vec
+        target_sim = float(shifted[i] @ text_vec)
+        assert rt["cosine"][i] == pytest.approx(target_sim, abs=1e-4)
+        assert rt["rank"][i] == 1 + int((sims > target_sim + 1e-6).sum())
+
+
+def test_decoding_report_on_tiny_decoder(trained):
+    from workbench.decoding import AspectDecoder, decoding_report, figure3_table
+
+    result, emb = trained
+    dec = AspectDecoder("a", result.decoder)
+    metrics, examples = decoding_report(dec, emb[:N_TRAIN], [[s] for s in SENTENCES[:N_TRAIN]],
+                                        sampling={"max_new_tokens": 12}, bertscore_model="minilm")
+    assert metrics["ppl matching"] < metrics["ppl shuffled"]
+    assert np.isnan(metrics["ppl unconditioned"])  # a chat decoder: not reported by default
+    assert 0 < metrics["bertscore matching"] <= 1 and len(examples) == N_TRAIN
+    table = figure3_table({"a": examples}, n=2)
+    assert list(table.columns[:4]) == ["document", "aspect", "summary", "reconstruction"] and len(table) == 2
+
+
+def test_input_standardisation_separates_nearby_embeddings(lm, tmp_path):
+    dec = _decoder(lm)
+    rng = np.random.default_rng(0)
+    common = rng.standard_normal(EMB_DIM)
+    emb = (common + 0.01 * rng.standard_normal((8, EMB_DIM))).astype(np.float32)  # papers close together
+    with torch.no_grad():
+        raw = dec.soft_tokens(emb[:2])
+        dec.set_input_stats(emb)
+        torch.testing.assert_close(dec.input_mean, torch.tensor(emb.mean(0)))
+        std = dec.soft_tokens(emb[:2])
+    spread = lambda t: float((t[0] - t[1]).norm() / t[0].norm())  # noqa: E731
+    assert spread(std) > 20 * spread(raw)  # raw inputs give nearly identical soft tokens
+    dec.save_pretrained(tmp_path)
+    loaded = EmbeddingDecoder.from_pretrained(tmp_path, lm=lm)
+    torch.testing.assert_close(loaded.input_scale, dec.input_scale)
+    with torch.no_grad():
+        torch.testing.assert_close(loaded.soft_tokens(emb[:2]), std)

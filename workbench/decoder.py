@@ -54,7 +54,7 @@ WEIGHTS_NAME = "decoder.safetensors"
 CONFIG_NAME = "decoder_config.json"
 HISTORY_NAME = "history.json"
 FORMAT = "workbench-embedding-decoder"
-VERSION = 1
+VERSION = 2  # 2: input standardisation saved with the weights
 # Stands in for the task + soft tokens while the chat template is rendered; split on it.
 PLACEHOLDER = "<<SOFT_TOKENS>>"
 
@@ -83,6 +83,7 @@ class DecoderConfig(ConfigDict):
     patience: int = 5
     max_target_tokens: int = 64
     eval_batch_size: int = 8
+    val_summaries: int | None = 2  # summaries per validation item in the validation loss; None = all
     seed: int = 0
     device: str | None = None
     prompt: str = "Describe the {aspect} of a paper from its embedding:"
@@ -101,24 +102,36 @@ class EmbeddingDecoder(nn.Module):
 
     lm, tokenizer: a loaded causal LM and its tokenizer (`models.load_causal_lm`).
     emb_dim: size of the embeddings to decode. aspect: fills "{aspect}" in the prompt
-    and is saved with the checkpoint. A tokenizer with a chat template makes this a
+    and is saved with the checkpoint. aspects: makes a *shared* decoder for several
+    aspects instead: one learned aspect token per aspect follows the task tokens, and
+    every call names the aspect of each embedding (`aspect=`). A tokenizer with a chat template makes this a
     chat decoder (soft tokens inside the user turn), otherwise a base-LM decoder.
     """
 
     def __init__(self, lm, tokenizer, emb_dim: int, config: DecoderConfig | None = None,
-                 aspect: str | None = None, lm_id: str | None = None):
+                 aspect: str | None = None, lm_id: str | None = None, aspects: Sequence[str] | None = None):
         super().__init__()
         self.config = config or DecoderConfig()
         self.lm = lm
         self.tokenizer = tokenizer
         self.emb_dim = int(emb_dim)
         self.aspect = aspect
+        self.aspects = list(aspects) if aspects else None
+        if self.aspects and aspect is not None:
+            raise ValueError("give either aspect (one decoder per aspect) or aspects (a shared decoder), not both")
         self.lm_id = lm_id or self.config.lm
         for p in self.lm.parameters():
             p.requires_grad_(False)  # frozen: only the mapping and the learned tokens train
         self.lm.eval()
         H = self.lm_hidden
         c = self.config
+        # Input standardisation (per dimension, from the training embeddings; saved with the
+        # weights). Aspect embeddings of papers share a large common direction and differ by
+        # small amounts around it; fed raw into Linear -> Sigmoid, those differences would
+        # stay near the sigmoid's midpoint and every paper would get almost the same soft
+        # tokens. Centred and scaled, the mapping sees what tells papers apart.
+        self.register_buffer("input_mean", torch.zeros(self.emb_dim))
+        self.register_buffer("input_scale", torch.ones(self.emb_dim))
         self.mapping = nn.Sequential(
             nn.Linear(self.emb_dim, c.hidden), nn.Sigmoid(), nn.Dropout(c.dropout),
             nn.Linear(c.hidden, c.n_soft * H),
@@ -127,6 +140,7 @@ class EmbeddingDecoder(nn.Module):
         # sees inputs in its usual range rather than unit-variance noise.
         scale = float(self.lm.get_input_embeddings().weight.float().std())
         self.task_tokens = nn.Parameter(torch.randn(c.n_task, H) * scale)
+        self.aspect_tokens = nn.Parameter(torch.randn(len(self.aspects), H) * scale) if self.aspects else None
         self.chat = getattr(tokenizer, "chat_template", None) is not None
         self.delimiter = None if self.chat else nn.Parameter(torch.randn(1, H) * scale)
         self.prefix_ids, self.suffix_ids = self._template_ids()
@@ -147,11 +161,21 @@ class EmbeddingDecoder(nn.Module):
     @property
     def n_prompt(self) -> int:
         """Length of the prompt part (template pieces + learned + soft tokens), the same for every input."""
-        return len(self.prefix_ids) + self.config.n_task + self.config.n_soft + (0 if self.chat else 1) \
-            + len(self.suffix_ids)
+        return len(self.prefix_ids) + self.config.n_task + (1 if self.aspects else 0) + self.config.n_soft \
+            + (0 if self.chat else 1) + len(self.suffix_ids)
+
+    def set_input_stats(self, embeddings) -> None:
+        """Standardise inputs with the per-dimension mean and std of these (training) embeddings."""
+        emb = _as_tensor(embeddings, self.input_mean.device)
+        self.input_mean.copy_(emb.mean(0))
+        self.input_scale.copy_(emb.std(0).clamp_min(1e-6) if len(emb) > 1 else torch.ones_like(self.input_scale))
+
+    def saved_state(self) -> dict[str, torch.Tensor]:
+        """What a checkpoint holds: the trainable parameters and the input standardisation."""
+        return {**self.trainable_state(), "input_mean": self.input_mean, "input_scale": self.input_scale}
 
     def trainable_state(self) -> dict[str, torch.Tensor]:
-        """The parameters that are trained and saved: mapping.*, task_tokens, delimiter."""
+        """The parameters that are trained and saved: mapping.*, task_tokens, aspect_tokens, delimiter."""
         return {k: v for k, v in self.named_parameters() if v.requires_grad}
 
     def train(self, mode: bool = True):
@@ -168,7 +192,7 @@ class EmbeddingDecoder(nn.Module):
         if not self.chat:
             # Base LM (paper: <bos>, the ten tokens, the delimiter, then the text).
             return ([tok.bos_token_id] if tok.bos_token_id is not None else []), []
-        aspect = (self.aspect or "content").replace("_", " ")
+        aspect = (self.aspect or ("aspect" if self.aspects else "content")).replace("_", " ")
         content = self.config.prompt.format(aspect=aspect) + " " + PLACEHOLDER
         text = tok.apply_chat_template([{"role": "user", "content": content}], tokenize=False,
                                        add_generation_prompt=True)
@@ -196,16 +220,34 @@ class EmbeddingDecoder(nn.Module):
         emb = _as_tensor(embeddings, self.device)
         if emb.shape[1] != self.emb_dim:
             raise ValueError(f"embeddings have dimension {emb.shape[1]}; this decoder expects {self.emb_dim}")
+        emb = (emb - self.input_mean) / self.input_scale
         return self.mapping(emb).view(emb.shape[0], self.config.n_soft, self.lm_hidden)
 
-    def build_inputs(self, embeddings, target_ids: list[list[int]] | None = None, batch: int | None = None):
+    def _aspect_rows(self, aspect, B: int) -> torch.Tensor | None:
+        """[B, 1, H] aspect tokens of a shared decoder (None for a per-aspect decoder)."""
+        if self.aspects is None:
+            if aspect is not None and self.aspect is not None and aspect != self.aspect:
+                raise ValueError(f"this decoder was trained for aspect {self.aspect!r}, not {aspect!r}")
+            return None
+        if aspect is None:
+            raise ValueError(f"this decoder is shared by aspects {self.aspects}: say which with aspect=")
+        names = [aspect] * B if isinstance(aspect, str) else list(aspect)
+        unknown = sorted(set(names) - set(self.aspects))
+        if unknown or len(names) != B:
+            raise ValueError(f"aspect must be one of {self.aspects} (or one per embedding); got {unknown or names}")
+        idx = torch.tensor([self.aspects.index(a) for a in names], device=self.aspect_tokens.device)
+        return self.aspect_tokens[idx][:, None]
+
+    def build_inputs(self, embeddings, target_ids: list[list[int]] | None = None, batch: int | None = None,
+                     aspect=None):
         """(inputs_embeds [B, L, H], attention_mask [B, L], labels [B, L]) for the LM.
 
         embeddings: [B, D] array/tensor, or None for the unconditioned control (no soft
         tokens; then `batch` or len(target_ids) gives B). target_ids: per item a list of
         ids (`encode_targets`), right-padded here; labels are -100 on the prompt, the
         soft tokens and the padding, the target ids elsewhere. Without target_ids the
-        result is the generation prompt (labels all -100).
+        result is the generation prompt (labels all -100). aspect: for a shared decoder,
+        the aspect of all items (str) or of each item (list).
         """
         dtype = self.lm.get_input_embeddings().weight.dtype
         if embeddings is not None:
@@ -215,6 +257,9 @@ class EmbeddingDecoder(nn.Module):
             soft = None
             B = batch if batch is not None else len(target_ids or [])
         parts = [self._embed_ids(self.prefix_ids, B), self.task_tokens[None].expand(B, -1, -1)]
+        aspect_rows = self._aspect_rows(aspect, B)
+        if aspect_rows is not None:
+            parts.append(aspect_rows)
         if soft is not None:
             parts.append(soft)
         if self.delimiter is not None:
@@ -243,9 +288,9 @@ class EmbeddingDecoder(nn.Module):
 
     # ------------------------------------------------------------------ losses
 
-    def token_nll(self, embeddings, target_ids: list[list[int]], batch: int | None = None):
+    def token_nll(self, embeddings, target_ids: list[list[int]], batch: int | None = None, aspect=None):
         """(sum of target-token NLL, number of target tokens) for one batch."""
-        inputs, mask, labels = self.build_inputs(embeddings, target_ids, batch=batch)
+        inputs, mask, labels = self.build_inputs(embeddings, target_ids, batch=batch, aspect=aspect)
         T = max(len(t) for t in target_ids)
         # Position t predicts token t+1, so the target tokens (the last T positions, right-
         # padded) are predicted by the last T+1 positions minus the very last. Asking the LM
@@ -258,17 +303,18 @@ class EmbeddingDecoder(nn.Module):
                               ignore_index=-100, reduction="sum")
         return nll, int((shift_labels != -100).sum())
 
-    def forward(self, embeddings, target_texts: Sequence[str]) -> torch.Tensor:
+    def forward(self, embeddings, target_texts: Sequence[str], aspect=None) -> torch.Tensor:
         """Mean cross-entropy over the target tokens of `target_texts` given `embeddings` [B, D]."""
-        nll, n = self.token_nll(embeddings, self.encode_targets(target_texts))
+        nll, n = self.token_nll(embeddings, self.encode_targets(target_texts), aspect=aspect)
         return nll / max(n, 1)
 
     @torch.no_grad()
-    def perplexity(self, embeddings, texts: Sequence[str], batch_size: int = 8) -> float:
+    def perplexity(self, embeddings, texts: Sequence[str], batch_size: int = 8, aspect=None) -> float:
         """exp(mean NLL per target token) of `texts`, item i conditioned on embeddings[i].
 
         embeddings=None gives the unconditioned control (soft tokens dropped; the paper
-        reports it for a base LM only). Token-weighted over all texts.
+        reports it for a base LM only). Token-weighted over all texts. aspect: for a
+        shared decoder, one aspect for all texts or one per text.
         """
         was_training = self.training
         self.eval()
@@ -279,7 +325,8 @@ class EmbeddingDecoder(nn.Module):
         for start in range(0, len(texts), batch_size):
             chunk = list(texts[start:start + batch_size])
             part = None if emb is None else emb[start:start + batch_size]
-            nll, n = self.token_nll(part, self.encode_targets(chunk), batch=len(chunk))
+            asp = aspect if aspect is None or isinstance(aspect, str) else list(aspect)[start:start + batch_size]
+            nll, n = self.token_nll(part, self.encode_targets(chunk), batch=len(chunk), aspect=asp)
             total, count = total + float(nll), count + n
         self.train(was_training)
         return math.exp(total / max(count, 1))
@@ -290,13 +337,15 @@ class EmbeddingDecoder(nn.Module):
     def generate(self, embeddings, max_new_tokens: int = 60, do_sample: bool = True, top_k: int = 3,
                  top_p: float = 0.95, temperature: float = 1.0, no_repeat_ngram_size: int = 5,
                  num_return_sequences: int = 1, greedy: bool = False, batch_size: int = 16,
-                 min_new_tokens: int = 1) -> list[list[str]]:
+                 min_new_tokens: int = 1, aspect=None, progress: bool = False) -> list[list[str]]:
         """Decode embeddings [N, D] into text: one list of candidates per embedding.
 
         Sampling by default (the authors' top-k 3, top-p 0.95, no-repeat 5-grams);
         `greedy=True` gives one deterministic candidate per embedding (more would be
-        copies). Batched `batch_size` embeddings at a time.
+        copies). Batched `batch_size` embeddings at a time. aspect: for a shared decoder.
         """
+        from tqdm.auto import tqdm
+
         was_training = self.training
         self.eval()
         emb = _as_tensor(embeddings, self.device)
@@ -315,8 +364,9 @@ class EmbeddingDecoder(nn.Module):
             # Reset sampling knobs a generation_config may carry, so greedy raises no warnings.
             kwargs.update(top_k=None, top_p=None, temperature=None)
         out: list[list[str]] = []
-        for start in range(0, len(emb), batch_size):
-            inputs, mask, _ = self.build_inputs(emb[start:start + batch_size])
+        for start in tqdm(range(0, len(emb), batch_size), desc="decoding", disable=not progress):
+            asp = aspect if aspect is None or isinstance(aspect, str) else list(aspect)[start:start + batch_size]
+            inputs, mask, _ = self.build_inputs(emb[start:start + batch_size], aspect=asp)
             # With inputs_embeds only, generate returns just the new tokens.
             with warnings.catch_warnings():
                 # The n-gram rule only sees new tokens with inputs_embeds: that is what we want.
@@ -336,10 +386,10 @@ class EmbeddingDecoder(nn.Module):
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         config = {"format": FORMAT, "version": VERSION, "lm": self.lm_id, "lm_hidden": self.lm_hidden,
-                  "emb_dim": self.emb_dim, "aspect": self.aspect, "chat": self.chat,
+                  "emb_dim": self.emb_dim, "aspect": self.aspect, "aspects": self.aspects, "chat": self.chat,
                   "config": self.config.to_dict(), "extra": extra or {}}
         json.dumps(config)  # fail before writing anything if `extra` is not JSON-serialisable
-        tensors = {k: v.detach().float().cpu().contiguous() for k, v in self.trainable_state().items()}
+        tensors = {k: v.detach().float().cpu().contiguous() for k, v in self.saved_state().items()}
         tmp = folder / (WEIGHTS_NAME + ".tmp")
         save_file(tensors, str(tmp), metadata={"format": "pt"})
         os.replace(tmp, folder / WEIGHTS_NAME)
@@ -381,8 +431,9 @@ class EmbeddingDecoder(nn.Module):
         if hidden != saved["lm_hidden"] or state["task_tokens"].shape[1] != hidden:
             raise CheckpointError(f"{folder} was trained for an LM with hidden size {saved['lm_hidden']} "
                                   f"({saved['lm']}); the LM given has hidden size {hidden}")
-        decoder = cls(model, tokenizer, saved["emb_dim"], config, aspect=saved.get("aspect"), lm_id=saved["lm"])
-        expected = {k: tuple(v.shape) for k, v in decoder.trainable_state().items()}
+        decoder = cls(model, tokenizer, saved["emb_dim"], config, aspect=saved.get("aspect"), lm_id=saved["lm"],
+                      aspects=saved.get("aspects"))
+        expected = {k: tuple(v.shape) for k, v in decoder.saved_state().items()}
         found = {k: tuple(v.shape) for k, v in state.items()}
         if expected != found:
             diff = {k: (found.get(k), expected.get(k)) for k in set(expected) | set(found)
@@ -412,12 +463,19 @@ class DecoderTrainResult:
 
 
 def validation_loss(decoder: EmbeddingDecoder, embeddings: np.ndarray, texts: list[list[str]], idx,
-                    batch_size: int = 8) -> float:
-    """Token-weighted mean NLL of every summary of every item in `idx`, given its embedding."""
-    pairs = [(i, t) for i in idx for t in texts[i]]
+                    batch_size: int = 8, item_aspects: Sequence[str] | None = None,
+                    per_item: int | None = None) -> float:
+    """Token-weighted mean NLL of the summaries of every item in `idx`, given its embedding.
+
+    per_item: only the first that many summaries of each item (always the same ones, so
+    evaluations compare fairly; fewer texts keep CPU validation short); None takes all.
+    """
+    pairs = [(i, t) for i in idx for t in texts[i][:per_item]]
     if not pairs:
         return float("nan")
-    return math.log(decoder.perplexity(embeddings[[i for i, _ in pairs]], [t for _, t in pairs], batch_size))
+    aspect = None if item_aspects is None else [item_aspects[i] for i, _ in pairs]
+    return math.log(decoder.perplexity(embeddings[[i for i, _ in pairs]], [t for _, t in pairs], batch_size,
+                                       aspect=aspect))
 
 
 def _write_json(path: Path, data) -> None:
@@ -428,7 +486,8 @@ def _write_json(path: Path, data) -> None:
 
 def train_decoder(embeddings: np.ndarray, texts: list[list[str]], train_idx, val_idx, out_dir,
                   config: DecoderConfig | None = None, aspect: str | None = None, lm=None,
-                  progress: bool = True) -> DecoderTrainResult:
+                  progress: bool = True, item_aspects: Sequence[str] | None = None,
+                  extra: dict | None = None) -> DecoderTrainResult:
     """Train one embedding decoder; keep the best checkpoint (by validation loss) in `out_dir`.
 
     embeddings [N, D]: one embedding per item (e.g. the mean aspect embedding of a
@@ -436,6 +495,9 @@ def train_decoder(embeddings: np.ndarray, texts: list[list[str]], train_idx, val
     items and one of their summaries at random. Validation loss at step 0 and every
     `eval_every` steps; stop after `patience` evaluations without improvement.
     lm: an already loaded (model, tokenizer) pair for config.lm (saves a reload).
+    item_aspects: the aspect of each item, which makes a shared decoder (one aspect
+    token per aspect) trained on the items of all aspects together. extra: JSON data
+    saved in the checkpoint's config (e.g. what the training data was).
     Writes out_dir/{decoder.safetensors, decoder_config.json, history.json}; the result
     carries the decoder with the best weights restored.
     """
@@ -462,7 +524,12 @@ def train_decoder(embeddings: np.ndarray, texts: list[list[str]], train_idx, val
 
     set_seed(config.seed)  # same initial mapping on every process
     model, tokenizer = lm if lm is not None else load_causal_lm(config.lm, device=str(accelerator.device))
-    decoder = EmbeddingDecoder(model, tokenizer, embeddings.shape[1], config, aspect=aspect, lm_id=config.lm)
+    shared = sorted(set(item_aspects)) if item_aspects is not None else None
+    if shared is not None and len(item_aspects) != len(embeddings):
+        raise ValueError(f"{len(item_aspects)} item aspects for {len(embeddings)} embeddings")
+    decoder = EmbeddingDecoder(model, tokenizer, embeddings.shape[1], config, aspect=None if shared else aspect,
+                               lm_id=config.lm, aspects=shared)
+    decoder.set_input_stats(embeddings[train_idx])
     decoder.to(accelerator.device)
     optimizer = adamw([p for p in decoder.parameters() if p.requires_grad], config.lr, config.weight_decay)
     wrapped, optimizer = accelerator.prepare(decoder, optimizer)
@@ -482,7 +549,8 @@ def train_decoder(embeddings: np.ndarray, texts: list[list[str]], train_idx, val
         """Evaluate, keep the best weights, return True when training should stop."""
         nonlocal best, best_state, bad_evals, loss_sum, loss_n
         # Every process holds the same weights and evaluates the same items, so they agree.
-        val = validation_loss(decoder, embeddings, texts, val_idx, config.eval_batch_size)
+        val = validation_loss(decoder, embeddings, texts, val_idx, config.eval_batch_size, item_aspects,
+                              config.val_summaries)
         entry = {"step": step, "train_loss": loss_sum / loss_n if loss_n else None, "val_loss": val,
                  "val_perplexity": math.exp(val) if math.isfinite(val) else None,
                  "seconds": round(time.perf_counter() - t0, 2)}
@@ -490,9 +558,9 @@ def train_decoder(embeddings: np.ndarray, texts: list[list[str]], train_idx, val
         history.append(entry)
         if best is None or val < best["val_loss"] - 1e-9:
             best, bad_evals = entry, 0
-            best_state = {k: v.detach().clone() for k, v in decoder.trainable_state().items()}
+            best_state = {k: v.detach().clone() for k, v in decoder.saved_state().items()}
             if main:
-                decoder.save_pretrained(out_dir, extra={"step": step, "val_loss": val})
+                decoder.save_pretrained(out_dir, extra={**(extra or {}), "step": step, "val_loss": val})
         else:
             bad_evals += 1
         if main:
@@ -508,7 +576,8 @@ def train_decoder(embeddings: np.ndarray, texts: list[list[str]], train_idx, val
         step += 1
         draw = [rng.choice(train_idx) for _ in range(config.batch_size * world)]
         picks = [(i, rng.choice(texts[i])) for i in draw][rank::world]
-        loss = wrapped(embeddings[[i for i, _ in picks]], [t for _, t in picks])
+        loss = wrapped(embeddings[[i for i, _ in picks]], [t for _, t in picks],
+                       aspect=None if shared is None else [item_aspects[i] for i, _ in picks])
         accelerator.backward(loss)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)

@@ -80,3 +80,17 @@ def plot_judge_scores(frame: pd.DataFrame, ax=None):
     ax.set_ylabel("pairs")
     ax.set_title("LLM judge scores per aspect")
     return ax
+
+
+def html_table(frame: pd.DataFrame, max_chars: int | None = 400, index: bool = False) -> str:
+    """A DataFrame as an HTML table with every cell escaped (paper text can hold markup) and long text cut."""
+    shown = frame.copy()
+    if max_chars:
+        for col in shown.columns:
+            if shown[col].dtype == object:
+                shown[col] = shown[col].map(lambda v: v if not isinstance(v, str) or len(v) <= max_chars
+                                            else v[:max_chars] + "…")
+    table = shown.to_html(escape=True, index=index, border=0)  # escape=True: never render paper text as HTML
+    return ('<div style="max-width:100%;overflow-x:auto">'
+            '<style>.wb-table td{text-align:left;vertical-align:top;white-space:normal}</style>'
+            + table.replace('<table class="dataframe">', '<table class="dataframe wb-table">', 1) + "</div>")

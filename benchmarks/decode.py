@@ -1,0 +1,115 @@
+"""Decoded descriptions per second: batched decoding vs one embedding at a time vs the plain LM.
+
+All three use the same frozen LM (the packaged SmolLM2-135M-Instruct unless --lm says
+otherwise), greedy decoding and exactly --new-tokens new tokens per description
+(min_new_tokens = max_new_tokens, so every method writes the same amount of text):
+
+    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/decode.py [--n 32] [--batch-size 16]
+        [--new-tokens 32] [--repeats 3] [--device cpu] [--lm smollm2-135m-instruct]
+
+(a) ours, batched: `EmbeddingDecoder.generate` on --batch-size embeddings per call; the
+    prompt has the same length for every embedding, so a batch needs no padding;
+(b) ours, one at a time: the same decoder called once per embedding (what a loop over
+    `generate` in a notebook cell would do);
+(c) the plain LM: `model.generate(input_ids)` on a text prompt of the same length,
+    batched likewise: the reference for what the LM itself costs, so (a)/(c) is the
+    overhead of the soft tokens.
+
+An untrained mapping network: speed does not depend on its weights. The methods run in
+turn, --repeats rounds after a warm-up, rotating the order each round; medians reported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+
+from workbench.decoder import DecoderConfig, EmbeddingDecoder  # noqa: E402
+from workbench.devices import best_device  # noqa: E402
+from workbench.models import load_causal_lm  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--n", type=int, default=32, help="embeddings to decode per round (default 32)")
+    parser.add_argument("--batch-size", type=int, default=16, help="embeddings per generate call (default 16)")
+    parser.add_argument("--new-tokens", type=int, default=32, help="tokens written per description (default 32)")
+    parser.add_argument("--repeats", type=int, default=3, help="timed rounds (default 3)")
+    parser.add_argument("--device", default=None, help="default: auto (cuda, mps or cpu)")
+    parser.add_argument("--lm", default="smollm2-135m-instruct", help="frozen LM: packaged name, folder or hub id")
+    args = parser.parse_args()
+
+    import numpy as np
+    import torch
+    import transformers
+
+    device = args.device or best_device()
+    print(f"machine: {platform.machine()}, {os.cpu_count()} CPU cores, torch {torch.__version__} "
+          f"({torch.get_num_threads()} threads), transformers {transformers.__version__}, device {device}, "
+          f"load average {os.getloadavg()[0]:.1f}")
+    model, tokenizer = load_causal_lm(args.lm, device=device)
+    torch.manual_seed(0)
+    decoder = EmbeddingDecoder(model, tokenizer, 150, DecoderConfig(lm=args.lm), aspect="approach").eval()
+    emb = np.random.default_rng(0).standard_normal((args.n, 150)).astype(np.float32)
+    M = args.new_tokens
+    settings = dict(greedy=True, max_new_tokens=M, min_new_tokens=M, no_repeat_ngram_size=0)
+
+    # (c): a text prompt with exactly as many tokens as the decoder's prompt.
+    words = tokenizer("Describe the approach of a paper in one sentence please " * 8,
+                      add_special_tokens=False)["input_ids"][:decoder.n_prompt]
+    plain_ids = torch.tensor([words] * args.batch_size, device=model.device)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+
+    def plain(n: int) -> int:
+        made = 0
+        for start in range(0, n, args.batch_size):
+            b = min(args.batch_size, n - start)
+            with torch.no_grad():
+                out = model.generate(input_ids=plain_ids[:b], attention_mask=torch.ones_like(plain_ids[:b]),
+                                     do_sample=False, max_new_tokens=M, min_new_tokens=M, pad_token_id=pad,
+                                     top_k=None, top_p=None, temperature=None)
+            made += (out.shape[1] - plain_ids.shape[1]) * b
+        return made
+
+    methods = {
+        "(a) ours, batched": lambda: decoder.generate(emb, batch_size=args.batch_size, **settings),
+        "(b) ours, one at a time": lambda: [decoder.generate(emb[i:i + 1], **settings) for i in range(args.n)],
+        "(c) plain LM generate, batched": lambda: plain(args.n),
+    }
+    out = methods["(a) ours, batched"]()
+    assert len(out) == args.n and all(len(c) == 1 for c in out)
+    print(f"{args.n} embeddings, {M} new tokens each, prompt {decoder.n_prompt} positions, batch {args.batch_size}; "
+          f"example: {out[0][0][:80]!r}")
+    for run in methods.values():  # warm-up
+        run()
+
+    times: dict[str, list[float]] = {name: [] for name in methods}
+    names = list(methods)
+    for r in range(args.repeats):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            t0 = time.perf_counter()
+            methods[name]()
+            times[name].append(time.perf_counter() - t0)
+            print(f"  round {r + 1}: {name}: {times[name][-1]:.2f}s", flush=True)
+
+    median = {name: statistics.median(t) for name, t in times.items()}
+    base = median[names[0]]
+    print()
+    print(f"| method | median s ({args.repeats} runs) | descriptions/s | tokens/s | time vs (a) |")
+    print("|---|---:|---:|---:|---:|")
+    for name in names:
+        print(f"| {name} | {median[name]:.2f} | {args.n / median[name]:.2f} | {args.n * M / median[name]:.0f} "
+              f"| {median[name] / base:.2f}x |")
+    print(f"\nbatched (a) is {median[names[1]] / base:.2f}x faster than one at a time (b); the plain LM (c) takes "
+          f"{median[names[2]] / base:.2f}x the time of (a). Load average now {os.getloadavg()[0]:.1f}")
+
+
+if __name__ == "__main__":
+    main()

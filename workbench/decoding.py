@@ -1,0 +1,494 @@
+"""Stage 04: train the embedding decoders of a run and measure how faithful decoding is.
+
+The model itself (soft tokens for a frozen LM) is `decoder.py`; this module is the stage:
+
+    decoder_data(run_dir, corpus, aspects)   (embedding, summaries) per document and aspect
+    train_decoders(run_dir, corpus, aspects)  -> <run_dir>/decoders/<aspect>/ (or shared/)
+    load_decoders(run_dir)                    {aspect: AspectDecoder}, ready to .describe()
+    decoding_report(...)                      the paper's Table 3 columns + round-trip confidence
+
+Which embedding the decoder learns from. The paper trains on the mean of the aspect
+models' embeddings of a paper's summaries (the distillation targets). We train on the
+*unified model's embedding of the abstract* by default (`source="unified"`), because
+that is what the decoder is asked to decode afterwards: papers embedded by the unified
+model, new abstracts, and points inverted out of a map built from unified embeddings.
+The unified model is trained to hit the targets, so both lie in the same space; the
+teacher targets stay available as `source="targets"` for the paper's setting.
+
+Round trip. A decoded text is embedded again by the aspect's own model (stage 02); its
+cosine to the embedding it was decoded from, and where that embedding's document ranks
+among the corpus for it, need no reference text, so they score decodings of arbitrary
+points too. `confidence` reports them next to each decoded text.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from .decoder import CONFIG_NAME, HISTORY_NAME, DecoderConfig, DecoderTrainResult, EmbeddingDecoder, train_decoder
+
+DECODERS = "decoders"
+SHARED = "shared"
+DONE_NAME = "done.json"
+BERTSCORE_MODEL = "mpnet"  # the fixed reference encoder the workbench never trains
+BERTSCORE_LAYERS = {"mpnet": 9, "minilm": 6}  # OFFLINE_ASSETS: layers that bert-score uses for these
+
+
+def _unit(x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x, dtype=np.float32)
+    return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
+
+
+@dataclass
+class DecoderData:
+    """Training material for one aspect's decoder: one item per document with summaries.
+
+    embeddings [N, D] (unit rows) and texts[i] (the summaries of doc_ids[i]); train_idx
+    and val_idx index the items by the run's train/validation split (stage 02).
+    """
+
+    aspect: str
+    doc_ids: list[str]
+    embeddings: np.ndarray
+    texts: list[list[str]]
+    train_idx: list[int]
+    val_idx: list[int]
+    source: str = "unified"
+
+    def fingerprint(self) -> str:
+        """Hash of everything training depends on, so a re-run skips finished decoders."""
+        h = hashlib.sha256()
+        h.update(json.dumps([self.aspect, self.source, self.doc_ids, self.texts, self.train_idx,
+                             self.val_idx]).encode())
+        h.update(np.ascontiguousarray(self.embeddings, dtype=np.float32).tobytes())
+        return h.hexdigest()[:16]
+
+    def stats(self) -> dict:
+        """Counts for the notebook's data table."""
+        return {"aspect": self.aspect, "train docs": len(self.train_idx), "validation docs": len(self.val_idx),
+                "summaries": sum(len(t) for t in self.texts), "embedding dim": int(self.embeddings.shape[1]),
+                "source": self.source}
+
+
+def _split(run_dir: Path) -> tuple[list[str], list[str]]:
+    from .train import SPLIT_NAME
+
+    path = run_dir / "aspect_models" / SPLIT_NAME
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing: run stage 02 (train) for this run first")
+    split = json.loads(path.read_text())
+    return [str(d) for d in split["train"]], [str(d) for d in split["validation"]]
+
+
+def decoder_data(run_dir, corpus, aspects: Sequence[str], source: str = "unified",
+                 batch_size: int = 32, max_val_docs: int | None = None) -> dict[str, DecoderData]:
+    """(embedding, summaries) items per aspect for the train and validation documents of the run.
+
+    Summaries are the run's views (LLM summaries plus, for ACLSum, the human summaries
+    and highlights of the train and validation splits; test-split human text never
+    reaches training). source: "unified" (the unified model's abstract embeddings,
+    stage 03) or "targets" (the teachers' mean summary embeddings, as in the paper).
+    max_val_docs: keep only the first that many validation documents (validation of an
+    LM-sized decoder is the slow part on a CPU).
+    """
+    from .distill import embed_corpus, load_targets
+    from .views import collect_views
+
+    run_dir = Path(run_dir)
+    train_ids, val_ids = _split(run_dir)
+    val_ids = val_ids[:max_val_docs] if max_val_docs else val_ids
+    views = collect_views(list(aspects), run_dir, corpus)
+    if source == "unified":
+        model_dir = run_dir / "unified_model"
+        if not model_dir.is_dir():
+            raise FileNotFoundError(f"{model_dir} is missing: run stage 03 (distill) first")
+        emb = embed_corpus(model_dir, corpus, run_dir, batch_size=batch_size, progress=False)
+        row = {d: i for i, d in enumerate(corpus.docs["doc_id"].astype(str))}
+        vectors = {a: {d: emb[a][i] for d, i in row.items()} for a in aspects}
+    elif source == "targets":
+        vectors = load_targets(run_dir, list(aspects))
+    else:
+        raise ValueError(f"source must be 'unified' or 'targets', not {source!r}")
+    out = {}
+    for aspect in aspects:
+        items = [d for d in train_ids + val_ids if views[aspect].views.get(d) and d in vectors[aspect]]
+        val = set(val_ids)
+        out[aspect] = DecoderData(
+            aspect=aspect, doc_ids=items,
+            embeddings=_unit(np.stack([vectors[aspect][d] for d in items])) if items else np.zeros((0, 1), np.float32),
+            texts=[list(views[aspect].views[d]) for d in items],
+            train_idx=[i for i, d in enumerate(items) if d not in val],
+            val_idx=[i for i, d in enumerate(items) if d in val], source=source)
+    return out
+
+
+def _finished(folder: Path, fingerprint: str, config: DecoderConfig) -> bool:
+    done = folder / DONE_NAME
+    if not done.is_file() or not (folder / CONFIG_NAME).is_file():
+        return False
+    saved = json.loads(done.read_text())
+    return saved.get("fingerprint") == fingerprint and saved.get("config") == config.to_dict()
+
+
+def _result_from_folder(folder: Path) -> DecoderTrainResult:
+    done = json.loads((folder / DONE_NAME).read_text())
+    history = json.loads((folder / HISTORY_NAME).read_text())
+    return DecoderTrainResult(out_dir=str(folder), best_step=done["best_step"], best_val_loss=done["best_val_loss"],
+                              stopped_early=done["stopped_early"], seconds=done["seconds"], history=history)
+
+
+def train_decoders(run_dir, corpus, aspects: Sequence[str], config: DecoderConfig | None = None,
+                   shared: bool = False, source: str = "unified", data: Mapping[str, DecoderData] | None = None,
+                   lm=None, progress: bool = True, force: bool = False) -> dict[str, DecoderTrainResult]:
+    """Train one decoder per aspect (the paper) or one shared decoder with an aspect token.
+
+    Writes <run_dir>/decoders/<aspect>/ (or decoders/shared/) with the best checkpoint,
+    history.json and done.json. A decoder whose data and config are unchanged is not
+    trained again (force=True retrains). A run killed half-way restarts that decoder from
+    scratch (its folder has no done.json), the finished ones are kept.
+    Returns {aspect: result} (with `shared`, every aspect maps to the same result).
+    """
+    from .models import load_causal_lm
+
+    config = config or DecoderConfig()
+    run_dir = Path(run_dir)
+    data = dict(data) if data is not None else decoder_data(run_dir, corpus, aspects, source)
+    missing = [a for a in aspects if not data[a].train_idx or not data[a].val_idx]
+    if missing:
+        raise ValueError(f"aspects {missing} have no train or no validation document with a summary; "
+                         "generate summaries (stage 01) for more documents or drop those aspects")
+    jobs: list[tuple[str, Path, str, dict]] = []
+    if shared:
+        fingerprint = hashlib.sha256("".join(data[a].fingerprint() for a in aspects).encode()).hexdigest()[:16]
+        jobs.append((SHARED, run_dir / DECODERS / SHARED, fingerprint, {}))
+    else:
+        jobs += [(a, run_dir / DECODERS / a, data[a].fingerprint(), {}) for a in aspects]
+    results: dict[str, DecoderTrainResult] = {}
+    for name, folder, fingerprint, _ in jobs:
+        if not force and _finished(folder, fingerprint, config):
+            results[name] = _result_from_folder(folder)
+            continue
+        if lm is None:
+            lm = load_causal_lm(config.lm, device=config.device)
+        (folder / DONE_NAME).unlink(missing_ok=True)
+        extra = {"fingerprint": fingerprint, "source": source}
+        if name == SHARED:
+            # Items of all aspects in one list; the aspect token tells the decoder which.
+            emb, texts, item_aspects, tr, va = [], [], [], [], []
+            for a in aspects:
+                d, offset = data[a], len(texts)
+                emb.append(d.embeddings)
+                texts += d.texts
+                item_aspects += [a] * len(d.texts)
+                tr += [offset + i for i in d.train_idx]
+                va += [offset + i for i in d.val_idx]
+            result = train_decoder(np.concatenate(emb), texts, tr, va, folder, config, lm=lm, progress=progress,
+                                   item_aspects=item_aspects, extra=extra)
+        else:
+            d = data[name]
+            result = train_decoder(d.embeddings, d.texts, d.train_idx, d.val_idx, folder, config, aspect=name,
+                                   lm=lm, progress=progress, extra=extra)
+        done = {"fingerprint": fingerprint, "config": config.to_dict(), "best_step": result.best_step,
+                "best_val_loss": result.best_val_loss, "stopped_early": result.stopped_early,
+                "seconds": result.seconds}
+        (folder / DONE_NAME).write_text(json.dumps(done, indent=2) + "\n")
+        results[name] = result
+    if shared:
+        return {a: results[SHARED] for a in aspects}
+    return results
+
+
+# --------------------------------------------------------------------------- using decoders
+
+
+@dataclass
+class AspectDecoder:
+    """A decoder bound to one aspect (a per-aspect decoder, or a shared one with its aspect token)."""
+
+    aspect: str
+    decoder: EmbeddingDecoder = field(repr=False)
+
+    @property
+    def shared(self) -> bool:
+        """True when the underlying decoder serves several aspects."""
+        return self.decoder.aspects is not None
+
+    def _aspect(self):
+        return self.aspect if self.shared else None
+
+    def describe(self, embeddings, **sampling) -> list[list[str]]:
+        """Decode embeddings [N, D] (or one [D]) into text: candidates per embedding (see EmbeddingDecoder.generate)."""
+        return self.decoder.generate(_unit(np.atleast_2d(embeddings)), aspect=self._aspect(), **sampling)
+
+    def perplexity(self, embeddings, texts: Sequence[str], batch_size: int = 8) -> float:
+        """Perplexity of texts[i] given embeddings[i]; embeddings=None is the unconditioned control."""
+        emb = None if embeddings is None else _unit(np.atleast_2d(embeddings))
+        return self.decoder.perplexity(emb, texts, batch_size, aspect=self._aspect())
+
+
+def load_decoders(run_dir, aspects: Sequence[str] | None = None, device: str | None = None,
+                  lm=None, kind: str = "auto") -> dict[str, AspectDecoder]:
+    """Load the run's decoders (per aspect, or the shared one), loading the LM once.
+
+    kind: "per_aspect", "shared", or "auto" (per-aspect decoders where they exist, the
+    shared one for the other aspects). Raises FileNotFoundError naming what is missing.
+    """
+    if kind not in {"auto", "per_aspect", "shared"}:
+        raise ValueError(f"kind must be auto, per_aspect or shared, not {kind!r}")
+    from .models import load_causal_lm
+
+    root = Path(run_dir) / DECODERS
+    found = {p.name for p in root.iterdir() if (p / DONE_NAME).is_file()} if root.is_dir() else set()
+    if kind == "shared":
+        found &= {SHARED}
+    elif kind == "per_aspect":
+        found -= {SHARED}
+    if not found:
+        raise FileNotFoundError(f"no trained decoder under {root}: run stage 04 (decode) first")
+    shared = None
+    out: dict[str, AspectDecoder] = {}
+    names = list(aspects) if aspects is not None else sorted(found - {SHARED})
+    if SHARED in found:
+        saved = json.loads((root / SHARED / CONFIG_NAME).read_text())
+        names = names or list(saved["aspects"])
+    for aspect in names:
+        if aspect in found:
+            folder = root / aspect
+        elif SHARED in found:
+            folder = root / SHARED
+        else:
+            raise FileNotFoundError(f"no decoder for aspect {aspect!r} under {root} (found: {sorted(found)})")
+        if lm is None:
+            lm_id = json.loads((folder / CONFIG_NAME).read_text())["lm"]
+            lm = load_causal_lm(lm_id, device=device)
+        if folder.name == SHARED:
+            shared = shared or EmbeddingDecoder.from_pretrained(folder, lm=lm)
+            if aspect not in shared.aspects:
+                raise FileNotFoundError(f"the shared decoder in {folder} knows {shared.aspects}, not {aspect!r}")
+            out[aspect] = AspectDecoder(aspect, shared)
+        else:
+            out[aspect] = AspectDecoder(aspect, EmbeddingDecoder.from_pretrained(folder, lm=lm))
+    return out
+
+
+def history_frame(run_dir, aspects: Sequence[str] | None = None) -> pd.DataFrame:
+    """Validation history of every trained decoder (decoder, step, train_loss, val_loss, ...)."""
+    root = Path(run_dir) / DECODERS
+    rows = []
+    for folder in sorted(root.iterdir()) if root.is_dir() else []:
+        if (folder / HISTORY_NAME).is_file() and (aspects is None or folder.name in aspects or folder.name == SHARED):
+            rows += [{"decoder": folder.name, **h} for h in json.loads((folder / HISTORY_NAME).read_text())]
+    return pd.DataFrame(rows)
+
+
+def plot_loss_curves(history: pd.DataFrame, ax=None, title: str = "decoder validation loss"):
+    """Validation (and mean training) loss per decoder against the step."""
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6, 3.5))
+    for i, (name, part) in enumerate(history.groupby("decoder", sort=False)):
+        color = f"C{i}"
+        ax.plot(part["step"], part["val_loss"], marker="o", color=color, label=f"{name} validation")
+        train = part.dropna(subset=["train_loss"])
+        if len(train):
+            ax.plot(train["step"], train["train_loss"], linestyle="--", color=color, alpha=0.6,
+                    label=f"{name} training (mean since last check)")
+    ax.set_xlabel("step")
+    ax.set_ylabel("NLL per summary token")
+    ax.set_title(title)
+    ax.legend(fontsize=7)
+    return ax
+
+
+# --------------------------------------------------------------------------- faithfulness
+
+
+def bertscore(candidates: Sequence[str], references: Sequence[str | Sequence[str]], model: str = BERTSCORE_MODEL,
+              num_layers: int | None = None, batch_size: int = 32, device: str | None = None) -> np.ndarray:
+    """BERTScore F1 of each candidate against its reference(s) (the best of several), with a local encoder.
+
+    model: a packaged name ("mpnet", "minilm"), a local folder or a hub id; bert-score
+    gets the folder and a layer count (its baseline rescaling covers hub names only, so
+    scores are raw: compare them with each other, e.g. matching against shuffled).
+    """
+    import bert_score
+
+    from .devices import best_device
+    from .models import resolve_model
+
+    if len(candidates) != len(references):
+        raise ValueError(f"{len(candidates)} candidates but {len(references)} references")
+    if not len(candidates):
+        return np.zeros(0)
+    resolved = resolve_model(model)
+    layers = num_layers or BERTSCORE_LAYERS.get(resolved.name)
+    if layers is None:
+        raise ValueError(f"say which layer of {model!r} bert-score should use (num_layers=)")
+    refs = [[r] if isinstance(r, str) else list(r) for r in references]
+    if any(not r for r in refs):
+        raise ValueError("every candidate needs at least one reference text")
+    _, _, f1 = bert_score.score(list(candidates), refs, model_type=resolved.path, num_layers=layers,
+                                batch_size=batch_size, device=device or best_device(), verbose=False,
+                                rescale_with_baseline=False)
+    return f1.numpy().astype(np.float64)
+
+
+def round_trip(texts: Sequence[str], targets, aspect_model, aspect: str,
+               corpus_embeddings: np.ndarray | None = None) -> pd.DataFrame:
+    """Round-trip confidence of decoded texts: re-embed each with the aspect model.
+
+    cosine: similarity of text i's embedding to targets[i] (the embedding it was decoded
+    from). rank: 1 + the number of corpus documents closer to the text than the target
+    (1 = the text points back to where it came from, among the whole corpus). A target
+    that is itself a corpus row ties with that row and does not count against itself.
+    aspect_model: an AspectEncoder with a head for `aspect` (or a path to one).
+    """
+    from .encoders import AspectEncoder
+
+    if not isinstance(aspect_model, AspectEncoder):
+        aspect_model = AspectEncoder.from_pretrained(aspect_model)
+    targets = _unit(np.atleast_2d(targets))
+    if len(texts) != len(targets):
+        raise ValueError(f"{len(texts)} texts but {len(targets)} targets")
+    if not len(texts):
+        return pd.DataFrame({"cosine": [], "rank": []})
+    head = aspect if aspect in aspect_model.aspects else aspect_model.aspects[0]
+    emb = _unit(aspect_model.encode(list(texts), aspects=head)[head])
+    cosine = np.sum(emb * targets, axis=1)
+    out = pd.DataFrame({"cosine": cosine})
+    if corpus_embeddings is not None:
+        sims = emb @ _unit(corpus_embeddings).T
+        out["rank"] = (sims > cosine[:, None] + 1e-6).sum(axis=1) + 1
+        out["corpus size"] = len(corpus_embeddings)
+    return out
+
+
+def aspect_model_dir(run_dir, aspect: str) -> Path:
+    """Folder of the stage-02 model of an aspect (used to re-embed decoded text)."""
+    folder = Path(run_dir) / "aspect_models" / aspect
+    if not folder.is_dir():
+        raise FileNotFoundError(f"{folder} is missing: the round trip needs the stage-02 aspect model")
+    return folder
+
+
+def _derangement(n: int, seed: int) -> np.ndarray:
+    """A permutation with no fixed point (each item gets another item's embedding)."""
+    if n < 2:
+        raise ValueError("the shuffled control needs at least two documents")
+    rng = np.random.default_rng(seed)
+    while True:
+        perm = rng.permutation(n)
+        if not np.any(perm == np.arange(n)):
+            return perm
+
+
+def decoding_report(decoder: AspectDecoder, embeddings, references: Sequence[Sequence[str]], aspect_model=None,
+                    corpus_embeddings: np.ndarray | None = None, names: Sequence[str] | None = None,
+                    sampling: Mapping | None = None, bertscore_model: str = BERTSCORE_MODEL,
+                    unconditioned: bool | None = None, seed: int = 0) -> tuple[dict, pd.DataFrame]:
+    """Faithfulness of one aspect's decoder on documents with known summaries (paper Table 3).
+
+    embeddings [N, D] and references[i] (the true summaries of document i). Returns
+    (metrics, examples):
+    - perplexity of the true summaries given the matching embedding, a shuffled one
+      (another document's) and none ("unconditioned"; by default only for a base LM,
+      where the paper reports it: a chat LM without soft tokens is off its training path);
+    - BERTScore F1 of the decoded text against the document's own summaries and against
+      another document's ("shuffled");
+    - round trip (needs aspect_model): mean cosine, mean rank and MRR of the target among
+      corpus_embeddings (defaults to `embeddings`).
+    examples: one row per document with the decoded text and its round-trip confidence.
+    """
+    emb = _unit(np.atleast_2d(embeddings))
+    n = len(emb)
+    if len(references) != n or any(not r for r in references):
+        raise ValueError("each embedding needs a non-empty list of reference summaries")
+    perm = _derangement(n, seed)
+    flat = [(i, t) for i in range(n) for t in references[i]]
+    idx, texts = [i for i, _ in flat], [t for _, t in flat]
+    metrics = {"documents": n, "summaries": len(texts),
+               "ppl matching": decoder.perplexity(emb[idx], texts),
+               "ppl shuffled": decoder.perplexity(emb[perm][idx], texts)}
+    if unconditioned is None:
+        unconditioned = not decoder.decoder.chat
+    metrics["ppl unconditioned"] = decoder.perplexity(None, texts) if unconditioned else float("nan")
+    settings = {"greedy": True, "max_new_tokens": 48, **(sampling or {})}
+    decoded = [c[0] if c else "" for c in decoder.describe(emb, **settings)]
+    f1 = bertscore(decoded, list(references), model=bertscore_model)
+    f1_shuffled = bertscore([decoded[j] for j in perm], list(references), model=bertscore_model)
+    metrics.update({"bertscore matching": float(f1.mean()), "bertscore shuffled": float(f1_shuffled.mean())})
+    examples = pd.DataFrame({"document": list(names) if names is not None else list(range(n)),
+                             "summary": [r[0] for r in references], "decoded": decoded, "bertscore": f1})
+    if aspect_model is not None:
+        rt = round_trip(decoded, emb, aspect_model, decoder.aspect,
+                        corpus_embeddings if corpus_embeddings is not None else emb)
+        examples["round-trip cosine"] = rt["cosine"].to_numpy()
+        examples["round-trip rank"] = rt["rank"].to_numpy()
+        metrics.update({"round-trip cosine": float(rt["cosine"].mean()), "round-trip rank": float(rt["rank"].mean()),
+                        "round-trip MRR": float(np.mean(1.0 / rt["rank"])), "corpus size": int(rt["corpus size"][0])})
+    return metrics, examples
+
+
+def confidence_label(cosine: float, rank: int | None = None, corpus_size: int | None = None) -> str:
+    """A short human reading of a round-trip score, shown next to a decoded text."""
+    where = f", rank {int(rank)}/{int(corpus_size)}" if rank is not None and corpus_size else ""
+    level = "high" if cosine >= 0.7 else "medium" if cosine >= 0.45 else "low"
+    return f"{level} confidence (round-trip cosine {cosine:.2f}{where})"
+
+
+def describe_with_confidence(decoders: Mapping[str, AspectDecoder], embeddings: Mapping[str, np.ndarray],
+                             aspect_models: Mapping[str, object] | None = None,
+                             corpus_embeddings: Mapping[str, np.ndarray] | None = None,
+                             sampling: Mapping | None = None) -> pd.DataFrame:
+    """Decode one embedding per aspect ({aspect: [D]}) and score each text by its round trip.
+
+    The entry point for arbitrary points (a map inversion, a user's text): one row per
+    aspect with the text, cosine, rank among the corpus and a readable confidence.
+    """
+    rows = []
+    settings = {"greedy": True, "max_new_tokens": 48, **(sampling or {})}
+    for aspect, vector in embeddings.items():
+        if aspect not in decoders:
+            raise KeyError(f"no decoder for aspect {aspect!r} (have {sorted(decoders)})")
+        text = decoders[aspect].describe(vector, **settings)[0][0]
+        row = {"aspect": aspect, "decoded": text}
+        if aspect_models is not None and aspect in aspect_models:
+            corpus = corpus_embeddings.get(aspect) if corpus_embeddings else None
+            rt = round_trip([text], vector, aspect_models[aspect], aspect, corpus).iloc[0]
+            row.update({"round-trip cosine": float(rt["cosine"]),
+                        "round-trip rank": int(rt["rank"]) if "rank" in rt else None,
+                        "confidence": confidence_label(rt["cosine"], rt.get("rank"), rt.get("corpus size"))})
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def figure3_table(examples: Mapping[str, pd.DataFrame], titles: Mapping | None = None, n: int = 3) -> pd.DataFrame:
+    """Paper Figure 3 style: per document and aspect, the true summary beside the reconstruction."""
+    rows = []
+    for aspect, frame in examples.items():
+        for _, r in frame.head(n).iterrows():
+            rows.append({"document": titles.get(r["document"], r["document"]) if titles else r["document"],
+                         "aspect": aspect, "summary": r["summary"], "reconstruction": r["decoded"],
+                         **({"confidence": confidence_label(r["round-trip cosine"], r.get("round-trip rank"))}
+                            if "round-trip cosine" in r else {})})
+    return pd.DataFrame(rows)
+
+
+def shared_vs_per_aspect(per_aspect: Mapping[str, dict], shared: Mapping[str, dict]) -> pd.DataFrame:
+    """Side-by-side decoding metrics of per-aspect decoders and one shared decoder (the measured decision)."""
+    keys = ["ppl matching", "ppl shuffled", "bertscore matching", "bertscore shuffled", "round-trip MRR"]
+    rows = []
+    for aspect in per_aspect:
+        for kind, source in (("per aspect", per_aspect), ("shared", shared)):
+            if aspect in source:
+                rows.append({"aspect": aspect, "decoder": kind, **{k: source[aspect].get(k) for k in keys}})
+    return pd.DataFrame(rows)
+
