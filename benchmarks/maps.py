@@ -1,0 +1,286 @@
+"""Map interaction times: refit after a weight change, place one point, invert one point.
+
+On synthetic aspect embeddings (3 aspects x 64-D; each aspect clusters the papers its own
+way, 12 gaussian clusters per aspect, unit rows) of n = 250, 2000 and 10000 papers, in
+one process and one run, against what a user would otherwise do:
+
+  refit   ours: `AspectMap.with_weights` (warm start from the old map, no early
+          exaggeration, 300 exact / 100 openTSNE Barnes-Hut iterations) against a fresh
+          `openTSNE.TSNE().fit` and a fresh `sklearn.manifold.TSNE().fit_transform`
+          (barnes_hut, its defaults) of the re-weighted features. Above --sklearn-full-max
+          points (default 10000: about 2.5 minutes on 2 cores) sklearn runs 250 iterations
+          (its minimum) and the time is extrapolated x4 to its default 1000, labelled "~".
+  place   ours: `AspectMap.place` of one held-out point against openTSNE's
+          `TSNEEmbedding.transform` into the same map (its defaults: perplexity 5, 250
+          iterations, the gradient method openTSNE picks for n); the mean over --new held-out
+          points after one warm-up call (which builds both sides' per-map caches and indexes;
+          its time is printed separately).
+  invert  ours: `AspectMap.invert`, per iteration, against the paper's procedure (reference
+          facts): the new embedding e = mean + z @ U (20 PCA components) appended to the
+          corpus, the whole (n+1) x (n+1) distance matrix and P recomputed every step,
+          precisions refreshed every 10 steps, KL against a fixed Q, SGD with momentum.
+          The baseline runs --baseline-steps steps after untimed warm-up steps; its per-step
+          time includes 1/10 of a precision refresh (timed once).
+
+Threads: every method runs on the same --threads (default 1) threads: openTSNE's and
+sklearn's n_jobs, workbench.tsne.N_JOBS, BLAS (threadpoolctl) and torch. On a shared 2-core
+machine (load 3-4), 2 threads made everything slower, the small steps most: a fresh
+openTSNE fit of 250 points took 10.1 s with 2 threads against 0.7 s with 1 (sklearn 20.0
+against 1.4 s); openTSNE's transform of one point 3.4 s against 0.08 s. On an idle
+multi-core machine pass --threads N.
+
+Quality columns: "kNN@10" is the share of a point's 10 nearest map neighbours that are
+among its 10 nearest papers in the weighted high-dimensional space (mean over 500 points
+of the map; for placed points over the held-out points).
+
+    nice .venv/bin/python benchmarks/maps.py [--sizes 250 2000 10000] [--new 5]
+        [--baseline-steps 5] [--sklearn-full-max 10000] [--threads 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import math
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+
+import numpy as np  # noqa: E402
+
+from workbench import tsne  # noqa: E402
+from workbench.tsne import AspectMap, _calibrate_rows, weighted_features  # noqa: E402
+
+ASPECTS, DIM, CLUSTERS = ("task", "method", "outcome"), 64, 12
+W_OLD = {"task": 0.5, "method": 0.3, "outcome": 0.2}
+W_NEW = {"task": 0.4, "method": 0.35, "outcome": 0.25}
+
+
+def synthetic(n: int, seed: int = 0) -> dict[str, np.ndarray]:
+    """aspect -> (n, 64) unit rows; each aspect draws its own cluster label per paper."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for a in ASPECTS:
+        centers = rng.normal(size=(CLUSTERS, DIM))
+        e = centers[rng.integers(CLUSTERS, size=n)] + 0.6 * rng.normal(size=(n, DIM))
+        out[a] = e / np.linalg.norm(e, axis=1, keepdims=True)
+    return out
+
+
+def knn_agreement(features, coords, rows, k=10, queries=None, query_coords=None) -> float:
+    """Mean share of the k nearest map neighbours that are among the k nearest in the features.
+
+    With queries/query_coords: for points outside the map (placed points), against the map.
+    """
+    f = np.asarray(features, dtype=np.float64)
+    q, qy = (f[rows], coords[rows]) if queries is None else (np.asarray(queries, float), query_coords)
+    sims = q @ f.T
+    d2 = np.sum((qy[:, None, :] - coords[None]) ** 2, axis=-1)
+    if queries is None:  # a map point is not its own neighbour
+        sims[np.arange(len(rows)), rows] = -np.inf
+        d2[np.arange(len(rows)), rows] = np.inf
+    hi = np.argsort(-sims, axis=1)[:, :k]
+    lo = np.argsort(d2, axis=1)[:, :k]
+    return float(np.mean([len(set(a) & set(b)) / k for a, b in zip(hi, lo)]))
+
+
+@contextlib.contextmanager
+def limited_threads(n: int):
+    """BLAS/OpenMP pools (threadpoolctl) and torch limited to n threads inside the block."""
+    import torch
+    from threadpoolctl import threadpool_limits
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        with threadpool_limits(limits=n):
+            yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def timed(fn):
+    t0 = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - t0
+
+
+def baseline_invert(amap: AspectMap, target, steps: int, n_components: int = 20):
+    """The paper's inversion, minimally: full (n+1)-point P every step; returns (s/step, s/refresh).
+
+    float32 (as on the authors' GPU), torch autograd, SGD lr 1e-3 momentum 0.3, precisions
+    (one binary search per row of the (n+1) x (n+1) matrix) refreshed every 10 steps.
+    """
+    import torch
+
+    F = torch.as_tensor(amap.features(), dtype=torch.float32)
+    n = F.shape[0]
+    mean, comps, _ = amap._pca(n_components)
+    mean, U = torch.as_tensor(mean, dtype=torch.float32), torch.as_tensor(comps, dtype=torch.float32)
+    Y = torch.as_tensor(np.vstack([amap.coords, np.asarray(target)[None]]), dtype=torch.float32)
+    W = 1.0 / (1.0 + torch.cdist(Y, Y) ** 2)
+    W.fill_diagonal_(0.0)
+    log_q = torch.log((W / W.sum()).clamp_min(1e-12))
+    del W
+    x0 = F[amap.nearest(target, 5)].mean(0)
+    z = ((x0 - mean) @ U.T).clone().requires_grad_(True)
+    velocity = torch.zeros_like(z)
+
+    def distances():
+        X = torch.cat([F, (mean + z @ U)[None]])
+        X = X / X.norm(dim=1, keepdim=True)
+        return (1.0 - X @ X.T).clamp(0.0, 2.0)
+
+    def refresh():
+        with torch.no_grad():
+            d = distances().double().numpy()
+        np.fill_diagonal(d, np.inf)
+        betas = [_calibrate_rows(d[s:s + 1000], amap.perplexity)[1] for s in range(0, len(d), 1000)]
+        return torch.as_tensor(np.concatenate(betas), dtype=torch.float32)
+
+    beta, t_refresh = timed(refresh)
+    warmup = 3 if n <= 2000 else 1  # torch's first backward passes are slow (lazy set-up); not timed
+    for step in range(warmup + steps):
+        if step == warmup:
+            t0 = time.perf_counter()
+        d = distances()
+        logits = -beta[:, None] * d
+        logits.fill_diagonal_(-math.inf)
+        C = torch.softmax(logits, dim=1)
+        P = ((C + C.T) / (2 * (n + 1))).clamp_min(1e-12)
+        loss = torch.sum(P * (torch.log(P) - log_q))
+        (grad,) = torch.autograd.grad(loss, z)
+        with torch.no_grad():  # SGD with momentum 0.3, lr 1e-3 (the authors' settings)
+            velocity.mul_(0.3).add_(grad)
+            z -= 1e-3 * velocity
+        del d, logits, C, P, loss
+    return (time.perf_counter() - t0) / steps, t_refresh
+
+
+def place_and_invert(base: AspectMap, new: dict, args) -> list[str]:
+    """Rows of the table for placing and inverting one point in `base`."""
+    from openTSNE import TSNEEmbedding
+    from openTSNE.affinity import PerplexityBasedNN
+
+    n, rows_out = len(base), []
+
+    # ---- place one point
+    f_corpus, f_add = base.features(), weighted_features(new, W_OLD)
+    one = lambda i: {a: e[i:i + 1] for a, e in new.items()}  # noqa: E731
+    _, t_first = timed(lambda: base.place(one(0)))
+    ours_xy, ours_t = [], []
+    for i in range(args.new):
+        xy, t = timed(lambda: base.place(one(i)))
+        ours_xy.append(xy[0])
+        ours_t.append(t)
+    ours_xy = np.array(ours_xy)
+    a_ours = knn_agreement(f_corpus, base.coords, None, queries=f_add, query_coords=ours_xy)
+    (ref, t_index) = timed(lambda: TSNEEmbedding(base.coords.copy(), PerplexityBasedNN(
+        f_corpus.astype(np.float64), perplexity=base.perplexity, n_jobs=args.threads, random_state=0),
+        negative_gradient_method="auto", n_jobs=args.threads, random_state=0))
+    _, t_ot_first = timed(lambda: ref.transform(f_add[:1].astype(np.float64)))
+    ot_xy, ot_t = [], []
+    for i in range(args.new):
+        xy, t = timed(lambda: np.asarray(ref.transform(f_add[i:i + 1].astype(np.float64))))
+        ot_xy.append(xy[0])
+        ot_t.append(t)
+    a_ot = knn_agreement(f_corpus, np.asarray(ref), None, queries=f_add, query_coords=np.array(ot_xy))
+    print(f"  place: ours first {t_first:.2f}s then {np.mean(ours_t):.3f}s/point; openTSNE index {t_index:.1f}s, "
+          f"first {t_ot_first:.2f}s then {np.mean(ot_t):.3f}s/point", flush=True)
+    rows_out.append(f"| {n} | place one point | ours `place` | {np.mean(ours_t):.3f} | 1.00x | kNN@10 {a_ours:.2f} "
+                    f"(first call {t_first:.2f}s) |")
+    rows_out.append(f"| {n} | | openTSNE `transform` | {np.mean(ot_t):.3f} | {np.mean(ot_t) / np.mean(ours_t):.1f}x | "
+                    f"kNN@10 {a_ot:.2f} (index {t_index:.1f}s, first {t_ot_first:.2f}s) |")
+
+    # ---- invert one point (per optimisation step)
+    target = ours_xy[0]
+    base.invert(target, n_iter=1)  # caches (PCA, Z, row precisions) built once per map
+    _, t_inv = timed(lambda: base.invert(target, n_iter=args.invert_iter))
+    per_ours = t_inv / args.invert_iter
+    per_base, t_refresh = baseline_invert(base, target, args.baseline_steps)
+    per_base_all = per_base + t_refresh / 10
+    print(f"  invert: ours {per_ours * 1e3:.1f} ms/step ({t_inv:.1f}s for {args.invert_iter}); full recompute "
+          f"{per_base * 1e3:.0f} ms/step + refresh {t_refresh:.1f}s / 10", flush=True)
+    rows_out.append(f"| {n} | invert one point, per step | ours `invert` | {per_ours * 1e3:.1f} ms | 1.00x | "
+                    f"{args.invert_iter} steps: {t_inv:.1f}s |")
+    rows_out.append(f"| {n} | | paper: full (n+1)^2 P per step | {per_base_all * 1e3:.0f} ms | "
+                    f"{per_base_all / per_ours:.0f}x | step {per_base * 1e3:.0f} ms + refresh {t_refresh:.1f}s/10 |")
+    return rows_out
+
+
+def run_size(n: int, args) -> list[str]:
+    import openTSNE
+    from sklearn.manifold import TSNE
+
+    rows_out = []
+    emb = synthetic(n + args.new, seed=n)
+    corpus = {a: e[:n] for a, e in emb.items()}
+    new = {a: e[n:] for a, e in emb.items()}
+    rows = np.random.default_rng(0).choice(n, size=min(500, n), replace=False)
+    print(f"\n== n = {n} (load average {os.getloadavg()[0]:.1f})", flush=True)
+
+    base, t_base = timed(lambda: AspectMap.fit(corpus, W_OLD, seed=0))
+    print(f"  base map: {base.method}, fit {t_base:.1f}s", flush=True)
+
+    # ---- refit after a weight change
+    f_new = weighted_features(corpus, W_NEW)
+    warm, t_warm = timed(lambda: base.with_weights(W_NEW))
+    q_warm = knn_agreement(f_new, warm.coords, rows)
+    print(f"  ours warm start: {t_warm:.1f}s, kNN@10 {q_warm:.2f}", flush=True)
+    ot, t_ot = timed(lambda: np.asarray(openTSNE.TSNE(n_jobs=args.threads, random_state=0).fit(
+        f_new.astype(np.float64))))
+    q_ot = knn_agreement(f_new, ot, rows)
+    print(f"  openTSNE fresh: {t_ot:.1f}s, kNN@10 {q_ot:.2f}", flush=True)
+    full = n <= args.sklearn_full_max
+    sk, t_sk = timed(lambda: TSNE(random_state=0, n_jobs=args.threads,
+                                  max_iter=1000 if full else 250).fit_transform(f_new))
+    q_sk = knn_agreement(f_new, sk, rows) if full else float("nan")
+    label_sk = f"{t_sk:.1f}" if full else f"~{4 * t_sk:.0f} (250 its: {t_sk:.1f})"
+    print(f"  sklearn fresh: {label_sk}s", flush=True)
+    t_sk_full = t_sk if full else 4 * t_sk
+    rows_out.append(f"| {n} | refit after weight change | ours warm start ({base.method}) | {t_warm:.2f} | 1.00x | "
+                    f"kNN@10 {q_warm:.2f} |")
+    rows_out.append(f"| {n} | | openTSNE fresh fit | {t_ot:.2f} | {t_ot / t_warm:.1f}x | kNN@10 {q_ot:.2f} |")
+    rows_out.append(f"| {n} | | sklearn TSNE fresh (barnes_hut) | {label_sk} | {'~' * (not full)}"
+                    f"{t_sk_full / t_warm:.1f}x | " + (f"kNN@10 {q_sk:.2f} |" if full else "(250 its only) |"))
+
+    rows_out += place_and_invert(base, new, args)
+    return rows_out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[250, 2000, 10000])
+    parser.add_argument("--new", type=int, default=5, help="held-out points to place (default 5)")
+    parser.add_argument("--invert-iter", type=int, default=300, help="our inversion steps (default 300)")
+    parser.add_argument("--baseline-steps", type=int, default=5, help="full-recompute steps timed (default 5)")
+    parser.add_argument("--threads", type=int, default=1, help="threads for every method (default 1)")
+    parser.add_argument("--sklearn-full-max", type=int, default=10000,
+                        help="largest n at which sklearn runs its full 1000 iterations (default 10000)")
+    args = parser.parse_args()
+
+    import openTSNE
+    import sklearn
+    import torch
+
+    print(f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; {platform.machine()}, "
+          f"{os.cpu_count()} CPU cores, numpy {np.__version__}, openTSNE {openTSNE.__version__}, "
+          f"scikit-learn {sklearn.__version__}, torch {torch.__version__}; {args.threads} thread(s) for every method")
+    tsne.N_JOBS = args.threads  # our openTSNE calls
+    table = []
+    with limited_threads(args.threads):
+        for n in args.sizes:
+            table += run_size(n, args)
+    print(f"\nload average now {os.getloadavg()[0]:.1f}\n")
+    print("| n | task | method | seconds | vs ours | notes |")
+    print("|---:|---|---|---:|---:|---|")
+    print("\n".join(table))
+
+
+if __name__ == "__main__":
+    main()

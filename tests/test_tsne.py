@@ -1,0 +1,354 @@
+"""Aspect-weighted t-SNE maps (workbench.tsne), checked against sklearn, torch autograd and the full (n+1)-point KL."""
+
+import math
+import tracemalloc
+
+import numpy as np
+import pytest
+import torch
+from scipy.spatial.distance import squareform
+
+from workbench import tsne
+from workbench.tsne import (AspectMap, conditional_probabilities, joint_probabilities, kl_divergence,
+                            normalize_weights, weighted_distance, weighted_features)
+
+
+def _perplexity(rows):
+    """2 ** (Shannon entropy in bits) of each row."""
+    safe = np.where(rows > 0, rows, 1.0)
+    return 2.0 ** -np.sum(rows * np.log2(safe), axis=1)
+
+
+def _manifold(n, seed=0, dims=(16, 12, 8), clusters=4):
+    """Papers with a 2-D latent position (in `clusters` groups); each aspect a different smooth map of it."""
+    rng = np.random.default_rng(seed)
+    labels = np.arange(n) % clusters
+    z = rng.uniform(-3, 3, size=(clusters, 2))[labels] + 0.8 * rng.normal(size=(n, 2))
+    emb = {}
+    for name, d in zip(("task", "method", "outcome"), dims):
+        a, b = rng.normal(size=(2, d)), rng.uniform(0, 2 * np.pi, size=d)
+        e = np.sin(0.5 * z @ a + b) + 0.05 * rng.normal(size=(n, d))
+        emb[name] = e / np.linalg.norm(e, axis=1, keepdims=True)
+    return emb, labels
+
+
+def _rows(emb, idx):
+    return {a: e[idx] for a, e in emb.items()}
+
+
+@pytest.fixture(scope="module")
+def loo():
+    """A map of 160 papers fitted without 5 of them (the left-out papers, for place / invert)."""
+    emb, labels = _manifold(165, seed=3)
+    out = np.arange(160, 165)
+    amap = AspectMap.fit(_rows(emb, np.arange(160)), seed=0, n_iter=400)
+    return amap, emb, labels, out
+
+
+# ---------------------------------------------------------------- weights and distances
+
+
+def test_normalize_weights_and_errors():
+    aspects = ["task", "method", "outcome"]
+    assert normalize_weights({"task": 3, "method": 1}, aspects) == {"task": 0.75, "method": 0.25, "outcome": 0.0}
+    assert normalize_weights([1, 1, 2], aspects) == {"task": 0.25, "method": 0.25, "outcome": 0.5}
+    assert normalize_weights(np.array([0.0, 2.0, 0.0]), aspects) == {"task": 0.0, "method": 1.0, "outcome": 0.0}
+    assert normalize_weights(None, aspects) == pytest.approx({a: 1 / 3 for a in aspects})
+    assert list(normalize_weights({"outcome": 1, "task": 1}, aspects)) == aspects  # aspect order, not the dict's
+    for bad, match in [({"task": -0.1, "method": 1}, "'task'.*>= 0"), ({"method": float("nan")}, "'method'"),
+                       ({"task": math.inf}, "'task'"), ({"task": 0, "method": 0}, "all aspect weights are zero"),
+                       ({"tsak": 1}, "unknown aspects \\['tsak'\\]"), ([1, 2], "2 weights for 3 aspects"),
+                       ({"task": "heavy"}, "'task' is not a number"), ("task", "mapping or a sequence")]:
+        with pytest.raises(ValueError, match=match):
+            normalize_weights(bad, aspects)
+
+
+def test_weighted_features_give_the_weighted_distance():
+    rng = np.random.default_rng(0)
+    emb = {"a": rng.normal(size=(30, 5)) * 3, "b": rng.normal(size=(30, 7)), "c": rng.normal(size=(30, 4))}
+    weights = {"a": 0.5, "b": 0.2}  # "c" weighs 0
+    f = weighted_features(emb, weights)
+    assert f.shape == (30, 16) and f.dtype == np.float32
+    assert np.allclose(np.linalg.norm(f, axis=1), 1.0, atol=1e-6)
+    assert np.all(f[:, 12:] == 0)  # the zero-weight aspect keeps its (zero) columns
+    d = weighted_distance(emb, weights)
+    assert np.allclose(d, 1.0 - f.astype(np.float64) @ f.T.astype(np.float64), atol=1e-6)
+    # ... and the direct definition, from scratch.
+    u = {k: v / np.linalg.norm(v, axis=1, keepdims=True) for k, v in emb.items()}
+    direct = 0.5 / 0.7 * (1 - u["a"] @ u["a"].T) + 0.2 / 0.7 * (1 - u["b"] @ u["b"].T)
+    np.fill_diagonal(direct, 0.0)
+    assert np.allclose(d, direct, atol=1e-12)
+    assert np.all(np.diag(d) == 0) and d.min() >= 0 and d.max() <= 2
+    with pytest.raises(ValueError, match="rows"):
+        weighted_features({"a": np.ones((3, 2)), "b": np.ones((4, 2))})
+
+
+# ---------------------------------------------------------------- affinities
+
+
+def test_conditional_rows_have_the_requested_perplexity():
+    emb, _ = _manifold(120, seed=1)
+    d = weighted_distance(emb)
+    for perplexity in (5.0, 30.0):
+        cond = conditional_probabilities(d, perplexity)
+        assert np.all(np.diag(cond) == 0)
+        assert np.allclose(cond.sum(axis=1), 1.0)
+        assert np.allclose(_perplexity(cond), perplexity, rtol=1e-3)
+    with pytest.warns(UserWarning, match="too high"):
+        cond = conditional_probabilities(d[:16, :16], 30.0)
+    assert np.allclose(_perplexity(cond), 5.0, rtol=1e-3)  # clipped to (n - 1) / 3
+
+
+def test_joint_probabilities_match_sklearn():
+    from sklearn.manifold._t_sne import _joint_probabilities
+
+    emb, _ = _manifold(100, seed=2)
+    d = weighted_distance(emb, [0.2, 0.5, 0.3])
+    P = joint_probabilities(d, 20.0)
+    assert np.allclose(P, P.T) and P.sum() == pytest.approx(1.0) and np.all(np.diag(P) == 0)
+    # sklearn's exact method feeds the precomputed matrix to the same Gaussian, unsquared.
+    theirs = squareform(_joint_probabilities(d, 20.0, 0))
+    assert np.allclose(P, theirs, rtol=1e-3, atol=1e-9)
+
+
+def test_opentsne_euclidean_rows_are_ours_on_the_same_neighbours():
+    from openTSNE.affinity import PerplexityBasedNN
+
+    emb, _ = _manifold(200, seed=1)
+    f = weighted_features(emb).astype(np.float64)
+    theirs = PerplexityBasedNN(f, perplexity=10, metric="euclidean", method="exact", symmetrize=False).P.toarray()
+    theirs /= theirs.sum(axis=1, keepdims=True)
+    idx, d = tsne._knn_rows(f, 30)  # openTSNE's k = 3 x perplexity
+    ours = np.zeros_like(theirs)
+    np.put_along_axis(ours, idx, tsne._calibrate_rows(d, 10)[0], axis=1)
+    # openTSNE squares Euclidean distances, |f_i - f_j|^2 = 2 (1 - cos): the same rows as 1 - cos unsquared.
+    assert np.allclose(ours, theirs, atol=1e-4)
+
+
+def test_kl_divergence_and_gradient_match_torch_and_sklearn():
+    from sklearn.manifold._t_sne import _kl_divergence
+
+    emb, _ = _manifold(60, seed=4)
+    P = joint_probabilities(weighted_distance(emb), 10.0)
+    Y = np.random.default_rng(0).normal(size=(60, 2))
+    kl, grad = kl_divergence(P, Y)
+    y = torch.tensor(Y, dtype=torch.float64, requires_grad=True)
+    p = torch.tensor(P, dtype=torch.float64)
+    w = 1.0 / (1.0 + torch.cdist(y, y) ** 2) * (1 - torch.eye(60, dtype=torch.float64))
+    q = w / w.sum()
+    mask = p > 0
+    loss = torch.sum(p[mask] * torch.log(p[mask] / q[mask]))
+    loss.backward()
+    assert kl == pytest.approx(loss.item(), rel=1e-10)
+    assert np.allclose(grad, y.grad.numpy(), rtol=1e-8, atol=1e-12)
+    sk_kl, sk_grad = _kl_divergence(Y.ravel(), squareform(P, checks=False), 1, 60, 2)
+    assert kl == pytest.approx(sk_kl, rel=1e-6)
+    assert np.allclose(grad.ravel(), sk_grad, rtol=1e-5, atol=1e-10)
+
+
+# ---------------------------------------------------------------- fitting
+
+
+def test_exact_fit_keeps_clusters_is_deterministic_and_matches_sklearn_kl():
+    from sklearn.manifold import TSNE
+    from sklearn.neighbors import KNeighborsClassifier
+
+    rng = np.random.default_rng(5)
+    labels = np.arange(120) % 3
+    x = 4.0 * rng.normal(size=(3, 20))[labels] + rng.normal(size=(120, 20))
+    emb = {"left": x[:, :10], "right": x[:, 10:]}
+    amap = AspectMap.fit(emb, seed=0)
+    assert amap.method == "exact" and amap.coords.shape == (120, 2)
+    knn = KNeighborsClassifier(6).fit(amap.coords, labels)  # a point and its 5 nearest others
+    assert np.mean(knn.predict(amap.coords) == labels) > 0.9
+    assert np.array_equal(AspectMap.fit(emb, seed=0).coords, amap.coords)
+
+    d = weighted_distance(emb)
+    ours = kl_divergence(joint_probabilities(d, 30.0), amap.coords)[0]
+    theirs = TSNE(metric="precomputed", init="random", method="exact", random_state=0).fit(d).kl_divergence_
+    assert ours <= 1.2 * theirs
+
+
+def test_opentsne_path_fits_and_warm_starts(monkeypatch):
+    emb, _ = _manifold(150, seed=6)
+    monkeypatch.setattr(tsne, "EXAGGERATION_ITER", 25)  # keep it short: this checks the wiring
+    amap = AspectMap.fit(emb, method="opentsne", n_iter=50, seed=1)
+    assert amap.method == "opentsne" and amap.coords.shape == (150, 2) and np.all(np.isfinite(amap.coords))
+    moved = amap.with_weights([0.4, 0.3, 0.3], n_iter=20)
+    assert moved.method == "opentsne"
+    shift = np.linalg.norm(moved.coords - amap.coords, axis=1).mean()
+    assert 0 < shift < 0.3 * np.std(amap.coords)
+
+
+def test_with_weights_moves_points_less_than_a_fresh_fit():
+    emb, _ = _manifold(150, seed=7)
+    old = AspectMap.fit(emb, {"task": 0.5, "method": 0.3, "outcome": 0.2}, seed=0, n_iter=400)
+    new_weights = {"task": 0.45, "method": 0.33, "outcome": 0.22}
+    warm = old.with_weights(new_weights)
+    fresh = AspectMap.fit(emb, new_weights, seed=1, n_iter=400)
+    move = lambda m: np.linalg.norm(m.coords - old.coords, axis=1).mean()  # noqa: E731
+    assert warm.weights == pytest.approx(normalize_weights(new_weights, old.aspects))
+    assert move(warm) < 0.25 * move(fresh)
+    # ... without giving up the fit: the warm map is about as good under the new weights.
+    P = joint_probabilities(weighted_distance(emb, new_weights))
+    assert kl_divergence(P, warm.coords)[0] <= 1.1 * kl_divergence(P, fresh.coords)[0]
+
+
+# ---------------------------------------------------------------- placing
+
+
+def _full_kl(amap, new_features, y, betas):
+    """KL of the (n+1)-point map, P and Q from scratch (the paper's procedure); corpus precisions given."""
+    F = np.vstack([amap.features().astype(np.float64), new_features])
+    Y = np.vstack([amap.coords, y])
+    D = np.clip(1 - F @ F.T, 0, 2)
+    E = np.exp(-betas[:, None] * D)
+    np.fill_diagonal(E, 0)
+    C = E / E.sum(axis=1, keepdims=True)
+    P = (C + C.T) / (2 * len(F))
+    W = 1 / (1 + np.sum((Y[:, None] - Y[None]) ** 2, axis=-1))
+    np.fill_diagonal(W, 0)
+    mask = P > 0
+    return float(np.sum(P[mask] * np.log(P[mask] / (W[mask] / W.sum()))))
+
+
+def test_position_loss_is_the_full_kl_up_to_a_constant(loo):
+    amap, emb, _, out = loo
+    f = weighted_features(_rows(emb, out[:1]), amap.weights).astype(np.float64)
+    d = np.clip(1 - f @ amap.features().astype(np.float64).T, 0, 2)
+    p = amap._p_rows(d)
+    beta_new = tsne._calibrate_rows(d, 30.0)[1]
+    betas = np.concatenate([amap._rows()[0], beta_new])
+    rng = np.random.default_rng(0)
+    ys = amap.coords[[0, 50, 100]] + rng.normal(size=(3, 2))
+    gaps = [_full_kl(amap, f, y, betas) - amap._position_loss(p, y[None])[0][0] for y in ys]
+    assert np.ptp(gaps) < 1e-10  # O(n) per step, yet the same objective
+    y = ys[:1]
+    _, grad = amap._position_loss(p, y)
+    for k in range(2):
+        e = np.zeros((1, 2))
+        e[0, k] = 1e-5
+        numeric = (amap._position_loss(p, y + e, False)[0] - amap._position_loss(p, y - e, False)[0]) / 2e-5
+        assert grad[0, k] == pytest.approx(numeric[0], rel=1e-5, abs=1e-12)
+
+
+def test_place_lands_among_its_neighbours(loo):
+    amap, emb, _, out = loo
+    xy = amap.place(_rows(emb, out))
+    assert xy.shape == (5, 2)
+    F = amap.features().astype(np.float64)
+    f = weighted_features(_rows(emb, out), amap.weights).astype(np.float64)
+
+    def agreement(sims, y, skip=None):  # share of the 10 nearest on the map among the 10 nearest in high-D
+        sims = sims.copy()
+        if skip is not None:
+            sims[skip] = -np.inf
+        near = [j for j in amap.nearest(y, 11) if j != skip][:10]
+        return len(set(np.argsort(-sims)[:10]) & set(near)) / 10
+
+    placed = [agreement(F @ f[i], xy[i]) for i in range(5)]
+    mapped = [agreement(F @ F[j], amap.coords[j], skip=j) for j in range(len(amap))]
+    # A placed paper keeps its neighbours about as well as the map's own papers do.
+    assert min(placed) >= 0.5 and np.mean(placed) >= 0.85 * np.mean(mapped)
+    # Placed one at a time, vectorised or not: the same positions.
+    assert np.allclose(amap.place(_rows(emb, out[2:3]))[0], xy[2])
+    with pytest.raises(ValueError, match="missing weighted aspects \\['outcome'\\]"):
+        amap.place({"task": emb["task"][out], "method": emb["method"][out]})
+    with pytest.raises(ValueError, match="dimension 16"):
+        amap.place({a: e[out][:, :3] for a, e in emb.items()})
+
+
+# ---------------------------------------------------------------- inverting
+
+
+def test_inversion_objective_tracks_full_kl_and_its_gradient(loo):
+    amap, _, _, _ = loo
+    objective, c0 = amap._inversion_objective(amap.coords[7] + [0.5, -0.3])
+    loss0, grad, x_hat = objective(c0)
+    beta = float(tsne._calibrate_rows(np.clip(1 - amap._features64() @ x_hat, 0, 2)[None], 30.0)[1][0])
+    betas = np.append(amap._rows()[0], beta)
+    rng = np.random.default_rng(1)
+    losses, gaps = [], []
+    for scale in (0.0, 0.3, 1.0, 2.0):
+        c = c0 + scale * rng.normal(size=c0.shape)
+        loss, _, x_hat = objective(c, beta)
+        losses.append(loss)
+        gaps.append(_full_kl(amap, x_hat[None], amap.coords[7] + [0.5, -0.3], betas) - loss)
+    # First order in the new point's share of each corpus row: the gap varies < 2% as much as the loss.
+    assert np.ptp(gaps) < 0.02 * np.ptp(losses)
+    # The hand-written backward against central differences, coordinate by coordinate.
+    _, g, _ = objective(c0, beta)
+    eps = 1e-6
+    numeric = np.array([(objective(c0 + eps * e, beta)[0] - objective(c0 - eps * e, beta)[0]) / (2 * eps)
+                        for e in np.eye(len(c0))])
+    assert np.allclose(g, numeric, rtol=1e-4, atol=1e-9)
+
+
+def test_invert_leave_one_out_round_trip(loo):
+    amap, emb, _, out = loo
+    F = amap.features().astype(np.float64)
+    wins, closer = 0, 0
+    for i in out:
+        original = weighted_features(_rows(emb, [i]), amap.weights).astype(np.float64)[0]
+        y = amap.place(_rows(emb, [i]))[0]
+        parts = amap.invert(y, n_iter=150)
+        assert list(parts) == amap.aspects
+        for a, v in parts.items():
+            assert v.shape == (emb[a].shape[1],) and np.linalg.norm(v) == pytest.approx(1.0)
+        x = np.concatenate([math.sqrt(amap.weights[a]) * parts[a] for a in amap.aspects])
+        assert np.allclose(x, amap.invert_features(y, n_iter=150))
+        wins += x @ original > np.median(F @ original)
+        # Placed again, the inverted features land among y's 10 nearest map points.
+        back = amap.place({a: parts[a][None] for a in amap.aspects})[0]
+        closer += np.linalg.norm(back - y) < np.linalg.norm(amap.coords[amap.nearest(y, 10)[-1]] - y)
+    assert wins >= 4 and closer >= 4
+
+
+def test_invert_returns_only_weighted_aspects():
+    emb, _ = _manifold(80, seed=8)
+    amap = AspectMap.fit(emb, {"task": 1.0, "method": 1.0}, perplexity=20, seed=0, n_iter=200)
+    parts = amap.invert(amap.coords[3], n_iter=20)
+    assert sorted(parts) == ["method", "task"]
+    assert all(np.linalg.norm(v) == pytest.approx(1.0) for v in parts.values())
+    assert amap.place({"task": emb["task"][:2], "method": emb["method"][:2]}).shape == (2, 2)
+
+
+def test_place_and_invert_steps_are_linear_in_n(loo):
+    amap, emb, _, out = loo
+    n = len(amap)
+    new = _rows(emb, out[:1])
+    amap.place(new, n_iter=2)
+    amap.invert(amap.coords[0], n_iter=2)  # per-map caches (Z, row precisions, PCA) are O(n^2) once
+    quarter_square = n * n * 8 / 4  # bytes of a quarter of one (n, n) float64 matrix
+    for run in (lambda: amap.place(new, n_iter=50), lambda: amap.invert(amap.coords[0], n_iter=50)):
+        tracemalloc.start()
+        run()
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        assert peak < quarter_square, peak
+
+
+# ---------------------------------------------------------------- utilities and files
+
+
+def test_nearest():
+    amap = AspectMap({"a": np.eye(4)}, None, [[0, 0], [1, 0], [0, 2], [5, 5]])
+    assert amap.nearest([0.9, 0.1], 2).tolist() == [1, 0]
+    assert amap.nearest([[0, 1.9], [4, 4]], 1).tolist() == [[2], [3]]
+
+
+def test_save_load_round_trip(loo, tmp_path):
+    amap, emb, _, out = loo
+    amap.save(tmp_path / "map")
+    assert sorted(p.name for p in (tmp_path / "map").iterdir()) == ["map.safetensors", "map_config.json"]
+    for p in (tmp_path / "map").iterdir():
+        assert not p.read_bytes().startswith(b"\x80")  # no pickle protocol header
+    back = AspectMap.load(tmp_path / "map")
+    assert back.aspects == amap.aspects and back.weights == amap.weights and back.method == amap.method
+    assert back.perplexity == amap.perplexity and back.seed == amap.seed
+    assert np.array_equal(back.coords, amap.coords)
+    assert all(np.array_equal(back.embeddings[a], amap.embeddings[a]) for a in amap.aspects)
+    assert np.allclose(back.place(_rows(emb, out[:2])), amap.place(_rows(emb, out[:2])))
+    (tmp_path / "map" / "map_config.json").write_text('{"format": "something-else"}')
+    with pytest.raises(ValueError, match="does not hold"):
+        AspectMap.load(tmp_path / "map")
