@@ -22,6 +22,8 @@ bench: setup
 	$(PY) benchmarks/generate.py
 	$(PY) benchmarks/train.py
 	$(PY) benchmarks/embed.py
+	$(PY) benchmarks/decode.py
+	$(PY) benchmarks/maps.py
 
 clean-runs:
 	rm -rf runs reports/*/

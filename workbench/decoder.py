@@ -86,7 +86,7 @@ class DecoderConfig(ConfigDict):
     val_summaries: int | None = 2  # summaries per validation item in the validation loss; None = all
     seed: int = 0
     device: str | None = None
-    prompt: str = "Describe the {aspect} of a paper from its embedding:"
+    prompt: str = "Describe the {aspect} of this paper in one sentence:"
 
 
 def _as_tensor(embeddings, device) -> torch.Tensor:

@@ -134,7 +134,13 @@ def _finished(folder: Path, fingerprint: str, config: DecoderConfig) -> bool:
     if not done.is_file() or not (folder / CONFIG_NAME).is_file():
         return False
     saved = json.loads(done.read_text())
-    return saved.get("fingerprint") == fingerprint and saved.get("config") == config.to_dict()
+    return saved.get("fingerprint") == fingerprint and _comparable(saved.get("config") or {}) == _comparable(config.to_dict())
+
+
+def _comparable(config: dict) -> dict:
+    # Where a decoder was trained (CPU or GPU) does not change what it is: a decoder trained
+    # on a GPU is reused on a CPU.
+    return {k: v for k, v in config.items() if k != "device"}
 
 
 def _result_from_folder(folder: Path) -> DecoderTrainResult:

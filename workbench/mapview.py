@@ -315,7 +315,8 @@ class MapPane:
     * `on_tap(x, y, index_or_None) -> html`: description of a spot (index of the tapped
       point, None for an empty spot); the caller escapes the HTML it returns;
     * `on_place(text) -> (x, y, html)`: where a new abstract lands;
-    * `on_search({aspect: (query, weight)}) -> DataFrame`: nearest papers.
+    * `on_search({aspect: (query, weight)}) -> DataFrame`: nearest papers;
+    * `on_labels() -> [(x, y, text), ...]`: region labels for a new layout (after `on_weights`).
 
     The widgets call the public methods `set_weights`, `tap`, `place` and `search`, so a
     test (or a notebook cell) can drive the pane the same way. A callback's exception is
@@ -328,7 +329,7 @@ class MapPane:
                  on_place: Callable[[str], tuple[float, float, str]] | None = None,
                  on_search: Callable[[dict[str, tuple[str, float]]], pd.DataFrame] | None = None,
                  labels=None, color_by=None, width: int = 700, height: int = 560,
-                 hit_fraction: float = 0.015):
+                 hit_fraction: float = 0.015, on_labels: Callable[[], list] | None = None):
         import ipywidgets as widgets
         from bokeh.events import Tap
         from bokeh.models import ColumnDataSource
@@ -338,6 +339,7 @@ class MapPane:
         self.aspects = [str(a) for a in aspects]
         self.color_by = color_by
         self.on_weights, self.on_tap, self.on_place, self.on_search = on_weights, on_tap, on_place, on_search
+        self.on_labels = on_labels
         # A tap within this fraction of the map's extent of a point counts as tapping it.
         self.hit_fraction = hit_fraction
         self.coords = _as_coords(coords)
@@ -465,6 +467,8 @@ class MapPane:
             if len(coords) != len(self.coords):
                 raise ValueError(f"on_weights returned {len(coords)} points, the map has {len(self.coords)}")
             self._set_coords(coords)
+            if self.on_labels is not None:
+                self.set_labels(self.on_labels())
             self._show(_message_html("Layout: " + ", ".join(f"{a} {w:.2f}" for a, w in normalised.items())))
             return coords
         except Exception as exc:  # shown to the user, never raised into the kernel

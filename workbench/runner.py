@@ -132,6 +132,8 @@ def run_pipeline(params_file: str | os.PathLike | None = None, *, run_dir: str |
             raise RunConfigError(f"stage {stage} has no parameters {undeclared}; it takes: {', '.join(sorted(declared))}")
         params = {k: v for k, v in merged.items() if k in declared}
         params["run_dir"] = str(run_path)
+        if "report_dir" in declared:  # stages that write their own report files (05's standalone map)
+            params["report_dir"] = str(report_path)
         executed = run_path / f"{stage}.ipynb"
         log(f"[workbench] {stage}: executing {source.name} -> {executed}")
         t0 = time.perf_counter()

@@ -1,0 +1,86 @@
+"""Notebooks 04 (decode), 05 (maps) and 06 (evaluate) end to end through the runner, on a tiny run.
+
+One module-scoped run: stages 02 and 03 with a handful of steps, then 04-06 with the
+smallest settings that still exercise every cell (decoders trained for two steps, a map of
+the whole corpus, a leave-one-out inversion, the evaluation on ACLSum's test split).
+The numbers are meaningless at this size; the tests check that every artifact is written,
+that the reports hold their tables and plots, and that paper text stays escaped.
+"""
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    from workbench.runner import run_pipeline
+
+    root = tmp_path_factory.mktemp("pipeline")
+    params = root / "tiny.yaml"
+    params.write_text(yaml.safe_dump({
+        "report_dir": str(root / "reports"),
+        # Two aspects keep it quick; every table still has an off-diagonal.
+        "parameters": {"corpus": "aclsum", "aspects": "acl", "aspect_names": ["challenge", "approach"], "seed": 0},
+        "stage_parameters": {
+            "02_train": {"max_steps": 1, "eval_every": 1, "batch_size": 4, "max_length": 32, "dim": 16,
+                         "pooling": "mean"},
+            "03_distill": {"max_steps": 2, "eval_every": 2, "batch_size": 4, "max_length": 32, "pooling": "mean"},
+            "04_decode": {"max_steps": 2, "eval_every": 2, "val_docs": 3, "val_summaries": 1, "eval_docs": 3,
+                          "examples_per_aspect": 1, "max_new_tokens": 8, "bertscore_model": "minilm"},
+            "05_visualize": {"corpus": "aclsum:validation", "n_labels": 2, "loo_docs": 1, "perplexity": 10.0},
+            "06_evaluate": {"baselines": ["minilm"], "n_permutations": 10, "eval_docs": 3, "reconstruct_docs": 1,
+                            "bertscore_model": "minilm"},
+        },
+    }))
+    run = root / "run"
+    results = run_pipeline(params, run_dir=str(run), stages=["02_train", "03_distill", "04_decode", "05_visualize",
+                                                             "06_evaluate"], log=lambda *a: None)
+    return run, root / "reports", results
+
+
+def test_decode_stage_writes_decoders_and_report(tiny_run):
+    run, reports, _ = tiny_run
+    for aspect in ["challenge", "approach"]:
+        folder = run / "decoders" / aspect
+        assert (folder / "decoder.safetensors").is_file() and (folder / "done.json").is_file()
+        saved = json.loads((folder / "decoder_config.json").read_text())
+        assert saved["lm"] == "smollm2-135m-instruct" and saved["emb_dim"] == 16
+    assert not list(run.rglob("*.bin")) and not list(run.rglob("*.pkl"))  # safetensors + JSON only
+    metrics = json.loads((run / "decoders" / "metrics.json").read_text())
+    assert set(metrics) == {"challenge", "approach"}
+    assert all(m["ppl matching"] > 1 and m["ppl shuffled"] > 1 for m in metrics.values())
+    html = (reports / "04_decode.html").read_text()
+    assert "data:image/png" in html and "reconstruction" in html and "round-trip" in html
+
+
+def test_visualize_stage_exports_a_standalone_map(tiny_run):
+    run, reports, _ = tiny_run
+    page = reports / "05_map.html"
+    assert page.is_file()
+    text = page.read_text()
+    assert "cdn.bokeh.org" not in text  # resources inline: the page works offline
+    assert (run / "maps" / "current" / "map_config.json").is_file()
+    html = (reports / "05_visualize.html").read_text()
+    assert html.count("data:image/png") >= 3  # aspect panels, placed abstract, inverted spot
+    assert "Empty spot" in html and "Placed at" in html
+
+
+def test_evaluate_stage_writes_metrics_and_compare_works(tiny_run, capsys):
+    from workbench.cli import main
+
+    run, reports, _ = tiny_run
+    metrics = json.loads((run / "metrics.json").read_text())
+    for section in ["retrieval_mrr", "spearman", "top10", "truth_correlation", "diagonal_p_values", "decoding",
+                    "reading"]:
+        assert section in metrics, section
+    assert set(metrics["evaluation"]["truths"]) >= {"challenge", "approach"}
+    assert metrics["evaluation"]["documents"] == 100  # ACLSum's test split
+    html = (reports / "06_evaluate.html").read_text()
+    assert "data:image/png" in html and "unified:challenge" in html
+    assert main(["compare", str(run), str(run)]) == 0
+    assert "spearman" in capsys.readouterr().out

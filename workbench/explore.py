@@ -1,0 +1,353 @@
+"""Stage 05: explore a corpus on aspect-weighted maps (paper section 6, appendices A.9-A.11).
+
+`Explorer` ties the pieces of the earlier stages to one map:
+
+    embeddings   the unified model's aspect embeddings of every abstract (stage 03)
+    AspectMap    t-SNE of the aspect-weighted distance (tsne.py), refit warm when weights move
+    decoders     aspect embedding -> text (stage 04), with the round-trip confidence
+    aspect models  embed query texts for aspect search and decoded texts for the round trip
+
+and hands plain callbacks to the view (`mapview.MapPane` in JupyterLab, `mapview.export_html`
+for a standalone page). Everything a callback returns as HTML is escaped here.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from .tsne import AspectMap, normalize_weights
+
+MAPS = "maps"
+
+
+def _unit(x) -> np.ndarray:
+    x = np.asarray(x, dtype=np.float32)
+    return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
+
+
+def hover_meta(corpus, aspects: Sequence[str], run_dir=None) -> pd.DataFrame:
+    """Per document: doc_id, title, year and one summary per aspect for the hover text.
+
+    Takes the corpus's own `summary_<aspect>` column where it has one (ACLSum's human
+    summaries), else the first LLM summary of the run's store, else nothing.
+    """
+    from .generate import summaries_frame
+
+    docs = corpus.docs.reset_index(drop=True)
+    meta = pd.DataFrame({"doc_id": docs["doc_id"].astype(str), "title": docs.get("title", "").fillna("")})
+    if "year" in docs:
+        meta["year"] = docs["year"]
+    for extra in ("split", "labels"):
+        if extra in docs:
+            meta[extra] = docs[extra].map(lambda v: ", ".join(map(str, v)) if isinstance(v, (list, tuple)) else v)
+    llm = summaries_frame(run_dir, status="ok") if run_dir is not None else pd.DataFrame()
+    for aspect in aspects:
+        column = f"summary_{aspect}"
+        values = docs[column] if column in docs else pd.Series([None] * len(docs))
+        if len(llm):
+            first = llm[llm["aspect"] == aspect].groupby("doc_id")["text"].first()
+            values = [v if isinstance(v, str) and v else first.get(d) for v, d in zip(values, meta["doc_id"])]
+        meta[column] = list(values)
+    return meta
+
+
+class Explorer:
+    """One corpus, its aspect embeddings and a map of them, with decoding, placing and search.
+
+    run_dir: a run with a unified model (stage 03); decoders (stage 04) and aspect models
+    (stage 02) are used when present (`decode=False` skips loading the decoders, e.g.
+    for a quick map). weights: {aspect: weight} (normalised; None = equal).
+    """
+
+    def __init__(self, run_dir, corpus, aspects: Sequence[str] | None = None, weights=None,
+                 perplexity: float = 30.0, method: str = "auto", seed: int = 42, decode: bool = True,
+                 device: str | None = None, sampling: Mapping | None = None):
+        from .distill import embed_corpus
+
+        self.run_dir = Path(run_dir)
+        self.corpus = corpus
+        self.device = device
+        model_dir = self.run_dir / "unified_model"
+        if not model_dir.is_dir():
+            raise FileNotFoundError(f"{model_dir} is missing: run stage 03 (distill) first")
+        self.model_dir = model_dir
+        emb = embed_corpus(model_dir, corpus, self.run_dir, progress=False)
+        self.aspects = list(aspects) if aspects is not None else list(emb)
+        unknown = sorted(set(self.aspects) - set(emb))
+        if unknown:
+            raise ValueError(f"the unified model has no aspects {unknown}; it has {sorted(emb)}")
+        self.embeddings = {a: _unit(emb[a]) for a in self.aspects}
+        self.meta = hover_meta(corpus, self.aspects, self.run_dir)
+        self.map = AspectMap.fit(self.embeddings, weights, perplexity=perplexity, method=method, seed=seed)
+        self.sampling = {"greedy": True, "max_new_tokens": 40, **(sampling or {})}
+        self._unified = None
+        self._aspect_models: dict[str, object] = {}
+        self.decoders = None
+        if decode:
+            from .decoding import load_decoders
+
+            try:
+                self.decoders = load_decoders(self.run_dir, self.aspects, device=device)
+            except FileNotFoundError as exc:  # a map without text is still a map
+                print(f"decoding off: {exc}")
+
+    # ------------------------------------------------------------------ models, lazily
+
+    @property
+    def weights(self) -> dict[str, float]:
+        """The current map's normalised aspect weights."""
+        return dict(self.map.weights)
+
+    @property
+    def coords(self) -> np.ndarray:
+        """[n, 2] positions of the corpus on the current map."""
+        return self.map.coords
+
+    def unified(self):
+        """The unified model (loaded on first use)."""
+        if self._unified is None:
+            from .encoders import AspectEncoder
+
+            self._unified = AspectEncoder.from_pretrained(self.model_dir, device=self.device)
+        return self._unified
+
+    def aspect_model(self, aspect: str):
+        """The stage-02 model of an aspect (loaded on first use), or None when the run has none."""
+        if aspect not in self._aspect_models:
+            from .encoders import AspectEncoder
+
+            folder = self.run_dir / "aspect_models" / aspect
+            self._aspect_models[aspect] = AspectEncoder.from_pretrained(folder, device=self.device) \
+                if folder.is_dir() else None
+        return self._aspect_models[aspect]
+
+    # ------------------------------------------------------------------ map operations
+
+    def reweight(self, weights) -> np.ndarray:
+        """Refit the map for new aspect weights, warm-started from the current layout."""
+        self.map = self.map.with_weights(normalize_weights(weights, self.aspects))
+        return self.map.coords
+
+    def embed_texts(self, texts: Sequence[str]) -> dict[str, np.ndarray]:
+        """Aspect embeddings of new abstracts by the unified model: {aspect: [m, D]}."""
+        texts = [str(t).strip() for t in texts]
+        if not all(texts):
+            raise ValueError("an abstract to place is empty")
+        out = self.unified().encode(texts, aspects=self.aspects, max_length=512)
+        return {a: _unit(out[a]) for a in self.aspects}
+
+    def place_texts(self, texts: Sequence[str]) -> np.ndarray:
+        """[m, 2] map positions of new abstracts (the map itself does not move)."""
+        return self.map.place(self.embed_texts(texts))
+
+    def describe(self, vectors: Mapping[str, np.ndarray]) -> pd.DataFrame:
+        """Decode {aspect: [D]} with the run's decoders; round-trip confidence where an aspect model exists."""
+        from .decoding import describe_with_confidence
+
+        if self.decoders is None:
+            raise RuntimeError("this run has no decoders (stage 04), so points cannot be described in words")
+        models = {a: m for a in vectors if (m := self.aspect_model(a)) is not None}
+        return describe_with_confidence(self.decoders, vectors, models, self.embeddings, self.sampling)
+
+    def invert(self, x: float, y: float) -> dict[str, np.ndarray]:
+        """An embedding per weighted aspect that the map would place at (x, y) (appendix A.10)."""
+        return self.map.invert(np.array([x, y], dtype=np.float64))
+
+    def search(self, queries: Mapping[str, tuple[str, float]], k: int = 10) -> pd.DataFrame:
+        """Papers nearest a query per aspect, each with its own weight (negative: "different in this aspect").
+
+        Query texts are embedded by each aspect's stage-02 model, which reads summary-like
+        sentences (a query is one), falling back to the unified model. The score is the
+        weighted mean of the per-aspect cosine similarities, sum_a w_a cos_a / sum_a |w_a|.
+        """
+        active = {a: (str(t).strip(), float(w)) for a, (t, w) in queries.items() if str(t).strip() and w != 0}
+        unknown = sorted(set(active) - set(self.aspects))
+        if unknown:
+            raise ValueError(f"unknown aspects {unknown}; this map has {self.aspects}")
+        if not active:
+            raise ValueError("give at least one query text with a non-zero weight")
+        score = np.zeros(len(self.meta))
+        cols = {}
+        for aspect, (text, weight) in active.items():
+            model = self.aspect_model(aspect)
+            if model is not None:
+                head = aspect if aspect in model.aspects else model.aspects[0]
+                q = model.encode([text], aspects=head)[head][0]
+            else:
+                q = self.unified().encode([text], aspects=aspect)[aspect][0]
+            cos = self.embeddings[aspect] @ _unit(q)
+            cols[f"{aspect} cosine"] = cos
+            score += weight * cos
+        score /= sum(abs(w) for _, w in active.values())
+        order = np.argsort(-score)[:k]
+        table = self.meta.iloc[order][["doc_id", "title"]].copy()
+        table.insert(2, "score", score[order])
+        for name, values in cols.items():
+            table[name] = values[order]
+        return table.reset_index(drop=True)
+
+    def region_labels(self, k: int = 8, words: int = 8, aspect: str | None = None) -> list[tuple[float, float, str]]:
+        """Short decoded descriptions of k regions of the map, for drawing on it.
+
+        Regions are KMeans clusters of the map positions; each is described by decoding
+        the mean embedding of its papers in one aspect (default: the most heavily
+        weighted one), cut to `words` words. Needs the run's decoders.
+        """
+        from .mapview import cluster_labels
+
+        if self.decoders is None:
+            return []
+        aspect = aspect or max(self.weights, key=self.weights.get)
+        groups = cluster_labels(self.coords, k)
+        centres, vectors = [], []
+        for g in np.unique(groups):
+            members = groups == g
+            centres.append(self.coords[members].mean(axis=0))
+            vectors.append(self.embeddings[aspect][members].mean(axis=0))
+        texts = self.decoders[aspect].describe(np.stack(vectors), **{**self.sampling, "max_new_tokens": 24})
+        out = []
+        for (x, y), cands in zip(centres, texts):
+            text = " ".join(cands[0].split()[:words]) if cands and cands[0] else ""
+            out.append((float(x), float(y), text + ("…" if len(cands[0].split()) > words else "")))
+        return out
+
+    # ------------------------------------------------------------------ callbacks for the view
+
+    def _decoded_html(self, vectors: Mapping[str, np.ndarray]) -> str:
+        if self.decoders is None:
+            return "<p><i>No decoders in this run (stage 04), so no description in words.</i></p>"
+        rows = []
+        for _, r in self.describe(vectors).iterrows():
+            conf = f"<br><small>{html.escape(r['confidence'])}</small>" if isinstance(r.get("confidence"), str) else ""
+            rows.append(f"<li><b>{html.escape(r['aspect'])}</b>: {html.escape(r['decoded'])}{conf}</li>")
+        return "<ul>" + "".join(rows) + "</ul>"
+
+    def on_tap(self, x: float, y: float, index: int | None) -> str:
+        """HTML for a tapped spot: a paper (abstract and decoded aspects) or an empty spot (inverted, decoded)."""
+        if index is not None:
+            row = self.meta.iloc[int(index)]
+            abstract = str(self.corpus.docs.iloc[int(index)].get("abstract", ""))
+            vectors = {a: self.embeddings[a][int(index)] for a in self.map_aspects()}
+            return (f"<h4>{html.escape(str(row['title']))}</h4>"
+                    f"<p style='max-height:9em;overflow:auto'>{html.escape(abstract[:1500])}</p>"
+                    f"<p><b>Decoded from its embedding</b></p>{self._decoded_html(vectors)}")
+        vectors = self.invert(x, y)
+        near = self.map.nearest(np.array([x, y]), k=3)
+        titles = ", ".join(html.escape(str(self.meta.iloc[i]["title"])[:80]) for i in near)
+        return (f"<h4>Empty spot ({x:.1f}, {y:.1f})</h4>"
+                f"<p>Inverted to an embedding per weighted aspect and decoded. Nearest papers: {titles}</p>"
+                f"{self._decoded_html(vectors)}")
+
+    def map_aspects(self) -> list[str]:
+        """The aspects with a non-zero weight on the current map."""
+        return [a for a in self.aspects if self.weights.get(a, 0) > 0]
+
+    def on_place(self, text: str) -> tuple[float, float, str]:
+        """Place a pasted abstract: (x, y, HTML with its nearest papers and decoded aspects)."""
+        vectors = self.embed_texts([text])
+        (x, y), = self.map.place(vectors)
+        features = np.concatenate([np.sqrt(self.weights[a]) * vectors[a][0] for a in self.aspects])
+        sims = self.map.features() @ features
+        near = np.argsort(-sims)[:3]
+        titles = "".join(f"<li>{html.escape(str(self.meta.iloc[i]['title']))} ({sims[i]:.2f})</li>" for i in near)
+        decoded = self._decoded_html({a: vectors[a][0] for a in self.map_aspects()})
+        return float(x), float(y), f"<h4>Placed at ({x:.1f}, {y:.1f})</h4><p>Most similar papers:</p><ul>{titles}</ul>{decoded}"
+
+    def pane(self, labels: bool | int = True, color_by=None):
+        """The interactive JupyterLab pane (ipywidgets sliders + Bokeh map)."""
+        from .mapview import MapPane
+
+        drawn = self.region_labels(labels if isinstance(labels, int) and labels > 1 else 8) if labels else None
+        return MapPane(self.coords, self.meta, self.aspects, self.weights, on_weights=self.reweight,
+                       on_tap=self.on_tap, on_place=self.on_place, on_search=self.search, labels=drawn,
+                       color_by=color_by, on_labels=self.region_labels if labels else None)
+
+    # ------------------------------------------------------------------ export and storage
+
+    def export(self, path, presets: Mapping[str, Mapping[str, float]] | None = None, labels: bool = True,
+               title: str = "", color_by=None) -> Path:
+        """A standalone HTML map with a few weight presets precomputed (no kernel needed).
+
+        presets: {name: weights}; default: the current weights, each aspect alone, and all
+        equal. Each preset is a warm-started refit from the current map; the current map is
+        restored afterwards.
+        """
+        from .mapview import export_html
+
+        presets = dict(presets or self.default_presets())
+        keep = self.map
+        coords, drawn = {}, {}
+        try:
+            for name, weights in presets.items():
+                self.map = keep.with_weights(normalize_weights(weights, self.aspects))
+                coords[name] = self.map.coords
+                drawn[name] = self.region_labels() if labels else []
+        finally:
+            self.map = keep
+        return export_html(path, coords, self.meta, labels_by_preset=drawn, title=title, color_by=color_by)
+
+    def default_presets(self) -> dict[str, dict[str, float]]:
+        """Current weights, equal weights, and each aspect alone."""
+        presets = {"current": self.weights, "equal": {a: 1.0 for a in self.aspects}}
+        presets.update({f"{a} only": {a: 1.0} for a in self.aspects})
+        return presets
+
+    def save_map(self, name: str = "current") -> Path:
+        """Store the current map under <run_dir>/maps/<name>/ (safetensors + JSON)."""
+        folder = self.run_dir / MAPS / name
+        self.map.save(folder)
+        (folder / "doc_ids.json").write_text(json.dumps(self.meta["doc_id"].tolist()))
+        return folder
+
+
+def leave_one_out_reconstruction(embeddings: Mapping[str, np.ndarray], index: int, weights=None,
+                                 perplexity: float = 30.0, seed: int = 42, method: str = "auto") -> dict:
+    """The paper's appendix A.11 round trip for one document.
+
+    Fit a map without document `index`, place it from its embeddings, invert its map
+    position back into an embedding. Returns {"point": (x, y), "reconstructed":
+    {aspect: [D]}, "cosine": {aspect: cosine to the original}}.
+    """
+    n = len(next(iter(embeddings.values())))
+    rest = np.array([i for i in range(n) if i != index])
+    held = {a: np.asarray(v)[rest] for a, v in embeddings.items()}
+    fitted = AspectMap.fit(held, weights, perplexity=perplexity, seed=seed, method=method)
+    point = fitted.place({a: np.asarray(v)[[index]] for a, v in embeddings.items()})[0]
+    rec = fitted.invert(point)
+    cos = {a: float(_unit(rec[a]) @ _unit(np.asarray(embeddings[a])[index])) for a in rec}
+    return {"point": (float(point[0]), float(point[1])), "reconstructed": rec, "cosine": cos}
+
+
+def plot_map(coords, labels=None, groups=None, ax=None, title: str = "", marks: Mapping[str, tuple] | None = None,
+             s: float = 12):
+    """A static (matplotlib) picture of a map for reports: points, region labels, marked spots.
+
+    groups: a colour per point (e.g. cluster ids); marks: {name: (x, y)} drawn as stars
+    with their name (a placed abstract, an inverted spot).
+    """
+    import matplotlib.pyplot as plt
+
+    from .mapview import cluster_labels
+
+    coords = np.asarray(coords)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6, 5))
+    groups = cluster_labels(coords, 8) if groups is None else groups
+    ax.scatter(coords[:, 0], coords[:, 1], c=pd.factorize(pd.Series(groups))[0], cmap="tab10", s=s, alpha=0.75,
+               linewidths=0)
+    for x, y, text in labels or []:
+        ax.annotate(text, (x, y), fontsize=7, ha="center", va="center",
+                    bbox=dict(boxstyle="round,pad=0.2", fc="white", ec="0.7", alpha=0.85))
+    for name, (x, y) in (marks or {}).items():
+        ax.scatter([x], [y], marker="*", s=260, c="gold", edgecolors="black", zorder=5)
+        ax.annotate(name, (x, y), xytext=(6, 6), textcoords="offset points", fontsize=8, weight="bold")
+    ax.set_title(title)
+    ax.set_xticks([])
+    ax.set_yticks([])
+    return ax

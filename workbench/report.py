@@ -1,0 +1,218 @@
+"""Stage 06: the paper's evaluation tables for a run, on any corpus (numbers in evaluation.py).
+
+    evaluation_corpus(corpus, run_dir)      the held-out documents (ACLSum: the test split)
+    ground_truths(...)                      {name: (n, n)} similarity matrices nobody trained on
+    embedding_rows(...)                     the unified model's aspects, baselines, reference rows
+    retrieval_pairs / retrieval_encoders    Table 1 inputs
+    decoding_table(...)                     Table 3: matching, reconstructed, shuffled, unconditioned
+
+Ground truths, in order of preference for a corpus:
+* human aspect summaries (ACLSum test split): two papers are similar in an aspect as
+  much as their human summaries of it are, under a fixed reference encoder that the
+  workbench never trains (the packaged mpnet);
+* the LLM judge's pairwise scores of stage 01 (appendix A.5), where it ran;
+* human labels (a `labels` column): similar when two papers share a label.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+REFERENCE_ENCODER = "mpnet"
+
+
+def _unit(x) -> np.ndarray:
+    x = np.asarray(x, dtype=np.float32)
+    return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
+
+
+def evaluation_corpus(corpus, run_dir=None, split: str | None = "test"):
+    """The documents to evaluate on: the corpus's `split` rows if it has them, else the run's validation documents.
+
+    Never the training documents: with no split column and no stage-02 split, this raises.
+    """
+    docs = corpus.docs
+    if split and "split" in docs and (docs["split"] == split).any():
+        return corpus.subset(where=docs["split"] == split)
+    path = Path(run_dir) / "aspect_models" / "split.json" if run_dir is not None else None
+    if path is not None and path.is_file():
+        return corpus.subset(ids=json.loads(path.read_text())["validation"])
+    raise ValueError(f"the corpus has no {split!r} split and the run has no aspect_models/split.json: "
+                     "nothing held out to evaluate on")
+
+
+_ENCODERS: dict = {}  # off-the-shelf encoders stay loaded for the session (mpnet takes seconds to load)
+
+
+def encode_texts(model: str, texts: Sequence[str], pooling: str = "mean", max_length: int = 512,
+                 batch_size: int = 32, device: str | None = None) -> np.ndarray:
+    """Unit embeddings of texts with an off-the-shelf encoder (packaged name, folder or hub id), no head."""
+    from .encoders import AspectEncoder
+
+    key = (str(model), pooling, device)
+    if key not in _ENCODERS:
+        _ENCODERS[key] = AspectEncoder.from_base(model, ["base"], pooling=pooling, max_length=max_length,
+                                                 device=device)
+    enc = _ENCODERS[key]
+    return _unit(enc.encode_pooled(list(texts), batch_size=batch_size, max_length=max_length))
+
+
+def ground_truths(eval_corpus, aspects: Sequence[str], run_dir=None, reference: str = REFERENCE_ENCODER,
+                  min_judged_pairs: int = 10) -> dict[str, np.ndarray]:
+    """{name: (n, n) similarity, NaN unknown} for the evaluation documents.
+
+    Names: the aspect itself for human-summary truths ("challenge"), "judge:<aspect>" for
+    LLM-judge truths with at least `min_judged_pairs` scored pairs, "labels" for shared
+    labels. The reference encoder reads the human summaries; it is never trained here.
+    """
+    from .evaluation import judge_similarity, label_similarity, summary_similarity
+
+    docs = eval_corpus.docs.reset_index(drop=True)
+    ids = docs["doc_id"].astype(str).tolist()
+    out: dict[str, np.ndarray] = {}
+    for aspect in aspects:
+        column = f"summary_{aspect}"
+        if column in docs and docs[column].map(lambda v: isinstance(v, str) and bool(v.strip())).all():
+            out[aspect] = summary_similarity(encode_texts(reference, docs[column].tolist(), max_length=128))
+    if run_dir is not None and (Path(run_dir) / "judgements.jsonl").is_file():
+        for aspect in aspects:
+            truth = judge_similarity(run_dir, ids, aspect)
+            if np.isfinite(truth).sum() // 2 >= min_judged_pairs:
+                out[f"judge:{aspect}"] = truth
+    if "labels" in docs and docs["labels"].notna().sum() >= 2:
+        out["labels"] = label_similarity(docs["labels"].tolist())
+    return out
+
+
+def embedding_rows(run_dir, eval_corpus, aspects: Sequence[str], baselines: Sequence[str] = ("minilm", "mpnet"),
+                   human_reference: str | None = "minilm", device: str | None = None) -> dict:
+    """The rows of the correlation table: {"unified": {aspect: (n, D)}, "<baseline>": (n, d), ...}.
+
+    baselines embed the abstract with an off-the-shelf encoder (mean pooling). With
+    `human_reference`, the human summaries embedded by that encoder are added as a
+    reference row ("human summaries", per aspect): how far a perfect summary of one aspect
+    gets on its own and on the other ground truths.
+    """
+    from .distill import embed_corpus
+
+    emb = embed_corpus(Path(run_dir) / "unified_model", eval_corpus, run_dir, progress=False)
+    rows: dict = {"unified": {a: _unit(emb[a]) for a in aspects}}
+    texts = eval_corpus.texts()
+    for name in baselines:
+        rows[f"{name} (abstract)"] = encode_texts(name, texts, device=device)
+    docs = eval_corpus.docs
+    if human_reference and all(f"summary_{a}" in docs for a in aspects):
+        if docs[[f"summary_{a}" for a in aspects]].map(lambda v: isinstance(v, str)).all().all():
+            rows["human summaries"] = {a: encode_texts(human_reference, docs[f"summary_{a}"].tolist(), max_length=128,
+                                                       device=device) for a in aspects}
+    return rows
+
+
+def retrieval_pairs(eval_corpus, aspects: Sequence[str], run_dir=None) -> dict[str, tuple[list[str], list[str]]]:
+    """Table 1 pairs per aspect: (first view, second view) of each evaluation document.
+
+    From the corpus's human views (summary, then the first highlight sentence) where the
+    evaluation documents have them, else from the run's LLM summaries (the first two).
+    """
+    from .views import collect_views
+
+    views = collect_views(list(aspects), run_dir, eval_corpus, include_human=True, exclude_splits=())
+    ids = set(eval_corpus.ids)
+    out = {}
+    for aspect in aspects:
+        pairs = [(v[0], v[1]) for d, v in views[aspect].views.items() if d in ids and len(v) >= 2]
+        if pairs:
+            out[aspect] = ([a for a, _ in pairs], [b for _, b in pairs])
+    return out
+
+
+def retrieval_encoders(run_dir, aspects: Sequence[str], base_model: str | None = "minilm",
+                       baselines: Sequence[str] = ("mpnet",), device: str | None = None) -> dict:
+    """Encoders for Table 1: each aspect model (on every aspect), the untrained base encoder, baselines."""
+    from .encoders import AspectEncoder
+
+    encoders: dict = {}
+    for aspect in aspects:
+        folder = Path(run_dir) / "aspect_models" / aspect
+        if folder.is_dir():
+            model = AspectEncoder.from_pretrained(folder, device=device)
+            head = aspect if aspect in model.aspects else model.aspects[0]
+            encoders[f"{aspect} model"] = (lambda m, h: lambda texts: m.encode(list(texts), aspects=h)[h])(model, head)
+    for name in ([base_model] if base_model else []) + list(baselines):
+        encoders[f"{name} (off the shelf)"] = (lambda n: lambda texts: encode_texts(n, texts, max_length=128,
+                                                                                    device=device))(name)
+    return encoders
+
+
+def diagonal_significance(similarities: Mapping[str, np.ndarray], truths: Mapping[str, np.ndarray],
+                          aspects: Sequence[str], n_permutations: int = 200, seed: int = 0) -> pd.DataFrame:
+    """Appendix A.6 for every ordered pair: is aspect a's embedding closer to a's truth than aspect b's?
+
+    similarities: {aspect: (n, n)} of the model's aspect embeddings. Rows: truth/embedding
+    aspect a, columns: the competitor b; cells: p-values (small = a is significantly better).
+    """
+    from .evaluation import permutation_test
+
+    table = pd.DataFrame(index=list(aspects), columns=list(aspects), dtype=float)
+    for a in aspects:
+        if a not in truths:
+            continue
+        for b in aspects:
+            if a != b:
+                table.loc[a, b] = permutation_test(similarities[a], similarities[b], truths[a], n_permutations,
+                                                   seed)["p_value"]
+    return table
+
+
+def decoding_table(decoders, embeddings: Mapping[str, np.ndarray], references: Mapping[str, list[list[str]]],
+                   aspect_models: Mapping[str, object] | None = None,
+                   reconstructed: Mapping[str, tuple[np.ndarray, list[int]]] | None = None,
+                   bertscore_model: str = "mpnet", seed: int = 0) -> tuple[pd.DataFrame, dict[str, pd.DataFrame]]:
+    """The paper's Table 3 per aspect: perplexity and BERTScore for matching, shuffled, unconditioned
+    and (where given) reconstructed embeddings, plus the round-trip confidence.
+
+    embeddings[aspect] [n, D] with references[aspect][i] the true summaries of document i.
+    reconstructed[aspect] = (vectors [m, D], document indices [m]): embeddings recovered
+    by the appendix A.11 leave-one-out path through the map.
+    """
+    from .decoding import bertscore, decoding_report
+
+    rows, examples = {}, {}
+    for aspect, emb in embeddings.items():
+        metrics, ex = decoding_report(decoders[aspect], emb, references[aspect],
+                                      (aspect_models or {}).get(aspect), corpus_embeddings=emb,
+                                      bertscore_model=bertscore_model, unconditioned=True, seed=seed)
+        if reconstructed and aspect in reconstructed:
+            vectors, idx = reconstructed[aspect]
+            refs = [references[aspect][i] for i in idx]
+            flat = [(k, t) for k, r in enumerate(refs) for t in r]
+            metrics["ppl reconstructed"] = decoders[aspect].perplexity(np.asarray(vectors)[[k for k, _ in flat]],
+                                                                       [t for _, t in flat])
+            decoded = [c[0] for c in decoders[aspect].describe(vectors, greedy=True, max_new_tokens=48)]
+            metrics["bertscore reconstructed"] = float(bertscore(decoded, refs, model=bertscore_model).mean())
+            metrics["reconstructed documents"] = len(idx)
+        rows[aspect], examples[aspect] = metrics, ex
+    order = ["ppl matching", "ppl reconstructed", "ppl shuffled", "ppl unconditioned", "bertscore matching",
+             "bertscore reconstructed", "bertscore shuffled", "round-trip cosine", "round-trip MRR", "documents"]
+    table = pd.DataFrame(rows).T
+    return table[[c for c in order if c in table] + [c for c in table if c not in order]], examples
+
+
+def headline(per_document: Mapping, rows: Sequence[str], truths: Sequence[str], seed: int = 0) -> pd.DataFrame:
+    """Mean and bootstrap 95% interval of the per-document Spearman (x100) for chosen rows on each truth."""
+    from .evaluation import bootstrap_ci
+
+    out = []
+    for truth in truths:
+        for row in rows:
+            values = per_document["spearman"].get(row, {}).get(truth)
+            if values is None:
+                continue
+            mean, low, high = bootstrap_ci(np.asarray(values) * 100, seed=seed)
+            out.append({"truth": truth, "embedding": row, "mean": mean, "low": low, "high": high})
+    return pd.DataFrame(out)
