@@ -317,6 +317,9 @@ def plot_loss_curves(history: pd.DataFrame, ax=None, title: str = "decoder valid
 # --------------------------------------------------------------------------- faithfulness
 
 
+_SCORERS: dict = {}  # bert-score models stay loaded for the session
+
+
 def bertscore(candidates: Sequence[str], references: Sequence[str | Sequence[str]], model: str = BERTSCORE_MODEL,
               num_layers: int | None = None, batch_size: int = 32, device: str | None = None) -> np.ndarray:
     """BERTScore F1 of each candidate against its reference(s) (the best of several), with a local encoder.
@@ -341,9 +344,11 @@ def bertscore(candidates: Sequence[str], references: Sequence[str | Sequence[str
     refs = [[r] if isinstance(r, str) else list(r) for r in references]
     if any(not r for r in refs):
         raise ValueError("every candidate needs at least one reference text")
-    _, _, f1 = bert_score.score(list(candidates), refs, model_type=resolved.path, num_layers=layers,
-                                batch_size=batch_size, device=device or best_device(), verbose=False,
-                                rescale_with_baseline=False)
+    key = (resolved.path, layers, device or best_device(), batch_size)
+    if key not in _SCORERS:  # loading the encoder costs more than scoring a few hundred pairs
+        _SCORERS[key] = bert_score.BERTScorer(model_type=resolved.path, num_layers=layers, batch_size=batch_size,
+                                              device=key[2], rescale_with_baseline=False)
+    _, _, f1 = _SCORERS[key].score(list(candidates), refs, verbose=False)
     return f1.numpy().astype(np.float64)
 
 
