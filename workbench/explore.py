@@ -210,11 +210,20 @@ class Explorer:
             members = groups == g
             centres.append(self.coords[members].mean(axis=0))
             vectors.append(self.embeddings[aspect][members].mean(axis=0))
-        texts = self.decoders[aspect].describe(np.stack(vectors), **{**self.sampling, "max_new_tokens": 24})
+        texts = self.decoders[aspect].describe(np.stack(vectors), **{**self.sampling, "max_new_tokens": 32})
+        split = [(c[0] if c else "").split() for c in texts]
+        # Decodings often open with the same boilerplate ("The main challenge of the paper is
+        # that ..."); drop the words every label shares at the start so the labels show what
+        # tells the regions apart.
+        common = 0
+        while len(split) > 1 and all(len(w) > common + 1 for w in split) and \
+                len({w[common].lower() for w in split}) == 1:
+            common += 1
         out = []
-        for (x, y), cands in zip(centres, texts):
-            text = " ".join(cands[0].split()[:words]) if cands and cands[0] else ""
-            out.append((float(x), float(y), text + ("…" if len(cands[0].split()) > words else "")))
+        for (x, y), w in zip(centres, split):
+            rest = w[common:]
+            text = ("…" if common else "") + " ".join(rest[:words]) + ("…" if len(rest) > words else "")
+            out.append((float(x), float(y), text))
         return out
 
     # ------------------------------------------------------------------ callbacks for the view
