@@ -284,3 +284,20 @@ def test_plots_draw(tmp_path):
     bars = ev.plot_headline_bars(pd.DataFrame({"mean": [1.0, 2.0], "low": [0.5, 1.5], "high": [1.5, 2.5]},
                                               index=["a", "b"]))
     assert len(bars.patches) == 2
+
+
+def test_permutation_test_is_not_fooled_by_scale():
+    """A worse S_a on another similarity scale must not come out significant (raw cell mixing did)."""
+    from workbench.evaluation import permutation_test
+
+    rng = np.random.default_rng(1)
+    n = 40
+    x = rng.standard_normal((n, 8))
+    truth = x @ x.T
+    good = truth + 1.5 * rng.standard_normal((n, n))              # S_b
+    bad = 5.0 + 0.2 * (truth + 2.0 * rng.standard_normal((n, n)))  # S_a: noisier, shifted and narrower
+    out = permutation_test(bad, good, truth, n_permutations=100, seed=0)
+    assert out["observed_difference"] < 0
+    assert out["p_value"] > 0.5  # mixing raw cells gave p = 0.0099 here
+    reverse = permutation_test(good, bad, truth, n_permutations=100, seed=0)
+    assert reverse["observed_difference"] > 0

@@ -362,6 +362,15 @@ def retrieval_table(encoders: Mapping[str, Callable[[list[str]], np.ndarray] | M
 # --------------------------------------------------------------------------- significance
 
 
+def _row_standardised(x: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """Each row centred and scaled over its known cells (0 elsewhere); ranks within a row unchanged."""
+    counts = np.maximum(mask.sum(axis=1, keepdims=True), 1)
+    filled = np.where(mask, x, 0.0)
+    mean = filled.sum(axis=1, keepdims=True) / counts
+    sd = np.sqrt((np.where(mask, x - mean, 0.0) ** 2).sum(axis=1, keepdims=True) / counts)
+    return np.where(mask, (x - mean) / np.maximum(sd, 1e-12), 0.0)
+
+
 def permutation_test(sim_a, sim_b, truth, n_permutations: int = 1000, seed: int = 0) -> dict:
     """Appendix A.6: is aspect a's similarity more correlated with `truth` than aspect b's?
 
@@ -389,10 +398,16 @@ def permutation_test(sim_a, sim_b, truth, n_permutations: int = 1000, seed: int 
 
     corr_a, corr_b = corr(a), corr(b)
     observed = corr_a - corr_b
+    # Mix row-standardised matrices. Two embeddings' cosines live on different scales (one
+    # head's similarities may span 0.3-0.9, another's 0.6-1.0); mixed raw, each row's ranking
+    # would be decided by which matrix a cell came from, every mixture would correlate worse
+    # than either matrix, and even a worse S_a would look "significant". Standardising each
+    # row leaves every row's ranks, and so corr_a and corr_b, unchanged.
+    za, zb = _row_standardised(a, mask), _row_standardised(b, mask)
     rng = np.random.default_rng(seed)
     extreme = 0
     for _ in range(n_permutations):
-        mixed = np.where(rng.random(a.shape) < 0.5, a, b)
+        mixed = np.where(rng.random(a.shape) < 0.5, za, zb)
         # A small tolerance: a permutation equal to S_a must count as "at least as high".
         if corr(mixed) - corr_b >= observed - 1e-12:
             extreme += 1
