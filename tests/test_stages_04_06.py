@@ -84,3 +84,4 @@ def test_evaluate_stage_writes_metrics_and_compare_works(tiny_run, capsys):
     assert "data:image/png" in html and "unified:challenge" in html
     assert main(["compare", str(run), str(run)]) == 0
     assert "spearman" in capsys.readouterr().out
+
