@@ -21,14 +21,10 @@ from typing import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from .decoding import _unit  # unit rows in float32, shared with stage 04
 from .tsne import AspectMap, normalize_weights
 
 MAPS = "maps"
-
-
-def _unit(x) -> np.ndarray:
-    x = np.asarray(x, dtype=np.float32)
-    return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
 
 
 def hover_meta(corpus, aspects: Sequence[str], run_dir=None) -> pd.DataFrame:

@@ -23,12 +23,9 @@ from typing import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from .decoding import _unit  # unit rows in float32, shared with stage 04
+
 REFERENCE_ENCODER = "mpnet"
-
-
-def _unit(x) -> np.ndarray:
-    x = np.asarray(x, dtype=np.float32)
-    return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
 
 
 def evaluation_corpus(corpus, run_dir=None, split: str | None = "test"):
