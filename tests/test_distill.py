@@ -62,7 +62,8 @@ def distilled(tmp_path_factory, teachers, aclsum_small):
     corpus, views, train, val = aclsum_small
     run = _run_dir(tmp_path_factory.mktemp("distill"), teachers)
     targets = compute_targets(run, views, ASPECTS, progress=False)
-    config = DistillConfig(max_length=32, batch_size=4, max_steps=8, eval_every=4, patience=5, device="cpu")
+    config = DistillConfig(max_length=32, batch_size=4, max_steps=8, eval_every=4, patience=5, device="cpu",
+                           mode="finetune")
     result = train_unified_model(corpus, targets, train, val, run / "unified_model", config, progress=False)
     return run, targets, result
 

@@ -362,10 +362,10 @@ def round_trip(texts: Sequence[str], targets, aspect_model, aspect: str,
     that is itself a corpus row ties with that row and does not count against itself.
     aspect_model: an AspectEncoder with a head for `aspect` (or a path to one).
     """
-    from .encoders import AspectEncoder
+    from .encoders import is_model, load_model
 
-    if not isinstance(aspect_model, AspectEncoder):
-        aspect_model = AspectEncoder.from_pretrained(aspect_model)
+    if not is_model(aspect_model):
+        aspect_model = load_model(aspect_model)
     targets = _unit(np.atleast_2d(targets))
     if len(texts) != len(targets):
         raise ValueError(f"{len(texts)} texts but {len(targets)} targets")

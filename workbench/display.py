@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import html
+import math
+from typing import Mapping
 
+import numpy as np
 import pandas as pd
 
 
@@ -94,3 +97,57 @@ def html_table(frame: pd.DataFrame, max_chars: int | None = 400, index: bool = F
     return ('<div style="max-width:100%;overflow-x:auto">'
             '<style>.wb-table td{text-align:left;vertical-align:top;white-space:normal}</style>'
             + table.replace('<table class="dataframe">', '<table class="dataframe wb-table">', 1) + "</div>")
+
+
+def plot_distill_curves(history, axes=None, title: str = ""):
+    """Training loss (per step, and its mean between evaluations) and validation MRR per aspect vs step."""
+    import matplotlib.pyplot as plt
+
+    if hasattr(history, "history"):  # a distill.DistillResult
+        title = title or history.kind
+        history = history.history
+    if axes is None:
+        fig, axes = plt.subplots(1, 2, figsize=(11, 3.6))
+    else:
+        fig = axes[0].figure
+    train, evals = history["train"], history["eval"]
+    ax = axes[0]
+    if train:
+        ax.plot([r["step"] for r in train], [r["loss"] for r in train], color="0.75", lw=1, label="train (per step)")
+    later = [e for e in evals if "train_loss" in e]
+    ax.plot([e["step"] for e in later], [e["train_loss"] for e in later], "o-", color="C0", label="train (mean)")
+    if evals and "loss" in evals[0] and math.isfinite(evals[0]["loss"]):
+        ax.plot([e["step"] for e in evals], [e["loss"] for e in evals], "s--", color="C3", label="validation")
+    ax.set(xlabel="step", ylabel="loss", title=f"{title} loss".strip())
+    ax.legend(fontsize=8)
+    ax = axes[1]
+    steps = [e["step"] for e in evals]
+    for i, aspect in enumerate(evals[0]["aspects"] if evals else []):
+        ax.plot(steps, [e["aspects"][aspect]["mrr"] for e in evals], ".-", color=f"C{i}", label=aspect)
+    ax.plot(steps, [e["mrr"] for e in evals], "k-", lw=2.5, label="mean")
+    best = [e for e in evals if e.get("best")]
+    if best:
+        ax.axvline(best[-1]["step"], color="0.5", ls=":", lw=1)
+    ax.set(xlabel="step", ylabel="validation MRR", title=f"{title} validation MRR (dotted: kept checkpoint)".strip())
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def plot_aspect_correlations(frame, ax=None, title: str = "aspect spaces: mean per-document Spearman"):
+    """Heatmap of `aspect_space_correlations` with the values written in the cells."""
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(1.3 * len(frame) + 2.2, 1.1 * len(frame) + 1.6))
+    values = np.asarray(frame, dtype=float)
+    image = ax.imshow(values, vmin=min(0.0, np.nanmin(values)), vmax=1.0, cmap="viridis")
+    ax.set_xticks(range(len(frame.columns)), frame.columns, rotation=30, ha="right")
+    ax.set_yticks(range(len(frame.index)), frame.index)
+    for i in range(values.shape[0]):
+        for j in range(values.shape[1]):
+            ax.text(j, i, f"{values[i, j]:.2f}", ha="center", va="center",
+                    color="black" if values[i, j] > 0.6 else "white", fontsize=9)
+    ax.set_title(title, fontsize=10)
+    ax.figure.colorbar(image, ax=ax, fraction=0.046)
+    return ax

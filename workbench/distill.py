@@ -42,7 +42,9 @@ import numpy as np
 import torch
 
 from .accel import ConfigDict, adamw, make_accelerator
-from .encoders import CONFIG_NAME, POOLINGS, WEIGHTS_NAME, AspectEncoder
+from .features import FeatureCache, frozen_backbone
+from .headtrain import resolve_mode, train_unified_heads
+from .encoders import CONFIG_NAME, POOLINGS, WEIGHTS_NAME, AspectEncoder, load_model
 from .losses import info_nce, masked_mse
 from .metrics import mean_rank, mrr, retrieval_ranks
 
@@ -51,7 +53,6 @@ UNIFIED_DIR = "unified_model"
 BASELINE_DIR = "unified_baseline"
 TARGETS_NAME = "targets.safetensors"
 TARGETS_INDEX = "targets.json"
-EMBEDDINGS_DIR = "embeddings"
 # Bump when the way targets are computed changes, so old caches are not reused.
 TARGETS_METHOD = "mean-of-unit-views-v1"
 
@@ -94,8 +95,26 @@ class DistillConfig(ConfigDict):
     eval_batch_size: int = 32
     dim: int = 150
     temperature: float = 0.07
+    # "frozen": sentence-pooling heads on a frozen encoder, trained on cached vectors (CPU-first,
+    # `headtrain.train_unified_heads`); "finetune": the paper's recipe above; "auto": frozen on a CPU.
+    mode: str = "auto"
+    head_lr: float = 0.05
+    head_steps: int = 400
+    head_batch_size: int = 512      # documents per step (all of them when the corpus is smaller)
+    head_rank: int = 0              # low-rank residual projection after pooling (0: none)
+    head_temperature: float = 0.05  # of the similarity distillation and InfoNCE terms
+    label_weight: float = 1.0       # sentence labels (human highlights, LLM labels): cross-entropy
+    distant_weight: float = 0.5     # sentences close to the teacher's target: soft cross-entropy
+    kd_weight: float = 1.0          # similarity distillation from the teacher's targets
+    nce_weight: float = 0.0         # InfoNCE between head output and target
+    l2: float = 1e-3                # pull towards the untrained head (the base encoder)
+    head_refit: bool = True         # after choosing the step count on validation, retrain on train + validation
 
     def __post_init__(self):
+        from .headtrain import MODES
+
+        if self.mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
         if self.pooling not in POOLINGS:
             raise ValueError(f"pooling must be one of {POOLINGS}, got {self.pooling!r}")
         for name in ("max_length", "batch_size", "max_steps", "eval_every", "patience", "eval_batch_size", "dim"):
@@ -301,7 +320,7 @@ def compute_targets(
         ids = list(docs)
         flat = [text for d in ids for text in docs[d]]
         if flat:
-            teacher = AspectEncoder.from_pretrained(folders[aspect], device=device, aspects=[aspect])
+            teacher = load_model(folders[aspect], device=device, aspects=[aspect], run_dir=run_dir)
             # Each teacher reads views with the length it was trained with (its own max_length).
             vectors = teacher.encode(flat, aspects=[aspect], batch_size=batch_size, normalize=True,
                                      progress=progress)[aspect]
@@ -443,7 +462,7 @@ class DistillResult:
 
     def load(self, device: str | None = None) -> AspectEncoder:
         """The best checkpoint, loaded."""
-        return AspectEncoder.from_pretrained(self.out_dir, device=device)
+        return load_model(self.out_dir, device=device)
 
     def table(self):
         """Per-aspect validation table: mean rank and MRR at step 0 and at the best step."""
@@ -555,8 +574,18 @@ def train_unified_model(
     out_dir: str | os.PathLike,
     config: DistillConfig | None = None,
     progress: bool = True,
+    run_dir: str | os.PathLike | None = None,
+    sentence_labels: Mapping[str, Mapping[str, Sequence[float]]] | None = None,
 ) -> DistillResult:
-    """Distil the aspect models' targets into one encoder with a head per aspect (paper section 4, A.4).
+    """Distil the aspect models' targets into one model with a head per aspect (paper section 4, A.4).
+
+    Two modes (`config.mode`; "auto" picks frozen on a CPU, finetune on a GPU):
+
+    * frozen (CPU-first): sentence-pooling heads on the frozen encoder, trained in seconds on
+      vectors cached in `run_dir` (`headtrain.train_unified_heads`), from the targets and
+      from `sentence_labels` ({aspect: {doc_id: [label per sentence]}},
+      `headtrain.sentence_supervision`); selected by agreement with the teacher's similarities;
+    * finetune (the paper): described below.
 
     The student reads each document's abstract from `corpus`; for every aspect the
     document has a target in, its head's output is pulled towards that target
@@ -572,6 +601,12 @@ def train_unified_model(
     from torch.utils.data import DataLoader
 
     config = config or DistillConfig()
+    if resolve_mode(config.mode, config.device) == "frozen":
+        if run_dir is None:
+            raise ValueError("the frozen mode keeps its feature cache in the run directory: pass run_dir")
+        cache = FeatureCache.for_run(run_dir, frozen_backbone(config.base_model, config.pooling))
+        return train_unified_heads(corpus, targets, train_ids, val_ids, out_dir, config, cache,
+                                   sentence_labels=sentence_labels, progress=progress)
     aspects = list(targets)
     if not aspects:
         raise ValueError("no aspects in targets")
@@ -709,61 +744,6 @@ def train_unified_baseline(
                 meta=meta, progress=progress)
 
 
-# --------------------------------------------------------------------------- embedding
-
-
-def embed(model: AspectEncoder | str | os.PathLike, texts: Sequence[str], batch_size: int = 32,
-          progress: bool = True, device: str | None = None) -> dict[str, np.ndarray]:
-    """Every aspect's embedding of `texts` from one backbone pass per batch: {aspect: unit rows [N, dim]}."""
-    if not isinstance(model, AspectEncoder):
-        model = AspectEncoder.from_pretrained(model, device=device)
-    return model.encode(list(texts), batch_size=batch_size, normalize=True, progress=progress, device=device)
-
-
-def embeddings_key(model_dir: str | os.PathLike, corpus) -> str:
-    """The cache key of a corpus's embeddings: the model's weights and config, and the corpus's ids and texts."""
-    return hashlib.sha256(f"{model_key(model_dir)}:{corpus.fingerprint()}:unit".encode()).hexdigest()[:16]
-
-
-def embed_corpus(model_dir: str | os.PathLike, corpus, run_dir: str | os.PathLike, batch_size: int = 32,
-                 progress: bool = True, device: str | None = None) -> dict[str, np.ndarray]:
-    """Embeddings {aspect: float32 [len(corpus), dim], unit rows, corpus order}, cached in the run directory.
-
-    Stored as ``<run_dir>/embeddings/<key>.safetensors`` + ``<key>.json`` (the key hashes
-    the model's weights and config and the corpus's ids and abstracts), so a notebook
-    re-run loads them and any change to the model or the corpus computes afresh.
-    """
-    from safetensors.numpy import load_file, save_file
-
-    folder = Path(run_dir) / EMBEDDINGS_DIR
-    key = embeddings_key(model_dir, corpus)
-    tensor_path, meta_path = folder / f"{key}.safetensors", folder / f"{key}.json"
-    if tensor_path.is_file() and meta_path.is_file():
-        try:
-            meta = json.loads(meta_path.read_text())
-            arrays = load_file(str(tensor_path))
-            if meta.get("doc_ids") == corpus.ids and all(a in arrays for a in meta["aspects"]):
-                if progress:
-                    print(f"loaded cached embeddings {tensor_path}")
-                return {a: arrays[a] for a in meta["aspects"]}
-        except Exception:  # a damaged cache entry is recomputed and overwritten
-            pass
-    model = AspectEncoder.from_pretrained(model_dir, device=device)
-    vectors = model.encode(corpus.texts(), batch_size=batch_size, normalize=True, progress=progress)
-    folder.mkdir(parents=True, exist_ok=True)
-    tmp = folder / f"{key}.safetensors.tmp"
-    save_file({a: np.ascontiguousarray(v) for a, v in vectors.items()}, str(tmp))
-    os.replace(tmp, tensor_path)
-    # The JSON is written last: a cache entry without it is incomplete and ignored.
-    meta_path.write_text(json.dumps({
-        "model_dir": str(Path(model_dir).resolve()), "model_key": model_key(model_dir), "corpus": corpus.name,
-        "corpus_fingerprint": corpus.fingerprint(), "n_docs": len(corpus), "aspects": list(vectors),
-        "dim": int(model.dim), "max_length": model.max_length, "normalized": True,
-        "created": time.strftime("%Y-%m-%d %H:%M:%S"), "doc_ids": corpus.ids,
-    }, indent=1) + "\n")
-    return vectors
-
-
 # --------------------------------------------------------------------------- analysis and plots
 
 
@@ -785,93 +765,7 @@ def validation_table(result: DistillResult):
     return table
 
 
-def plot_distill_curves(history: Mapping | DistillResult, axes=None, title: str = ""):
-    """Training loss (per step, and its mean between evaluations) and validation MRR per aspect vs step."""
-    import matplotlib.pyplot as plt
-
-    if isinstance(history, DistillResult):
-        title = title or history.kind
-        history = history.history
-    if axes is None:
-        fig, axes = plt.subplots(1, 2, figsize=(11, 3.6))
-    else:
-        fig = axes[0].figure
-    train, evals = history["train"], history["eval"]
-    ax = axes[0]
-    if train:
-        ax.plot([r["step"] for r in train], [r["loss"] for r in train], color="0.75", lw=1, label="train (per step)")
-    later = [e for e in evals if "train_loss" in e]
-    ax.plot([e["step"] for e in later], [e["train_loss"] for e in later], "o-", color="C0", label="train (mean)")
-    if evals and "loss" in evals[0] and math.isfinite(evals[0]["loss"]):
-        ax.plot([e["step"] for e in evals], [e["loss"] for e in evals], "s--", color="C3", label="validation")
-    ax.set(xlabel="step", ylabel="loss", title=f"{title} loss".strip())
-    ax.legend(fontsize=8)
-    ax = axes[1]
-    steps = [e["step"] for e in evals]
-    for i, aspect in enumerate(evals[0]["aspects"] if evals else []):
-        ax.plot(steps, [e["aspects"][aspect]["mrr"] for e in evals], ".-", color=f"C{i}", label=aspect)
-    ax.plot(steps, [e["mrr"] for e in evals], "k-", lw=2.5, label="mean")
-    best = [e for e in evals if e.get("best")]
-    if best:
-        ax.axvline(best[-1]["step"], color="0.5", ls=":", lw=1)
-    ax.set(xlabel="step", ylabel="validation MRR", title=f"{title} validation MRR (dotted: kept checkpoint)".strip())
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    return fig
-
-
-def aspect_space_correlations(embeddings: Mapping[str, np.ndarray], max_docs: int | None = 500, seed: int = 0):
-    """How differently the aspect spaces order the corpus: a [K, K] DataFrame of mean per-document Spearman.
-
-    For each document and each space, its cosine similarities to all other documents
-    form a row; cell (a, b) is the Spearman correlation between the document's rows in
-    spaces a and b, averaged over documents. The diagonal is 1; an off-diagonal value
-    well below 1 means the two spaces find different neighbours, i.e. each captures
-    something of its own. At most `max_docs` documents (a seeded sample) are used.
-    """
-    import pandas as pd
-    from scipy.stats import rankdata
-
-    names = list(embeddings)
-    n = len(next(iter(embeddings.values())))
-    if n < 3:
-        raise ValueError(f"need at least 3 documents to correlate similarity rows, got {n}")
-    idx = np.arange(n)
-    if max_docs and n > max_docs:
-        idx = np.sort(np.random.default_rng(seed).choice(n, max_docs, replace=False))
-    off = ~np.eye(len(idx), dtype=bool)  # a document's similarity to itself says nothing
-    z = {}
-    for name in names:
-        x = np.asarray(embeddings[name], dtype=np.float64)[idx]
-        x = x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
-        sims = (x @ x.T)[off].reshape(len(idx), len(idx) - 1)
-        r = rankdata(sims, axis=1)
-        r -= r.mean(axis=1, keepdims=True)
-        z[name] = r / np.maximum(np.linalg.norm(r, axis=1, keepdims=True), 1e-12)
-    matrix = np.array([[float(np.mean(np.sum(z[a] * z[b], axis=1))) for b in names] for a in names])
-    return pd.DataFrame(matrix, index=names, columns=names)
-
-
-def mean_off_diagonal(frame) -> float:
-    """The mean of a square matrix's off-diagonal cells (lower = more disentangled aspect spaces)."""
-    values = np.asarray(frame, dtype=float)
-    return float(values[~np.eye(len(values), dtype=bool)].mean()) if len(values) > 1 else float("nan")
-
-
-def plot_aspect_correlations(frame, ax=None, title: str = "aspect spaces: mean per-document Spearman"):
-    """Heatmap of `aspect_space_correlations` with the values written in the cells."""
-    import matplotlib.pyplot as plt
-
-    if ax is None:
-        _, ax = plt.subplots(figsize=(1.3 * len(frame) + 2.2, 1.1 * len(frame) + 1.6))
-    values = np.asarray(frame, dtype=float)
-    image = ax.imshow(values, vmin=min(0.0, np.nanmin(values)), vmax=1.0, cmap="viridis")
-    ax.set_xticks(range(len(frame.columns)), frame.columns, rotation=30, ha="right")
-    ax.set_yticks(range(len(frame.index)), frame.index)
-    for i in range(values.shape[0]):
-        for j in range(values.shape[1]):
-            ax.text(j, i, f"{values[i, j]:.2f}", ha="center", va="center",
-                    color="black" if values[i, j] > 0.6 else "white", fontsize=9)
-    ax.set_title(title, fontsize=10)
-    ax.figure.colorbar(image, ax=ax, fraction=0.046)
-    return ax
+# Moved to their own modules; imported here so that existing code and notebooks keep working.
+from .display import plot_aspect_correlations, plot_distill_curves  # noqa: E402,F401
+from .embeddings import EMBEDDINGS_DIR, embed, embed_corpus, embeddings_key  # noqa: E402,F401
+from .evaluation import aspect_space_correlations, mean_off_diagonal  # noqa: E402,F401

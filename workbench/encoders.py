@@ -382,6 +382,48 @@ class AspectEncoder(nn.Module):
         return model.to(device or best_device())
 
 
+def load_model(folder: str | os.PathLike, device: str | None = None, aspects=None, run_dir=None,
+               trust_remote_code: bool = False):
+    """Load any workbench aspect model: a fine-tuned `AspectEncoder` or frozen-backbone `PooledAspectModel`.
+
+    Both have the same interface (`encode`, `aspects`, `dim`, ...), so the stages that
+    read models (03 targets, 04 round trips, 05 maps, 06 evaluation) need not know which
+    mode trained them. A frozen-backbone model reads and extends the feature cache of
+    `run_dir`, or of the run directory it lives in (``<run>/aspect_models/<aspect>`` or
+    ``<run>/unified_model``), so texts encoded once are not encoded again.
+    """
+    folder = Path(folder).expanduser()
+    config_path = folder / CONFIG_NAME
+    fmt = None
+    if config_path.is_file():
+        try:
+            fmt = json.loads(config_path.read_text()).get("format")
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise CheckpointError(f"{config_path} is not valid JSON: {exc}") from exc
+    from .heads import FORMAT as POOLED_FORMAT
+
+    if fmt != POOLED_FORMAT:
+        return AspectEncoder.from_pretrained(folder, device=device, aspects=aspects,
+                                             trust_remote_code=trust_remote_code)
+    from .features import FeatureCache
+    from .heads import PooledAspectModel
+
+    model = PooledAspectModel.from_pretrained(folder, device=device, aspects=aspects)
+    if run_dir is None:
+        if folder.parent.name == "aspect_models":
+            run_dir = folder.parent.parent
+        elif (folder.parent / "aspect_models").is_dir():
+            run_dir = folder.parent
+    if run_dir is not None:
+        model.cache = FeatureCache.for_run(run_dir, model.backbone())
+    return model
+
+
+def is_model(value) -> bool:
+    """True for a loaded aspect model of either kind (anything else is taken as a path)."""
+    return hasattr(value, "encode") and hasattr(value, "aspects")
+
+
 def _load_state_strict(model: nn.Module, state: dict[str, torch.Tensor], path: Path) -> None:
     """load_state_dict(strict=True), except that a tied tensor saved under one of its names is enough."""
     expected = model.state_dict()

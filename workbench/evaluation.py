@@ -626,3 +626,44 @@ def plot_headline_bars(frame_of_mean_low_high: pd.DataFrame, ax=None):
     ax.set_xticks(range(len(frame)), [str(i) for i in frame.index], rotation=35, ha="right")
     ax.set_ylabel("mean (bootstrap CI)")
     return ax
+
+
+# --------------------------------------------------------------------------- aspect spaces
+
+
+def aspect_space_correlations(embeddings: Mapping[str, np.ndarray], max_docs: int | None = 500, seed: int = 0):
+    """How differently the aspect spaces order the corpus: a [K, K] DataFrame of mean per-document Spearman.
+
+    For each document and each space, its cosine similarities to all other documents
+    form a row; cell (a, b) is the Spearman correlation between the document's rows in
+    spaces a and b, averaged over documents. The diagonal is 1; an off-diagonal value
+    well below 1 means the two spaces find different neighbours, i.e. each captures
+    something of its own. At most `max_docs` documents (a seeded sample) are used.
+    """
+    import pandas as pd
+    from scipy.stats import rankdata
+
+    names = list(embeddings)
+    n = len(next(iter(embeddings.values())))
+    if n < 3:
+        raise ValueError(f"need at least 3 documents to correlate similarity rows, got {n}")
+    idx = np.arange(n)
+    if max_docs and n > max_docs:
+        idx = np.sort(np.random.default_rng(seed).choice(n, max_docs, replace=False))
+    off = ~np.eye(len(idx), dtype=bool)  # a document's similarity to itself says nothing
+    z = {}
+    for name in names:
+        x = np.asarray(embeddings[name], dtype=np.float64)[idx]
+        x = x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
+        sims = (x @ x.T)[off].reshape(len(idx), len(idx) - 1)
+        r = rankdata(sims, axis=1)
+        r -= r.mean(axis=1, keepdims=True)
+        z[name] = r / np.maximum(np.linalg.norm(r, axis=1, keepdims=True), 1e-12)
+    matrix = np.array([[float(np.mean(np.sum(z[a] * z[b], axis=1))) for b in names] for a in names])
+    return pd.DataFrame(matrix, index=names, columns=names)
+
+
+def mean_off_diagonal(frame) -> float:
+    """The mean of a square matrix's off-diagonal cells (lower = more disentangled aspect spaces)."""
+    values = np.asarray(frame, dtype=float)
+    return float(values[~np.eye(len(values), dtype=bool)].mean()) if len(values) > 1 else float("nan")

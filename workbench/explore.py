@@ -108,18 +108,18 @@ class Explorer:
     def unified(self):
         """The unified model (loaded on first use)."""
         if self._unified is None:
-            from .encoders import AspectEncoder
+            from .encoders import load_model
 
-            self._unified = AspectEncoder.from_pretrained(self.model_dir, device=self.device)
+            self._unified = load_model(self.model_dir, device=self.device, run_dir=self.run_dir)
         return self._unified
 
     def aspect_model(self, aspect: str):
         """The stage-02 model of an aspect (loaded on first use), or None when the run has none."""
         if aspect not in self._aspect_models:
-            from .encoders import AspectEncoder
+            from .encoders import load_model
 
             folder = self.run_dir / "aspect_models" / aspect
-            self._aspect_models[aspect] = AspectEncoder.from_pretrained(folder, device=self.device) \
+            self._aspect_models[aspect] = load_model(folder, device=self.device, run_dir=self.run_dir) \
                 if folder.is_dir() else None
         return self._aspect_models[aspect]
 

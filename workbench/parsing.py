@@ -111,3 +111,85 @@ def parse_judgement(text: str, scale: tuple[int, int]) -> Parsed:
     if number != int(number) or not low <= number <= high:
         return Parsed("unparsed", None, f"score {score!r} is not an integer in [{low}, {high}]")
     return Parsed("ok", {"score": int(number), "reasoning": str(obj.get("reasoning", ""))})
+
+
+def _sentence_numbers(value) -> list[int] | None:
+    """The integers in one aspect's value: a list of ints or digit strings, a bare int, or a string "1, 3"."""
+    if value is None:
+        return []
+    if isinstance(value, bool):  # True is an int in Python, but not a sentence number
+        return None
+    if isinstance(value, (int, float)):
+        return [int(value)] if value == int(value) else None
+    if isinstance(value, str):
+        if not value.strip() or is_not_applicable(value):
+            return []  # "", "none", "N/A": no sentence
+        # "2", "[2]", "1, 3" hold numbers; "sentence numbers" (the format copied back) holds none and is no answer.
+        numbers = [int(d) for d in re.findall(r"-?\d+", value)]
+        return numbers or None
+    if isinstance(value, (list, tuple)):
+        out, noise = [], 0
+        for item in value:
+            numbers = _sentence_numbers(item)
+            if numbers is None or isinstance(item, (list, tuple)):
+                noise += 1  # a nested list or a word is noise, not a sentence number
+                continue
+            out.extend(numbers)
+        return None if noise and not out else out  # ["sentence numbers"] is the format copied back, not []
+    return None
+
+
+def _label_key(key) -> str:
+    # "Challenge", "research question" and "research-question" all name the aspect research_question.
+    return re.sub(r"[\s\-]+", "_", str(key).strip().lower())
+
+
+def parse_sentence_labels(text: str, aspects, n_sentences: int, prefill: str = '{"') -> Parsed:
+    """Parse a sentence-label answer `{"challenge": [1], "approach": [2, 3], "outcome": []}` tolerantly.
+
+    `aspects` are the aspect names (or an AspectSet). Sentence numbers in the answer are
+    1-based, as the prompt shows them; the value is `{aspect: sorted 0-based indices}`.
+    Numbers may be ints or strings; out-of-range ones are dropped and named in `error`;
+    keys match aspect names case-insensitively; unknown keys are ignored; a missing
+    aspect means no sentence. No JSON object with any aspect (nor a cut-off one the
+    regex can read) is "unparsed". An answer that continues `prefill` without repeating
+    it (a backend that does not echo the prefill) is read with the prefill put back.
+    """
+    if not isinstance(text, str) or not text.strip():
+        return Parsed("unparsed", None, "empty answer")
+    names = list(getattr(aspects, "names", aspects))
+    wanted = {_label_key(n): n for n in names}
+    found: dict | None = None
+    texts = [text] + ([prefill + text] if prefill and not text.lstrip().startswith(prefill) else [])
+    for candidate in texts:
+        for obj in _json_objects(candidate):
+            hits = {wanted[_label_key(k)]: v for k, v in obj.items() if _label_key(k) in wanted}
+            if hits:
+                found = hits
+                break
+        if found:
+            break
+    if not found:
+        # Cut off by max_new_tokens before the closing brace: read each `"aspect": [..` that is there.
+        found = {}
+        for key, name in wanted.items():
+            pattern = r"(?<![\w])\"?" + r"[\s_\-]+".join(map(re.escape, key.split("_"))) + r"\"?\s*:\s*\[([^\[\]{}]*)"
+            m = re.search(pattern, text, re.IGNORECASE)
+            if m:
+                found[name] = m.group(1)  # a string of the list's insides: "1, 3" or '"2"
+    if not found:
+        return Parsed("unparsed", None, f"no JSON object with any of the aspects {names}")
+    labels, dropped, errors = {}, set(), []
+    for name in names:
+        numbers = _sentence_numbers(found.get(name))
+        if numbers is None:
+            errors.append(f"{name}: {found[name]!r} is not a list of sentence numbers")
+            numbers = []
+            del found[name]
+        dropped.update(n for n in numbers if not 1 <= n <= n_sentences)
+        labels[name] = sorted({n - 1 for n in numbers if 1 <= n <= n_sentences})
+    if not found:  # every aspect's value was noise: no answer at all, not "no sentence states anything"
+        return Parsed("unparsed", None, "; ".join(errors))
+    if dropped:
+        errors.append(f"dropped sentence numbers outside 1..{n_sentences}: {sorted(dropped)}")
+    return Parsed("ok", labels, "; ".join(errors))

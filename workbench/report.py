@@ -131,13 +131,13 @@ def retrieval_pairs(eval_corpus, aspects: Sequence[str], run_dir=None) -> dict[s
 def retrieval_encoders(run_dir, aspects: Sequence[str], base_model: str | None = "minilm",
                        baselines: Sequence[str] = ("mpnet",), device: str | None = None) -> dict:
     """Encoders for Table 1: each aspect model (on every aspect), the untrained base encoder, baselines."""
-    from .encoders import AspectEncoder
+    from .encoders import load_model
 
     encoders: dict = {}
     for aspect in aspects:
         folder = Path(run_dir) / "aspect_models" / aspect
         if folder.is_dir():
-            model = AspectEncoder.from_pretrained(folder, device=device)
+            model = load_model(folder, device=device)
             head = aspect if aspect in model.aspects else model.aspects[0]
             encoders[f"{aspect} model"] = (lambda m, h: lambda texts: m.encode(list(texts), aspects=h)[h])(model, head)
     for name in ([base_model] if base_model else []) + list(baselines):

@@ -47,6 +47,8 @@ from typing import Any, Iterable, Sequence
 
 from .accel import ConfigDict, adamw, make_accelerator
 from .devices import best_device
+from .features import FeatureCache, frozen_backbone
+from .headtrain import resolve_mode, train_view_head
 from .losses import info_nce
 from .metrics import retrieval_report
 from .views import AspectViews, collect_views, split_documents
@@ -93,8 +95,18 @@ class TrainConfig(ConfigDict):
     eval_batch_size: int = 64
     mixed_precision: str = "no"  # Accelerate's choice: "no", "bf16", "fp16"
     device: str | None = None
+    # "frozen": a residual projection on a frozen encoder, trained on cached vectors (CPU-first,
+    # `headtrain.train_view_head`); "finetune": the paper's recipe above; "auto": frozen on a CPU.
+    mode: str = "auto"
+    head_lr: float = 1e-3
+    head_steps: int = 300
+    head_rank: int = 32
 
     def __post_init__(self):
+        from .headtrain import MODES
+
+        if self.mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
         if self.select_by not in ("mrr", "mean_rank"):
             raise ValueError(f"select_by must be 'mrr' or 'mean_rank', got {self.select_by!r}")
         for name in ("batch_size", "max_steps", "eval_every", "max_length", "dim"):
@@ -104,8 +116,12 @@ class TrainConfig(ConfigDict):
             raise ValueError("batch_size must be at least 2: the other pairs of the batch are the negatives")
 
     def comparable(self) -> dict:
-        """The fields that decide whether an existing model can be reused."""
-        return {k: v for k, v in self.to_dict().items() if k not in _NOT_COMPARED}
+        """The fields that decide whether an existing model can be reused ("auto" resolved to the mode it runs)."""
+        from .headtrain import resolve_mode
+
+        values = {k: v for k, v in self.to_dict().items() if k not in _NOT_COMPARED}
+        values["mode"] = resolve_mode(self.mode, self.device)
+        return values
 
 
 @dataclass
@@ -432,6 +448,31 @@ def _finished(out_dir: Path, config: TrainConfig, aspect: str, fingerprint: str)
     return TrainResult(**{**stored, "history": history, "skipped": True})
 
 
+class NoSupervisionError(ValueError):
+    """Some aspects have nothing to learn from (no views, no sentence labels); the message names them."""
+
+
+def check_supervision(views: dict[str, AspectViews], aspects: Sequence[str], corpus=None, run_dir=None,
+                      include_human: bool = True) -> None:
+    """Raise NoSupervisionError, naming every aspect that has neither views nor sentence labels, before any training.
+
+    Such an aspect would otherwise be skipped with a log line half-way through, or fail in
+    stage 03 long after the cause; it usually means the LLM answered "Not applicable."
+    for every abstract (see notebook 01's status table) or the aspect file's name does
+    not match the corpus's columns.
+    """
+    from .headtrain import sentence_supervision
+
+    labels = sentence_supervision(corpus, aspects, run_dir, include_human) if corpus is not None else {}
+    empty = [a for a in aspects if not views[a].views and not labels.get(a)]
+    if empty:
+        raise NoSupervisionError(
+            f"aspect(s) {empty} have no supervision at all: no usable LLM summary (every answer was 'Not "
+            f"applicable.' or unparsed, or stage 01 did not run for them), no human summary or highlight column "
+            f"(summary_<aspect>, highlights_<aspect>) and no sentence labels. Run 01_generate for them, or leave them "
+            f"out with aspect_names.")
+
+
 def train_aspect_models(aspects: Sequence[str], run_dir, corpus=None, config: TrainConfig | None = None,
                         val_split: str | None = None, val_docs: int | float = 0.2, include_human: bool = True,
                         overwrite: bool = False, progress: bool = True, log=print) -> dict[str, TrainResult]:
@@ -450,6 +491,9 @@ def train_aspect_models(aspects: Sequence[str], run_dir, corpus=None, config: Tr
     root = run_dir / MODELS_DIR
     root.mkdir(parents=True, exist_ok=True)
     _write_json(root / SPLIT_NAME, {"val_split": val_split, "train": train_ids, "validation": val_ids})
+    check_supervision(views, aspects, corpus, run_dir, include_human)
+    frozen = resolve_mode(config.mode, config.device) == "frozen"
+    cache = FeatureCache.for_run(run_dir, frozen_backbone(config.base_model, config.pooling)) if frozen else None
     results = {}
     for aspect in aspects:
         out_dir = root / aspect
@@ -465,9 +509,14 @@ def train_aspect_models(aspects: Sequence[str], run_dir, corpus=None, config: Tr
             log(f"{aspect}: not trained, too few documents with two or more views "
                 f"({n_train} train, {n_val} validation; need 2 each)")
             continue
-        log(f"{aspect}: training on {n_train} documents, validating on {n_val} -> {out_dir}")
-        results[aspect] = train_aspect_model(views[aspect], train_ids, val_ids, out_dir, config,
-                                             progress=progress)
+        log(f"{aspect}: training on {n_train} documents, validating on {n_val} -> {out_dir}"
+            f" ({'frozen encoder, residual head on cached vectors' if frozen else 'fine-tuning the encoder'})")
+        if frozen:
+            results[aspect] = train_view_head(views[aspect], train_ids, val_ids, out_dir, config, cache,
+                                              progress=progress)
+        else:
+            results[aspect] = train_aspect_model(views[aspect], train_ids, val_ids, out_dir, config,
+                                                 progress=progress)
         r = results[aspect]
         log(f"{aspect}: MRR {r.baseline['val_mrr']:.3f} at step 0 -> best {r.best_mrr:.3f} at step {r.best_step} "
             f"({r.seconds:.0f}s)")
@@ -490,7 +539,7 @@ def cross_aspect_mrr(run_dir, views_by_aspect: dict[str, AspectViews], val_ids, 
     """
     import pandas as pd
 
-    from .encoders import AspectEncoder
+    from .encoders import AspectEncoder, load_model
 
     root = Path(run_dir) / MODELS_DIR
     pairs = {}
@@ -510,7 +559,7 @@ def cross_aspect_mrr(run_dir, views_by_aspect: dict[str, AspectViews], val_ids, 
         return out
 
     for name in model_aspects:
-        model = AspectEncoder.from_pretrained(root / name, device=device)
+        model = load_model(root / name, device=device, run_dir=run_dir)
         max_length = model.max_length
         table[f"{name} model"] = pd.Series(score(
             lambda texts: model.encode(texts, aspects=[name], batch_size=batch_size, progress=progress)[name]))

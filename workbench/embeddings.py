@@ -1,0 +1,80 @@
+"""The `embeddings/` artifact of a run: every aspect of every abstract, from one model pass, cached.
+
+Stage 03 writes it, stages 04-06 read it. The cache key hashes the model's weights and
+config and the corpus's ids and abstracts, so a re-run loads it and any change to the
+model or the corpus computes afresh.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from .encoders import is_model, load_model
+
+EMBEDDINGS_DIR = "embeddings"
+
+
+def model_key(model_dir) -> str:
+    """A short hash that changes whenever a checkpoint's weights or workbench config change."""
+    from .distill import model_key as key
+
+    return key(model_dir)
+
+
+def embed(model, texts: Sequence[str], batch_size: int = 32,
+          progress: bool = True, device: str | None = None) -> dict[str, np.ndarray]:
+    """Every aspect's embedding of `texts` from one backbone pass per batch: {aspect: unit rows [N, dim]}."""
+    if not is_model(model):
+        model = load_model(model, device=device)
+    return model.encode(list(texts), batch_size=batch_size, normalize=True, progress=progress, device=device)
+
+
+def embeddings_key(model_dir: str | os.PathLike, corpus) -> str:
+    """The cache key of a corpus's embeddings: the model's weights and config, and the corpus's ids and texts."""
+    return hashlib.sha256(f"{model_key(model_dir)}:{corpus.fingerprint()}:unit".encode()).hexdigest()[:16]
+
+
+def embed_corpus(model_dir: str | os.PathLike, corpus, run_dir: str | os.PathLike, batch_size: int = 32,
+                 progress: bool = True, device: str | None = None) -> dict[str, np.ndarray]:
+    """Embeddings {aspect: float32 [len(corpus), dim], unit rows, corpus order}, cached in the run directory.
+
+    Stored as ``<run_dir>/embeddings/<key>.safetensors`` + ``<key>.json`` (the key hashes
+    the model's weights and config and the corpus's ids and abstracts), so a notebook
+    re-run loads them and any change to the model or the corpus computes afresh.
+    """
+    from safetensors.numpy import load_file, save_file
+
+    folder = Path(run_dir) / EMBEDDINGS_DIR
+    key = embeddings_key(model_dir, corpus)
+    tensor_path, meta_path = folder / f"{key}.safetensors", folder / f"{key}.json"
+    if tensor_path.is_file() and meta_path.is_file():
+        try:
+            meta = json.loads(meta_path.read_text())
+            arrays = load_file(str(tensor_path))
+            if meta.get("doc_ids") == corpus.ids and all(a in arrays for a in meta["aspects"]):
+                if progress:
+                    print(f"loaded cached embeddings {tensor_path}")
+                return {a: arrays[a] for a in meta["aspects"]}
+        except Exception:  # a damaged cache entry is recomputed and overwritten
+            pass
+    model = load_model(model_dir, device=device, run_dir=run_dir)
+    vectors = model.encode(corpus.texts(), batch_size=batch_size, normalize=True, progress=progress)
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = folder / f"{key}.safetensors.tmp"
+    save_file({a: np.ascontiguousarray(v) for a, v in vectors.items()}, str(tmp))
+    os.replace(tmp, tensor_path)
+    # The JSON is written last: a cache entry without it is incomplete and ignored.
+    meta_path.write_text(json.dumps({
+        "model_dir": str(Path(model_dir).resolve()), "model_key": model_key(model_dir), "corpus": corpus.name,
+        "corpus_fingerprint": corpus.fingerprint(), "n_docs": len(corpus), "aspects": list(vectors),
+        "dim": int(model.dim), "max_length": model.max_length, "normalized": True,
+        "created": time.strftime("%Y-%m-%d %H:%M:%S"), "doc_ids": corpus.ids,
+    }, indent=1) + "\n")
+    return vectors
