@@ -151,3 +151,61 @@ def plot_aspect_correlations(frame, ax=None, title: str = "aspect spaces: mean p
     ax.set_title(title, fontsize=10)
     ax.figure.colorbar(image, ax=ax, fraction=0.046)
     return ax
+
+
+_ASPECT_COLOURS = ["31, 119, 180", "255, 127, 14", "44, 160, 44", "214, 39, 40", "148, 103, 189", "140, 86, 75",
+                   "227, 119, 194", "127, 127, 127"]
+
+
+def sentence_weights_html(frames, titles=None, max_docs: int = 4) -> str:
+    """What each aspect head reads: every sentence of a few abstracts, one shaded cell per aspect head.
+
+    `frames` come from `PooledAspectModel.attention(texts)` (a DataFrame per document: the
+    sentence, then one weight column per aspect summing to 1). A cell's colour is the
+    weight relative to the document's heaviest sentence for that head, and it shows the
+    weight itself; the header gives each head's learned share of the whole-abstract vector.
+    Paper text is escaped.
+    """
+    parts = []
+    for i, frame in enumerate(frames[:max_docs]):
+        aspects = [c for c in frame.columns if c != "sentence"]
+        share = frame.attrs.get("whole share", {})
+        title = esc(titles[i]) if titles is not None else f"document {i + 1}"
+        head = "".join(f"<th style='padding:2px 8px'>{esc(a)}<br><span style='font-weight:normal;font-size:85%'>"
+                       f"whole abstract {100 * share.get(a, 0):.0f}%</span></th>" for a in aspects)
+        rows = []
+        for _, row in frame.iterrows():
+            cells = []
+            for k, a in enumerate(aspects):
+                top = max(float(frame[a].max()), 1e-12)
+                alpha = float(row[a]) / top
+                colour = _ASPECT_COLOURS[k % len(_ASPECT_COLOURS)]
+                cells.append(f"<td style='background:rgba({colour},{0.85 * alpha:.2f});text-align:center;"
+                             f"padding:2px 8px'>{100 * float(row[a]):.0f}%</td>")
+            rows.append(f"<tr><td style='text-align:left;padding:2px 8px;max-width:60em'>{esc(row['sentence'])}"
+                        f"</td>{''.join(cells)}</tr>")
+        parts.append(f"<table style='border-collapse:collapse;margin-bottom:1em;font-size:90%'>"
+                     f"<caption style='text-align:left;font-weight:bold'>{title}</caption>"
+                     f"<tr><th style='text-align:left'>sentence</th>{head}</tr>{''.join(rows)}</table>")
+    return "".join(parts)
+
+
+def plot_head_validation(result, ax=None):
+    """Frozen mode: per aspect, agreement with the teacher on validation of the base encoder, untrained and kept heads."""
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(1.8 * len(result.aspects) + 2.5, 3.4))
+    bars = {"base encoder (whole abstract)": (result.reference or {}).get("aspects", {}),
+            "untrained head (step 0)": result.baseline["aspects"],
+            f"kept heads (step {result.best_step})": result.best["aspects"]}
+    width = 0.8 / len(bars)
+    x = np.arange(len(result.aspects))
+    for k, (label, values) in enumerate(bars.items()):
+        heights = [values.get(a, {}).get("agreement", np.nan) for a in result.aspects]
+        ax.bar(x + (k - (len(bars) - 1) / 2) * width, heights, width, label=label, color=f"C{k}")
+    ax.set_xticks(x, result.aspects)
+    ax.set(ylabel="agreement with the teacher\n(mean per-paper Spearman)", title="Validation papers")
+    ax.legend(fontsize=8, loc="lower right")
+    ax.figure.tight_layout()
+    return ax

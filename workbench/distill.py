@@ -459,6 +459,8 @@ class DistillResult:
     steps: int
     stopped_early: bool
     seconds: float
+    # Frozen mode: the base encoder's whole-abstract vectors scored like a head (the bar to beat).
+    reference: dict | None = None
 
     def load(self, device: str | None = None) -> AspectEncoder:
         """The best checkpoint, loaded."""
@@ -748,7 +750,12 @@ def train_unified_baseline(
 
 
 def validation_table(result: DistillResult):
-    """Per aspect: validation documents, chance MRR, mean rank and MRR at step 0 and at the best step."""
+    """Per aspect: validation documents, chance MRR, mean rank and MRR at step 0 and at the best step.
+
+    Frozen mode adds the agreement (mean per-document Spearman x 1 with the teacher's
+    similarities, the selection score) of the base encoder's whole-abstract vectors, of the
+    untrained head and of the kept heads.
+    """
     import pandas as pd
 
     rows = []
@@ -756,10 +763,16 @@ def validation_table(result: DistillResult):
         before, after = result.baseline["aspects"][aspect], result.best["aspects"][aspect]
         n = after["n"]
         kept = f"kept, step {result.best_step}"  # may be step 0 itself, so the names must differ anyway
-        rows.append({"aspect": aspect, "val docs": n,
-                     "chance MRR": float(np.mean(1.0 / np.arange(1, n + 1))) if n else float("nan"),
-                     "mean rank (step 0)": before["mean_rank"], f"mean rank ({kept})": after["mean_rank"],
-                     "MRR (step 0)": before["mrr"], f"MRR ({kept})": after["mrr"]})
+        row = {"aspect": aspect, "val docs": n,
+               "chance MRR": float(np.mean(1.0 / np.arange(1, n + 1))) if n else float("nan"),
+               "mean rank (step 0)": before["mean_rank"], f"mean rank ({kept})": after["mean_rank"],
+               "MRR (step 0)": before["mrr"], f"MRR ({kept})": after["mrr"]}
+        if "agreement" in after:  # frozen mode: agreement with the teacher's similarities, and the base encoder's
+            if result.reference:
+                row["agreement (base encoder)"] = result.reference["aspects"][aspect]["agreement"]
+            row["agreement (step 0)"] = before["agreement"]
+            row[f"agreement ({kept})"] = after["agreement"]
+        rows.append(row)
     table = pd.DataFrame(rows).set_index("aspect")
     table.loc["mean"] = table.mean(numeric_only=True)
     return table

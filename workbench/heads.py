@@ -77,7 +77,7 @@ class SentencePoolingHead(nn.Module):
 
     def share_whole(self) -> float:
         """The learned share g of the whole-text vector in the blend."""
-        return float(torch.sigmoid(self.gate)) if self.pool else 1.0
+        return float(torch.sigmoid(self.gate.detach())) if self.pool else 1.0
 
     def project(self, x: torch.Tensor) -> torch.Tensor:
         """The residual projection x + (x U) V (identity when rank is 0)."""

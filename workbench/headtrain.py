@@ -260,6 +260,22 @@ def evaluate_heads(model: PooledAspectModel, features: DocumentFeatures, targets
     return {**summary, "aspects": per_aspect}
 
 
+def evaluate_base(features: DocumentFeatures, targets: Mapping[str, np.ndarray], masks: Mapping[str, np.ndarray],
+                  aspects: Sequence[str]) -> dict:
+    """The validation of `evaluate_heads` for the base encoder's whole-abstract vectors (the same for every aspect)."""
+    per_aspect = {}
+    for aspect in aspects:
+        rows = np.asarray(masks[aspect], dtype=bool)
+        if rows.sum() < 2:
+            per_aspect[aspect] = {"agreement": float("nan"), "mrr": float("nan"), "n": int(rows.sum())}
+            continue
+        p, t = features.whole[rows], targets[aspect][rows]
+        per_aspect[aspect] = {"agreement": agreement(p, t), "mrr": mrr(retrieval_ranks(p, t)), "n": int(rows.sum())}
+    scored = [m for m in per_aspect.values() if m["n"] >= 2]
+    return {k: float(np.mean([m[k] for m in scored])) if scored else float("nan") for k in ("agreement", "mrr")} \
+        | {"aspects": per_aspect}
+
+
 def train_unified_heads(corpus, targets: Mapping[str, Mapping[str, np.ndarray]], train_ids, val_ids, out_dir,
                         config, cache: FeatureCache, sentence_labels: Mapping[str, Mapping[str, Sequence[float]]]
                         | None = None, progress: bool = True):
@@ -310,6 +326,7 @@ def train_unified_heads(corpus, targets: Mapping[str, Mapping[str, np.ndarray]],
 
     out_dir = Path(out_dir)
     baseline = evaluate_heads(model, val_features, val_dense, val_masks)
+    reference = evaluate_base(val_features, val_dense, val_masks, aspects)
     history = {"train": [], "eval": [{"step": 0, **baseline, "best": True, "seconds": 0.0}]}
     best, best_step, bad, stopped_early, window, step = baseline, 0, 0, False, [], 0
     save(0, baseline)
@@ -356,12 +373,14 @@ def train_unified_heads(corpus, targets: Mapping[str, Mapping[str, np.ndarray]],
             "corpus_fingerprint": corpus.fingerprint() if hasattr(corpus, "fingerprint") else None}
     (out_dir / "history.json").write_text(json.dumps(_json_safe(history), indent=1) + "\n")
     record = {"kind": "distill", "mode": "frozen", "config": config.to_dict(), "seed": config.seed, **meta,
+              "validation": {"base encoder": reference, "step 0": baseline, "kept": best},
               "steps": step, "best_step": best_step, "stopped_early": stopped_early, "seconds": round(seconds, 2),
               "num_processes": 1, "device": "cpu", "torch": torch.__version__}
     (out_dir / "distill_config.json").write_text(json.dumps(_json_safe(record), indent=2) + "\n")
     return DistillResult(out_dir=out_dir, kind="distill (frozen heads)", aspects=aspects, best_step=best_step,
                          best=best, baseline=baseline, history=history, config=config, n_train=len(train),
-                         n_val=len(val), steps=step, stopped_early=stopped_early, seconds=seconds)
+                         n_val=len(val), steps=step, stopped_early=stopped_early, seconds=seconds,
+                         reference=reference)
 
 
 def _new_unified(cache: FeatureCache, aspects, config) -> PooledAspectModel:
