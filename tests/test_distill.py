@@ -265,7 +265,7 @@ def test_distill_notebook_runs_through_papermill(tmp_path, teachers):
     params = tmp_path / "tiny.yaml"
     params.write_text(yaml.safe_dump({"report_dir": str(tmp_path / "reports"), "parameters": {
         "corpus": "aclsum:train,validation", "subset": 10, "subset_seed": 1, "max_length": 32, "batch_size": 4,
-        "max_steps": 2, "eval_every": 1, "embed_batch_size": 16}}))
+        "max_steps": 2, "eval_every": 1, "embed_batch_size": 16, "mode": "finetune"}}))  # teachers are fine-tuned
     run_pipeline(params, run_dir=str(run), stages=["03_distill"], log=lambda *a: None)
     assert (run / "unified_model" / "model.safetensors").is_file()
     assert (run / "unified_model" / "history.json").is_file() and (run / "targets.safetensors").is_file()

@@ -301,3 +301,128 @@ def test_permutation_test_is_not_fooled_by_scale():
     assert out["p_value"] > 0.5  # mixing raw cells gave p = 0.0099 here
     reverse = permutation_test(good, bad, truth, n_permutations=100, seed=0)
     assert reverse["observed_difference"] > 0
+
+
+# ---------------------------------------------------------------- heads against their backbone (stage 06)
+
+
+def _noisy(rng, truth, scale):
+    noise = rng.standard_normal(truth.shape)
+    return truth + scale * (noise + noise.T)
+
+
+def _heads_case(n=30, seed=3):
+    """Truths for two aspects; head "a" equals its truth, head "b" equals the backbone."""
+    rng = np.random.default_rng(seed)
+    x, y = rng.standard_normal((n, 6)), rng.standard_normal((n, 6))
+    truths = {"a": ev.summary_similarity(x), "b": ev.summary_similarity(y)}
+    backbone = ev.cosine_similarity_matrix(x + y + 1.5 * rng.standard_normal((n, 6)))
+    heads = {"a": truths["a"].copy(), "b": backbone.copy()}
+    return heads, truths, backbone
+
+
+def test_head_vs_backbone_known_answers():
+    from workbench.report import head_vs_backbone
+
+    heads, truths, backbone = _heads_case()
+    table = head_vs_backbone(heads, truths, ["a", "b"], backbone, n_permutations=50, seed=0)
+    assert list(table.index) == ["a", "b"]
+    assert list(table.columns) == ["head", "backbone (whole abstract)", "gain", "p-value", "own head best"]
+    a, b = table.loc["a"], table.loc["b"]
+    # A head equal to its truth: perfect, well above the backbone, the smallest p-value 50 permutations allow.
+    assert a["head"] == pytest.approx(100.0)
+    assert a["gain"] > 0 and a["gain"] == pytest.approx(a["head"] - a["backbone (whole abstract)"])
+    assert a["p-value"] == pytest.approx(1 / 51)
+    # A head equal to the backbone: no gain, never significant.
+    assert b["gain"] == pytest.approx(0.0, abs=1e-9)
+    assert b["head"] == pytest.approx(b["backbone (whole abstract)"])
+    assert b["p-value"] >= 0.5
+    # Head a is perfect on truth a; on truth b, head b (the backbone, which mixes in y) beats head a (= truth a).
+    assert table["own head best"].dtype == bool
+    assert bool(a["own head best"]) and bool(b["own head best"])
+    # The head column is Table 2's number: the mean per-document Spearman x100.
+    assert b["head"] == pytest.approx(100 * np.nanmean(ev.rowwise_spearman(heads["b"], truths["b"])))
+
+
+def test_head_vs_backbone_own_head_not_best_and_missing_truth():
+    from workbench.report import head_vs_backbone
+
+    heads, truths, backbone = _heads_case()
+    heads = {"a": heads["a"], "b": truths["a"].copy()}  # head b follows aspect a, not b
+    table = head_vs_backbone(heads, {"a": truths["a"]}, ["a", "b"], backbone, n_permutations=20, seed=0)
+    assert list(table.index) == ["a"]  # no truth for b: no row
+    assert bool(table.at["a", "own head best"])  # a tie with head b still counts as best
+    rng = np.random.default_rng(0)
+    heads = {"a": _noisy(rng, truths["a"], 0.5), "b": truths["a"].copy()}
+    table = head_vs_backbone(heads, truths, ["a", "b"], backbone, n_permutations=20, seed=0)
+    assert not bool(table.at["a", "own head best"])  # head b is the better head for aspect a
+
+
+def test_head_backbone_intervals_and_plot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from workbench.report import head_backbone_intervals, head_vs_backbone, plot_head_vs_backbone
+
+    heads, truths, backbone = _heads_case()
+    intervals = head_backbone_intervals(heads, truths, ["a", "b"], backbone, seed=0)
+    assert len(intervals) == 4 and set(intervals["embedding"]) == {"head", "backbone"}
+    table = head_vs_backbone(heads, truths, ["a", "b"], backbone, n_permutations=10, seed=0)
+    for _, row in intervals.iterrows():
+        column = "head" if row["embedding"] == "head" else "backbone (whole abstract)"
+        assert row["mean"] == pytest.approx(table.at[row["truth"], column])
+        assert row["low"] <= row["mean"] + 1e-9 and row["mean"] <= row["high"] + 1e-9
+    ax = plot_head_vs_backbone(intervals, "minilm")
+    assert len(ax.patches) == 4
+
+
+def test_backbone_of_reads_the_unified_config(tmp_path):
+    from workbench.report import backbone_of
+
+    folder = tmp_path / "unified_model"
+    folder.mkdir()
+    with pytest.raises(FileNotFoundError):
+        backbone_of(tmp_path)
+    (folder / "workbench_config.json").write_text(json.dumps({"format": "workbench-pooled-encoder",
+                                                              "base_model": "minilm"}))
+    assert backbone_of(tmp_path) == "minilm"
+    (folder / "workbench_config.json").write_text(json.dumps({"format": "workbench-aspect-encoder",
+                                                              "base_model": "mpnet", "dim": 8}))
+    assert backbone_of(str(tmp_path)) == "mpnet"
+    (folder / "workbench_config.json").write_text(json.dumps({"format": "workbench-aspect-encoder"}))
+    with pytest.raises(ValueError, match="base_model"):
+        backbone_of(tmp_path)
+
+
+def test_truth_suffix_names_the_encoder():
+    from workbench.report import with_truth_suffix
+
+    table = pd.DataFrame({"challenge": [1.0], "approach": [2.0]}, index=["unified:challenge"])
+    assert list(with_truth_suffix(table, "minilm").columns) == ["challenge @minilm", "approach @minilm"]
+
+
+def test_truths_by_encoder_main_and_other_encoders(monkeypatch):
+    from types import SimpleNamespace
+
+    from workbench import report
+
+    seen = []
+
+    def fake_encode(model, texts, **kwargs):  # a different, deterministic "encoder" per name
+        seen.append(model)
+        rng = np.random.default_rng(len(model))
+        table = {t: rng.standard_normal(5) for t in sorted(set(texts))}
+        return np.stack([table[t] for t in texts])
+
+    monkeypatch.setattr(report, "encode_texts", fake_encode)
+    docs = pd.DataFrame({"doc_id": [f"d{i}" for i in range(6)], "summary_x": [f"x{i}" for i in range(6)],
+                         "summary_y": [f"y{i}" for i in range(5)] + [" "],  # one summary missing: no truth
+                         "labels": ["p", "p", "q", "q", "r", None]})
+    by = report.truths_by_encoder(SimpleNamespace(docs=docs), ["x", "y"], ["mpnet", "minilm"])
+    assert list(by) == ["mpnet", "minilm"]
+    assert set(by["mpnet"]) == {"x", "labels"} and set(by["minilm"]) == {"x"}  # labels only with the main one
+    assert seen == ["mpnet", "minilm"]
+    assert not np.allclose(by["mpnet"]["x"], by["minilm"]["x"], equal_nan=True)
+    assert np.isnan(np.diag(by["minilm"]["x"])).all()
+    with pytest.raises(ValueError):
+        report.truths_by_encoder(SimpleNamespace(docs=docs), ["x"], [])

@@ -227,7 +227,7 @@ def test_train_notebook_runs_through_papermill(tmp_path):
     params.write_text(yaml.safe_dump({
         "report_dir": str(tmp_path / "reports"),
         "parameters": {"corpus": "aclsum", "aspect_names": ["challenge"], "max_steps": 2, "eval_every": 1,
-                       "batch_size": 4, "max_length": 32, "lr": 1e-4},
+                       "batch_size": 4, "max_length": 32, "lr": 1e-4, "head_steps": 2},
     }))
     run = tmp_path / "run"
     results = run_pipeline(params, run_dir=str(run), stages=["02_train"], report=True, log=lambda *_: None)
@@ -239,3 +239,6 @@ def test_train_notebook_runs_through_papermill(tmp_path):
     assert "<th>MRR main model</th>" in html and "<th>MRR base encoder</th>" in html  # the Table 1 summary
     executed = (run / "02_train.ipynb").read_text()
     assert "max_steps = 2" in executed
+    # On a CPU the default mode is the frozen one: a head on cached vectors, the encoder untouched.
+    assert json.loads((model / "train_config.json").read_text())["mode"] == "frozen"
+    assert any((run / "features").rglob("shard-*.safetensors"))

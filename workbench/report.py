@@ -4,6 +4,8 @@
     ground_truths(...)                      {name: (n, n)} similarity matrices nobody trained on
     embedding_rows(...)                     the unified model's aspects, baselines, reference rows
     retrieval_pairs / retrieval_encoders    Table 1 inputs
+    truths_by_encoder(...)                  the same truths under several reference encoders
+    backbone_of / head_vs_backbone          does each head beat the encoder it starts from?
     decoding_table(...)                     Table 3: matching, reconstructed, shuffled, unconditioned
 
 Ground truths, in order of preference for a corpus:
@@ -67,15 +69,11 @@ def ground_truths(eval_corpus, aspects: Sequence[str], run_dir=None, reference: 
     LLM-judge truths with at least `min_judged_pairs` scored pairs, "labels" for shared
     labels. The reference encoder reads the human summaries; it is never trained here.
     """
-    from .evaluation import judge_similarity, label_similarity, summary_similarity
+    from .evaluation import judge_similarity, label_similarity
 
     docs = eval_corpus.docs.reset_index(drop=True)
     ids = docs["doc_id"].astype(str).tolist()
-    out: dict[str, np.ndarray] = {}
-    for aspect in aspects:
-        column = f"summary_{aspect}"
-        if column in docs and docs[column].map(lambda v: isinstance(v, str) and bool(v.strip())).all():
-            out[aspect] = summary_similarity(encode_texts(reference, docs[column].tolist(), max_length=128))
+    out: dict[str, np.ndarray] = summary_truths(eval_corpus, aspects, reference)
     if run_dir is not None and (Path(run_dir) / "judgements.jsonl").is_file():
         for aspect in aspects:
             truth = judge_similarity(run_dir, ids, aspect)
@@ -84,6 +82,43 @@ def ground_truths(eval_corpus, aspects: Sequence[str], run_dir=None, reference: 
     if "labels" in docs and docs["labels"].notna().sum() >= 2:
         out["labels"] = label_similarity(docs["labels"].tolist())
     return out
+
+
+def summary_truths(eval_corpus, aspects: Sequence[str], reference: str = REFERENCE_ENCODER) -> dict[str, np.ndarray]:
+    """{aspect: (n, n)}: cosine similarity of the documents' human summaries of each aspect under `reference`.
+
+    Only aspects whose summary column is filled for every evaluation document.
+    """
+    from .evaluation import summary_similarity
+
+    docs = eval_corpus.docs.reset_index(drop=True)
+    out: dict[str, np.ndarray] = {}
+    for aspect in aspects:
+        column = f"summary_{aspect}"
+        if column in docs and docs[column].map(lambda v: isinstance(v, str) and bool(v.strip())).all():
+            out[aspect] = summary_similarity(encode_texts(reference, docs[column].tolist(), max_length=128))
+    return out
+
+
+def truths_by_encoder(eval_corpus, aspects: Sequence[str], encoders: Sequence[str], run_dir=None) -> dict:
+    """{encoder: {name: (n, n)}}: the ground truths under each reference encoder, so nothing is tuned to one.
+
+    The first encoder is the main one and gets every kind of truth (`ground_truths`); the
+    others only the human-summary truths, keyed by the bare aspect like the main ones
+    (tables show them with a suffix, "challenge @minilm", see `with_truth_suffix`).
+    """
+    encoders = list(encoders)
+    if not encoders:
+        raise ValueError("truths_by_encoder needs at least one reference encoder")
+    out = {encoders[0]: ground_truths(eval_corpus, aspects, run_dir, reference=encoders[0])}
+    for encoder in encoders[1:]:
+        out[encoder] = summary_truths(eval_corpus, aspects, encoder)
+    return out
+
+
+def with_truth_suffix(table: pd.DataFrame, encoder: str) -> pd.DataFrame:
+    """The table with its ground-truth columns named for a non-main reference encoder: "challenge @minilm"."""
+    return table.rename(columns=lambda c: f"{c} @{encoder}")
 
 
 def embedding_rows(run_dir, eval_corpus, aspects: Sequence[str], baselines: Sequence[str] = ("minilm", "mpnet"),
@@ -213,3 +248,110 @@ def headline(per_document: Mapping, rows: Sequence[str], truths: Sequence[str], 
             mean, low, high = bootstrap_ci(np.asarray(values) * 100, seed=seed)
             out.append({"truth": truth, "embedding": row, "mean": mean, "low": low, "high": high})
     return pd.DataFrame(out)
+
+
+def backbone_of(run_dir) -> str:
+    """The encoder the run's unified model starts from: `base_model` of `<run_dir>/unified_model/workbench_config.json`.
+
+    Both training modes record it: a frozen-backbone model ("workbench-pooled-encoder")
+    pools that encoder's sentence vectors, a fine-tuned one ("workbench-aspect-encoder")
+    started from its weights. Raises FileNotFoundError without the config, ValueError
+    when it names no base model.
+    """
+    from .encoders import CONFIG_NAME
+
+    path = Path(run_dir) / "unified_model" / CONFIG_NAME
+    if not path.is_file():
+        raise FileNotFoundError(f"no unified model config at {path}; run stage 03 first")
+    base = json.loads(path.read_text()).get("base_model")
+    if not base:
+        raise ValueError(f"{path} names no base_model: the unified model's backbone is unknown")
+    return str(base)
+
+
+def _mean_spearman100(sim: np.ndarray, truth: np.ndarray) -> float:
+    from .evaluation import rowwise_spearman
+
+    rho = rowwise_spearman(sim, truth)
+    return 100.0 * float(np.nanmean(rho)) if np.isfinite(rho).any() else np.nan
+
+
+def head_vs_backbone(similarities: Mapping[str, np.ndarray], truths: Mapping[str, np.ndarray],
+                     aspects: Sequence[str], backbone_sim: np.ndarray, n_permutations: int = 200,
+                     seed: int = 0) -> pd.DataFrame:
+    """Does each head beat the whole-abstract embedding of the encoder it starts from, on its own aspect?
+
+    similarities: {aspect: (n, n)} of the unified model's heads; truths: {aspect: (n, n)}
+    ground truths (aspects without one are left out); backbone_sim: (n, n) similarity of
+    the backbone's mean-pooled abstract embeddings (see `backbone_of`). For each aspect,
+    the appendix A.6 permutation test of the head against the backbone on that aspect's
+    truth (one-sided: small p = the head is significantly better).
+
+    Rows: aspect. Columns: "head" and "backbone (whole abstract)" (mean per-document
+    Spearman x100, Table 2's number), "gain" (head - backbone, points), "p-value", and
+    "own head best" (True when no other head scores higher on this aspect's truth).
+    """
+    from .evaluation import permutation_test
+
+    rows = {}
+    for a in aspects:
+        if a not in truths:
+            continue
+        test = permutation_test(similarities[a], backbone_sim, truths[a], n_permutations, seed)
+        scores = {b: _mean_spearman100(similarities[b], truths[a]) for b in aspects}
+        others = [v for b, v in scores.items() if b != a and np.isfinite(v)]
+        rows[a] = {"head": 100.0 * test["correlation_a"], "backbone (whole abstract)": 100.0 * test["correlation_b"],
+                   "gain": 100.0 * test["observed_difference"], "p-value": test["p_value"],
+                   "own head best": bool(np.isfinite(scores[a]) and all(scores[a] >= v for v in others))}
+    columns = ["head", "backbone (whole abstract)", "gain", "p-value", "own head best"]
+    table = pd.DataFrame.from_dict(rows, orient="index", columns=columns)
+    return table.astype({"own head best": bool}) if len(table) else table
+
+
+def head_backbone_intervals(similarities: Mapping[str, np.ndarray], truths: Mapping[str, np.ndarray],
+                            aspects: Sequence[str], backbone_sim: np.ndarray, seed: int = 0) -> pd.DataFrame:
+    """Bootstrap 95% intervals over documents for `head_vs_backbone`'s two scores (`headline` rows
+    "head" and "backbone", with `truth` the aspect)."""
+    from .evaluation import rowwise_spearman
+
+    shown = [a for a in aspects if a in truths]
+    per_document = {"spearman": {"head": {a: rowwise_spearman(similarities[a], truths[a]) for a in shown},
+                                 "backbone": {a: rowwise_spearman(backbone_sim, truths[a]) for a in shown}}}
+    return headline(per_document, ["head", "backbone"], shown, seed=seed)
+
+
+def plot_head_vs_backbone(intervals: pd.DataFrame, backbone: str = "backbone", ax=None, title: str = ""):
+    """Grouped bars per aspect: the head and its backbone's whole-abstract embedding, with their intervals."""
+    import matplotlib.pyplot as plt
+
+    aspects = list(dict.fromkeys(intervals["truth"]))
+    if ax is None:
+        _, ax = plt.subplots(figsize=(1.6 * len(aspects) + 2.5, 3.2))
+    width = 0.38
+    x = np.arange(len(aspects))
+    for k, (row, label, color) in enumerate([("head", "aspect head", "#4c72b0"),
+                                             ("backbone", f"{backbone} (whole abstract)", "#b0b0b0")]):
+        part = intervals[intervals["embedding"] == row].set_index("truth").reindex(aspects)
+        mean = part["mean"].to_numpy(dtype=float)
+        errors = np.vstack([mean - part["low"].to_numpy(dtype=float), part["high"].to_numpy(dtype=float) - mean])
+        ax.bar(x + (k - 0.5) * width, mean, width, yerr=errors, capsize=3, color=color, label=label)
+    ax.set_xticks(x, aspects)
+    ax.set_ylabel("mean per-paper Spearman x100")
+    ax.legend(fontsize="small")
+    ax.set_title(title)
+    return ax
+
+
+def plot_correlation_tables(corr: dict, title: str = ""):
+    """The Table 2 and Table 7 heatmaps of a `correlation_table` result side by side; returns the figure."""
+    import matplotlib.pyplot as plt
+
+    from .evaluation import plot_matrix
+
+    spearman, top = corr["spearman"], corr["top10"]
+    fig, axes = plt.subplots(1, 2, figsize=(12, 0.45 * len(spearman) + 2))
+    prefix = f"{title}: " if title else ""
+    plot_matrix(spearman, ax=axes[0], title=f"{prefix}mean per-paper Spearman x100", diagonal=True)
+    plot_matrix(top, ax=axes[1], title=f"{prefix}top-{corr['k']} overlap x100", diagonal=True)
+    fig.tight_layout()
+    return fig
