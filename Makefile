@@ -21,6 +21,7 @@ test: setup
 bench: setup
 	$(PY) benchmarks/generate.py
 	$(PY) benchmarks/train.py
+	$(PY) benchmarks/heads.py
 	$(PY) benchmarks/embed.py
 	$(PY) benchmarks/decode.py
 	$(PY) benchmarks/maps.py

@@ -198,7 +198,7 @@ def plot_head_validation(result, ax=None):
         _, ax = plt.subplots(figsize=(1.8 * len(result.aspects) + 2.5, 3.4))
     bars = {"base encoder (whole abstract)": (result.reference or {}).get("aspects", {}),
             "untrained head (step 0)": result.baseline["aspects"],
-            f"kept heads (step {result.best_step})": result.best["aspects"]}
+            "kept heads": result.best["aspects"]}
     width = 0.8 / len(bars)
     x = np.arange(len(result.aspects))
     for k, (label, values) in enumerate(bars.items()):

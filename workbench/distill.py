@@ -762,8 +762,8 @@ def validation_table(result: DistillResult):
     for aspect in result.aspects:
         before, after = result.baseline["aspects"][aspect], result.best["aspects"][aspect]
         n = after["n"]
-        kept = f"kept, step {result.best_step}"  # may be step 0 itself, so the names must differ anyway
-        row = {"aspect": aspect, "val docs": n,
+        kept = "kept"  # may be step 0 itself, so the names must differ anyway
+        row = {"aspect": aspect, "val docs": n, "kept step": after.get("step", result.best_step),
                "chance MRR": float(np.mean(1.0 / np.arange(1, n + 1))) if n else float("nan"),
                "mean rank (step 0)": before["mean_rank"], f"mean rank ({kept})": after["mean_rank"],
                "MRR (step 0)": before["mrr"], f"MRR ({kept})": after["mrr"]}

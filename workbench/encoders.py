@@ -77,7 +77,44 @@ def _brief(keys: Sequence[str], limit: int = 5) -> str:
     return shown + (f", ... ({len(keys)} in all)" if len(keys) > limit else "")
 
 
-class AspectEncoder(nn.Module):
+class AspectModel(nn.Module):
+    """What every aspect model shares, fine-tuned (`AspectEncoder`) or on a frozen encoder (`heads.PooledAspectModel`).
+
+    Subclasses hold their heads in `self.heads` (a ModuleDict keyed by aspect).
+    """
+
+    @property
+    def aspects(self) -> list[str]:
+        """The aspect names, in head order."""
+        return list(self.heads)
+
+    @property
+    def device(self) -> torch.device:
+        """The device of the model's parameters."""
+        return next(self.parameters()).device
+
+    def _check_aspects(self, aspects: str | Iterable[str] | None) -> list[str]:
+        if aspects is None:
+            return self.aspects
+        aspects = [aspects] if isinstance(aspects, str) else list(aspects)
+        unknown = [a for a in aspects if a not in self.heads]
+        if unknown:
+            raise KeyError(f"unknown aspect(s) {unknown}; this model has {self.aspects}")
+        return aspects
+
+    @staticmethod
+    def _check_texts(texts) -> list[str]:
+        """The texts as a list, after checking that each is a string (a lone string is refused, not split)."""
+        if isinstance(texts, str):
+            raise TypeError("encode wants a list of strings; wrap a single text as [text]")
+        texts = list(texts)
+        for i, text in enumerate(texts):
+            if not isinstance(text, str):
+                raise TypeError(f"text {i} is a {type(text).__name__}, not a string: {text!r}")
+        return texts
+
+
+class AspectEncoder(AspectModel):
     """A transformers backbone + pooling + one bias-free Linear(hidden -> dim) head per aspect.
 
     `tokenizer` is kept as a plain attribute (it is not a module), so that `encode`,
@@ -121,27 +158,6 @@ class AspectEncoder(nn.Module):
         except KeyError as exc:  # a name such as "keys" clashes with a ModuleDict attribute
             raise ValueError(f"invalid aspect name: {exc}") from exc
 
-    # ---------------------------------------------------------------- basics
-
-    @property
-    def aspects(self) -> list[str]:
-        """The aspect names, in head order."""
-        return list(self.heads)
-
-    @property
-    def device(self) -> torch.device:
-        """The device of the model's parameters."""
-        return next(self.parameters()).device
-
-    def _check_aspects(self, aspects: str | Iterable[str] | None) -> list[str]:
-        if aspects is None:
-            return self.aspects
-        aspects = [aspects] if isinstance(aspects, str) else list(aspects)
-        unknown = [a for a in aspects if a not in self.heads]
-        if unknown:
-            raise KeyError(f"unknown aspect(s) {unknown}; this model has {self.aspects}")
-        return aspects
-
     # ---------------------------------------------------------------- forward
 
     def pooled(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, **backbone_kwargs) -> torch.Tensor:
@@ -179,12 +195,7 @@ class AspectEncoder(nn.Module):
 
     def _run_batched(self, texts, run, batch_size, max_length, progress, device, desc) -> dict[str, np.ndarray]:
         """Apply `run(batch) -> {key: [b, d]}` to `texts` in length-sorted batches, rows back in input order."""
-        if isinstance(texts, str):
-            raise TypeError("encode wants a list of strings; wrap a single text as [text]")
-        texts = list(texts)
-        for i, text in enumerate(texts):
-            if not isinstance(text, str):
-                raise TypeError(f"text {i} is a {type(text).__name__}, not a string: {text!r}")
+        texts = self._check_texts(texts)
         if device is not None:
             self.to(device)
         from tqdm.auto import tqdm

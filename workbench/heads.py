@@ -40,6 +40,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .encoders import AspectModel, CheckpointError
 from .features import N_POSITION, DocumentFeatures, FeatureCache, FrozenBackbone
 
 FORMAT = "workbench-pooled-encoder"
@@ -102,7 +103,7 @@ def _aspect_list(aspects) -> list[str]:
     return check(aspects)
 
 
-class PooledAspectModel(nn.Module):
+class PooledAspectModel(AspectModel):
     """A frozen backbone (by name) and one `SentencePoolingHead` per aspect; the CPU-first aspect model.
 
     `pool=True` for the unified model (reads abstracts, weighs their sentences), False for a
@@ -120,18 +121,6 @@ class PooledAspectModel(nn.Module):
                                     for i, a in enumerate(_aspect_list(aspects))})
         self.cache: FeatureCache | None = None
 
-    # ---------------------------------------------------------------- basics
-
-    @property
-    def aspects(self) -> list[str]:
-        """The aspect names, in head order."""
-        return list(self.heads)
-
-    @property
-    def device(self) -> torch.device:
-        """The device of the heads."""
-        return next(self.parameters()).device
-
     def backbone(self) -> FrozenBackbone:
         """The frozen backbone these heads read."""
         return FrozenBackbone(self.base_model, pooling=self.pooling, max_length=self.max_length)
@@ -143,15 +132,6 @@ class PooledAspectModel(nn.Module):
         return self.cache.documents(texts, progress=progress) if self.pool else \
             self.cache.vectors(texts, progress=progress)
 
-    def _check(self, aspects) -> list[str]:
-        if aspects is None:
-            return self.aspects
-        aspects = [aspects] if isinstance(aspects, str) else list(aspects)
-        unknown = [a for a in aspects if a not in self.heads]
-        if unknown:
-            raise KeyError(f"unknown aspect(s) {unknown}; this model has {self.aspects}")
-        return aspects
-
     # ---------------------------------------------------------------- forward
 
     def forward_features(self, features, aspects=None) -> dict[str, tuple]:
@@ -162,7 +142,7 @@ class PooledAspectModel(nn.Module):
         else:
             whole = torch.as_tensor(np.asarray(features, dtype=np.float32), device=device)
             sents = mask = pos = None
-        return {a: self.heads[a](whole, sents, mask, pos) for a in self._check(aspects)}
+        return {a: self.heads[a](whole, sents, mask, pos) for a in self._check_aspects(aspects)}
 
     def encode(self, texts: Sequence[str], aspects: str | Iterable[str] | None = None, batch_size: int = 32,
                max_length: int | None = None, normalize: bool = True, progress: bool = False,
@@ -172,15 +152,10 @@ class PooledAspectModel(nn.Module):
         The same call as `AspectEncoder.encode`. The backbone reads each text (and, for a
         pooling model, each sentence) once; `max_length` is the backbone's, fixed at training.
         """
-        if isinstance(texts, str):
-            raise TypeError("encode wants a list of strings; wrap a single text as [text]")
-        texts = list(texts)
-        for i, text in enumerate(texts):
-            if not isinstance(text, str):
-                raise TypeError(f"text {i} is a {type(text).__name__}, not a string: {text!r}")
+        texts = self._check_texts(texts)
         if device is not None:
             self.to(device)
-        aspects = self._check(aspects)
+        aspects = self._check_aspects(aspects)
         if not texts:
             return {a: np.zeros((0, self.dim), dtype=np.float32) for a in aspects}
         features = self.features(texts, progress=progress)
@@ -257,7 +232,6 @@ class PooledAspectModel(nn.Module):
         from safetensors.torch import load_file
 
         from .devices import best_device
-        from .encoders import CheckpointError
 
         folder = Path(folder).expanduser()
         try:

@@ -28,7 +28,9 @@ Validation (every `eval_every` steps and at step 0): per aspect, the mean per-do
 Spearman correlation between the head's similarities and the teacher's similarities
 among the validation documents ("agreement", the number stage 06 computes against a
 ground truth), plus the retrieval rank of each document's own target. The checkpoint
-with the best mean agreement is kept.
+of each head with its best agreement is kept (heads share no parameter, so each aspect
+stops where its own validation peaks), then retrained on train + validation for that
+many steps (`head_refit`).
 """
 
 from __future__ import annotations
@@ -77,6 +79,22 @@ def _write_json(path: Path, data) -> None:
     tmp.replace(path)
 
 
+class _few_threads:
+    """Run the tiny tensor work of head training on one thread, and restore the setting after.
+
+    The heads' tensors are a few hundred kB: splitting such work across threads costs more
+    than it saves, and on a busy machine threads that wait for a core slow every step
+    several-fold (measured: 0.6 s a step beside two other jobs, against milliseconds).
+    """
+
+    def __enter__(self):
+        self.before = torch.get_num_threads()
+        torch.set_num_threads(1)
+
+    def __exit__(self, *exc):
+        torch.set_num_threads(self.before)
+
+
 def _params(model) -> list:
     return [p for p in model.parameters() if p.requires_grad]
 
@@ -85,6 +103,14 @@ def _params(model) -> list:
 
 
 def train_view_head(views, train_ids, val_ids, out_dir, config, cache: FeatureCache, progress: bool = True):
+    """One aspect's teacher in frozen mode (see `_train_view_head`), its tiny tensor work on one thread."""
+    texts = sorted({t for d in list(train_ids) + list(val_ids) for t in views.views.get(d, ())})
+    cache.vectors(texts, progress=progress)  # the backbone pass, with every thread
+    with _few_threads():
+        return _train_view_head(views, train_ids, val_ids, out_dir, config, cache, progress)
+
+
+def _train_view_head(views, train_ids, val_ids, out_dir, config, cache: FeatureCache, progress: bool = True):
     """One aspect's teacher in frozen mode: InfoNCE on view pairs through a residual projection.
 
     `views` is an `AspectViews`; `config` a `train.TrainConfig` (its head_* fields, batch_size,
@@ -254,10 +280,7 @@ def evaluate_heads(model: PooledAspectModel, features: DocumentFeatures, targets
         unit = p / np.maximum(np.linalg.norm(p, axis=1, keepdims=True), 1e-12)
         per_aspect[aspect] = {"agreement": agreement(p, t), "mean_rank": mean_rank(ranks), "mrr": mrr(ranks),
                               "loss": float(np.mean((unit - t) ** 2)), "n": int(rows.sum())}
-    scored = [m for m in per_aspect.values() if m["n"] >= 2]
-    summary = {k: float(np.mean([m[k] for m in scored])) if scored else float("nan")
-               for k in ("agreement", "mean_rank", "mrr", "loss")}
-    return {**summary, "aspects": per_aspect}
+    return _summarise(per_aspect)
 
 
 def evaluate_base(features: DocumentFeatures, targets: Mapping[str, np.ndarray], masks: Mapping[str, np.ndarray],
@@ -279,6 +302,24 @@ def evaluate_base(features: DocumentFeatures, targets: Mapping[str, np.ndarray],
 def train_unified_heads(corpus, targets: Mapping[str, Mapping[str, np.ndarray]], train_ids, val_ids, out_dir,
                         config, cache: FeatureCache, sentence_labels: Mapping[str, Mapping[str, Sequence[float]]]
                         | None = None, progress: bool = True):
+    """Train the unified model's pooling heads (frozen mode of stage 03); see `_train_unified_heads`.
+
+    The abstracts and their sentences are encoded first with every thread; the head
+    training itself, tiny tensor work, runs on one.
+    """
+    from .distill import _abstracts
+
+    wanted = [d for d in dict.fromkeys(list(map(str, train_ids)) + list(map(str, val_ids)))]
+    known = set(corpus.ids)
+    cache.documents(list(_abstracts(corpus, [d for d in wanted if d in known]).values()), progress=progress)
+    with _few_threads():
+        return _train_unified_heads(corpus, targets, train_ids, val_ids, out_dir, config, cache, sentence_labels,
+                                    progress)
+
+
+def _train_unified_heads(corpus, targets: Mapping[str, Mapping[str, np.ndarray]], train_ids, val_ids, out_dir,
+                         config, cache: FeatureCache, sentence_labels: Mapping[str, Mapping[str, Sequence[float]]]
+                         | None = None, progress: bool = True):
     """Train the unified model's pooling heads (frozen mode of stage 03); returns a `distill.DistillResult`.
 
     targets: {aspect: {doc_id: vector}} from `distill.compute_targets`; sentence_labels:
@@ -312,13 +353,14 @@ def train_unified_heads(corpus, targets: Mapping[str, Mapping[str, np.ndarray]],
     model = _new_unified(cache, aspects, config)
     data = _supervision(train, train_features, targets, sentence_labels, aspects, dim)
     val_dense, val_masks = _stack_targets(targets, val, dim)
-    optimizer = torch.optim.AdamW(_params(model), lr=config.head_lr, weight_decay=0.0)
+    optimizer = _head_optimizer(model, config)
     rng = np.random.default_rng(config.seed)
     t0 = time.perf_counter()
 
     def save(step: int, metrics: dict) -> None:
         model.save_pretrained(out_dir, extra=_json_safe({"stage": "distill", "mode": "frozen", "step": step,
                                                          "refit_on_train_and_validation": bool(metrics.get("refit")),
+                                                         "best_step_per_aspect": metrics.get("steps"),
                                                          "val_agreement": metrics["agreement"],
                                                          "val_mean_rank": metrics["mean_rank"],
                                                          "val_mrr": metrics["mrr"],
@@ -328,8 +370,10 @@ def train_unified_heads(corpus, targets: Mapping[str, Mapping[str, np.ndarray]],
     baseline = evaluate_heads(model, val_features, val_dense, val_masks)
     reference = evaluate_base(val_features, val_dense, val_masks, aspects)
     history = {"train": [], "eval": [{"step": 0, **baseline, "best": True, "seconds": 0.0}]}
-    best, best_step, bad, stopped_early, window, step = baseline, 0, 0, False, [], 0
-    save(0, baseline)
+    # Each head is kept at its own best step: the heads share no parameter, and one aspect's
+    # agreement may peak long before another's (a single step for all would stop the slow one early).
+    kept = {a: ({**baseline["aspects"][a], "step": 0}, _state(model.heads[a])) for a in aspects}
+    bad, stopped_early, window, step = 0, False, [], 0
     bar = _progress(config.head_steps, "unified heads", progress)
     for step in range(1, config.head_steps + 1):
         loss, parts = _step(model, optimizer, data, rng, config)
@@ -338,37 +382,44 @@ def train_unified_heads(corpus, targets: Mapping[str, Mapping[str, np.ndarray]],
         bar.update(1)
         if step % config.eval_every == 0 or step == config.head_steps:
             metrics = evaluate_heads(model, val_features, val_dense, val_masks)
-            improved = math.isfinite(metrics["agreement"]) and metrics["agreement"] > best["agreement"] + 1e-6 \
-                if math.isfinite(best["agreement"]) else math.isfinite(metrics["agreement"])
-            if improved:
-                best, best_step, bad = metrics, step, 0
-                save(step, metrics)
-            else:
-                bad += 1
+            improved = [a for a in aspects if _better_agreement(metrics["aspects"][a], kept[a][0])]
+            for a in improved:
+                kept[a] = ({**metrics["aspects"][a], "step": step}, _state(model.heads[a]))
+            bad = 0 if improved else bad + 1
             history["eval"].append({"step": step, **metrics, "train_loss": float(np.mean(window)),
-                                    "best": improved, "seconds": round(time.perf_counter() - t0, 3)})
-            bar.set_postfix(loss=f"{np.mean(window):.3f}", agreement=f"{metrics['agreement']:.3f}",
-                            best=f"{best['agreement']:.3f}@{best_step}")
+                                    "best": bool(improved), "improved": improved,
+                                    "seconds": round(time.perf_counter() - t0, 3)})
+            bar.set_postfix(loss=f"{np.mean(window):.3f}", agreement=f"{metrics['agreement']:.3f}")
             window = []
             if bad >= config.patience:
                 stopped_early = True
                 break
     bar.close()
-    if config.head_refit and best_step > 0:
-        # The step count is chosen; now every labelled document teaches the final heads, the
-        # validation documents included (on small corpora they are a third of the data).
-        everything = train + val
+    best_steps = {a: kept[a][0]["step"] for a in aspects}
+    best = _summarise({a: kept[a][0] for a in aspects})
+    best_step = max(best_steps.values())
+    for a in aspects:
+        model.heads[a].load_state_dict(kept[a][1])
+    refit = bool(config.head_refit and best_step > 0)
+    if refit:
+        # The step counts are chosen; now every labelled document teaches the final heads, the
+        # validation documents included (on small corpora they are a third of the data). Each
+        # head is taken at its own step count.
         model = _new_unified(cache, aspects, config)
-        data_all = _supervision(everything, features, targets, sentence_labels, aspects, dim)
-        optimizer = torch.optim.AdamW(_params(model), lr=config.head_lr, weight_decay=0.0)
+        data_all = _supervision(train + val, features, targets, sentence_labels, aspects, dim)
+        optimizer = _head_optimizer(model, config)
         rng = np.random.default_rng(config.seed)
-        for _ in range(best_step):
+        snapshot = {a: _state(model.heads[a]) for a in aspects if best_steps[a] == 0}
+        for k in range(1, best_step + 1):
             _step(model, optimizer, data_all, rng, config)
-        save(best_step, {**best, "refit": True})
+            snapshot.update({a: _state(model.heads[a]) for a in aspects if best_steps[a] == k})
+        for a in aspects:
+            model.heads[a].load_state_dict(snapshot[a])
+    save(best_step, {**best, "refit": refit, "steps": best_steps})
     seconds = time.perf_counter() - t0
     counts = data["counts"]
     meta = {"n_train": len(train), "n_val": len(val), "aspects": aspects, "dim": dim, "docs_per_aspect": counts,
-            "refit_on_train_and_validation": bool(config.head_refit and best_step > 0),
+            "refit_on_train_and_validation": refit, "best_step_per_aspect": best_steps,
             "base_model": cache.backbone.name, "corpus": getattr(corpus, "name", ""),
             "corpus_fingerprint": corpus.fingerprint() if hasattr(corpus, "fingerprint") else None}
     (out_dir / "history.json").write_text(json.dumps(_json_safe(history), indent=1) + "\n")
@@ -381,6 +432,40 @@ def train_unified_heads(corpus, targets: Mapping[str, Mapping[str, np.ndarray]],
                          best=best, baseline=baseline, history=history, config=config, n_train=len(train),
                          n_val=len(val), steps=step, stopped_early=stopped_early, seconds=seconds,
                          reference=reference)
+
+
+def _head_optimizer(model, config):
+    """AdamW with the projection (a [H, r] and an [r, H] matrix) at a tenth of the scoring's learning rate.
+
+    The sentence scores and the blend are a few hundred numbers whose effect is bounded
+    (weights stay a convex combination); the projection can rotate the whole space, and at
+    the scoring's rate it overfits a small corpus within a few steps.
+    """
+    projection = [p for n, p in model.named_parameters() if n.endswith((".down", ".up"))]
+    rest = [p for n, p in model.named_parameters() if not n.endswith((".down", ".up"))]
+    groups = [{"params": rest, "lr": config.head_lr}]
+    if projection:
+        groups.append({"params": projection, "lr": config.head_lr / 10})
+    return torch.optim.AdamW(groups, lr=config.head_lr, weight_decay=0.0)
+
+
+def _state(module) -> dict:
+    return {k: v.detach().clone() for k, v in module.state_dict().items()}
+
+
+def _better_agreement(new: dict, old: dict) -> bool:
+    """Higher validation agreement wins; a finite score beats a NaN one."""
+    if not math.isfinite(new["agreement"]):
+        return False
+    return not math.isfinite(old["agreement"]) or new["agreement"] > old["agreement"] + 1e-6
+
+
+def _summarise(per_aspect: dict) -> dict:
+    """The mean over aspects (with at least two validation documents) of the per-aspect metrics."""
+    scored = [m for m in per_aspect.values() if m["n"] >= 2]
+    summary = {k: float(np.mean([m[k] for m in scored])) if scored else float("nan")
+               for k in ("agreement", "mean_rank", "mrr", "loss")}
+    return {**summary, "aspects": per_aspect}
 
 
 def _new_unified(cache: FeatureCache, aspects, config) -> PooledAspectModel:
