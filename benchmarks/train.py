@@ -315,9 +315,9 @@ def print_stage02(results: dict, args) -> None:
 
 def print_stage03(results: dict) -> None:
     """The stage-03 table: each mode's selection metric and the true target's MRR, and when the best came."""
-    print(f"\nstage 03, unified model from the run's own teachers: selection metric (frozen: agreement with the "
-          f"teacher's similarities, higher is better; finetune: mean rank of the true target, lower is better) "
-          f"and the true target's MRR")
+    print("\nstage 03, unified model from the run's own teachers: selection metric (frozen: agreement with the "
+          "teacher's similarities, higher is better; finetune: mean rank of the true target, lower is better) "
+          "and the true target's MRR")
     print()
     print("| mode | selected by | at step 0 | at best | target MRR step 0 | target MRR at best | best step | "
           "steps run | set-up s (targets, encoding) | s to best | total s |")

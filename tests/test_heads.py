@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from workbench.corpus import Corpus
-from workbench.features import DocumentFeatures, FeatureCache
+from workbench.features import FeatureCache
 from workbench.heads import PooledAspectModel, SentencePoolingHead
 from workbench.sentences import match_highlights, split_sentences
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import html
 import math
-from typing import Mapping
 
 import numpy as np
 import pandas as pd

@@ -40,7 +40,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .encoders import AspectModel, CheckpointError
+from .encoders import AspectModel, CheckpointError, _aspect_list
 from .features import N_POSITION, DocumentFeatures, FeatureCache, FrozenBackbone
 
 FORMAT = "workbench-pooled-encoder"
@@ -95,12 +95,6 @@ class SentencePoolingHead(nn.Module):
         pooled = torch.where(mask.any(dim=-1, keepdim=True), pooled, whole)
         g = torch.sigmoid(self.gate)
         return self.project(g * whole + (1 - g) * pooled), w, scores
-
-
-def _aspect_list(aspects) -> list[str]:
-    from .encoders import _aspect_list as check
-
-    return check(aspects)
 
 
 class PooledAspectModel(AspectModel):

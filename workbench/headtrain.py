@@ -103,14 +103,6 @@ def _params(model) -> list:
 
 
 def train_view_head(views, train_ids, val_ids, out_dir, config, cache: FeatureCache, progress: bool = True):
-    """One aspect's teacher in frozen mode (see `_train_view_head`), its tiny tensor work on one thread."""
-    texts = sorted({t for d in list(train_ids) + list(val_ids) for t in views.views.get(d, ())})
-    cache.vectors(texts, progress=progress)  # the backbone pass, with every thread
-    with _few_threads():
-        return _train_view_head(views, train_ids, val_ids, out_dir, config, cache, progress)
-
-
-def _train_view_head(views, train_ids, val_ids, out_dir, config, cache: FeatureCache, progress: bool = True):
     """One aspect's teacher in frozen mode: InfoNCE on view pairs through a residual projection.
 
     `views` is an `AspectViews`; `config` a `train.TrainConfig` (its head_* fields, batch_size,
@@ -173,20 +165,21 @@ def _train_view_head(views, train_ids, val_ids, out_dir, config, cache: FeatureC
     validate(0)
     stopped_early, step = False, 0
     if config.head_rank:  # with no projection there is nothing to train: step 0 is the teacher
-        for step in range(1, config.head_steps + 1):
-            docs = rng.sample(train_docs, min(config.batch_size, len(train_docs)))
-            pairs = [rng.sample(views.views[d], 2) for d in docs]
-            first = vectors[[row[a] for a, _ in pairs]]
-            second = vectors[[row[b] for _, b in pairs]]
-            loss = _info_nce(head.project(first), head.project(second), config.temperature)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            losses.append(float(loss.detach()))
-            bar.update(1)
-            if (step % config.eval_every == 0 or step == config.head_steps) and validate(step):
-                stopped_early = step < config.head_steps
-                break
+        with _few_threads():
+            for step in range(1, config.head_steps + 1):
+                docs = rng.sample(train_docs, min(config.batch_size, len(train_docs)))
+                pairs = [rng.sample(views.views[d], 2) for d in docs]
+                first = vectors[[row[a] for a, _ in pairs]]
+                second = vectors[[row[b] for _, b in pairs]]
+                loss = _info_nce(head.project(first), head.project(second), config.temperature)
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                optimizer.step()
+                losses.append(float(loss.detach()))
+                bar.update(1)
+                if (step % config.eval_every == 0 or step == config.head_steps) and validate(step):
+                    stopped_early = step < config.head_steps
+                    break
     bar.close()
     baseline = {k: history[0][k] for k in ("val_mean_rank", "val_mrr", "val_top1")}
     from dataclasses import asdict
@@ -302,24 +295,6 @@ def evaluate_base(features: DocumentFeatures, targets: Mapping[str, np.ndarray],
 def train_unified_heads(corpus, targets: Mapping[str, Mapping[str, np.ndarray]], train_ids, val_ids, out_dir,
                         config, cache: FeatureCache, sentence_labels: Mapping[str, Mapping[str, Sequence[float]]]
                         | None = None, progress: bool = True):
-    """Train the unified model's pooling heads (frozen mode of stage 03); see `_train_unified_heads`.
-
-    The abstracts and their sentences are encoded first with every thread; the head
-    training itself, tiny tensor work, runs on one.
-    """
-    from .distill import _abstracts
-
-    wanted = [d for d in dict.fromkeys(list(map(str, train_ids)) + list(map(str, val_ids)))]
-    known = set(corpus.ids)
-    cache.documents(list(_abstracts(corpus, [d for d in wanted if d in known]).values()), progress=progress)
-    with _few_threads():
-        return _train_unified_heads(corpus, targets, train_ids, val_ids, out_dir, config, cache, sentence_labels,
-                                    progress)
-
-
-def _train_unified_heads(corpus, targets: Mapping[str, Mapping[str, np.ndarray]], train_ids, val_ids, out_dir,
-                         config, cache: FeatureCache, sentence_labels: Mapping[str, Mapping[str, Sequence[float]]]
-                         | None = None, progress: bool = True):
     """Train the unified model's pooling heads (frozen mode of stage 03); returns a `distill.DistillResult`.
 
     targets: {aspect: {doc_id: vector}} from `distill.compute_targets`; sentence_labels:
@@ -375,25 +350,26 @@ def _train_unified_heads(corpus, targets: Mapping[str, Mapping[str, np.ndarray]]
     kept = {a: ({**baseline["aspects"][a], "step": 0}, _state(model.heads[a])) for a in aspects}
     bad, stopped_early, window, step = 0, False, [], 0
     bar = _progress(config.head_steps, "unified heads", progress)
-    for step in range(1, config.head_steps + 1):
-        loss, parts = _step(model, optimizer, data, rng, config)
-        window.append(loss)
-        history["train"].append({"step": step, "loss": loss, "aspects": parts})
-        bar.update(1)
-        if step % config.eval_every == 0 or step == config.head_steps:
-            metrics = evaluate_heads(model, val_features, val_dense, val_masks)
-            improved = [a for a in aspects if _better_agreement(metrics["aspects"][a], kept[a][0])]
-            for a in improved:
-                kept[a] = ({**metrics["aspects"][a], "step": step}, _state(model.heads[a]))
-            bad = 0 if improved else bad + 1
-            history["eval"].append({"step": step, **metrics, "train_loss": float(np.mean(window)),
-                                    "best": bool(improved), "improved": improved,
-                                    "seconds": round(time.perf_counter() - t0, 3)})
-            bar.set_postfix(loss=f"{np.mean(window):.3f}", agreement=f"{metrics['agreement']:.3f}")
-            window = []
-            if bad >= config.patience:
-                stopped_early = True
-                break
+    with _few_threads():  # tiny tensors: one thread is fastest, and stays fast on a busy machine
+        for step in range(1, config.head_steps + 1):
+            loss, parts = _step(model, optimizer, data, rng, config)
+            window.append(loss)
+            history["train"].append({"step": step, "loss": loss, "aspects": parts})
+            bar.update(1)
+            if step % config.eval_every == 0 or step == config.head_steps:
+                metrics = evaluate_heads(model, val_features, val_dense, val_masks)
+                improved = [a for a in aspects if _better_agreement(metrics["aspects"][a], kept[a][0])]
+                for a in improved:
+                    kept[a] = ({**metrics["aspects"][a], "step": step}, _state(model.heads[a]))
+                bad = 0 if improved else bad + 1
+                history["eval"].append({"step": step, **metrics, "train_loss": float(np.mean(window)),
+                                        "best": bool(improved), "improved": improved,
+                                        "seconds": round(time.perf_counter() - t0, 3)})
+                bar.set_postfix(loss=f"{np.mean(window):.3f}", agreement=f"{metrics['agreement']:.3f}")
+                window = []
+                if bad >= config.patience:
+                    stopped_early = True
+                    break
     bar.close()
     best_steps = {a: kept[a][0]["step"] for a in aspects}
     best = _summarise({a: kept[a][0] for a in aspects})
@@ -410,9 +386,10 @@ def _train_unified_heads(corpus, targets: Mapping[str, Mapping[str, np.ndarray]]
         optimizer = _head_optimizer(model, config)
         rng = np.random.default_rng(config.seed)
         snapshot = {a: _state(model.heads[a]) for a in aspects if best_steps[a] == 0}
-        for k in range(1, best_step + 1):
-            _step(model, optimizer, data_all, rng, config)
-            snapshot.update({a: _state(model.heads[a]) for a in aspects if best_steps[a] == k})
+        with _few_threads():
+            for k in range(1, best_step + 1):
+                _step(model, optimizer, data_all, rng, config)
+                snapshot.update({a: _state(model.heads[a]) for a in aspects if best_steps[a] == k})
         for a in aspects:
             model.heads[a].load_state_dict(snapshot[a])
     save(best_step, {**best, "refit": refit, "steps": best_steps})
