@@ -16,16 +16,38 @@ from typing import Sequence
 
 import numpy as np
 
-from .encoders import is_model, load_model
+from .encoders import CONFIG_NAME, WEIGHTS_NAME, is_model, load_model
 
 EMBEDDINGS_DIR = "embeddings"
 
 
-def model_key(model_dir) -> str:
-    """A short hash that changes whenever a checkpoint's weights or workbench config change."""
-    from .distill import model_key as key
+def _file_digest(path: Path, _memo: dict = {}) -> str:  # noqa: B006 - the default is the memo on purpose
+    """sha256 of a file's content, memoised per (path, size, mtime) so a notebook re-run does not re-read it.
 
-    return key(model_dir)
+    A content hash (not the mtime alone) keeps a cache valid for a copied model folder
+    and invalid for a retrained one with the same size.
+    """
+    path = Path(path).resolve()
+    stat = path.stat()
+    memo_key = (str(path), stat.st_size, stat.st_mtime_ns)
+    if memo_key not in _memo:
+        digest = hashlib.sha256()
+        with open(path, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(chunk)
+        _memo[memo_key] = digest.hexdigest()
+    return _memo[memo_key]
+
+
+def model_key(model_dir: str | os.PathLike) -> str:
+    """A short hash that changes whenever a checkpoint's weights or workbench config change."""
+    folder = Path(model_dir)
+    for name in (CONFIG_NAME, WEIGHTS_NAME):
+        if not (folder / name).is_file():
+            raise FileNotFoundError(f"{folder} has no {name}: not a saved workbench model")
+    digest = hashlib.sha256((folder / CONFIG_NAME).read_bytes())
+    digest.update(_file_digest(folder / WEIGHTS_NAME).encode())
+    return digest.hexdigest()[:16]
 
 
 def embed(model, texts: Sequence[str], batch_size: int = 32,
