@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pandas as pd
 import pytest
 
+from workbench.cli import main as cli_main
 from workbench.corpus import (
     Corpus,
     CorpusError,
@@ -14,6 +16,8 @@ from workbench.corpus import (
     aclsum_splits,
     load_corpus,
 )
+
+HASH_ID = re.compile(r"h[0-9a-f]{12}")
 
 
 def write(tmp_path, name: str, text: str, encoding: str = "utf-8"):
@@ -158,7 +162,8 @@ def test_ris_two_records(tmp_path):
                  "DO  - 10.1000/one\nKW  - alpha\nKW  - beta\nER  - \n\n"
                  "TY  - JOUR\nT1  - Second paper\nN2  - Second abstract.\nY1  - 2020///\nER  - \n")
     corpus = load_corpus(path)
-    assert corpus.ids == ["10.1000/one", "doc-00001"]
+    assert corpus.ids[0] == "10.1000/one"
+    assert HASH_ID.fullmatch(corpus.ids[1])  # no DO or ID tag: derived from the text
     assert corpus.titles() == ["First paper", "Second paper"]
     assert corpus.texts() == ["First abstract.", "Second abstract."]
     assert corpus.docs["year"].tolist() == [2019, 2020]
@@ -211,7 +216,7 @@ def test_explicit_columns_override_detection(tmp_path):
 def test_generated_ids_and_label_detection(tmp_path):
     path = write(tmp_path, "p.csv", "title,text,label\nA,First.,pos\nB,Second.,neg; other\n")
     corpus = load_corpus(path)
-    assert corpus.ids == ["doc-00000", "doc-00001"]
+    assert all(HASH_ID.fullmatch(i) for i in corpus.ids) and len(set(corpus.ids)) == 2
     assert corpus.texts() == ["First.", "Second."]
     assert corpus.docs["labels"].tolist() == [["pos"], ["neg", "other"]]
 
@@ -260,8 +265,9 @@ def test_malformed_bibtex(tmp_path):
 
 def test_ragged_csv_names_line(tmp_path):
     path = write(tmp_path, "rag.csv", "id,title,abstract\n1,T,A\n2,T,A,extra,more\n")
-    with pytest.raises(CorpusError, match=r"rag\.csv.*line 3"):
-        load_corpus(path)
+    report = load_corpus(path).validate()
+    with pytest.raises(CorpusError, match=r"(?s)rag\.csv.*line 3"):
+        report.raise_if_errors()
 
 
 @pytest.mark.parametrize("name,text", [("empty.csv", ""), ("header.csv", "id,abstract\n"),
@@ -294,6 +300,191 @@ def test_wrong_encoding_names_encoding(tmp_path):
 def test_missing_file():
     with pytest.raises(CorpusError, match="no such file"):
         load_corpus("/nonexistent/papers.csv")
+
+
+# -- nothing lost, nothing silent (loader repairs and problems reach the report) ---------
+def test_csv_unquoted_comma_is_an_error_not_a_cut(tmp_path):
+    path = write(tmp_path, "p.csv",
+                 "id,title,abstract\n"
+                 "a,T1,A fine abstract.\n"
+                 "b,T2,An abstract, with an unquoted comma.\n"
+                 "c,T3\n"
+                 "d,T4,Last one.\n")
+    corpus = load_corpus(path)
+    assert corpus.ids == ["a", "b", "c", "d"]  # nothing dropped by the loader
+    report = corpus.validate()
+    bad = issue(report, "malformed_row")
+    assert bad["row"].tolist() == [1, 2] and set(bad["severity"]) == {"error"}
+    assert "line 3" in bad["detail"].iloc[0] and "4 fields" in bad["detail"].iloc[0]
+    assert "header has 3" in bad["detail"].iloc[0] and "quote" in bad["detail"].iloc[0]
+    assert "line 4" in bad["detail"].iloc[1] and "2 fields" in bad["detail"].iloc[1]
+    assert "no problems" not in report.summary()
+    with pytest.raises(CorpusError, match="drop_invalid"):
+        corpus.texts()  # a cut abstract must not reach a model unnoticed
+    clean, dropped = corpus.drop_invalid(report)
+    assert clean.ids == ["a", "d"] and sorted(set(dropped.issues["row"])) == [1, 2]
+    assert clean.validate().ok and clean.texts() == ["A fine abstract.", "Last one."]
+
+
+def test_csv_trailing_empty_fields_are_not_malformed(tmp_path):
+    path = write(tmp_path, "p.csv", "id,abstract\na,Text one.,\nb,Text two.,,\n")
+    corpus = load_corpus(path)
+    assert corpus.validate().ok and corpus.texts() == ["Text one.", "Text two."]
+
+
+def test_csv_unclosed_quote_names_line(tmp_path):
+    path = write(tmp_path, "q.csv", 'id,abstract\na,"Never closed.\nb,Swallowed.\n')
+    with pytest.raises(CorpusError, match=r"q\.csv.*line 2.*quote"):
+        load_corpus(path)
+
+
+def test_ris_missing_er_starts_a_new_record(tmp_path):
+    path = write(tmp_path, "noer.ris",
+                 "TY  - JOUR\nTI  - One\nAB  - First abstract.\n"
+                 "TY  - JOUR\nTI  - Two\nAB  - Second abstract.\nER  - \n")
+    corpus = load_corpus(path)
+    assert corpus.titles() == ["One", "Two"]
+    assert corpus.texts() == ["First abstract.", "Second abstract."]
+    warning = issue(corpus.validate(), "missing_er")
+    assert warning["row"].tolist() == [0] and warning["severity"].tolist() == ["warning"]
+    assert "line 1" in warning["detail"].iloc[0] and "line 4" in warning["detail"].iloc[0]
+
+
+def test_ris_truncated_last_record_is_kept_and_reported(tmp_path):
+    path = write(tmp_path, "cut.ris",
+                 "TY  - JOUR\nTI  - One\nAB  - First abstract.\nER  - \n\n"
+                 "TY  - JOUR\nTI  - Two\nAB  - Second abstract, cut o")
+    corpus = load_corpus(path)
+    assert corpus.texts() == ["First abstract.", "Second abstract, cut o"]
+    warning = issue(corpus.validate(), "truncated_record")
+    assert warning["row"].tolist() == [1] and "line 6" in warning["detail"].iloc[0]
+
+
+def test_ris_record_without_ty_and_text_outside_records(tmp_path):
+    path = write(tmp_path, "odd.ris", "Provider: some database\n\nTI  - Orphan\nAB  - Kept text.\nER  - \n")
+    corpus = load_corpus(path)
+    assert corpus.texts() == ["Kept text."]
+    report = corpus.validate()
+    assert issue(report, "missing_ty")["row"].tolist() == [0]
+    assert any("line 1" in note and "not read" in note for note in report.notes)
+
+
+def test_load_issues_follow_subset_and_drop(tmp_path):
+    path = write(tmp_path, "p.csv", "id,abstract,year\na,One.,2019\nb,Two, cut.,2020\nc,Three.,soon\n")
+    corpus = load_corpus(path)
+    clean, _ = corpus.drop_invalid()
+    assert clean.ids == ["a", "c"]
+    assert issue(clean.validate(), "unparseable_year")[["row", "doc_id"]].values.tolist() == [[1, "c"]]
+    assert issue(corpus.subset(ids=["c"]).validate(), "unparseable_year")["row"].tolist() == [0]
+    assert corpus.subset(ids=["a"]).validate().ok and not len(corpus.subset(ids=["a"]).load_issues)
+
+
+def test_ris_two_abstract_tags_are_joined(tmp_path):
+    path = write(tmp_path, "two.ris",
+                 "TY  - JOUR\nTI  - One\nAB  - First paragraph\ngoes on.\nAB  - Second paragraph.\nER  - \n")
+    corpus = load_corpus(path)
+    assert corpus.texts() == ["First paragraph goes on.\n\nSecond paragraph."]
+    warning = issue(corpus.validate(), "repeated_tag")
+    assert warning["row"].tolist() == [0] and "lines 3, 5" in warning["detail"].iloc[0]
+
+
+def test_ris_repeated_single_tag_is_reported(tmp_path):
+    path = write(tmp_path, "ti.ris", "TY  - JOUR\nTI  - Kept\nTI  - Other\nAB  - Text.\nER  - \n")
+    corpus = load_corpus(path)
+    assert corpus.titles() == ["Kept"]
+    assert "'Other'" in issue(corpus.validate(), "repeated_tag")["detail"].iloc[0]
+
+
+def test_bibtex_latex_becomes_unicode_text(tmp_path):
+    path = write(tmp_path, "tex.bib",
+                 "@article{k, title = {On \\emph{things} and {\\\"U}ber-{BERT} in \\LaTeX},\n"
+                 "  abstract = {Pages 1--2 of Schr\\\"odinger \\& co. show $\\alpha \\leq x^2$ in 50\\% of cases.}}\n")
+    corpus = load_corpus(path)
+    assert corpus.titles() == ["On things and \u00dcber-BERT in LaTeX"]
+    text = corpus.texts()[0]
+    assert text.startswith("Pages 1\u20132 of Schr\u00f6dinger & co. show \u03b1")
+    assert "\u2264 x^2 in 50% of cases." in text  # math readable, a % not taken for a comment
+
+
+def test_unparseable_years_are_reported(tmp_path):
+    path = write(tmp_path, "y.csv",
+                 "id,abstract,year\n"
+                 "a,A.,2019\nb,B.,circa 1990s\nc,C.,2019-05-01\nd,D.,2019/05\ne,E.,\nf,F.,next year\n")
+    corpus = load_corpus(path)
+    assert corpus.docs["year"].dropna().tolist() == [2019, 2019, 2019]
+    assert corpus.docs["year"].isna().tolist() == [False, True, False, False, True, True]
+    warnings = issue(corpus.validate(), "unparseable_year")
+    assert warnings["row"].tolist() == [1, 5] and set(warnings["severity"]) == {"warning"}
+    assert "'circa 1990s'" in warnings["detail"].iloc[0] and "line 3" in warnings["detail"].iloc[0]
+    assert "'next year'" in warnings["detail"].iloc[1]
+
+
+def test_unparseable_json_years_are_reported(tmp_path):
+    path = write(tmp_path, "y.json", json.dumps([{"abstract": "A.", "year": 2020},
+                                                 {"abstract": "B.", "year": 95},
+                                                 {"abstract": "C.", "year": 2001.0}]))
+    corpus = load_corpus(path)
+    assert corpus.docs["year"].isna().tolist() == [False, True, False]
+    assert issue(corpus.validate(), "unparseable_year")["row"].tolist() == [1]
+
+
+def test_ids_without_id_column_survive_reexport(tmp_path):
+    rows = ["First,One about graphs.", "Second,Two about trees.", "Third,Three about nets."]
+    before = load_corpus(write(tmp_path, "a.csv", "title,abstract\n" + "\n".join(rows) + "\n"))
+    after = load_corpus(write(tmp_path, "b.csv", "title,abstract\nNew,A new record on top.\n"
+                              + "\n".join(reversed(rows)) + "\n"))
+    assert all(HASH_ID.fullmatch(i) for i in before.ids)
+    assert dict(zip(after.titles(), after.ids))["Second"] == dict(zip(before.titles(), before.ids))["Second"]
+    assert set(before.ids) < set(after.ids)
+    # The mapping is reported: a note in the report and a table of id and title.
+    report = before.validate()
+    assert report.ok and any("derived" in note and "id_column" in note for note in report.notes)
+    assert "derived" in report.summary()
+    table = before.id_table()
+    assert list(table.columns) == ["doc_id", "title"] and table["title"].tolist() == ["First", "Second", "Third"]
+
+
+def test_derived_ids_ignore_case_spacing_and_punctuation(tmp_path):
+    a = load_corpus(write(tmp_path, "a.csv", 'title,abstract\nDeep Nets,"We study   nets."\n'))
+    b = load_corpus(write(tmp_path, "b.jsonl", '{"title": "deep nets", "abstract": "We study nets"}\n'))
+    assert a.ids == b.ids
+
+
+def test_derived_ids_of_duplicates_are_distinct_and_reported(tmp_path):
+    path = write(tmp_path, "d.csv", "title,abstract\nT,Same text.\nT,Same text.\nU,Other text.\n")
+    corpus = load_corpus(path)
+    assert len(set(corpus.ids)) == 3 and corpus.ids[1] == corpus.ids[0] + "-2"
+    report = corpus.validate()
+    assert report.ok and issue(report, "duplicate_text")["row"].tolist() == [1]
+
+
+def test_ris_ids_without_doi_are_derived(tmp_path):
+    record = "TY  - JOUR\nTI  - {title}\nAB  - {abstract}\nER  - \n"
+    one = record.format(title="A", abstract="Text A.") + record.format(title="B", abstract="Text B.")
+    before = load_corpus(write(tmp_path, "a.ris", one))
+    after = load_corpus(write(tmp_path, "b.ris", record.format(title="New", abstract="New.") + one))
+    assert after.ids[1:] == before.ids
+    assert any("derived" in note for note in before.validate().notes)
+
+
+# -- command line ----------------------------------------------------------------------
+def test_cli_validate_reports_cut_rows(tmp_path, capsys):
+    path = write(tmp_path, "p.csv", "id,title,abstract\na,T,Fine.\nb,T,Cut, here.\n")
+    assert cli_main(["validate", str(path)]) == 1
+    out = capsys.readouterr().out
+    assert "malformed_row" in out and "line 3" in out and "no problems" not in out
+
+
+def test_cli_validate_accepts_the_recommended_options(tmp_path, capsys):
+    path = tmp_path / "latin.csv"
+    path.write_bytes("id,body\n1,Caf\u00e9 society.\n".encode("latin-1"))
+    assert cli_main(["validate", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "--encoding" in err or "--abstract-column" in err
+    assert cli_main(["validate", str(path), "--encoding", "latin-1"]) == 2
+    assert "--abstract-column" in capsys.readouterr().err
+    assert cli_main(["validate", str(path), "--abstract-column", "body", "--encoding", "latin-1"]) == 0
+    assert "1 documents" in capsys.readouterr().out
 
 
 # -- validation ------------------------------------------------------------------------

@@ -9,34 +9,46 @@ A `Corpus` is a pandas DataFrame with one row per document and three required co
     >>> corpus, dropped = corpus.drop_invalid(report)
     >>> small = corpus.subset(200, seed=0)
 
-Loaders never drop or repair documents: a missing abstract stays missing so that
-`Corpus.validate` can point at it. Dropping is an explicit step (`Corpus.drop_invalid`)
-that returns the report of what it removed.
+Loaders never drop documents silently: a missing abstract stays missing so that
+`Corpus.validate` can point at it, and what a loader found wrong in the file itself (a
+CSV row with too many fields, an RIS record without its ``ER`` line, a year that is not a
+year) is kept with the corpus (`Corpus.load_issues`) and reported by `Corpus.validate`
+with the file's line. Dropping is an explicit step (`Corpus.drop_invalid`) that returns
+the report of what it removed.
+
+A file without an id column gets ids derived from each document's title and abstract
+(``h`` + 12 hex digits of a SHA-1), so that they survive a re-export in another order;
+the report says so in its `ValidationReport.notes`, and `Corpus.id_table` lists them.
 """
 
 from __future__ import annotations
 
+import codecs
 import csv
+import functools
 import hashlib
 import html
 import json
 import math
 import os
 import re
+import unicodedata
+from collections.abc import Iterable, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 __all__ = [
+    "SUPPORTED_FORMATS",
     "Corpus",
     "CorpusError",
     "ValidationReport",
     "aclsum_splits",
     "load_corpus",
-    "SUPPORTED_FORMATS",
 ]
 
 #: Suffix -> format name understood by `load_corpus(format=...)`.
@@ -89,6 +101,15 @@ class CorpusError(ValueError):
 _ISSUE_COLUMNS = ["row", "doc_id", "field", "severity", "problem", "detail"]
 
 
+def _empty_issues() -> pd.DataFrame:
+    return pd.DataFrame(columns=_ISSUE_COLUMNS).astype({"row": "int64"})
+
+
+def _issue(row: int, field: str, severity: str, problem: str, detail: str, doc_id: str = "") -> dict:
+    return {"row": row, "doc_id": doc_id, "field": field, "severity": severity,
+            "problem": problem, "detail": detail}
+
+
 @dataclass
 class ValidationReport:
     """Problems found in a corpus, one row per (document, problem).
@@ -99,12 +120,14 @@ class ValidationReport:
     ``detail`` (a sentence for people).
 
     Errors make a document unusable (`Corpus.drop_invalid` removes those rows); warnings
-    are worth a look but the document is kept.
+    are worth a look but the document is kept. `notes` are sentences about the corpus as a
+    whole, such as where its ids came from.
     """
 
-    issues: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=_ISSUE_COLUMNS))
+    issues: pd.DataFrame = field(default_factory=_empty_issues)
     n_docs: int = 0
     source: str = ""
+    notes: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -129,9 +152,7 @@ class ValidationReport:
     def summary(self) -> str:
         """One line per severity with counts per problem, e.g. "2 errors: 1 duplicate_id, ..."."""
         head = f"{self.n_docs} documents" + (f" from {self.source}" if self.source else "")
-        if self.issues.empty:
-            return f"{head}: no problems found."
-        lines = [f"{head}:"]
+        lines = [f"{head}: no problems found." if self.issues.empty else f"{head}:"]
         for severity, frame in (("error", self.errors), ("warning", self.warnings)):
             if frame.empty:
                 continue
@@ -139,6 +160,7 @@ class ValidationReport:
             parts = ", ".join(f"{n} {problem}" for problem, n in counts.items())
             docs = frame["row"].nunique()
             lines.append(f"  {_plural(len(frame), severity)} in {_plural(docs, 'document')}: {parts}")
+        lines += [f"  note: {note}" for note in self.notes]
         return "\n".join(lines)
 
     def raise_if_errors(self, limit: int = 10) -> None:
@@ -191,8 +213,7 @@ def _validate(docs: pd.DataFrame, max_chars: int) -> list[dict]:
     issues: list[dict] = []
 
     def add(row: int, doc_id: str, field: str, severity: str, problem: str, detail: str) -> None:
-        issues.append(dict(row=row, doc_id=doc_id, field=field, severity=severity,
-                           problem=problem, detail=detail))
+        issues.append(_issue(row, field, severity, problem, detail, doc_id=doc_id))
 
     first_row_of_id: dict[str, int] = {}
     first_row_of_text: dict[str, int] = {}
@@ -257,11 +278,18 @@ class Corpus:
     be "") and ``abstract`` (normally str; a corpus straight from a loader may hold missing
     or non-text values until `drop_invalid`), optionally ``year`` (Int64) and ``labels``
     (list[str]), and any other metadata columns as they came from the source.
+
+    `load_issues` holds what the loader found wrong in the file (issue rows as in
+    `ValidationReport`, ``row`` being the position in `docs`); `validate` reports them
+    with its own findings, and `subset` / `drop_invalid` carry them along. `notes` are
+    sentences about the corpus as a whole (e.g. that its ids were derived from the text).
     """
 
     docs: pd.DataFrame
     name: str = "corpus"
     source: str = ""
+    load_issues: pd.DataFrame = field(default_factory=_empty_issues)
+    notes: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         missing = [c for c in ("doc_id", "title", "abstract") if c not in self.docs.columns]
@@ -272,6 +300,7 @@ class Corpus:
             )
         # Positions are the row numbers used in reports, so the index must match them.
         self.docs = self.docs.reset_index(drop=True)
+        self.load_issues = self.load_issues.reset_index(drop=True)
 
     def __len__(self) -> int:
         return len(self.docs)
@@ -287,7 +316,8 @@ class Corpus:
     def texts(self) -> list[str]:
         """Abstracts in corpus order; raises `CorpusError` if any is missing or not text.
 
-        The abstracts are what gets embedded, so a hole must not pass silently: call
+        The abstracts are what gets embedded, so a hole must not pass silently, nor a row
+        that the loader could not read right (a CSV row cut at an unquoted comma): call
         `drop_invalid()` first on a corpus that `validate()` does not pass.
         """
         bad = [i for i, v in enumerate(self.docs["abstract"]) if not isinstance(v, str)]
@@ -296,11 +326,26 @@ class Corpus:
                 f"Corpus {self.name!r}: {len(bad)} abstracts are missing or not text "
                 f"(rows {bad[:10]}); call drop_invalid() first"
             )
+        misread = self.load_issues[self.load_issues["severity"] == "error"]
+        if len(misread):
+            rows = sorted({int(r) for r in misread["row"]})
+            raise CorpusError(
+                f"Corpus {self.name!r}: {len(rows)} rows were not read right from "
+                f"{self.source or 'the file'} (rows {rows[:10]}: {misread['problem'].iloc[0]}); "
+                "see validate() and call drop_invalid() first"
+            )
         return list(self.docs["abstract"])
 
     def titles(self) -> list[str]:
         """Titles in corpus order ("" where there is none)."""
         return ["" if _is_missing(v) else str(v) for v in self.docs["title"]]
+
+    def id_table(self) -> pd.DataFrame:
+        """A frame of ``doc_id`` and ``title`` in corpus order: which id stands for which paper.
+
+        Worth keeping beside a run when the ids were derived from the text (see `notes`).
+        """
+        return pd.DataFrame({"doc_id": self.ids, "title": self.titles()})
 
     def get(self, doc_id: str) -> dict:
         """The document with this id as a dict of its columns (the first one if duplicated)."""
@@ -318,8 +363,14 @@ class Corpus:
             )
         return self.get(doc_id)
 
-    def _with_docs(self, docs: pd.DataFrame) -> "Corpus":
-        return Corpus(docs.reset_index(drop=True), name=self.name, source=self.source)
+    def _with_docs(self, docs: pd.DataFrame) -> Corpus:
+        """A corpus of some rows of `self.docs` (their index: positions in this corpus),
+        keeping the load issues of those rows, renumbered."""
+        new_row = {int(old): new for new, old in enumerate(docs.index)}
+        issues = self.load_issues[self.load_issues["row"].isin(list(new_row))].copy()
+        issues["row"] = [new_row[int(r)] for r in issues["row"]]
+        return Corpus(docs.reset_index(drop=True), name=self.name, source=self.source,
+                      load_issues=issues.astype({"row": "int64"}), notes=list(self.notes))
 
     def subset(
         self,
@@ -328,7 +379,7 @@ class Corpus:
         ids: Iterable[str] | None = None,
         seed: int = 0,
         where: str | pd.Series | Sequence[bool] | None = None,
-    ) -> "Corpus":
+    ) -> Corpus:
         """A smaller corpus, rows kept in their original order.
 
         where: a pandas query string (``'split == "test"'``, ``"year >= 2020"``) or a boolean
@@ -383,12 +434,19 @@ class Corpus:
         placeholder_abstract ("[No abstract available]", "N/A"...), no_letters.
         Warnings: duplicate_text (same abstract, whitespace normalised, as an earlier row),
         very_long (more than `max_chars` characters), missing_title, non_text title.
+        The loader's findings (`load_issues`) come first for each row, e.g. the error
+        malformed_row (a CSV row with the wrong number of fields) and the warnings
+        missing_er, truncated_record, missing_ty, repeated_tag (RIS) and unparseable_year.
         """
-        issues = pd.DataFrame(_validate(self.docs, max_chars), columns=_ISSUE_COLUMNS)
-        issues = issues.astype({"row": "int64"})
-        return ValidationReport(issues, n_docs=len(self), source=self.source or self.name)
+        found = pd.DataFrame(_validate(self.docs, max_chars), columns=_ISSUE_COLUMNS)
+        loaded = self.load_issues[self.load_issues["row"] < len(self)]  # docs replaced by hand
+        parts = [frame for frame in (loaded, found) if len(frame)]
+        issues = pd.concat(parts, ignore_index=True) if parts else _empty_issues()
+        issues = issues.astype({"row": "int64"}).sort_values("row", kind="stable")
+        return ValidationReport(issues.reset_index(drop=True), n_docs=len(self),
+                                source=self.source or self.name, notes=list(self.notes))
 
-    def drop_invalid(self, report: ValidationReport | None = None) -> tuple["Corpus", ValidationReport]:
+    def drop_invalid(self, report: ValidationReport | None = None) -> tuple[Corpus, ValidationReport]:
         """Remove the documents with errors; return the cleaned corpus and a report of them.
 
         Only errors are dropped (warnings stay). For duplicate ids the first occurrence is
@@ -437,7 +495,7 @@ class Corpus:
         for doc_id, abstract in zip(self.docs["doc_id"], self.docs["abstract"]):
             # Unit/record separators keep ("a", "bc") and ("ab", "c") apart.
             text = "\x00missing" if _is_missing(abstract) else str(abstract)
-            digest.update(f"{doc_id}\x1f{text}\x1e".encode("utf-8"))
+            digest.update(f"{doc_id}\x1f{text}\x1e".encode())
         return digest.hexdigest()[:16]
 
     def _repr_html_(self, rows: int = 5) -> str:
@@ -500,17 +558,25 @@ def load_corpus(
         id (doc_id, id, paper_id, EID, UT, PMID, Key, DOI...), title (title, TI,
         Article Title...), abstract (abstract, AB, Abstract Note, summary, text), year
         (year, PY, Publication Year, date), labels (only "labels"/"label" unless given).
-        Without an id column, ids are ``doc-00000``, ``doc-00001``... by row.
+        Without an id column (and for RIS records without a DO or ID tag), the id is
+        derived from the title and abstract: ``h`` + 12 hex digits of their SHA-1, with
+        case, spacing and punctuation ignored, and ``-2``, ``-3``... on repeats. Such
+        ids stay the same when records are added, removed or reordered in a re-export;
+        the report's notes say so and `Corpus.id_table` lists them.
+    encoding: the file's text encoding, e.g. "latin-1" (not used for Parquet).
 
     The mapped source columns become ``doc_id``, ``title``, ``abstract``, ``year``,
     ``labels`` (a date column used for the year is kept as well); all other columns are
-    kept unchanged. Nothing is dropped: run `Corpus.validate` / `Corpus.drop_invalid`.
-    Raises `CorpusError` naming the file and line for unreadable files.
+    kept unchanged. BibTeX titles and abstracts are converted from LaTeX to plain text.
+    Nothing is dropped: what the loader found wrong (rows with the wrong number of fields,
+    RIS records without ``ER``, repeated RIS tags, years that are not years) is reported
+    by `Corpus.validate` with the file's line; then `Corpus.drop_invalid`.
+    Raises `CorpusError` naming the file and line for files that cannot be read at all.
     """
     if isinstance(source, str) and (source == "aclsum" or source.startswith("aclsum:")):
-        given = [k for k, v in dict(id_column=id_column, title_column=title_column,
-                                     abstract_column=abstract_column, year_column=year_column,
-                                     label_column=label_column).items() if v is not None]
+        given = [k for k, v in {"id_column": id_column, "title_column": title_column,
+                                "abstract_column": abstract_column, "year_column": year_column,
+                                "label_column": label_column}.items() if v is not None]
         if given or format is not None:
             raise CorpusError(f"{source}: format= and column arguments do not apply to ACLSum ({given})")
         splits = source.partition(":")[2]
@@ -523,22 +589,40 @@ def load_corpus(
     fmt = format.lower() if format else _format_from_suffix(path)
     if fmt not in _FORMATS:
         raise CorpusError(f"{label}: unknown format {fmt!r}; supported formats are {_FORMATS}")
-    # utf-8-sig also reads plain UTF-8, and Web of Science / Excel exports start with a BOM.
-    enc = "utf-8-sig" if encoding.lower().replace("_", "-") in ("utf-8", "utf8") else encoding
+    raw = _read(path, fmt, encoding)
+    if len(raw.frame) == 0:
+        raise CorpusError(f"{label}: no documents")
+    docs, issues, notes = _standardise(raw, label, id_column=id_column, title_column=title_column,
+                                       abstract_column=abstract_column, year_column=year_column,
+                                       label_column=label_column)
+    for found in issues:
+        found["doc_id"] = docs["doc_id"].iloc[found["row"]]
+    load_issues = pd.DataFrame(issues, columns=_ISSUE_COLUMNS).astype({"row": "int64"})
+    return Corpus(docs, name=name or path.stem, source=str(path), load_issues=load_issues,
+                  notes=notes)
 
+
+def _option(name: str, example: str) -> str:
+    """How to give a `load_corpus` argument, in Python and to `workbench validate`."""
+    return f"{name}={example!r} (workbench validate --{name.replace('_', '-')} {example})"
+
+
+def _read(path: Path, fmt: str, encoding: str) -> _Raw:
+    """Run the reader for `fmt`, turning a wrong or unknown encoding into a `CorpusError`."""
     try:
-        raw = _READERS[fmt](path, enc)
+        codecs.lookup(encoding)
+    except LookupError as exc:
+        raise CorpusError(f"{path.name}: unknown encoding {encoding!r}; pass "
+                          f"{_option('encoding', 'latin-1')} or another Python codec name") from exc
+    # utf-8-sig also reads plain UTF-8, and Web of Science / Excel exports start with a BOM.
+    enc = "utf-8-sig" if codecs.lookup(encoding).name == "utf-8" else encoding
+    try:
+        return _READERS[fmt](path, enc)
     except UnicodeDecodeError as exc:
         raise CorpusError(
-            f"{label}: not valid {encoding} (byte {exc.start}: {exc.reason}); pass encoding=, "
-            "e.g. encoding='latin-1'"
+            f"{path.name}: not valid {encoding} (byte {exc.start}: {exc.reason}); pass the file's "
+            f"encoding, e.g. {_option('encoding', 'latin-1')}"
         ) from exc
-    if len(raw) == 0:
-        raise CorpusError(f"{label}: no documents")
-    docs = _standardise(raw, label, id_column=id_column, title_column=title_column,
-                        abstract_column=abstract_column, year_column=year_column,
-                        label_column=label_column)
-    return Corpus(docs, name=name or path.stem, source=str(path))
 
 
 def _format_from_suffix(path: Path) -> str:
@@ -546,36 +630,138 @@ def _format_from_suffix(path: Path) -> str:
     if suffix not in SUPPORTED_FORMATS:
         raise CorpusError(
             f"{path.name}: unknown file type {suffix or '(no suffix)'!r}; supported suffixes are "
-            f"{sorted(SUPPORTED_FORMATS)} (or pass format= one of {_FORMATS})"
+            f"{sorted(SUPPORTED_FORMATS)} (or pass {_option('format', 'csv')}, one of {_FORMATS})"
         )
     return SUPPORTED_FORMATS[suffix]
 
 
-def _read_table(path: Path, encoding: str, sep: str, quoting: int = csv.QUOTE_MINIMAL) -> pd.DataFrame:
+@dataclass
+class _Raw:
+    """What a reader found in a file: its records, and what was wrong with them.
+
+    frame: one row per record, columns as in the file.
+    where: per row, where it starts in the file ("line 3", "record starting on line 9"),
+        for messages; empty for formats without lines (JSON list, Parquet).
+    issues: `_issue` dicts, ``row`` being the position in `frame`.
+    notes: sentences about the file as a whole.
+    """
+
+    frame: pd.DataFrame
+    where: list[str] = field(default_factory=list)
+    issues: list[dict] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+# -- delimited text -------------------------------------------------------------------
+def _read_table(path: Path, encoding: str, sep: str, quoting: int = csv.QUOTE_MINIMAL) -> _Raw:
+    """Read a delimited file; a row whose field count differs from the header's is kept
+    (cut or padded to the header) and reported as a malformed_row error with its lines."""
+    records = _csv_records(path, encoding, sep, quoting)
+    if not records:
+        return _Raw(pd.DataFrame())
+    names = _column_names(records[0][2])
+    rows, where, issues = [], [], []
+    for row, (first, last, fields) in enumerate(records[1:]):
+        lines = f"line {first}" if first == last else f"lines {first}-{last}"
+        fields, problem = _fit_fields(fields, len(names), sep)
+        if problem:
+            issues.append(_issue(row, "row", "error", "malformed_row", f"{lines} {problem}"))
+        rows.append(fields)
+        where.append(lines)
+    columns = list(zip(*rows)) if rows else [()] * len(names)
+    # Everything as text so that ids keep leading zeros and "NA"/"None" stay words; only a
+    # truly empty cell is missing, which is how an empty abstract shows up.
+    frame = pd.DataFrame({name: pd.Series([v if v != "" else None for v in values], dtype=str)
+                          for name, values in zip(names, columns)})
+    return _Raw(frame, where, issues)
+
+
+def _csv_records(path: Path, encoding: str, sep: str, quoting: int) -> list[tuple[int, int, list[str]]]:
+    """(first line, last line, fields) of every non-blank record, the header first."""
+    kind = "CSV" if sep == "," else "tab-separated"
+    records: list[tuple[int, int, list[str]]] = []
+    end = 0
+    with path.open(encoding=encoding, newline="") as f, _large_csv_fields():
+        # strict: an unclosed quote is an error instead of swallowing the rest of the file.
+        reader = csv.reader(f, delimiter=sep, quoting=quoting, strict=True)
+        try:
+            for fields in reader:
+                first, end = end + 1, reader.line_num
+                if len(fields) > 1 or (fields and fields[0].strip()):
+                    records.append((first, end, fields))
+        except csv.Error as exc:
+            raise CorpusError(f"{path.name}: malformed {kind} file: the row starting on line "
+                              f"{end + 1}: {_csv_hint(str(exc))}") from exc
+    return records
+
+
+def _csv_hint(message: str) -> str:
+    if "unexpected end of data" in message:
+        return ("a field opened with a double quote is never closed, so the rest of the file "
+                "would be read into it; close the quote, and double any quote inside the field (\"\")")
+    if "expected after" in message:
+        return (f"{message}: a quoted field must end right after its closing quote; "
+                "double any quote inside the field (\"\")")
+    return message
+
+
+@contextmanager
+def _large_csv_fields():
+    """Lift the csv module's 128 KiB field limit (full texts) while reading one file."""
+    old = csv.field_size_limit()
+    csv.field_size_limit(max(old, 2**31 - 1))
     try:
-        # Everything as text so that ids keep leading zeros and "NA"/"None" stay words;
-        # only a truly empty cell is missing, which is how an empty abstract shows up.
-        return pd.read_csv(path, sep=sep, dtype=str, keep_default_na=False, na_values=[""],
-                           encoding=encoding, quoting=quoting,
-                           # Rows ending in a trailing delimiter (WoS does this) must not
-                           # turn the first column into the index.
-                           index_col=False)
-    except pd.errors.EmptyDataError:
-        return pd.DataFrame()
-    except pd.errors.ParserError as exc:
-        raise CorpusError(f"{path.name}: malformed {'CSV' if sep == ',' else 'tab-separated'} "
-                          f"file: {str(exc).strip()}") from exc
+        yield
+    finally:
+        csv.field_size_limit(old)
 
 
-def _read_csv(path: Path, encoding: str) -> pd.DataFrame:
+def _column_names(header: list[str]) -> list[str]:
+    """Header names as pandas makes them: trailing empty names (a trailing delimiter)
+    dropped, other empty ones "Unnamed: i", repeats "name.1", "name.2"..."""
+    while header and not header[-1].strip():
+        header = header[:-1]
+    names: list[str] = []
+    for i, name in enumerate(header):
+        name = name or f"Unnamed: {i}"
+        base, k = name, 0
+        while name in names:
+            k += 1
+            name = f"{base}.{k}"
+        names.append(name)
+    return names
+
+
+def _fit_fields(fields: list[str], n: int, sep: str) -> tuple[list[str], str]:
+    """The row's fields cut or padded to `n`, and what was wrong ("" when nothing was).
+
+    Empty fields past the header (a trailing delimiter, as Web of Science writes) are fine.
+    """
+    while len(fields) > n and not fields[-1].strip():
+        fields = fields[:-1]
+    if len(fields) == n:
+        return fields, ""
+    delimiter = "comma" if sep == "," else "tab"
+    found = f"has {len(fields)} fields but the header has {n}"
+    if len(fields) > n:
+        return fields[:n], (f"{found}: an unquoted {delimiter} inside a field? The row's values "
+                            "cannot be trusted (an abstract may be cut short); put fields that "
+                            f"contain a {delimiter} in double quotes, or drop the row with drop_invalid()")
+    return fields + [""] * (n - len(fields)), (
+        f"{found}: a line break inside an unquoted field, or a field missing? The row's values "
+        "cannot be trusted; put fields that contain line breaks in double quotes, or drop the "
+        "row with drop_invalid()")
+
+
+def _read_csv(path: Path, encoding: str) -> _Raw:
     return _read_table(path, encoding, ",")
 
 
-def _read_tsv(path: Path, encoding: str) -> pd.DataFrame:
+def _read_tsv(path: Path, encoding: str) -> _Raw:
     return _read_table(path, encoding, "\t")
 
 
-def _read_wos(path: Path, encoding: str) -> pd.DataFrame:
+def _read_wos(path: Path, encoding: str) -> _Raw:
     with path.open(encoding=encoding) as f:
         first = f.readline()
     if first.startswith("FN "):
@@ -583,13 +769,15 @@ def _read_wos(path: Path, encoding: str) -> pd.DataFrame:
                           "'Tab delimited file' or RIS instead")
     if not first.startswith("PT\t"):
         raise CorpusError(f"{path.name}: a .txt file is read only as a Web of Science tab-delimited "
-                          f"export (header starting 'PT<tab>'); pass format= one of {_FORMATS}")
+                          f"export (header starting 'PT<tab>'); pass {_option('format', 'tsv')}, "
+                          f"one of {_FORMATS}")
     # WoS does not quote fields, and abstracts contain quote characters.
     return _read_table(path, encoding, "\t", quoting=csv.QUOTE_NONE)
 
 
-def _read_jsonl(path: Path, encoding: str) -> pd.DataFrame:
-    records = []
+# -- JSON, Parquet --------------------------------------------------------------------
+def _read_jsonl(path: Path, encoding: str) -> _Raw:
+    records, where = [], []
     with path.open(encoding=encoding) as f:
         for lineno, line in enumerate(f, start=1):
             if not line.strip():
@@ -603,10 +791,11 @@ def _read_jsonl(path: Path, encoding: str) -> pd.DataFrame:
                 raise CorpusError(f"{path.name}: line {lineno} is a {type(record).__name__}, "
                                   "expected a JSON object")
             records.append(record)
-    return pd.DataFrame.from_records(records)
+            where.append(f"line {lineno}")
+    return _Raw(pd.DataFrame.from_records(records), where)
 
 
-def _read_json(path: Path, encoding: str) -> pd.DataFrame:
+def _read_json(path: Path, encoding: str) -> _Raw:
     try:
         data = json.loads(path.read_text(encoding=encoding) or "[]")
     except json.JSONDecodeError as exc:
@@ -618,10 +807,10 @@ def _read_json(path: Path, encoding: str) -> pd.DataFrame:
         if not isinstance(record, dict):
             raise CorpusError(f"{path.name}: item {i} is a {type(record).__name__}, "
                               "expected a JSON object")
-    return pd.DataFrame.from_records(data)
+    return _Raw(pd.DataFrame.from_records(data))
 
 
-def _read_parquet(path: Path, encoding: str) -> pd.DataFrame:
+def _read_parquet(path: Path, encoding: str) -> _Raw:
     try:
         df = pd.read_parquet(path)
     except Exception as exc:  # pyarrow's errors have no common base worth naming
@@ -630,29 +819,174 @@ def _read_parquet(path: Path, encoding: str) -> pd.DataFrame:
     for column in df.columns:
         if df[column].dtype == object:
             df[column] = [v.tolist() if isinstance(v, np.ndarray) else v for v in df[column]]
-    return df
+    return _Raw(df)
 
 
-def _read_ris(path: Path, encoding: str) -> pd.DataFrame:
+# -- RIS ------------------------------------------------------------------------------
+_RIS_ABSTRACT_TAGS = ("AB", "N2")  # repeated, they are paragraphs of one abstract
+
+
+@dataclass
+class _RisChunk:
+    """The lines of one RIS record, ``ER`` excluded, and how the record ended."""
+
+    start: int                                   # line number of its first line
+    lines: list[tuple[int, str]] = field(default_factory=list)
+    end: str = "ER"                              # "ER", "TY" (a new record began) or "EOF"
+    end_line: int = 0
+
+
+def _read_ris(path: Path, encoding: str) -> _Raw:
+    """Read RIS records with rispy's tag names, one record per ``TY``...``ER``.
+
+    Repairs, each reported: a ``TY`` before the ``ER`` starts a new record (missing_er);
+    a last record cut off by the end of the file is kept (truncated_record); tagged lines
+    outside a record start one (missing_ty); repeated AB/N2 tags are joined as paragraphs
+    and other repeated single tags keep their first value (repeated_tag). Records without
+    a DO or ID tag get an id derived from their title and abstract.
+    """
     import rispy
 
-    try:
-        entries = rispy.load(path, encoding=encoding)
-    except (IOError, ValueError) as exc:
-        raise CorpusError(f"{path.name}: malformed RIS file ({exc})") from exc
-    records = []
-    for i, entry in enumerate(entries):
-        record = dict(entry)
-        # Exporters differ in tags: EndNote writes T1/N2/Y1 where Zotero writes TI/AB/PY.
-        record.setdefault("title", record.get("primary_title"))
-        record.setdefault("abstract", record.get("notes_abstract"))
-        record.setdefault("year", record.get("publication_year"))
-        record["doc_id"] = record.get("doi") or record.get("id") or f"doc-{i:05d}"
+    parser = rispy.RisParser()
+    lines = path.read_text(encoding=encoding).splitlines()
+    chunks, stray = _ris_chunks(lines, parser)
+    if not chunks and stray:
+        raise CorpusError(f"{path.name}: no documents: no RIS record found (no line starts with "
+                          "a tag such as 'TY  - ')")
+    records, where, issues = [], [], []
+    for row, chunk in enumerate(chunks):
+        record, found = _ris_record(chunk, parser, path.name)
         records.append(record)
-    return pd.DataFrame.from_records(records)
+        where.append(f"record starting on line {chunk.start}")
+        issues += [_issue(row, *args) for args in found]
+    notes = [_stray_note(stray)] if stray else []
+    if records:
+        notes += _ris_ids(records, path.name)
+    return _Raw(pd.DataFrame.from_records(records), where, issues, notes)
 
 
-def _read_bibtex(path: Path, encoding: str) -> pd.DataFrame:
+def _ris_chunks(lines: list[str], parser: Any) -> tuple[list[_RisChunk], list[int]]:
+    """Split RIS lines into records, and list the non-blank lines outside any record."""
+    chunks: list[_RisChunk] = []
+    stray: list[int] = []
+    current: _RisChunk | None = None
+    for number, line in enumerate(lines, start=1):
+        tag = parser.parse_line(line)[0]
+        if current is not None and tag in ("ER", "TY"):
+            current.end, current.end_line = tag, number
+            chunks.append(current)
+            current = None
+        if current is None:
+            if tag is None or tag == "ER":
+                if line.strip() and tag is None:
+                    stray.append(number)
+                continue
+            current = _RisChunk(start=number)
+        current.lines.append((number, line))
+    if current is not None:
+        current.end, current.end_line = "EOF", len(lines)
+        chunks.append(current)
+    return chunks, stray
+
+
+def _stray_note(stray: list[int]) -> str:
+    shown = ", ".join(map(str, stray[:5])) + (f" and {len(stray) - 5} more" if len(stray) > 5 else "")
+    return (f"{_plural(len(stray), 'line')} outside any RIS record (no tag, not between TY and ER) "
+            f"{'was' if len(stray) == 1 else 'were'} not read: line {shown}")
+
+
+def _ris_record(chunk: _RisChunk, parser: Any, label: str) -> tuple[dict, list[tuple]]:
+    """The record of one chunk (rispy's names), and its issues as `_issue` arguments."""
+    import rispy
+
+    body = [line for _, line in chunk.lines]
+    has_type = parser.parse_line(body[0])[0] == "TY"
+    text = "\n".join(([] if has_type else ["TY  - "]) + body + ["ER  - "])
+    try:
+        record = dict(rispy.loads(text)[0])
+    except Exception as exc:  # rispy raises plain exceptions of several kinds
+        raise CorpusError(f"{label}: cannot read the RIS record starting on line {chunk.start} "
+                          f"({exc})") from exc
+    if not has_type:
+        record.pop("type_of_reference", None)
+    found = _ris_end_issues(chunk, has_type)
+    found += _join_repeated_tags(record, _ris_fields(chunk, parser), parser, chunk.start)
+    # Exporters differ in tags: EndNote writes T1/N2/Y1 where Zotero writes TI/AB/PY.
+    record.setdefault("title", record.get("primary_title"))
+    record.setdefault("abstract", record.get("notes_abstract"))
+    record.setdefault("year", record.get("publication_year"))
+    return record, found
+
+
+def _ris_end_issues(chunk: _RisChunk, has_type: bool) -> list[tuple]:
+    here = f"the record starting on line {chunk.start}"
+    found = []
+    if not has_type:
+        found.append(("record", "warning", "missing_ty",
+                      f"{here} has no TY line; its tags were read as a record"))
+    if chunk.end == "TY":
+        found.append(("record", "warning", "missing_er",
+                      (f"{here} has no ER line: a new record (TY) begins on line "
+                       f"{chunk.end_line}, so they were read as two records; check both")))
+    elif chunk.end == "EOF":
+        found.append(("record", "warning", "truncated_record",
+                      (f"{here} has no ER line: the file ends inside it (a cut-off export?); "
+                       "it was kept, but check that it is complete")))
+    return found
+
+
+def _ris_fields(chunk: _RisChunk, parser: Any) -> list[list]:
+    """[tag, line number, value] per tag line, continuation lines joined on as rispy does."""
+    fields: list[list] = []
+    for number, line in chunk.lines:
+        tag, content = parser.parse_line(line)
+        if tag is not None:
+            fields.append([tag, number, content])
+        elif fields and content:
+            fields[-1][2] = f"{fields[-1][2]} {content}".strip()
+    return fields
+
+
+def _join_repeated_tags(record: dict, fields: list[list], parser: Any, start: int) -> list[tuple]:
+    """Join repeated abstract tags into paragraphs in `record`; report every repeated
+    single-value tag (rispy keeps only the first value of those)."""
+    found = []
+    for tag in dict.fromkeys(f[0] for f in fields):
+        if tag in ("TY", "ER") or tag in parser.list_tags or tag not in parser.mapping:
+            continue
+        repeats = [f for f in fields if f[0] == tag]
+        if len(repeats) < 2:
+            continue
+        name = parser.mapping[tag]
+        at = f"{tag} appears {len(repeats)} times in the record starting on line {start} " \
+             f"(lines {', '.join(str(f[1]) for f in repeats)})"
+        if tag in _RIS_ABSTRACT_TAGS:
+            record[name] = "\n\n".join(f[2] for f in repeats if f[2])
+            found.append(("abstract", "warning", "repeated_tag", f"{at}: joined as paragraphs"))
+        else:
+            dropped = ", ".join(_short(f[2]) for f in repeats[1:])
+            found.append((name, "warning", "repeated_tag",
+                          f"{at}: the first value is kept, not {dropped}"))
+    return found
+
+
+def _ris_ids(records: list[dict], label: str) -> list[str]:
+    """Set every record's doc_id (its DOI, else its ID tag, else derived from its text);
+    return the note to make when some were derived."""
+    derived = _content_ids([r.get("title") for r in records], [r.get("abstract") for r in records])
+    n_derived = 0
+    for record, content_id in zip(records, derived):
+        given = record.get("doi") or record.get("id")
+        n_derived += not given
+        record["doc_id"] = given or content_id
+    if not n_derived:
+        return []
+    note = f"{label}: {n_derived} of {_plural(len(records), 'record')} have no DO or ID tag, so their "
+    return [note + _DERIVED_IDS]
+
+
+# -- BibTeX ---------------------------------------------------------------------------
+def _read_bibtex(path: Path, encoding: str) -> _Raw:
     import bibtexparser
     from bibtexparser.model import DuplicateBlockKeyBlock
 
@@ -667,23 +1001,43 @@ def _read_bibtex(path: Path, encoding: str) -> pd.DataFrame:
         raise CorpusError(f"{path.name}: malformed BibTeX entry starting on line "
                           f"{block.start_line + 1}: {str(error).strip()}")
     entries.sort(key=lambda e: e.start_line)  # duplicates were appended out of order
-    records = []
+    records, where = [], []
     for entry in entries:
         record: dict[str, Any] = {"doc_id": entry.key, "entry_type": entry.entry_type}
         for key, fld in entry.fields_dict.items():
             value = fld.value
             if key.lower() in ("title", "abstract") and isinstance(value, str):
-                value = _strip_latex(value)
+                value = _latex_to_text(value)
             record[key.lower()] = value
         records.append(record)
-    return pd.DataFrame.from_records(records)
+        where.append(f"entry starting on line {entry.start_line + 1}")
+    return _Raw(pd.DataFrame.from_records(records), where)
 
 
-def _strip_latex(text: str) -> str:
-    """Remove case-protecting braces ({BERT} -> BERT), common escapes and line breaks."""
-    text = re.sub(r"(?<!\\)[{}]", "", text)
-    text = re.sub(r"\\([&%_$#{}])", r"\1", text)
-    return " ".join(text.split())
+def _latex_to_text(text: str) -> str:
+    """LaTeX to plain Unicode text on one line: ``\\emph{x}`` -> x, ``{\\"U}`` -> Ü, ``--``
+    -> en dash, ``\\&`` -> &, ``$\\alpha$`` -> α, case-protecting braces dropped.
+
+    A bare ``%`` stays as it is (exports do not always escape it), not a comment; the
+    logos \\TeX, \\LaTeX, \\BibTeX stay words. Spacing inside math follows LaTeX
+    (``$\\alpha \\leq 1$`` -> "α≤ 1").
+    """
+    return " ".join(_latex_converter().latex_to_text(text).split())
+
+
+@functools.lru_cache(maxsize=1)
+def _latex_converter() -> Any:
+    from pylatexenc.latex2text import (
+        LatexNodes2Text,
+        MacroTextSpec,
+        get_default_latex_context_db,
+    )
+
+    context = get_default_latex_context_db()
+    logos = {"TeX": "TeX", "LaTeX": "LaTeX", "LaTeXe": "LaTeX2e", "BibTeX": "BibTeX"}
+    context.add_context_category("workbench-logos", prepend=True,
+                                 macros=[MacroTextSpec(m, simplify_repl=t) for m, t in logos.items()])
+    return LatexNodes2Text(latex_context=context, keep_comments=True)
 
 
 _READERS = {
@@ -698,6 +1052,7 @@ _READERS = {
 }
 
 
+# -- standard columns -----------------------------------------------------------------
 def _norm(name: Any) -> str:
     return re.sub(r"[^a-z0-9]", "", str(name).lower())
 
@@ -720,39 +1075,52 @@ def _pick(columns: list, given: str | None, candidates: list[str], role: str, la
     return None
 
 
-def _standardise(raw: pd.DataFrame, label: str, *, id_column, title_column, abstract_column,
-                 year_column, label_column) -> pd.DataFrame:
-    columns = list(raw.columns)
+def _standardise(raw: _Raw, label: str, *, id_column, title_column, abstract_column,
+                 year_column, label_column) -> tuple[pd.DataFrame, list[dict], list[str]]:
+    """The corpus frame (standard columns first, then the rest), with the reader's issues
+    and notes plus those found here (unparseable years, derived ids)."""
+    frame = raw.frame
+    columns = list(frame.columns)
     abstract_src = _pick(columns, abstract_column, _ABSTRACT_NAMES, "abstract", label)
     if abstract_src is None:
-        raise CorpusError(f"{label}: no abstract column found; columns are {columns}; "
-                          "pass abstract_column=")
+        raise CorpusError(f"{label}: no abstract column found; columns are {columns}; pass the "
+                          f"column's name, e.g. {_option('abstract_column', 'NAME')}")
     id_src = _pick(columns, id_column, _ID_NAMES, "id", label)
     title_src = _pick(columns, title_column, _TITLE_NAMES, "title", label)
     year_src = _pick(columns, year_column, _YEAR_NAMES, "year", label)
     label_src = _pick(columns, label_column, _LABEL_NAMES, "label", label)
 
-    n = len(raw)
+    n = len(frame)
+    issues, notes = list(raw.issues), list(raw.notes)
+    titles = ["" if _is_missing(v) else v for v in frame[title_src]] if title_src is not None else [""] * n
+    # Raw values on purpose: validate() must be able to see numbers, lists and holes.
+    abstracts = [None if _is_missing(v) else v for v in frame[abstract_src]]
+    if id_src is not None:
+        ids = [_id_str(v) for v in frame[id_src]]
+    else:
+        ids = _content_ids(titles, abstracts)
+        notes.append(f"{label} has no id column, so each document's {_DERIVED_IDS}")
     standard: dict[str, pd.Series] = {
-        "doc_id": pd.Series([_id_str(v) for v in raw[id_src]] if id_src is not None
-                            else [f"doc-{i:05d}" for i in range(n)], dtype=str),
-        "title": pd.Series(["" if _is_missing(v) else v for v in raw[title_src]] if title_src is not None
-                           else [""] * n, dtype=object),
-        # Raw values on purpose: validate() must be able to see numbers, lists and holes.
-        "abstract": pd.Series([None if _is_missing(v) else v for v in raw[abstract_src]], dtype=object),
+        "doc_id": pd.Series(ids, dtype=str),
+        "title": pd.Series(titles, dtype=object),
+        "abstract": pd.Series(abstracts, dtype=object),
     }
     if year_src is not None:
-        standard["year"] = pd.Series([_to_year(v) for v in raw[year_src]], dtype="Int64")
+        years, year_issues = _years(frame[year_src], raw.where, year_src)
+        standard["year"] = pd.Series(years, dtype="Int64")
+        # The values of a row that was not read right are not worth a second complaint.
+        misread = {found["row"] for found in raw.issues if found["severity"] == "error"}
+        issues += [found for found in year_issues if found["row"] not in misread]
     if label_src is not None:
-        standard["labels"] = pd.Series([_to_labels(v) for v in raw[label_src]], dtype=object)
+        standard["labels"] = pd.Series([_to_labels(v) for v in frame[label_src]], dtype=object)
 
     used = {id_src, title_src, abstract_src, label_src}
     if year_src is not None and "date" not in _norm(year_src):
         used.add(year_src)  # a date says more than its year, so it stays
-    rest = raw[[c for c in columns if c not in used]].reset_index(drop=True)
+    rest = frame[[c for c in columns if c not in used]].reset_index(drop=True)
     # A leftover column that happens to carry a standard name must not be overwritten.
     rest = rest.rename(columns={c: f"{c}_original" for c in rest.columns if c in _STANDARD})
-    return pd.concat([pd.DataFrame(standard), rest], axis=1)
+    return pd.concat([pd.DataFrame(standard), rest], axis=1), issues, notes
 
 
 def _id_str(value: Any) -> str:
@@ -763,15 +1131,88 @@ def _id_str(value: Any) -> str:
     return str(value).strip()
 
 
-def _to_year(value: Any) -> Any:
-    if _is_missing(value) or isinstance(value, bool):
-        return pd.NA
-    if isinstance(value, (int, np.integer)):
-        return int(value)
-    if isinstance(value, (float, np.floating)):
-        return int(value) if math.isfinite(value) else pd.NA
-    match = re.search(r"(?<!\d)(\d{4})(?!\d)", str(value))  # "2019", "2019///", "2019-05-01"
-    return int(match.group(1)) if match else pd.NA
+_DERIVED_IDS = ("doc_id is derived from title and abstract ('h' + 12 hex digits of a SHA-1, "
+                "case, spacing and punctuation ignored), which stays the same when records are "
+                "added, removed or reordered in a new export; Corpus.id_table() lists doc_id and "
+                f"title. To use a column of the file instead, pass {_option('id_column', 'NAME')}")
+
+
+# Punctuation and spaces become one space: ASCII by a table (a regex with a match per
+# space is slow on long abstracts), other characters by a regex that rarely matches.
+_ASCII_NON_WORD = {c: " " for c in range(128) if not chr(c).isalnum()}
+_OTHER_NON_WORD = re.compile(r"[^\w\x00-\x7f]+")
+
+
+def _content_text(value: Any) -> str:
+    """Text for a content id: NFKC, case-folded, letters and digits separated by single spaces."""
+    if _is_missing(value):
+        return ""
+    text = unicodedata.normalize("NFKC", str(value)).casefold().translate(_ASCII_NON_WORD)
+    if not text.isascii():
+        text = _OTHER_NON_WORD.sub(" ", text)
+    return " ".join(text.split())
+
+
+def _content_ids(titles: Sequence[Any], abstracts: Sequence[Any]) -> list[str]:
+    """``h`` + 12 hex digits of SHA-1(title, abstract) per document; repeats get -2, -3..."""
+    seen: dict[str, int] = {}
+    ids = []
+    for title, abstract in zip(titles, abstracts):
+        key = f"{_content_text(title)}\x1f{_content_text(abstract)}"
+        base = "h" + hashlib.sha1(key.encode("utf-8")).hexdigest()[:12]
+        seen[base] = seen.get(base, 0) + 1
+        ids.append(base if seen[base] == 1 else f"{base}-{seen[base]}")
+    return ids
+
+
+# A clean year: 2019; an ISO date 2019-05, 2019-05-01, 2019-05-01T10:00:00Z; an RIS date
+# 2019/05, 2019/05/01/Spring, 2020///; or a year written from a float column, 2019.0.
+_YEAR_TEXT = re.compile(r"""(\d{4})(?:
+      -\d{1,2}(?:-\d{1,2}(?:[T\ ][0-9:.]+(?:Z|[+-][0-9:]+)?)?)?
+    | /\d{0,2}(?:/\d{0,2}(?:/.*)?)?
+    | \.0
+)?""", re.VERBOSE)
+
+
+def _to_year(value: Any) -> int | None:
+    """The year of a clean value (see `_YEAR_TEXT`; ints, whole floats and dates too),
+    None for a missing one; ValueError for anything else ("circa 1990s", 95, 2019.5)."""
+    if _is_missing(value) or (isinstance(value, str) and not value.strip()):
+        return None
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        year = int(value)
+    elif isinstance(value, (float, np.floating)):
+        if not float(value).is_integer():
+            raise ValueError(value)
+        year = int(value)
+    elif isinstance(getattr(value, "year", None), int):  # date, datetime, Timestamp
+        year = value.year
+    else:
+        match = _YEAR_TEXT.fullmatch(str(value).strip())
+        if not match:
+            raise ValueError(value)
+        year = int(match.group(1))
+    if not 1000 <= year <= 9999:
+        raise ValueError(value)
+    return year
+
+
+def _years(values: Iterable[Any], where: list[str], column: Any) -> tuple[list[Any], list[dict]]:
+    """Years (pd.NA where missing or not clean) and an unparseable_year warning per value
+    that is there but is not a clean year."""
+    years, issues = [], []
+    for row, value in enumerate(values):
+        try:
+            year = _to_year(value)
+        except ValueError:
+            at = f"{where[row]}: " if where else ""
+            issues.append(_issue(row, "year", "warning", "unparseable_year",
+                                 f"{at}{column} {_short(value)} is not a clean year (such as 2019, "
+                                 "2019-05-01 or 2019/05), so the year is left empty; correct it "
+                                 f"in the file, or pass {_option('year_column', 'NAME')}"))
+            year = None
+        years.append(pd.NA if year is None else year)
+    return years, issues
 
 
 def _to_labels(value: Any) -> list[str]:
