@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import re
+import time
 
 import pytest
 import yaml
@@ -410,3 +411,68 @@ def test_parse_aspects_rejects_non_mapping_with_source():
     with pytest.raises(AspectConfigError, match=r"^cfg: \(top level\): expected a mapping"):
         parse_aspects(["not", "a", "mapping"], source="cfg")
     assert isinstance(AspectConfigError("s", "f", "p"), ValueError)
+
+
+# ---------------------------------------------------------------- hostile or huge input
+
+
+def _bomb_file(levels: int = 9) -> str:
+    """A "billion laughs" aspect file: nested aliases in judge.scale that expand to 9**levels items."""
+    names = "abcdefghijklmnop"
+    chain = [f"&{names[0]} [lol,lol,lol,lol,lol,lol,lol,lol,lol]"]
+    chain += [f"&{names[i]} [" + ",".join([f"*{names[i - 1]}"] * 9) + "]" for i in range(1, levels)]
+    return ("name: tiny\naspects:\n  - name: topic\n    description: d\n"
+            "    prompts: [{key: topic, template: '{abstract}'}]\n"
+            f"    judge:\n      rubric: r\n      scale: [{', '.join(chain)}]\n")
+
+
+def test_yaml_alias_bomb_fails_fast_with_a_short_message(tmp_path):
+    path = tmp_path / "bomb.yaml"
+    path.write_text(_bomb_file(), encoding="utf-8")
+    assert len(path.read_bytes()) < 600
+    start = time.perf_counter()
+    with pytest.raises(AspectConfigError) as err:
+        load_aspects(path)
+    assert time.perf_counter() - start < 1
+    message = str(err.value)
+    assert len(message) < 1000, message[:2000]
+    assert message.startswith(f"{path}: ") and "alias" in message and "write the values out" in message
+
+
+def test_aliases_of_a_few_values_still_load(tmp_path):
+    """The presets share one template through &generation / *generation; small shared lists are fine too."""
+    text = edit(lambda d: None).replace("include:\n  - the subject", "include: &inc\n  - the subject")
+    text = text.replace("  description: How it was done.\n", "  description: How it was done.\n  include: *inc\n")
+    path = tmp_path / "alias.yaml"
+    path.write_text(text, encoding="utf-8")
+    s = load_aspects(path)
+    assert s["method"].include == s["topic"].include == ("the subject",)
+
+
+def test_error_messages_never_hold_an_unbounded_value():
+    """A value built with shared references (or just a very long one) is cut short in the message."""
+    bomb: object = ["lol"] * 9
+    for _ in range(8):
+        bomb = [bomb] * 9  # 9**9 items when written out
+    long_name = "x" * 100_000
+    cases = [_set(("aspects", 1, "judge", "scale"), bomb), _set(("name",), "Not An Identifier " + long_name),
+             _set((long_name,), 1), _set(("aspects", 0, "name"), long_name.upper())]
+    for change in cases:
+        data = minimal()
+        change(data)
+        start = time.perf_counter()
+        with pytest.raises(AspectConfigError) as err:
+            parse_aspects(data, source="cfg")
+        assert time.perf_counter() - start < 1
+        assert len(str(err.value)) < 1000, str(err.value)[:2000]
+    with pytest.raises(AspectConfigError, match="duplicate key") as err:
+        parse_aspects_yaml(f"? {long_name}\n: 1\n? {long_name}\n: 2\n", "cfg")  # "?": keys over 1024 chars
+    assert len(str(err.value)) < 1000
+    with pytest.raises(KeyError) as err:
+        load_aspects("acl")[long_name]
+    assert len(str(err.value)) < 1000
+    for wrong in (long_name, "name: tiny\naspects: []\n" * 1000):  # a name too long, YAML text by mistake
+        with pytest.raises(AspectConfigError) as err:
+            load_aspects(wrong)
+        assert len(str(err.value)) < 1000
+    assert "parse_aspects_yaml" in str(err.value)

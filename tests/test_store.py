@@ -7,6 +7,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import warnings
 
 import pytest
 
@@ -35,21 +36,25 @@ def test_torn_last_line_is_cut_and_redone(tmp_path):
     path = tmp_path / "s.jsonl"
     with RecordStore(path, KEY) as store:
         store.append([rec("a", 0)])
+    good = path.stat().st_size
     with open(path, "a") as fh:
         fh.write('{"doc_id": "a", "key": "chall')  # a write cut short by kill -9
-    with pytest.warns(UserWarning, match="incomplete last line"):
+    with pytest.warns(UserWarning, match=rf"s.jsonl: .*incomplete last line \(line 2, 29 bytes from byte {good}\)"):
         store = RecordStore(path, KEY)
-    assert len(store) == 1 and store.repaired_bytes > 0
-    assert store.append([rec("a", 1)]) == 1
+    assert len(store) == 1 and store.repaired_bytes == 0  # reading repairs nothing
+    with pytest.warns(UserWarning, match=rf"s.jsonl: cut off an incomplete last line \(line 2, 29 bytes from byte {good}"):
+        assert store.append([rec("a", 1)]) == 1
+    assert store.repaired_bytes == 29
     lines = path.read_text().splitlines()
     assert [json.loads(line)["sample"] for line in lines] == [0, 1]
 
 
-def test_corrupt_middle_line_names_the_line(tmp_path):
+def test_corrupt_middle_line_is_skipped_and_named(tmp_path):
     path = tmp_path / "s.jsonl"
     path.write_text(json.dumps(rec("a", 0)) + "\n{broken\n" + json.dumps(rec("b", 0)) + "\n")
-    with pytest.raises(StoreError, match="line 2"):
-        RecordStore(path, KEY)
+    with pytest.warns(UserWarning, match="line 2: not valid JSON"):
+        store = RecordStore(path, KEY)
+    assert [r["doc_id"] for r in store.records()] == ["a", "b"]
 
 
 def test_record_without_key_field_is_an_error(tmp_path):
@@ -123,3 +128,81 @@ def test_killed_generation_resumes_without_loss_or_duplicates(tmp_path):
     assert len(keys) == 6 and len(set(keys)) == 6
     assert {k[0] for k in keys} == {"a", "b", "c"}
     assert all(r["status"] in {"ok", "not_applicable", "unparsed"} and r["raw"] for r in lines)
+
+
+# -- damaged or hand-edited files: nothing valid is lost, a reader never writes ------------------------
+
+
+def test_complete_last_record_without_newline_is_kept(tmp_path):
+    """A whole JSON object at the end that lacks only its newline is a record, not a torn write."""
+    path = tmp_path / "s.jsonl"
+    path.write_text(json.dumps(rec("a", 0)) + "\n" + json.dumps(rec("a", 1)))  # e.g. saved by an editor
+    before = path.read_bytes()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing to report
+        store = RecordStore(path, KEY)
+    assert len(store) == 2 and ("a", "challenge", 1) in store
+    assert path.read_bytes() == before
+    with store:
+        assert store.append([rec("a", 1), rec("b", 0)]) == 1  # a1 is known, b0 is new
+    lines = path.read_text().splitlines()
+    assert [(r["doc_id"], r["sample"]) for r in map(json.loads, lines)] == [("a", 0), ("a", 1), ("b", 0)]
+    assert len(RecordStore(path, KEY)) == 3
+
+
+def test_reading_never_modifies_the_file(tmp_path):
+    """Opening to read (to_frame, `in`) while a writer is mid-write leaves the file alone."""
+    path = tmp_path / "s.jsonl"
+    writer = RecordStore(path, KEY)
+    writer.append([rec("a", 0)])  # holds the writer's lock from here on
+    with open(path, "a") as fh:
+        fh.write('{"doc_id": "a", "key": "chall')  # the writer's next batch, half written
+    before = path.read_bytes()
+    with pytest.warns(UserWarning, match="incomplete last line"):
+        reader = RecordStore(path, KEY)
+    assert path.read_bytes() == before
+    assert len(reader.to_frame()) == 1 and ("a", "challenge", 0) in reader and reader.repaired_bytes == 0
+    writer.close()
+    # A reader of a store that does not exist creates nothing, not even its folder.
+    missing = tmp_path / "no_run" / "s.jsonl"
+    assert len(RecordStore(missing, KEY)) == 0 and not missing.parent.exists()
+
+
+def test_bad_lines_are_skipped_with_a_warning_naming_them(tmp_path):
+    path = tmp_path / "summaries.jsonl"
+    lines = [json.dumps(rec("a", 0)), "[1, 2]", "null", json.dumps({"doc_id": "a", "key": "k"}), "{broken",
+             '"text"', json.dumps({"doc_id": ["a"], "key": "k", "sample": 0}), json.dumps(rec("b", 0))]
+    path.write_text("\n".join(lines) + "\n")
+    before = path.read_bytes()
+    with pytest.warns(UserWarning) as caught:
+        store = RecordStore(path, KEY)
+    message = "\n".join(str(w.message) for w in caught)
+    assert "summaries.jsonl" in message and "6 unusable lines" in message
+    assert "line 2: expected a JSON object with fields doc_id, key, sample; got a list" in message
+    assert "line 3: expected a JSON object with fields doc_id, key, sample; got null" in message
+    assert "line 4: record lacks key field 'sample'" in message
+    assert "line 5: not valid JSON" in message
+    assert "line 6: expected a JSON object" in message and "got a string" in message
+    assert "line 7" in message and "doc_id" in message
+    assert [r["doc_id"] for r in store.records()] == ["a", "b"]
+    assert path.read_bytes() == before  # the bad lines stay in the file for the user to see
+    with store:
+        assert store.append([rec("c", 0)]) == 1
+    assert path.read_text().splitlines()[:-1] == lines
+    with pytest.warns(UserWarning, match="unusable lines"):
+        assert [r["doc_id"] for r in RecordStore(path, KEY).records()] == ["a", "b", "c"]
+
+
+def test_writer_sees_records_appended_after_it_opened(tmp_path):
+    """The store is read again under the writer's lock, so a record written meanwhile is not duplicated."""
+    path = tmp_path / "s.jsonl"
+    late = RecordStore(path, KEY)  # opened (read) before the other writer ran
+    with RecordStore(path, KEY) as other:
+        other.append([rec("a", 0)])
+    with late:
+        assert ("a", "challenge", 0) not in late
+        assert late.lock() is late and ("a", "challenge", 0) in late  # known before any work is done
+        assert late.append([rec("a", 0), rec("a", 1)]) == 1
+        with pytest.raises(StoreError, match="another process"):
+            RecordStore(path, KEY).lock()
+    assert len(path.read_text().splitlines()) == 2

@@ -89,6 +89,25 @@ def test_test_split_human_views_never_reach_training(aclsum):
     assert set(val_ids) == val_split_ids and not set(train_ids) & val_split_ids
 
 
+def test_summaries_of_documents_not_in_the_corpus_are_left_out(tmp_path):
+    """A summary store from an older corpus file: its extra documents never reach training, and that is said."""
+    import pandas as pd
+
+    from workbench.corpus import Corpus
+    from workbench.train import prepare_views
+
+    corpus = Corpus(pd.DataFrame({"doc_id": [f"d{i}" for i in range(6)], "title": [""] * 6,
+                                  "abstract": [f"abstract {i}" for i in range(6)]}), name="mine")
+    docs = corpus.ids + ["gone1", "gone2"]
+    records = [{"doc_id": d, "key": "challenge", "sample": s, "aspect": "challenge", "status": "ok",
+                "text": f"summary {s} of {d}"} for d in docs for s in range(2)]
+    (tmp_path / "summaries.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    with pytest.warns(UserWarning, match=r"4 summaries of 2 documents that are not in the corpus 'mine'.*gone1, gone2"):
+        views, train_ids, val_ids = prepare_views(["challenge"], tmp_path, corpus, include_human=False)
+    assert set(views["challenge"].views) == set(corpus.ids)
+    assert sorted(train_ids + val_ids) == sorted(corpus.ids)
+
+
 def test_config_round_trip_and_checks():
     from workbench.train import TrainConfig
 

@@ -26,6 +26,7 @@ import html
 import json
 import os
 import re
+import reprlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Mapping
@@ -95,6 +96,31 @@ Reply with exactly one JSON object and nothing else:
 
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _IDENTIFIER = re.compile(r"[a-z][a-z0-9_]*\Z")
+
+# What a file may expand to through YAML aliases (nodes plus characters of text). The
+# presets share one template through &generation / *generation, a few kB; a nested
+# "billion laughs" alias chain of 500 bytes would expand to gigabytes.
+MAX_ALIAS_EXPANSION = 1_000_000
+
+_REPR = reprlib.Repr()
+_REPR.maxlevel = 3
+_REPR.maxstring = _REPR.maxother = 100
+_REPR.maxlist = _REPR.maxtuple = _REPR.maxdict = _REPR.maxset = _REPR.maxfrozenset = 6
+
+
+def _short(value: Any, limit: int = 200) -> str:
+    """``repr(value)`` cut to at most ``limit`` characters: an error message stays small whatever the input.
+
+    reprlib looks at a few items of a few levels only, so even a value with a billion
+    items through shared references costs nothing to describe.
+    """
+    text = _REPR.repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _clip(text: str, limit: int = 80) -> str:
+    """``text`` cut to at most ``limit`` characters (for names shown in field paths)."""
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 class AspectConfigError(ValueError):
@@ -182,7 +208,7 @@ class AspectSet:
         for aspect in self.aspects:
             if aspect.name == name:
                 return aspect
-        raise KeyError(f"unknown aspect {name!r} in set {self.name!r}; valid: {', '.join(self.names)}")
+        raise KeyError(f"unknown aspect {_short(name)} in set {self.name!r}; valid: {', '.join(self.names)}")
 
     def __contains__(self, name: object) -> bool:
         """Whether an aspect of that name exists (``"species" in aspects``)."""
@@ -206,7 +232,7 @@ class AspectSet:
                 if prompt.key == key:
                     return aspect, prompt
         valid = ", ".join(k for _, k in self.prompt_keys())
-        raise KeyError(f"unknown prompt key {key!r} in set {self.name!r}; valid: {valid}")
+        raise KeyError(f"unknown prompt key {_short(key)} in set {self.name!r}; valid: {valid}")
 
     def aspect_of(self, key: str) -> str:
         """Name of the aspect that prompt ``key`` feeds."""
@@ -274,7 +300,7 @@ class AspectSet:
         if isinstance(names, str):  # a bare string would be split into letters
             names = [names]
         if len(set(names)) != len(names):
-            raise ValueError(f"subset: duplicate aspect names in {list(names)}")
+            raise ValueError(f"subset: duplicate aspect names in {_short(list(names))}")
         if not names:
             raise ValueError("subset: need at least one aspect name")
         return dataclasses.replace(self, aspects=tuple(self[n] for n in names))
@@ -370,6 +396,8 @@ def parse_aspects_yaml(text: str, source: str = "<string>") -> AspectSet:
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "unknown position"
         problem = "; ".join(x for x in (exc.context, exc.problem) if x)
         raise AspectConfigError(source, "", f"YAML syntax error at {where}: {problem}") from None
+    except _AliasError as exc:
+        raise AspectConfigError(source, "", str(exc)) from None
     except yaml.YAMLError as exc:
         raise AspectConfigError(source, "", f"YAML error: {exc}") from None
     return parse_aspects(data, source)
@@ -380,23 +408,68 @@ def _resolve(name_or_path: str | os.PathLike) -> tuple[Path, str]:
     available = ", ".join(list_presets())
     if not isinstance(name_or_path, str):
         path = Path(name_or_path)
-        if path.is_file():
+        if _is_file(path):
             return path, str(name_or_path)
-        raise AspectConfigError(str(name_or_path), "", f"no such file (available presets: {available})")
-    if Path(name_or_path).is_file():
+        raise AspectConfigError(_clip(str(name_or_path), 300), "", f"no such file (available presets: {available})")
+    if "\n" in name_or_path:
+        raise AspectConfigError(_short(name_or_path), "", "this looks like YAML text, not a preset name or a file; "
+                                "use parse_aspects_yaml(text) for text")
+    if _is_file(Path(name_or_path)):
         return Path(name_or_path), name_or_path
     # Presets are addressed by file stem; the set's own name uses "_" instead of "-".
     stem = name_or_path.replace("_", "-")
     preset = PRESET_DIR / f"{stem}.yaml"
-    if "/" not in stem and os.sep not in stem and preset.is_file():
+    if "/" not in stem and os.sep not in stem and _is_file(preset):
         return preset, f"preset:{stem}"
     raise AspectConfigError(
-        name_or_path, "", f"neither a preset nor an existing file (available presets: {available})"
+        _clip(name_or_path, 300), "", f"neither a preset nor an existing file (available presets: {available})"
     )
 
 
+def _is_file(path: Path) -> bool:
+    try:
+        return path.is_file()
+    except OSError:  # e.g. a name too long for the file system: no such file
+        return False
+
+
+class _AliasError(yaml.YAMLError):
+    """Aliases that expand too far (or into themselves); parse_aspects_yaml turns it into AspectConfigError."""
+
+
 class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that rejects duplicate keys, which plain YAML silently overwrites."""
+    """SafeLoader that rejects duplicate keys, which plain YAML silently overwrites, and alias bombs.
+
+    An alias (``*name``) repeats the value of an anchor (``&name``). The presets use that
+    to share one template, which is harmless; but aliases of lists that hold aliases of
+    lists multiply ("billion laughs": 500 bytes that expand to a billion items, gigabytes
+    of memory once anything walks or prints them). Before any value is built, the
+    document's size with every alias written out is counted (each shared node once, so
+    the count itself is cheap) and a document over MAX_ALIAS_EXPANSION, or an alias
+    inside its own anchor, is refused.
+    """
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.AliasEvent) and not hasattr(self, "_first_alias"):
+            self._first_alias = self.peek_event().start_mark
+        return super().compose_node(parent, index)
+
+    def compose_document(self):
+        node = super().compose_document()
+        mark = getattr(self, "_first_alias", None)
+        if mark is not None:
+            where = f"first alias at line {mark.line + 1}"
+            try:
+                size = _expanded_size(node, {}, set())
+            except _AliasError:
+                raise _AliasError(f"uses a YAML alias (*name) inside the value of its own anchor (&name) "
+                                  f"({where}); write the values out") from None
+            if size > MAX_ALIAS_EXPANSION:
+                raise _AliasError(
+                    f"uses YAML aliases (&name / *name, {where}) that expand to {size:,} nodes and characters, "
+                    f"more than the {MAX_ALIAS_EXPANSION:,} an aspect file may have (nested aliases, a "
+                    "'billion laughs' document); write the values out instead of repeating them through aliases")
+        return node
 
     def construct_mapping(self, node, deep=False):
         seen = set()
@@ -411,9 +484,27 @@ class _StrictLoader(yaml.SafeLoader):
             if duplicate:
                 raise yaml.constructor.ConstructorError(
                     "while constructing a mapping", node.start_mark,
-                    f"found duplicate key {key!r}", key_node.start_mark)
+                    f"found duplicate key {_short(key)}", key_node.start_mark)
             seen.add(key)
         return super().construct_mapping(node, deep)
+
+
+def _expanded_size(node: yaml.Node, memo: dict[int, int], active: set[int]) -> int:
+    """Nodes plus characters of text of ``node`` with every alias written out; _AliasError on a cycle."""
+    key = id(node)
+    if key in memo:
+        return memo[key]
+    if key in active:
+        raise _AliasError("recursive alias")
+    if isinstance(node, yaml.ScalarNode):
+        size = 1 + len(node.value)
+    else:
+        active.add(key)
+        children = node.value if isinstance(node, yaml.SequenceNode) else [n for pair in node.value for n in pair]
+        size = 1 + sum(_expanded_size(child, memo, active) for child in children)
+        active.discard(key)
+    memo[key] = size
+    return size
 
 
 class _BlockDumper(yaml.SafeDumper):
@@ -445,10 +536,10 @@ class _Checker:
         allowed = required + optional
         for key in value:
             if key not in allowed:
-                hint = difflib.get_close_matches(str(key), allowed, n=1)
+                hint = difflib.get_close_matches(_clip(str(key), 100), allowed, n=1)
                 did_you_mean = f" (did you mean {hint[0]!r}?)" if hint else ""
-                self.fail(_join(field, str(key)),
-                          f"unknown key {key!r}{did_you_mean}; allowed: {', '.join(sorted(allowed))}")
+                self.fail(_join(field, _clip(str(key))),
+                          f"unknown key {_short(key)}{did_you_mean}; allowed: {', '.join(sorted(allowed))}")
         for key in required:
             if key not in value:
                 self.fail(_join(field, key), "missing required field")
@@ -471,7 +562,7 @@ class _Checker:
     def identifier(self, value: Any, field: str) -> str:
         self.string(value, field)
         if not _IDENTIFIER.match(value):
-            self.fail(field, f"invalid identifier {value!r}: use lowercase letters, digits and "
+            self.fail(field, f"invalid identifier {_short(value)}: use lowercase letters, digits and "
                              "underscores, starting with a letter")
         return value
 
@@ -480,9 +571,9 @@ class _Checker:
         self.string(value, field)
         used = set(_PLACEHOLDER.findall(value))
         for name in sorted(used - allowed):
-            hint = difflib.get_close_matches(name, allowed, n=1)
+            hint = difflib.get_close_matches(_clip(name, 100), allowed, n=1)
             did_you_mean = f" (did you mean {{{hint[0]}}}?)" if hint else ""
-            self.fail(field, f"unknown placeholder {{{name}}}{did_you_mean}; allowed: "
+            self.fail(field, f"unknown placeholder {{{_clip(name)}}}{did_you_mean}; allowed: "
                              + ", ".join(f"{{{a}}}" for a in sorted(allowed)))
         missing = [f"{{{name}}}" for name in required if name not in used]
         if missing:
@@ -494,7 +585,7 @@ class _Checker:
               and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
               and value[0] < value[1])
         if not ok:
-            self.fail(field, f"must be two integers [min, max] with min < max, got {value!r}")
+            self.fail(field, f"must be two integers [min, max] with min < max, got {_short(value)}")
         return (value[0], value[1])
 
 
@@ -542,7 +633,7 @@ def parse_aspects(data: dict, source: str = "<dict>") -> AspectSet:
         aspect_name = check.identifier(raw["name"], f"{field}.name")
         if aspect_name in aspect_fields:
             check.fail(f"{field}.name",
-                       f"duplicate aspect name {aspect_name!r} (also {aspect_fields[aspect_name]})")
+                       f"duplicate aspect name {_short(aspect_name)} (also {aspect_fields[aspect_name]})")
         aspect_fields[aspect_name] = field
 
         raw_prompts = raw["prompts"]
@@ -556,7 +647,7 @@ def parse_aspects(data: dict, source: str = "<dict>") -> AspectSet:
             check.mapping(raw_prompt, pfield, required=("key", "template"), optional=())
             key = check.identifier(raw_prompt["key"], f"{pfield}.key")
             if key in key_fields:
-                check.fail(f"{pfield}.key", f"duplicate prompt key {key!r} (also {key_fields[key]})")
+                check.fail(f"{pfield}.key", f"duplicate prompt key {_short(key)} (also {key_fields[key]})")
             key_fields[key] = pfield
             template = check.template(raw_prompt["template"], f"{pfield}.template",
                                       GENERATION_PLACEHOLDERS, required=("abstract",))

@@ -5,12 +5,29 @@ copy, and appending a line is the only write we ever do. Durability rules:
 
 * each batch of records goes out in one `write` followed by flush and fsync, so a run
   killed at any moment (kill -9 included) loses at most the batch in flight;
-* a torn last line (the process died inside that write) is cut off when the store is
-  opened again, and reported;
 * every record has a key; a record whose key is already stored is never written again,
   so resuming never duplicates work;
-* an exclusive lock (flock, released by the OS if the process dies) stops two
-  processes from appending to the same store at once.
+* an exclusive lock (flock on `<file>.lock`, released by the OS if the process dies)
+  stops two processes from appending to the same store at once. The first `append`
+  takes it and reads the file again under it, so records another process wrote since
+  this store was opened are known and not written twice.
+
+Reading never changes the file. Opening a store (to look at it in a notebook, with
+`to_frame` or `in`, perhaps while a run is writing it) only reads; every repair is
+made by a writer, under the lock:
+
+* a torn last line (a process died inside its write, or a writer is in the middle of
+  one right now) is ignored by readers, with a warning naming the file, the line and
+  the byte offset; the next writer cuts it off (warning again) and its record is
+  generated again;
+* a complete record that lacks only its final newline (a file saved by an editor) is
+  a record like any other; the next writer adds the newline before appending;
+* a line that is not a usable record (not JSON, `null`, `[1, 2]`, an object without
+  the key fields) is skipped with one warning per open that names the file and each
+  such line with what is wrong with it. Skipping, rather than refusing to open, is on
+  purpose: the line stays in the file untouched for the user to inspect or fix, nothing
+  else is lost, and the rest of the store (hours of generation) stays usable; a
+  skipped record is simply generated again, like a missing one.
 """
 
 from __future__ import annotations
@@ -19,16 +36,38 @@ import fcntl
 import json
 import os
 import warnings
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Iterable, Sequence
+
+MAX_LISTED_LINES = 10  # bad lines named one by one in the warning; the rest are counted
 
 
 class StoreError(RuntimeError):
-    """A store file that cannot be read (a corrupt line in the middle) or is in use."""
+    """A store that another process is writing, or a record without its key fields given to `append`."""
+
+
+def _kind(value) -> str:
+    """What a JSON value is, in words: 'a list', 'null', 'a string', ..."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return f"the value {json.dumps(value)}"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "a list"
+    return "an object" if isinstance(value, dict) else type(value).__name__
 
 
 class RecordStore:
     """An append-only JSONL file of dict records, unique by `key_fields`.
+
+    Opening reads the file and never modifies it; `append` takes the writer's lock.
+    After opening, `skipped_lines` lists the unusable lines as (line number, problem),
+    and `repaired_bytes` counts the bytes of a torn last line this store cut off as a
+    writer (0 for a reader).
 
     >>> store = RecordStore("runs/demo/summaries.jsonl", ("doc_id", "key", "sample"))
     >>> store.append([{"doc_id": "d1", "key": "challenge", "sample": 0, "text": "..."}])
@@ -38,52 +77,114 @@ class RecordStore:
     def __init__(self, path: str | os.PathLike, key_fields: Sequence[str]):
         self.path = Path(path)
         self.key_fields = tuple(key_fields)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         self._records: list[dict] = []
         self._keys: set[tuple] = set()
         self._lock_file = None
+        self._reported: set[str] = set()
+        self.skipped_lines: list[tuple[int, str]] = []
         self.repaired_bytes = 0
-        self._load()
+        self._load(repair=False, stacklevel=3)
 
     # -- reading -----------------------------------------------------------------
-    def _load(self) -> None:
+    def _load(self, repair: bool, stacklevel: int) -> None:
+        """Read the file into memory. With `repair` (only under the writer's lock) also fix its end.
+
+        `stacklevel` is the one `warnings.warn` would need here to point at the user's code.
+        """
+        self._records, self._keys, self.skipped_lines = [], set(), []
         if not self.path.exists():
             return
         data = self.path.read_bytes()
-        end = data.rfind(b"\n") + 1
-        if end < len(data):
-            # The last write was cut short: that record was in flight and is redone on resume.
-            self.repaired_bytes = len(data) - end
-            warnings.warn(
-                f"{self.path}: dropped an incomplete last line ({self.repaired_bytes} bytes) left by an "
-                "interrupted run; that record will be generated again.",
-                stacklevel=3,
-            )
-            with open(self.path, "r+b") as fh:
-                fh.truncate(end)
+        body_end = data.rfind(b"\n") + 1
+        lines = data[:body_end].split(b"\n")[:-1]
+        for lineno, line in enumerate(lines, start=1):
+            self._take(line, lineno)
+        tail = data[body_end:]
+        if tail.strip():
+            lineno = len(lines) + 1
+            try:
+                json.loads(tail)
+            except ValueError:
+                # Not even JSON: the write of this line was cut short (or is under way).
+                self._torn_tail(tail, body_end, lineno, repair, stacklevel + 1)
+                tail = b""
+            else:
+                self._take(tail, lineno)  # a complete record that only lacks its newline
+        if self.skipped_lines:
+            listed = "; ".join(f"line {n}: {problem}" for n, problem in self.skipped_lines[:MAX_LISTED_LINES])
+            more = len(self.skipped_lines) - MAX_LISTED_LINES
+            n = len(self.skipped_lines)
+            self._warn(
+                f"{self.path}: skipped {n} unusable line{'s' if n != 1 else ''} (left in the file, not used): "
+                f"{listed}{f'; and {more} more' if more > 0 else ''}. Each line should be one JSON object with the "
+                f"fields {', '.join(self.key_fields)}. Fix or delete those lines; a record that is not read is "
+                "generated again when its stage runs.", stacklevel)
+        if repair and tail:
+            with open(self.path, "ab") as fh:  # so that the next record starts on a line of its own
+                fh.write(b"\n")
                 fh.flush()
                 os.fsync(fh.fileno())
-        for lineno, line in enumerate(data[:end].splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise StoreError(
-                    f"{self.path}, line {lineno}: not valid JSON ({exc.msg}). The file was edited or "
-                    "corrupted; fix or delete that line and run again."
-                ) from None
-            key = self.key_of(record)
-            if key not in self._keys:  # tolerate duplicates written by hand; keep the first
-                self._keys.add(key)
-                self._records.append(record)
+
+    def _take(self, line: bytes, lineno: int) -> None:
+        """Parse one line; keep its record, or note why it cannot be used."""
+        if not line.strip():
+            return
+        try:
+            record = json.loads(line)
+        except ValueError as exc:  # JSONDecodeError, or bytes that are not UTF-8
+            self.skipped_lines.append((lineno, f"not valid JSON ({getattr(exc, 'msg', None) or exc})"))
+            return
+        problem = self._problem(record)
+        if problem:
+            self.skipped_lines.append((lineno, problem))
+            return
+        key = tuple(record[f] for f in self.key_fields)
+        if key not in self._keys:  # tolerate duplicates written by hand; keep the first
+            self._keys.add(key)
+            self._records.append(record)
+
+    def _torn_tail(self, tail: bytes, offset: int, lineno: int, repair: bool, stacklevel: int) -> None:
+        where = f"line {lineno}, {len(tail)} bytes from byte {offset}"
+        preview = tail[:80].decode("utf-8", "replace") + ("..." if len(tail) > 80 else "")
+        if not repair:
+            self._warn(
+                f"{self.path}: ignoring an incomplete last line ({where}): {preview!r}. A write was cut short by "
+                "an interrupted run, or a run is writing it right now. The next run that writes to this store "
+                "cuts it off and generates that record again.", stacklevel)
+            return
+        with open(self.path, "r+b") as fh:
+            fh.truncate(offset)
+            fh.flush()
+            os.fsync(fh.fileno())
+        self.repaired_bytes += len(tail)
+        self._warn(f"{self.path}: cut off an incomplete last line ({where}) left by an interrupted run: "
+                   f"{preview!r}; that record will be generated again.", stacklevel)
+
+    def _warn(self, message: str, stacklevel: int) -> None:
+        if message not in self._reported:  # the writer reads the file again: say each thing once
+            self._reported.add(message)
+            warnings.warn(message, stacklevel=stacklevel + 1)
+
+    def _problem(self, record) -> str | None:
+        """Why `record` cannot be stored (not an object, a key field missing or not a plain value), or None."""
+        if not isinstance(record, dict):
+            return f"expected a JSON object with fields {', '.join(self.key_fields)}; got {_kind(record)}"
+        missing = [f for f in self.key_fields if f not in record]
+        if missing:
+            return (f"record lacks key field{'s' if len(missing) > 1 else ''} {', '.join(map(repr, missing))}: "
+                    f"{json.dumps(record, ensure_ascii=False, default=str)[:200]}")
+        for f in self.key_fields:
+            value = record[f]
+            if isinstance(value, (list, dict)):
+                return f"key field {f!r} must be a string or a number, got {_kind(value)}"
+        return None
 
     def key_of(self, record: dict) -> tuple:
-        """The record's identity: the values of `key_fields`."""
-        try:
-            return tuple(record[f] for f in self.key_fields)
-        except KeyError as exc:
-            raise StoreError(f"{self.path}: record lacks key field {exc.args[0]!r}: {record!r:.200}") from None
+        """The record's identity: the values of `key_fields` (StoreError if it has none)."""
+        problem = self._problem(record)
+        if problem:
+            raise StoreError(f"{self.path}: cannot store this record: {problem}")
+        return tuple(record[f] for f in self.key_fields)
 
     def __len__(self) -> int:
         return len(self._records)
@@ -103,10 +204,12 @@ class RecordStore:
 
     # -- writing -----------------------------------------------------------------
     def _acquire(self) -> None:
+        """Take the writer's lock, then read the file again and repair its end (all writes happen under it)."""
         if self._lock_file is not None:
             return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
         lock_path = self.path.with_name(self.path.name + ".lock")
-        fh = open(lock_path, "w")
+        fh = open(lock_path, "w")  # noqa: SIM115 - held open while this store is the writer
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -116,20 +219,32 @@ class RecordStore:
                 "Wait for it to finish or stop it; two writers would duplicate work."
             ) from None
         self._lock_file = fh
+        try:
+            self._load(repair=True, stacklevel=4)
+        except BaseException:
+            self.close()
+            raise
+
+    def lock(self) -> RecordStore:
+        """Become this store's writer now: take the lock (StoreError if another process has it), read the
+        file again under it and repair its end. `append` does this itself; call it first to learn what is
+        left to do, and to be refused, before any work is spent. Returns the store."""
+        self._acquire()
+        return self
 
     def append(self, records: Iterable[dict]) -> int:
         """Append the records whose key is new; returns how many were written.
 
         The batch goes to disk in one write, then flush and fsync, so it is either
-        wholly there after a crash or (torn last line) repaired on the next open.
+        wholly there after a crash or (torn last line) cut off by the next writer.
         """
         self._acquire()
-        fresh = []
+        fresh, keys = [], {}
         for record in records:
             key = self.key_of(record)
-            if key in self._keys:
+            if key in self._keys or key in keys:
                 continue
-            self._keys.add(key)
+            keys[key] = None
             fresh.append(record)
         if not fresh:
             return 0
@@ -138,6 +253,7 @@ class RecordStore:
             fh.write(payload)
             fh.flush()
             os.fsync(fh.fileno())
+        self._keys.update(keys)  # only once they are on disk
         self._records.extend(fresh)
         return len(fresh)
 
