@@ -1,13 +1,23 @@
 """`workbench run`: papermill execution into a run directory, HTML reports, parameter checks."""
 
+import io
 import json
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 import yaml
 
-from workbench.runner import RunConfigError, available_stages, load_params, run_pipeline
+import workbench
+from workbench.runner import (
+    NOTEBOOKS,
+    RunConfigError,
+    available_stages,
+    load_params,
+    run_pipeline,
+)
 
 
 def test_stages_are_found():
@@ -42,17 +52,24 @@ def test_unknown_stage(tmp_path):
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_generate_notebook_runs_through_papermill(tmp_path, monkeypatch):
-    """The real CLI runs 01_generate with tiny parameters; the run dir and the HTML report appear."""
+    """The real CLI, run from the user's folder, runs 01_generate on their own latin-1 CSV given by a
+    relative path with an abstract column the loader does not know; the run dir and the report appear."""
     monkeypatch.setenv("OPENAI_API_KEY", "sk-secret-test-key")
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "my_papers.csv").write_bytes(
+        "id,title,Zusammenfassung\n"
+        'p1,Parsing,"We study dependency parsing for low-resource languages, with cross-lingual transfer."\n'
+        'p2,Übersetzung,"Neural machine translation degrades on noisy text; we add synthetic noise."\n'.encode("latin-1"))
     params = tmp_path / "tiny.yaml"
     params.write_text(yaml.safe_dump({
-        "run_dir": str(tmp_path / "run"), "report_dir": str(tmp_path / "reports"), "stages": ["01_generate"],
-        "parameters": {"corpus": "aclsum:validation", "subset": 2, "aspect_names": ["outcome"], "k": 2,
-                       "max_new_tokens": 12, "n_judge_pairs": 0},
+        "run_dir": "run", "report_dir": "reports", "stages": ["01_generate"],
+        "parameters": {"subset": 2, "aspect_names": ["outcome"], "k": 2, "max_new_tokens": 12, "n_judge_pairs": 0},
     }))
-    out = subprocess.run([sys.executable, "-m", "workbench", "run", "--params", str(params)],
-                         capture_output=True, text=True, timeout=900)
-    assert out.returncode == 0, out.stderr[-3000:]
+    out = subprocess.run([sys.executable, "-m", "workbench", "run", "--params", "tiny.yaml",
+                          "-p", "corpus=data/my_papers.csv", "-p", "encoding=latin-1",
+                          "-p", "abstract_column=Zusammenfassung"],
+                         check=False, capture_output=True, text=True, timeout=900, cwd=tmp_path)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     records = [json.loads(line) for line in (tmp_path / "run" / "summaries.jsonl").read_text().splitlines()]
     assert len(records) == 4 and {r["aspect"] for r in records} == {"outcome"}
     html = (tmp_path / "reports" / "01_generate.html").read_text()
@@ -60,7 +77,10 @@ def test_generate_notebook_runs_through_papermill(tmp_path, monkeypatch):
     assert "sk-secret-test-key" not in html
     executed = (tmp_path / "run" / "01_generate.ipynb").read_text()
     assert '"subset": 2' in executed or "subset = 2" in executed
+    assert str(tmp_path / "data" / "my_papers.csv") in executed  # made absolute: the kernel runs in run/
     assert (tmp_path / "run" / "params.yaml").exists() and (tmp_path / "run" / "run.json").exists()
+    # The summary at the end: what the stage wrote, its report, its time.
+    assert "summaries.jsonl (" in out.stdout and "report reports/01_generate.html" in out.stdout
 
 
 def test_stage_parameters_override_shared_ones(tmp_path):
@@ -81,3 +101,249 @@ def test_unknown_stage_parameter_is_an_error(tmp_path):
     with pytest.raises(RunConfigError, match="unknown stage"):
         run_pipeline(None, run_dir=str(tmp_path), stages=["01_generate"], overrides={"09_nothing.k": 3},
                      report=False)
+
+
+# --------------------------------------------------------------------------- issue 11: the way in
+
+
+@pytest.fixture
+def no_execution(monkeypatch):
+    """Checks must refuse before papermill starts a notebook; executing would be the bug."""
+    import papermill
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("papermill.execute_notebook was called")
+
+    monkeypatch.setattr(papermill, "execute_notebook", refuse)
+
+
+def test_relative_paths_are_taken_from_the_current_directory(tmp_path, monkeypatch):
+    """`-p corpus=data/my_papers.csv` reached the notebooks relative to the run directory: no such file."""
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "my_papers.csv").write_text("doc_id,abstract\na,An abstract.\n")
+    (tmp_path / "my_field.yaml").write_text("aspects: []\n")
+    (tmp_path / "conf").mkdir()
+    params = tmp_path / "conf" / "p.yaml"  # paths in a parameters file are also taken from where the user stands
+    params.write_text(yaml.safe_dump({"parameters": {"aspects": "my_field.yaml"},
+                                      "stage_parameters": {"06_evaluate": {"baselines": ["minilm", "data"]}}}))
+    monkeypatch.chdir(tmp_path)
+    config = load_params(params, {"corpus": "data/my_papers.csv", "02_train.corpus": "./data/my_papers.csv",
+                                  "model": "smollm2-135m-instruct", "base_model": "allenai/specter2_base"})
+    shared = config["parameters"]
+    assert shared["corpus"] == str(tmp_path / "data" / "my_papers.csv")
+    assert shared["aspects"] == str(tmp_path / "my_field.yaml")
+    assert config["stage_parameters"]["02_train"]["corpus"] == str(tmp_path / "data" / "my_papers.csv")
+    # Names that are not paths stay names, even when a folder of that name exists here.
+    assert shared["model"] == "smollm2-135m-instruct" and shared["base_model"] == "allenai/specter2_base"
+    assert config["stage_parameters"]["06_evaluate"]["baselines"] == ["minilm", "data"]
+    assert load_params(None, {"corpus": "aclsum:validation", "aspects": "medicine"})["parameters"] == {
+        "corpus": "aclsum:validation", "aspects": "medicine"}
+
+
+@pytest.mark.parametrize("name, value", [("corpus", "data/missing.csv"), ("aspects", "missing.yaml"),
+                                         ("02_train.corpus", "missing.ris")])
+def test_missing_corpus_or_aspect_file_is_an_error_before_running(tmp_path, monkeypatch, name, value):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(RunConfigError, match=r"no such file.*current directory") as err:
+        load_params(None, {name: value})
+    assert str(tmp_path) in str(err.value)
+
+
+@pytest.mark.parametrize("name, value, secret", [
+    ("api_key_env", "sk-proj-a8Fq2Zr91LmXcV7tYb3N", "a8Fq2Zr91LmXcV7tYb3N"),
+    ("api_key_env", "hf_QmZt8LsXr2VbNc9WqAe4KyPd", "QmZt8LsXr2VbNc9WqAe4KyPd"),
+    ("api_key_env", "a81f3c9d0e7b44f2a6c85d19e03b7f6a", "a81f3c9d0e7b44f2a6c85d19e03b7f6a"),
+    ("01_generate.api_key_env", "not a name!", "not a name!"),
+])
+def test_a_key_given_as_api_key_env_is_refused_without_echoing_it(name, value, secret):
+    with pytest.raises(RunConfigError, match="environment variable") as err:
+        load_params(None, {name: value})
+    message = str(err.value)
+    assert "NAME" in message and secret not in message and value not in message
+
+
+@pytest.mark.parametrize("value", ["http://user:sk-a8Fq2Zr91LmXcV7tYb3N@host/v1", "https://token123secret@host:8000/v1"])
+def test_credentials_in_a_url_are_refused_before_anything_is_written(tmp_path, value, no_execution):
+    with pytest.raises(RunConfigError, match="user:password@") as err:
+        run_pipeline(None, run_dir=str(tmp_path / "run"), stages=["01_generate"], overrides={"base_url": value},
+                     report=False)
+    assert "sk-a8Fq2Zr91LmXcV7tYb3N" not in str(err.value) and "token123secret" not in str(err.value)
+    assert not (tmp_path / "run").exists()
+    with pytest.raises(RunConfigError, match="looks like a key"):  # a key anywhere else in a value
+        load_params(None, {"01_generate.model": "sk-a8Fq2Zr91LmXcV7tYb3N"})
+    ok = load_params(None, {"api_key_env": "OPENAI_API_KEY", "base_url": "http://127.0.0.1:8000/v1",
+                            "new_abstract": "A sk-learn-compatible pipeline; see https://doi.org/10.1/x or mail a@b.org"})
+    assert ok["parameters"]["base_url"] == "http://127.0.0.1:8000/v1"
+
+
+def test_an_undeclared_shared_parameter_is_refused_with_close_matches(tmp_path, no_execution):
+    with pytest.raises(RunConfigError, match="subst") as err:
+        run_pipeline(None, run_dir=str(tmp_path / "run"), stages=["01_generate"], overrides={"subst": 3},
+                     report=False)
+    assert "did you mean 'subset'" in str(err.value) and "max_new_tokens" in str(err.value)
+    assert not (tmp_path / "run").exists()
+    with pytest.raises(RunConfigError, match="did you mean 'max_steps'"):
+        run_pipeline(None, run_dir=str(tmp_path / "run"), stages=["02"], overrides={"02_train.max_step": 3},
+                     report=False)
+    with pytest.raises(RunConfigError, match="--run-dir"):
+        load_params(None, {"run_dir": "elsewhere"})
+
+
+@pytest.mark.parametrize("config, message", [
+    ({"run_dir": 12345}, r"run_dir must be text \(a path\), got 12345 \(int\)"),
+    ({"report_dir": ["a"]}, r"report_dir must be text"),
+    ({"stages": {"01": True}}, r"stages must be a list"),
+    ({"parameters": ["corpus", "aclsum"]}, r"parameters must be a mapping .* got a list"),
+    ({"stage_parameters": {"02_train": ["max_steps", 3]}}, r"stage_parameters\.02_train must be a mapping .* list"),
+    ({"stage_parameters": ["02_train"]}, r"stage_parameters must be a mapping"),
+])
+def test_wrong_types_in_the_parameters_file_say_which_key(tmp_path, config, message):
+    params = tmp_path / "p.yaml"
+    params.write_text(yaml.safe_dump(config))
+    with pytest.raises(RunConfigError, match=message):
+        load_params(params)
+
+
+def test_stages_may_be_numbers_or_a_comma_separated_string(tmp_path):
+    params = tmp_path / "p.yaml"
+    params.write_text("stages: 01,02\n")
+    assert load_params(params)["stages"] == ["01", "02"]
+    params.write_text("stages: [01, 2, train]\n")
+    assert load_params(params)["stages"] == [1, 2, "train"]
+
+
+def test_a_run_directory_holding_source_notebooks_is_refused(tmp_path, monkeypatch):
+    """run_dir = notebooks/ wrote the executed notebooks over the sources."""
+    import shutil
+
+    import papermill
+
+    def fake_execute(source, executed, **kwargs):  # what papermill would do: write the output
+        shutil.copy(source, executed)
+
+    monkeypatch.setattr(papermill, "execute_notebook", fake_execute)
+    sources = tmp_path / "notebooks"
+    shutil.copytree(NOTEBOOKS, sources)
+    before = (sources / "01_generate.ipynb").read_bytes()
+    for run_dir in [sources, sources / "sub", Path(workbench.__file__).parent]:
+        with pytest.raises(RunConfigError, match="overwrite"):
+            run_pipeline(None, run_dir=str(run_dir), stages=["01_generate"], report=False, notebook_dir=sources)
+    mine = tmp_path / "my-project"  # a folder with a copy of a source notebook, edited by its user
+    mine.mkdir()
+    shutil.copy(sources / "01_generate.ipynb", mine)
+    with pytest.raises(RunConfigError, match="not a notebook executed by an earlier run"):
+        run_pipeline(None, run_dir=str(mine), stages=["01_generate"], report=False, notebook_dir=sources)
+    assert (sources / "01_generate.ipynb").read_bytes() == before
+    assert not (sources / "params.yaml").exists() and not (mine / "params.yaml").exists()
+
+
+def test_every_notebook_passes_encoding_and_abstract_column_to_the_loader():
+    """`workbench run -p encoding=latin-1 -p abstract_column=X`: the loader's own advice, through the runner."""
+    import papermill
+
+    for stage in available_stages():
+        source = NOTEBOOKS / f"{stage}.ipynb"
+        declared = papermill.inspect_notebook(str(source))
+        assert {"encoding", "abstract_column"} <= set(declared), stage
+        code = "".join("".join(c["source"]) for c in json.loads(source.read_text())["cells"])
+        assert code.count("load_corpus(") == code.count(
+            "load_corpus(corpus, encoding=encoding, abstract_column=abstract_column)") == 1, stage
+
+
+# --------------------------------------------------------------------------- issue 11: a runner that shows where it is
+
+
+class _Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_progress_line_shows_cells_time_and_the_cells_own_bar():
+    import nbformat
+
+    from workbench.runner import Progress
+
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("a = 1"), nbformat.v4.new_code_cell("  "),
+                                         nbformat.v4.new_markdown_cell("text"), nbformat.v4.new_code_cell("b = 2")])
+    screen = _Terminal()
+    with Progress("02_train", screen, every=0.01) as progress:
+        progress.begin(nb)
+        progress.cell_start(cell=nb.cells[0], cell_index=0)
+        time.sleep(0.05)
+        progress.write("loading 4 documents\n")  # the last line of a cell's output
+        assert progress.detail == "loading 4 documents"
+        progress.write("\rtrain:  40%|####      | 4/10 [00:01<00:02]\rtrain:  50%|#####     | 5/10 [00:01<00:01]")
+        assert progress.detail == "train:  50%|#####     | 5/10 [00:01<00:01]"  # a text tqdm bar: its latest state
+        # tqdm.auto in a kernel draws an ipywidgets bar: an HBox of (text, progress, text), updated by messages.
+        widgets = {"l": {"value": "train:\u2007\u200760%"}, "p": {"value": 6.0, "max": 10.0},
+                   "r": {"value": "\u20076/10\u2007[00:01&lt;00:01,\u20073.2it/s]"}}
+        progress.message({"msg_type": "comm_open", "content": {"comm_id": "h", "data": {"state": {
+            "_model_name": "HBoxModel", "children": ["IPY_MODEL_l", "IPY_MODEL_p", "IPY_MODEL_r"]}}}}, widgets)
+        assert progress.detail == "train:  60%|######    | 6/10 [00:01<00:01, 3.2it/s]"
+        progress.message({"msg_type": "status", "content": {}}, widgets)
+        progress.cell_done(cell=nb.cells[0], cell_index=0)
+        assert progress.line().startswith("[workbench] 02_train: 1/2 cells, 0s | train:  60%")
+        time.sleep(0.05)
+    drawn = screen.getvalue()
+    assert "\r[workbench] 02_train: 0/2 cells, 0s" in drawn and "\r[workbench] 02_train: 1/2 cells" in drawn
+    assert drawn.endswith("\r\x1b[K") and "\n" not in drawn  # redrawn in place, cleared at the end
+
+    log = io.StringIO()  # not a terminal (CI logs, pipes): plain lines
+    with Progress("01_generate", log, every=0.01):
+        time.sleep(0.05)
+    assert "\r" not in log.getvalue() and log.getvalue().startswith("[workbench] 01_generate: starting the kernel")
+    assert Progress("01_generate", io.StringIO()).every == 30.0
+
+
+TINY_PARAMETERS = "run_dir = '.'\ncorpus = 'aclsum'\nsteps = 3"
+TINY_CODE = """import os, sys, time
+from pathlib import Path
+from tqdm.auto import tqdm
+text = Path(corpus).read_text()
+for _ in tqdm(range(steps), desc='tiny'):
+    time.sleep(0.05)
+print('read', len(text), 'characters'); print('a warning', file=sys.stderr)
+Path('out.txt').write_text(text)
+Path('models').mkdir(exist_ok=True)
+Path('models/a.bin').write_bytes(b'0' * 2000)
+Path('store.jsonl.lock').touch()
+os.write(2, b'straight to the kernel process stderr')
+"""
+
+
+def test_a_tiny_notebook_through_the_engine_shows_progress_and_sums_up(tmp_path, monkeypatch, capsys):
+    """One kernel, one tiny notebook: the engine feeds cells and the widget bar to the progress line, a
+    relative corpus path arrives absolute, and the summary lists what the stage wrote and its report."""
+    import nbformat
+
+    from workbench import runner
+
+    notebooks = tmp_path / "notebooks"
+    notebooks.mkdir()
+    cells = [nbformat.v4.new_code_cell(TINY_PARAMETERS, metadata={"tags": ["parameters"]}),
+             nbformat.v4.new_code_cell(TINY_CODE)]
+    kernel = {"name": "python3", "language": "python", "display_name": "Python 3"}
+    nbformat.write(nbformat.v4.new_notebook(cells=cells, metadata={"kernelspec": kernel}), notebooks / "01_tiny.ipynb")
+    (tmp_path / "papers.txt").write_text("four")
+    seen = []
+
+    class Recording(runner.Progress):
+        def message(self, msg, widgets):
+            super().message(msg, widgets)
+            seen.append(self.detail)
+
+    monkeypatch.setattr(runner, "Progress", Recording)
+    monkeypatch.chdir(tmp_path)
+    results = run_pipeline(None, run_dir="run", overrides={"corpus": "papers.txt"}, notebook_dir=notebooks)
+    entry = results["01_tiny"]
+    assert entry["artifacts"] == {"models/": {"files": 1, "bytes": 2000}, "out.txt": {"files": 1, "bytes": 4}}
+    assert any(d.startswith("tiny: 100%|") and "3/3" in d for d in seen), seen[-5:]
+    printed = capsys.readouterr().out
+    assert "01_tiny: done in" in printed and "3 cells" in printed  # the injected parameters, the defaults, the code
+    assert "models/ (2.0 kB, 1 files), out.txt (4 B)" in printed
+    assert entry["html"] == str(tmp_path / "reports" / "run" / "01_tiny.html")  # from here, like run_dir
+    assert "report reports/run/01_tiny.html" in printed
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["01_tiny"]["artifacts"] == entry["artifacts"]
+    runner._check_run_dir(tmp_path / "run", notebooks, ["01_tiny"])  # its own executed notebook may be rerun
+    # What the kernel process writes itself (C libraries, its warnings) goes to a file, not over the line.
+    assert "straight to the kernel process stderr" in (tmp_path / "run" / "01_tiny.kernel.log").read_text()

@@ -9,12 +9,18 @@ import yaml
 
 
 def _overrides(pairs: list[str]) -> dict:
+    """-p KEY=VALUE pairs; VALUE is read as YAML (-p k=4 is an int, -p subset=null None, -p x=[a,b] a list),
+    and kept as text where it is not valid YAML (-p new_abstract="We show [that ...")."""
     out = {}
     for pair in pairs:
-        if "=" not in pair:
-            raise SystemExit(f"-p expects KEY=VALUE, got {pair!r}")
-        key, value = pair.split("=", 1)
-        out[key] = yaml.safe_load(value)  # so that -p k=4 is an int and -p subset=null is None
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise SystemExit(f"workbench run: -p expects KEY=VALUE or STAGE.KEY=VALUE, got {pair!r}")
+        try:
+            parsed = yaml.safe_load(value)
+        except yaml.YAMLError:
+            parsed = value
+        out[key.strip()] = parsed
     return out
 
 
@@ -42,17 +48,34 @@ def cmd_models(args) -> int:
     return 0
 
 
+# `workbench validate` options: the `load_corpus` arguments its error messages recommend.
+_LOAD_OPTIONS = {
+    "format": "file format when the suffix does not tell: csv, tsv, wos, jsonl, json, parquet, ris, bibtex",
+    "id_column": "column of the document ids (default: detected; none: derived from title + abstract)",
+    "title_column": "column of the titles (default: detected)",
+    "abstract_column": "column of the abstracts (default: detected)",
+    "year_column": "column of the years or dates (default: detected)",
+    "label_column": "column of the labels (default: 'labels'/'label')",
+    "encoding": "the file's text encoding, e.g. latin-1 (default: utf-8)",
+}
+
+
 def cmd_validate(args) -> int:
     """Load a corpus and print its validation report; exit 1 when it has errors."""
     from .corpus import load_corpus
 
-    corpus = load_corpus(args.source)
+    options = {name: getattr(args, name) for name in _LOAD_OPTIONS if getattr(args, name) is not None}
+    corpus = load_corpus(args.source, **options)
     report = corpus.validate()
     print(f"{corpus.name}: {len(corpus)} documents from {corpus.source}")
     print(report.summary())
-    if len(report.errors) or len(report.warnings):
-        print(report.errors.to_string() if len(report.errors) else "")
-        print(report.warnings.to_string() if len(report.warnings) else "")
+    for severity, frame in (("errors", report.errors), ("warnings", report.warnings)):
+        if len(frame):
+            print(f"\n{severity}:")
+            for issue in frame.itertuples():
+                print(f"  row {issue.row} (doc_id {issue.doc_id!r}): {issue.field}: {issue.problem} - {issue.detail}")
+    if args.ids:
+        print("\n" + corpus.id_table().to_string(index=False))
     return 0 if report.ok else 1
 
 
@@ -105,6 +128,10 @@ def main(argv: list[str] | None = None) -> int:
 
     validate = sub.add_parser("validate", help="load a corpus and report bad rows")
     validate.add_argument("source", help="a file (csv, tsv, jsonl, json, parquet, ris, bib) or 'aclsum'")
+    for name, text in _LOAD_OPTIONS.items():
+        validate.add_argument("--" + name.replace("_", "-"), dest=name, metavar=name.split("_")[0].upper(),
+                              help=text)
+    validate.add_argument("--ids", action="store_true", help="also print every doc_id with its title")
     validate.set_defaults(func=cmd_validate)
 
     aspects = sub.add_parser("aspects", help="list aspect presets or show one")
