@@ -1,15 +1,25 @@
-"""Generated tokens per second of the packaged SmolLM2 generator: batched against one prompt at a time.
+"""Stage 01 on a CPU: seconds per (document, aspect) and tokens per second of every generator, on the same prompts.
 
-Both measurements use the same N prompts, built as `workbench.generate.generate_summaries`
-builds them (ACLSum train abstracts x the "acl" aspect set's prompt keys, the summary
-prefill and stop strings), with the same sampling, in one process and one run:
+The prompts are those of `workbench.generate.generate_summaries` (ACLSum train abstracts x
+the "acl" aspect set's prompt keys, the summary prefill and stop strings, k samples
+each), generated in one process, one run, with the same sampling:
 
-    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/generate.py [--n 16] [--batch-size 16]
-        [--max-new-tokens 48] [--llama-cpp]
+    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/generate.py [--docs 4] [--k 4]
+        [--max-new-tokens 64] [--batch-size 24] [--no-llama-cpp]
 
-`--llama-cpp` also times llama-cpp-python on the GGUF file itself (sequential chat
-completions of the same messages), if `llama_cpp` is importable; it is not installed by
-the workbench (it compiles llama.cpp from source).
+Rows:
+* workbench transformers: `TransformersBackend` (each prompt token read once, the k
+  samples from one cache, finished answers leave the batch);
+* transformers generate: what a user would write, `model.generate` on left-padded
+  batches of the same conversations (the workbench's backend before this design);
+* workbench llama.cpp: `LlamaCppBackend` on the GGUF file (one answer at a time; llama.cpp
+  reuses the previous prompt's cache);
+* llama.cpp chat completion: llama-cpp-python's own `create_chat_completion` on the same
+  messages, what a CPU user would otherwise pick.
+
+llama-cpp-python is an optional extra that compiles llama.cpp; when it is missing this
+script installs it first (about 4 minutes on 2 cores; pip keeps the wheel), unless
+`--no-llama-cpp`.
 """
 
 from __future__ import annotations
@@ -18,6 +28,7 @@ import argparse
 import datetime
 import os
 import platform
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -29,102 +40,134 @@ from workbench.corpus import load_corpus  # noqa: E402
 from workbench.generate import SUMMARY_PREFILL, SUMMARY_STOP  # noqa: E402
 from workbench.llm import Sampling, TransformersBackend  # noqa: E402
 
+LLAMA_CPP = "llama-cpp-python==0.3.36"
 
-def build_prompts(n: int) -> list[list[dict]]:
-    """The first n (abstract, prompt key) conversations, abstracts in corpus order."""
+
+def build_prompts(docs: int, k: int) -> list[list[dict]]:
+    """k copies of each (abstract, prompt key) conversation for the first `docs` train abstracts."""
     corpus = load_corpus("aclsum:train")
     aspects = load_aspects("acl")
-    prompts = []
-    for abstract in corpus.texts():
-        for _, key in aspects.prompt_keys():
-            prompts.append(aspects.messages(key, abstract))
-            if len(prompts) == n:
-                return prompts
-    return prompts
+    return [aspects.messages(key, abstract) for abstract in corpus.texts()[:docs]
+            for _, key in aspects.prompt_keys() for _ in range(k)]
 
 
-def time_backend(backend, prompts, sampling) -> tuple[int, float]:
-    """(generated tokens, wall seconds) for all prompts."""
-    t0 = time.perf_counter()
-    tokens = sum(c.tokens for _, c in backend.complete(prompts, sampling, prefill=SUMMARY_PREFILL))
-    return tokens, time.perf_counter() - t0
-
-
-def time_llama_cpp(prompts, sampling) -> tuple[int, float, str] | None:
+def ensure_llama_cpp() -> bool:
+    """Import llama_cpp, installing it first when missing (it compiles llama.cpp from source)."""
     try:
-        from llama_cpp import Llama
+        import llama_cpp  # noqa: F401
+        return True
     except ImportError:
-        return None
-    from workbench.models import resolve_model
-
-    resolved = resolve_model("smollm2-135m-instruct")
-    path = str(Path(resolved.path) / resolved.gguf_file)
-    llm = Llama(model_path=path, n_ctx=2048, n_threads=os.cpu_count(), seed=sampling.seed or 0, verbose=False)
-    tokens = 0
+        pass
+    print(f"llama_cpp is missing: installing {LLAMA_CPP} (compiles llama.cpp; about 4 minutes on 2 cores, "
+          "instant when pip has the wheel cached) ...", flush=True)
     t0 = time.perf_counter()
-    for messages in prompts:
-        out = llm.create_chat_completion(messages, max_tokens=sampling.max_new_tokens,
-                                         temperature=sampling.temperature, top_p=sampling.top_p,
-                                         top_k=sampling.top_k, stop=list(sampling.stop))
+    done = subprocess.run([sys.executable, "-m", "pip", "install", "-q", LLAMA_CPP]).returncode == 0
+    print(f"  {'installed' if done else 'FAILED'} in {time.perf_counter() - t0:.0f}s", flush=True)
+    if done:
+        import importlib
+
+        importlib.invalidate_caches()
+    return done
+
+
+def plain_generate(backend: TransformersBackend, prompts, sampling, batch_size: int):
+    """model.generate on left-padded batches: the straightforward way to batch a transformers LM."""
+    import torch
+
+    tok, model = backend.tokenizer, backend.model
+    kwargs = dict(max_new_tokens=sampling.max_new_tokens, do_sample=True, temperature=sampling.temperature,
+                  top_p=sampling.top_p, top_k=sampling.top_k, pad_token_id=tok.pad_token_id,
+                  stop_strings=list(sampling.stop), tokenizer=tok)
+    tokens = 0
+    for start in range(0, len(prompts), batch_size):
+        texts = [backend._prompt(m, SUMMARY_PREFILL) for m in prompts[start:start + batch_size]]
+        enc = tok(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+        with torch.inference_mode():
+            out = model.generate(**enc, **kwargs)
+        tokens += int((out[:, enc["input_ids"].shape[1]:] != tok.pad_token_id).sum())
+    return tokens
+
+
+def llama_chat(llm, prompts, sampling):
+    tokens = 0
+    for i, messages in enumerate(prompts):
+        out = llm.create_chat_completion(messages, max_tokens=sampling.max_new_tokens, temperature=sampling.temperature,
+                                         top_p=sampling.top_p, top_k=sampling.top_k, stop=list(sampling.stop), seed=i)
         tokens += out["usage"]["completion_tokens"]
-    return tokens, time.perf_counter() - t0, path
+    return tokens
+
+
+def timed(label, run, rows):
+    t0 = time.perf_counter()
+    tokens = run()
+    seconds = time.perf_counter() - t0
+    rows.append((label, tokens, seconds))
+    print(f"  done: {label}: {tokens} tokens in {seconds:.1f}s", flush=True)
 
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--n", type=int, default=16, help="number of prompts (default 16)")
-    parser.add_argument("--batch-size", type=int, default=16, help="batch size of the batched run (default 16)")
-    parser.add_argument("--max-new-tokens", type=int, default=48, help="tokens per answer at most (default 48)")
-    parser.add_argument("--model", default="smollm2-135m-instruct", help="generator (default: the packaged SmolLM2)")
-    parser.add_argument("--llama-cpp", action="store_true",
-                        help="also time llama-cpp-python on the GGUF file, if it is installed")
+    parser.add_argument("--docs", type=int, default=4, help="abstracts (default 4, the demo's stage 01)")
+    parser.add_argument("--k", type=int, default=4, help="samples per (abstract, aspect) (default 4)")
+    parser.add_argument("--max-new-tokens", type=int, default=64, help="tokens per answer at most (default 64)")
+    parser.add_argument("--batch-size", type=int, default=24, help="answers per batch, transformers (default 24)")
+    parser.add_argument("--no-llama-cpp", action="store_true", help="skip llama.cpp (do not install it)")
     args = parser.parse_args(argv)
 
     import torch
 
-    prompts = build_prompts(args.n)
+    from workbench.devices import free_threads
+
+    prompts = build_prompts(args.docs, args.k)
+    groups = len(prompts) // args.k
     sampling = Sampling(stop=SUMMARY_STOP, max_new_tokens=args.max_new_tokens, seed=0)
-    print(f"{len(prompts)} prompts (ACLSum train x acl prompt keys), max_new_tokens={args.max_new_tokens}, "
-          f"sampling {sampling.to_dict()}")
+    print(f"{args.docs} ACLSum abstracts x 3 aspects x k={args.k}: {len(prompts)} answers, "
+          f"max_new_tokens={args.max_new_tokens}")
     print(f"machine: {platform.machine()}, {os.cpu_count()} CPU cores, torch {torch.__version__} "
-          f"({torch.get_num_threads()} threads), python {platform.python_version()}, "
-          f"{datetime.datetime.now().isoformat(timespec='minutes')}")
+          f"({torch.get_num_threads()} threads), free threads now {free_threads()}, load {os.getloadavg()[0]:.2f}, "
+          f"python {platform.python_version()}, {datetime.datetime.now().isoformat(timespec='minutes')}")
+    have_llama = not args.no_llama_cpp and ensure_llama_cpp()
 
-    t0 = time.perf_counter()
-    backend = TransformersBackend(args.model, batch_size=args.batch_size)
-    print(f"loaded {backend.model_id} on {backend.device} in {time.perf_counter() - t0:.1f}s")
-    prompt_tokens = sum(len(backend.tokenizer(backend._prompt(m, SUMMARY_PREFILL), add_special_tokens=False)["input_ids"])
-                        for m in prompts)
-    print(f"prompt tokens: {prompt_tokens} in all, {prompt_tokens / len(prompts):.0f} per prompt "
-          "(every prompt is processed before its first new token)")
-    time_backend(backend, prompts[:1], Sampling(stop=SUMMARY_STOP, max_new_tokens=4, seed=0))  # warm-up
+    backend = TransformersBackend("smollm2-135m-instruct", batch_size=args.batch_size)
+    tokens = [len(backend.tokenizer(backend._prompt(m, SUMMARY_PREFILL), add_special_tokens=False)["input_ids"])
+              for m in prompts[::args.k]]
+    print(f"prompt tokens per (abstract, aspect): {sum(tokens) / len(tokens):.0f}")
+    list(backend.complete(prompts[:1], Sampling(max_new_tokens=4, seed=0), prefill=SUMMARY_PREFILL))  # warm-up
 
-    rows = []
-    for label, batch_size in ((f"transformers, batched ({args.batch_size})", args.batch_size),
-                              ("transformers, one at a time", 1)):
-        backend.batch_size = batch_size
-        tokens, seconds = time_backend(backend, prompts, sampling)
-        rows.append((label, tokens, seconds))
-        print(f"  done: {label}: {tokens} tokens in {seconds:.1f}s", flush=True)
+    rows: list[tuple[str, int, float]] = []
+    timed("workbench transformers", lambda: sum(
+        c.tokens for _, c in backend.complete(prompts, sampling, prefill=SUMMARY_PREFILL)), rows)
+    timed("transformers generate (batched)", lambda: plain_generate(backend, prompts, sampling, args.batch_size), rows)
+    if have_llama:
+        from llama_cpp import Llama
 
-    if args.llama_cpp:
-        result = time_llama_cpp(prompts, sampling)
-        if result is None:
-            print("llama_cpp is not importable (pip install llama-cpp-python compiles llama.cpp): skipped")
-        else:
-            tokens, seconds, path = result
-            rows.append(("llama.cpp (GGUF), one at a time", tokens, seconds))
+        from workbench.llm import LlamaCppBackend
+
+        llama = LlamaCppBackend("smollm2-135m-instruct")
+        timed("workbench llama.cpp", lambda: sum(
+            c.tokens for _, c in llama.complete(prompts, sampling, prefill=SUMMARY_PREFILL)), rows)
+        llm = Llama(model_path=llama.llm.model_path, n_ctx=2048, n_threads=llama.n_threads, verbose=False)
+        timed("llama.cpp chat completion", lambda: llama_chat(llm, prompts, sampling), rows)
+    elif not args.no_llama_cpp:
+        print("llama.cpp could not be installed: its rows are missing")
 
     print()
-    print(f"{'backend':36s} {'prompts':>7s} {'tokens':>7s} {'seconds':>8s} {'tokens/s':>9s} {'s/prompt':>9s}")
-    for label, tokens, seconds in rows:
-        print(f"{label:36s} {len(prompts):7d} {tokens:7d} {seconds:8.1f} {tokens / seconds:9.1f} "
-              f"{seconds / len(prompts):9.2f}")
-    rate = {label: tokens / seconds for label, tokens, seconds in rows}
-    batched, sequential = rate[rows[0][0]], rate[rows[1][0]]
-    print(f"\nbatched / one at a time: {batched / sequential:.2f}x")
-    if len(rows) > 2:
-        print(f"llama.cpp / transformers batched: {rate[rows[2][0]] / batched:.2f}x")
+    print(f"{'generator':34s} {'answers':>7s} {'tokens':>7s} {'seconds':>8s} {'tokens/s':>9s} {'s/(doc,aspect)':>15s}")
+    for label, n_tokens, seconds in rows:
+        print(f"{label:34s} {len(prompts):7d} {n_tokens:7d} {seconds:8.1f} {n_tokens / seconds:9.1f} "
+              f"{seconds / groups:15.2f}")
+    per_group = {label: seconds / groups for label, _, seconds in rows}
+    rate = {label: n / s for label, n, s in rows}
+    ours = "workbench transformers"
+    print(f"\nworkbench transformers against transformers generate: "
+          f"{per_group['transformers generate (batched)'] / per_group[ours]:.1f}x faster per (abstract, aspect)")
+    if have_llama:
+        print(f"workbench transformers throughput / llama.cpp chat completion: "
+              f"{rate[ours] / rate['llama.cpp chat completion']:.2f} (goal: at least 0.5)")
+        print(f"seconds per (abstract, aspect): workbench transformers {per_group[ours]:.2f}, "
+              f"workbench llama.cpp {per_group['workbench llama.cpp']:.2f}, "
+              f"llama.cpp chat completion {per_group['llama.cpp chat completion']:.2f} (goal: 1.5 at most)")
+    print(f"load average after: {os.getloadavg()[0]:.2f}")
 
 
 if __name__ == "__main__":

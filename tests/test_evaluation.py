@@ -158,12 +158,12 @@ def test_bootstrap_ci_contains_mean_and_narrows():
 
 def test_judge_similarity_from_records_and_run_dir(tmp_path):
     records = [
-        {"aspect": "method", "doc_a": "a", "doc_b": "b", "sample": 0, "status": "ok", "score": 4},
-        {"aspect": "method", "doc_a": "a", "doc_b": "b", "sample": 1, "status": "ok", "score": 2},
-        {"aspect": "method", "doc_a": "c", "doc_b": "a", "sample": 0, "status": "ok", "score": 5},  # reversed order
-        {"aspect": "method", "doc_a": "b", "doc_b": "c", "sample": 0, "status": "unparsed", "score": None},
-        {"aspect": "task", "doc_a": "b", "doc_b": "c", "sample": 0, "status": "ok", "score": 1},
-        {"aspect": "method", "doc_a": "a", "doc_b": "zz", "sample": 0, "status": "ok", "score": 1},  # not in ids
+        {"aspect": "method", "doc_a": "a", "doc_b": "b", "prompt_hash": "p", "model": "m", "sample": 0, "status": "ok", "score": 4},
+        {"aspect": "method", "doc_a": "a", "doc_b": "b", "prompt_hash": "p", "model": "m", "sample": 1, "status": "ok", "score": 2},
+        {"aspect": "method", "doc_a": "c", "doc_b": "a", "prompt_hash": "p", "model": "m", "sample": 0, "status": "ok", "score": 5},  # reversed order
+        {"aspect": "method", "doc_a": "b", "doc_b": "c", "prompt_hash": "p", "model": "m", "sample": 0, "status": "unparsed", "score": None},
+        {"aspect": "task", "doc_a": "b", "doc_b": "c", "prompt_hash": "p", "model": "m", "sample": 0, "status": "ok", "score": 1},
+        {"aspect": "method", "doc_a": "a", "doc_b": "zz", "prompt_hash": "p", "model": "m", "sample": 0, "status": "ok", "score": 1},  # not in ids
     ]
     want = np.array([[np.nan, 3, 5], [3, np.nan, np.nan], [5, np.nan, np.nan]])
     np.testing.assert_array_equal(ev.judge_similarity(records, ["a", "b", "c"], "method"), want)

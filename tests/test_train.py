@@ -99,7 +99,7 @@ def test_summaries_of_documents_not_in_the_corpus_are_left_out(tmp_path):
     corpus = Corpus(pd.DataFrame({"doc_id": [f"d{i}" for i in range(6)], "title": [""] * 6,
                                   "abstract": [f"abstract {i}" for i in range(6)]}), name="mine")
     docs = corpus.ids + ["gone1", "gone2"]
-    records = [{"doc_id": d, "key": "challenge", "sample": s, "aspect": "challenge", "status": "ok",
+    records = [{"doc_id": d, "key": "challenge", "prompt_hash": "p", "model": "m", "sample": s, "aspect": "challenge", "status": "ok",
                 "text": f"summary {s} of {d}"} for d in docs for s in range(2)]
     (tmp_path / "summaries.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     with pytest.warns(UserWarning, match=r"4 summaries of 2 documents that are not in the corpus 'mine'.*gone1, gone2"):

@@ -20,8 +20,8 @@ def test_human_views_of_the_test_split_never_appear(tmp_path):
     train_id = corpus.docs.loc[corpus.docs["split"] == "train", "doc_id"].iloc[0]
     test_id = sorted(test_ids)[0]
     write_store(tmp_path, [
-        {"doc_id": test_id, "aspect": "challenge", "key": "challenge", "sample": 0, "status": "ok", "text": "llm view"},
-        {"doc_id": test_id, "aspect": "challenge", "key": "challenge", "sample": 1, "status": "not_applicable",
+        {"doc_id": test_id, "aspect": "challenge", "key": "challenge", "prompt_hash": "p", "model": "m", "sample": 0, "status": "ok", "text": "llm view"},
+        {"doc_id": test_id, "aspect": "challenge", "key": "challenge", "prompt_hash": "p", "model": "m", "sample": 1, "status": "not_applicable",
          "text": "Not applicable."},
     ])
     views = collect_views(["challenge", "approach", "outcome"], run_dir=tmp_path, corpus=corpus)

@@ -32,3 +32,52 @@ def default_dtype(device: str):
     if device.startswith("cuda") and torch.cuda.is_bf16_supported():
         return torch.bfloat16
     return torch.float32
+
+
+def free_threads(sample_seconds: float = 0.2) -> int:
+    """How many threads to compute with: the cores that are free now, at least 1.
+
+    WORKBENCH_THREADS overrides it; so does OMP_NUM_THREADS, where set to a number (torchrun
+    sets it for each of its processes, and a user may have chosen it). Otherwise the idle
+    share of the cores this process may use is sampled from /proc/stat over `sample_seconds`:
+    on a machine where other jobs keep a core busy, two torch threads on two cores wait on
+    the slower one at every parallel region and run several times slower than one thread
+    alone (see `benchmarks/threads.py`). Where /proc/stat is missing (macOS, Windows), all
+    cores.
+    """
+    import time
+
+    env = os.environ.get("WORKBENCH_THREADS")
+    if env:
+        return max(1, int(env))
+    omp = os.environ.get("OMP_NUM_THREADS", "").strip()
+    if omp.isdigit():
+        return max(1, int(omp))
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+    def idle_and_total():
+        with open("/proc/stat") as fh:
+            values = [int(v) for v in fh.readline().split()[1:]]
+        return values[3] + values[4], sum(values)  # idle + iowait, all
+
+    try:
+        idle0, total0 = idle_and_total()
+        time.sleep(sample_seconds)
+        idle1, total1 = idle_and_total()
+    except (OSError, ValueError, IndexError):
+        return cores
+    machine = os.cpu_count() or cores
+    idle_cores = (idle1 - idle0) / max(total1 - total0, 1) * machine
+    return max(1, min(cores, int(idle_cores + 0.5)))
+
+
+def use_free_cores(verbose: bool = False) -> int:
+    """Set torch's thread count to `free_threads()` (and return it); call once at the start of a stage."""
+    import torch
+
+    n = free_threads()
+    if n != torch.get_num_threads():
+        torch.set_num_threads(n)
+    if verbose:
+        print(f"computing with {n} thread{'s' if n > 1 else ''} (free cores now; WORKBENCH_THREADS overrides)")
+    return n

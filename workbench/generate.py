@@ -7,14 +7,22 @@ request; each answer is parsed tolerantly and stored as one record in
     {"doc_id", "aspect", "key", "sample", "status": "ok" | "not_applicable" | "unparsed",
      "text", "raw", "error", "model", "backend", "prompt_hash", "sampling", "tokens", "time"}
 
-The store is append-only and keyed by (doc_id, key, sample), so a killed run started
-again does only what is missing. The judge (appendix A.5 of the paper) scores pairs of
-abstracts per aspect into `<run_dir>/judgements.jsonl` the same way.
+The store is append-only and keyed by (doc_id, key, prompt_hash, model, sample), so a
+killed run started again does only what is missing, and a run after a change of the
+prompt (its template or any aspect field in it) or of the model does that work again
+instead of reusing answers to another question. Earlier answers stay in the file; a
+small manifest, `<run_dir>/summaries.current.json`, names the (prompt hash, model) of
+the latest generation per prompt key, and `summaries_frame` returns only those by
+default. The judge (appendix A.5 of the paper) scores pairs of abstracts per aspect into
+`<run_dir>/judgements.jsonl` the same way.
 """
 
 from __future__ import annotations
 
+import hashlib
 import itertools
+import json
+import os
 import random
 import time
 from dataclasses import dataclass, field
@@ -26,8 +34,9 @@ from .store import RecordStore
 
 SUMMARIES = "summaries.jsonl"
 JUDGEMENTS = "judgements.jsonl"
-SUMMARY_KEY = ("doc_id", "key", "sample")
-JUDGEMENT_KEY = ("aspect", "doc_a", "doc_b", "sample")
+CURRENT = "summaries.current.json"
+SUMMARY_KEY = ("doc_id", "key", "prompt_hash", "model", "sample")
+JUDGEMENT_KEY = ("aspect", "doc_a", "doc_b", "prompt_hash", "model", "sample")
 SUMMARY_PREFILL = '{"sentence": "'
 JUDGE_PREFILL = '{"reasoning": "'
 # Cut the answer at the end of the JSON object: small models chatter on after it.
@@ -44,7 +53,8 @@ class GenerationReport:
     """What one call did: counts by status, time and throughput."""
 
     requested: int = 0
-    skipped: int = 0  # already in the store from an earlier run
+    skipped: int = 0  # already in the store from an earlier run (reused)
+    superseded: int = 0  # stored for the same task under another prompt or model: done again
     written: int = 0
     failed: int = 0
     tokens: int = 0
@@ -58,9 +68,18 @@ class GenerationReport:
         return self.tokens / self.seconds if self.seconds else 0.0
 
     def __str__(self) -> str:
-        return (f"{self.written} written, {self.skipped} already stored, {self.failed} failed; "
+        redone = (f" ({self.superseded} of them done again: the store had them from another prompt or model)"
+                  if self.superseded else "")
+        return (f"{self.written} written{redone}, {self.skipped} reused from the store, {self.failed} failed; "
                 f"{self.tokens} tokens in {self.seconds:.1f}s ({self.tokens_per_second:.1f} tokens/s); "
                 f"status {self.status}")
+
+
+def _superseded(store: RecordStore, todo: list[dict]) -> int:
+    """How many tasks to do have an answer in the store under another prompt hash or model."""
+    task_of = [f for f in store.key_fields if f not in ("prompt_hash", "model")]
+    stored = {tuple(r.get(f) for f in task_of) for r in store.records()}
+    return sum(tuple(t["record"][f] for f in task_of) in stored for t in todo)
 
 
 def summary_store(run_dir: str | Path) -> RecordStore:
@@ -83,8 +102,10 @@ def _run(backend, store: RecordStore, tasks: list[dict], sampling: Sampling, pre
          to_record, desc: str, progress: bool, save_every: int) -> GenerationReport:
     """Send the tasks not yet stored, parse and store answers in batches; shared by summaries and judge."""
     report = GenerationReport(requested=len(tasks))
+    store.lock()  # refuse a second writer now, before any work, and see what it wrote meanwhile
     todo = [t for t in tasks if store.key_of(t["record"]) not in store]
     report.skipped = len(tasks) - len(todo)
+    report.superseded = _superseded(store, todo)
     t0 = time.perf_counter()
     pending: list[dict] = []
     streak = 0  # consecutive failures: a server that is down fails every request, so stop early
@@ -145,22 +166,50 @@ def generate_summaries(corpus, aspects, backend, run_dir: str | Path, k: int = 4
             messages = aspects.messages(key, abstract)
             for sample in range(k):
                 tasks.append({"messages": messages,
-                              "record": {"doc_id": doc_id, "aspect": aspect, "key": key, "sample": sample}})
+                              "record": {"doc_id": doc_id, "aspect": aspect, "key": key, "prompt_hash": hashes[key],
+                                         "model": backend.model_id, "sample": sample}})
 
     def to_record(task, completion):
         parsed = parse_sentence(completion.text)
         record = dict(task["record"])
         record.update(status=parsed.status, text=parsed.value if parsed.status != "unparsed" else None,
-                      raw=completion.text, error=parsed.error, model=backend.model_id, backend=backend.kind,
-                      prompt_hash=hashes[record["key"]], sampling=sampling.to_dict(), tokens=completion.tokens,
-                      time=time.time())
+                      raw=completion.text, error=parsed.error, backend=backend.kind,
+                      sampling=sampling.to_dict(), tokens=completion.tokens, time=time.time())
         return record
 
+    _write_current(run_dir, {key: {"prompt_hash": h, "model": backend.model_id} for key, h in hashes.items()})
     try:
         return _run(backend, store, tasks, sampling, SUMMARY_PREFILL, to_record, "summaries", progress,
                     save_every or getattr(backend, "batch_size", 8))
     finally:
         store.close()
+
+
+def _write_current(run_dir: str | Path, current: dict) -> None:
+    """Record which (prompt hash, model) is current per prompt key; keys of other aspects are kept."""
+    path = Path(run_dir) / CURRENT
+    merged = {**_read_current(run_dir), **current}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(merged, indent=1, sort_keys=True))
+    os.replace(tmp, path)
+
+
+def _read_current(run_dir: str | Path) -> dict:
+    path = Path(run_dir) / CURRENT
+    if not path.exists():
+        return {}
+    try:
+        current = json.loads(path.read_text())
+    except ValueError as exc:
+        raise ValueError(f"{path} is not valid JSON ({exc}); delete it to use every stored summary") from None
+    return current if isinstance(current, dict) else {}
+
+
+def judge_prompt_hash(aspects, aspect: str) -> str:
+    """Short sha256 of the judge's messages for `aspect`, rendered with placeholder abstracts."""
+    rendered = json.dumps(aspects.judge_messages(aspect, "{abstract_a}", "{abstract_b}"), sort_keys=True)
+    return hashlib.sha256(rendered.encode("utf-8")).hexdigest()[:12]
 
 
 def sample_pairs(ids: list[str], n_pairs: int | None = None, seed: int = 0) -> list[tuple[str, str]]:
@@ -187,6 +236,7 @@ def judge_pairs(corpus, aspects, backend, run_dir: str | Path, pairs: list[tuple
     if missing:
         raise KeyError(f"pairs name documents that are not in the corpus: {missing[:5]}")
     store = judgement_store(run_dir)
+    judge_hash = {a.name: judge_prompt_hash(aspects, a.name) for a in aspects if a.judge is not None}
     tasks = []
     for aspect in aspects:
         if aspect.judge is None:
@@ -195,7 +245,9 @@ def judge_pairs(corpus, aspects, backend, run_dir: str | Path, pairs: list[tuple
             messages = aspects.judge_messages(aspect.name, texts[a][:JUDGE_CHARS], texts[b][:JUDGE_CHARS])
             for sample in range(samples):
                 tasks.append({"messages": messages, "scale": aspect.judge.scale,
-                              "record": {"aspect": aspect.name, "doc_a": a, "doc_b": b, "sample": sample}})
+                              "record": {"aspect": aspect.name, "doc_a": a, "doc_b": b,
+                                         "prompt_hash": judge_hash[aspect.name], "model": backend.model_id,
+                                         "sample": sample}})
 
     def to_record(task, completion):
         parsed = parse_judgement(completion.text, task["scale"])
@@ -203,7 +255,7 @@ def judge_pairs(corpus, aspects, backend, run_dir: str | Path, pairs: list[tuple
         ok = parsed.status == "ok"
         record.update(status=parsed.status, score=parsed.value["score"] if ok else None,
                       reasoning=parsed.value["reasoning"] if ok else None, scale=list(task["scale"]),
-                      raw=completion.text, error=parsed.error, model=backend.model_id, backend=backend.kind,
+                      raw=completion.text, error=parsed.error, backend=backend.kind,
                       sampling=sampling.to_dict(), tokens=completion.tokens, time=time.time())
         return record
 
@@ -214,9 +266,21 @@ def judge_pairs(corpus, aspects, backend, run_dir: str | Path, pairs: list[tuple
         store.close()
 
 
-def summaries_frame(run_dir: str | Path, status: str | None = None):
-    """The run's summaries as a DataFrame, optionally only those of one status ("ok", ...)."""
+def summaries_frame(run_dir: str | Path, status: str | None = None, current: bool = True):
+    """The run's summaries as a DataFrame, optionally only those of one status ("ok", ...).
+
+    With `current` (the default), only the summaries of the latest generation per prompt
+    key (its prompt hash and model, from `summaries.current.json`) are returned, so that
+    answers to an earlier version of a prompt never mix with the new ones; `current=False`
+    returns everything the store holds.
+    """
     frame = summary_store(run_dir).to_frame()
+    latest = _read_current(run_dir) if current else {}
+    if latest and len(frame):
+        wanted = {(k, v.get("prompt_hash"), v.get("model")) for k, v in latest.items() if isinstance(v, dict)}
+        keep = [(k, h, m) in wanted or k not in latest
+                for k, h, m in zip(frame["key"], frame["prompt_hash"], frame["model"])]
+        frame = frame[keep]
     if status is not None and len(frame):
         frame = frame[frame["status"] == status]
     return frame

@@ -41,7 +41,6 @@ import hashlib
 import json
 import random
 import time
-import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
@@ -223,8 +222,6 @@ def prepare_views(aspects: Sequence[str], run_dir=None, corpus=None, val_split: 
 
         corpus = load_corpus(corpus)
     views = collect_views(list(aspects), run_dir, corpus, include_human=include_human)
-    if corpus is not None:
-        views = _only_corpus_documents(views, corpus, run_dir)
     # Corpus order when there is a corpus (stable splits), else first-seen order.
     seen = {d for v in views.values() for d in v.views}
     order = [d for d in corpus.ids if d in seen] if corpus is not None else []
@@ -232,35 +229,6 @@ def prepare_views(aspects: Sequence[str], run_dir=None, corpus=None, val_split: 
     order = list(dict.fromkeys(order))
     train_ids, val_ids = split_documents(order, corpus, val_split=val_split, val_docs=val_docs, seed=seed)
     return views, train_ids, val_ids
-
-
-def _only_corpus_documents(views: dict[str, AspectViews], corpus, run_dir) -> dict[str, AspectViews]:
-    """Leave out the views of documents the corpus does not have, with a warning naming a few.
-
-    Such summaries usually mean the corpus file changed since stage 01 ran (records
-    removed, or ids that changed); training on them would mix in papers the run no
-    longer describes, and their ids would not match any embedding later.
-    """
-    known = set(corpus.ids)
-    unknown: dict[str, int] = {}
-    for v in views.values():
-        for doc_id, texts in v.views.items():
-            if doc_id not in known:
-                unknown[doc_id] = unknown.get(doc_id, 0) + len(texts)
-    if not unknown:
-        return views
-    ids = list(unknown)
-    shown = ", ".join(ids[:5]) + (f" and {len(ids) - 5} more" if len(ids) > 5 else "")
-    n = sum(unknown.values())
-    from .generate import SUMMARIES
-
-    store = Path(run_dir) / SUMMARIES if run_dir is not None else "the summary store"
-    warnings.warn(
-        f"{store}: left out {n} {'summary' if n == 1 else 'summaries'} of {len(ids)} "
-        f"{'document' if len(ids) == 1 else 'documents'} that are not in the corpus {corpus.name!r}: {shown}. "
-        "The corpus file has probably changed since stage 01 (generation) ran; run stage 01 again with this "
-        "corpus, or train with the corpus it ran on.", stacklevel=3)
-    return {aspect: v.subset(known) for aspect, v in views.items()}
 
 
 def views_table(views_by_aspect: dict[str, AspectViews], train_ids, val_ids):

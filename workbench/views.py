@@ -12,11 +12,13 @@ ground truth and are never returned here: `collect_views` drops them, not the ca
 from __future__ import annotations
 
 import random
+import warnings
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pandas as pd
 
-from .generate import summaries_frame
+from .generate import SUMMARIES, summaries_frame
 
 HUMAN_EXCLUDED_SPLITS = ("test",)
 
@@ -41,7 +43,7 @@ class AspectViews:
         """Documents with at least `min_views` views (only those can form a positive pair)."""
         return [d for d, v in self.views.items() if len(v) >= min_views]
 
-    def subset(self, doc_ids) -> "AspectViews":
+    def subset(self, doc_ids) -> AspectViews:
         """The views of the given documents only."""
         keep = set(doc_ids)
         return AspectViews(self.aspect, {d: v for d, v in self.views.items() if d in keep},
@@ -71,6 +73,8 @@ def collect_views(aspects: list[str], run_dir=None, corpus=None, include_human: 
 
     - LLM summaries: records with status "ok" from `<run_dir>/summaries.jsonl`
       (the "Not applicable." and unparsed answers are not views).
+    - With a corpus, LLM summaries of documents it does not have are left out, with a
+      warning (the corpus file changed since stage 01).
     - Human views (`include_human`): the corpus columns `summary_<aspect>` and
       `highlights_<aspect>`, except for rows whose `split` is in `exclude_splits`.
     """
@@ -81,6 +85,8 @@ def collect_views(aspects: list[str], run_dir=None, corpus=None, include_human: 
             frame = frame[frame["aspect"].isin(aspects)]
             for doc_id, aspect, text in zip(frame["doc_id"], frame["aspect"], frame["text"]):
                 out[aspect].add(str(doc_id), text, "llm")
+    if corpus is not None:
+        out = _only_corpus_documents(out, corpus, run_dir)
     if include_human and corpus is not None:
         docs = corpus.docs
         allowed = ~docs["split"].isin(exclude_splits) if "split" in docs else pd.Series(True, index=docs.index)
@@ -96,7 +102,34 @@ def collect_views(aspects: list[str], run_dir=None, corpus=None, include_human: 
     return out
 
 
-def split_documents(doc_ids: list[str], corpus=None, val_split: str | None = None, val_docs: int | float = 0.2,
+def _only_corpus_documents(views: dict[str, AspectViews], corpus, run_dir) -> dict[str, AspectViews]:
+    """Leave out the views of documents the corpus does not have, with a warning naming a few.
+
+    Such summaries usually mean the corpus file changed since stage 01 ran (records
+    removed, or ids that changed); training on them would mix in papers the run no
+    longer describes, and their ids would not match any embedding later.
+    """
+    known = set(corpus.ids)
+    unknown: dict[str, int] = {}
+    for v in views.values():
+        for doc_id, texts in v.views.items():
+            if doc_id not in known:
+                unknown[doc_id] = unknown.get(doc_id, 0) + len(texts)
+    if not unknown:
+        return views
+    ids = list(unknown)
+    shown = ", ".join(ids[:5]) + (f" and {len(ids) - 5} more" if len(ids) > 5 else "")
+    n = sum(unknown.values())
+    store = Path(run_dir) / SUMMARIES if run_dir is not None else "the summary store"
+    warnings.warn(
+        f"{store}: left out {n} {'summary' if n == 1 else 'summaries'} of {len(ids)} "
+        f"{'document' if len(ids) == 1 else 'documents'} that are not in the corpus {corpus.name!r}: {shown}. "
+        "The corpus file has probably changed since stage 01 (generation) ran; run stage 01 again with this "
+        "corpus, or train with the corpus it ran on.", stacklevel=4)
+    return {aspect: v.subset(known) for aspect, v in views.items()}
+
+
+def split_documents(doc_ids: list[str], corpus=None, val_split: str | None = None, val_docs: float = 0.2,
                     seed: int = 0) -> tuple[list[str], list[str]]:
     """Split documents into train and validation sets.
 

@@ -1,0 +1,149 @@
+"""Stage 01's shared work: prompt tokens read once, finished answers leaving the batch, and
+resume keys that include the prompt and the model."""
+
+import dataclasses
+
+import pytest
+
+from workbench.aspects import load_aspects
+from workbench.generate import SUMMARY_PREFILL, SUMMARY_STOP, generate_summaries, summaries_frame
+from workbench.llm import Completion, Sampling, _common_prefix, _cut_at_stop, plan_batches
+
+
+def test_common_prefix():
+    assert _common_prefix([[1, 2, 3], [1, 2, 4], [1, 2]]) == 2
+    assert _common_prefix([[5, 6]]) == 2
+    assert _common_prefix([[1], [2]]) == 0
+    assert _common_prefix([]) == 0
+
+
+def test_plan_batches_groups_long_common_starts_and_respects_the_row_limit():
+    instruction_a, instruction_b = list(range(100, 160)), list(range(200, 260))
+    prompts = [instruction_a + [1, 2, 3], instruction_b + [1, 2, 3], instruction_a + [7, 8], instruction_b + [9],
+               instruction_a + [4]]
+    batches = plan_batches(prompts, repeats=[2] * 5, max_rows=4)
+    # same instruction together, at most 4 answers per batch, every prompt exactly once
+    assert sorted(i for b in batches for i in b) == list(range(5))
+    for batch in batches:
+        assert sum(2 for _ in batch) <= 4
+        assert len({tuple(prompts[i][:60]) for i in batch}) == 1
+    assert len(batches) == 3  # a: 3 prompts -> 2 batches; b: 2 prompts -> 1 batch
+    # a prompt asked for more answers than fit gets a batch of its own
+    assert plan_batches(prompts[:2], repeats=[9, 1], max_rows=4) in ([[0], [1]], [[1], [0]])
+    # little in common (less than half of the shorter prompt): never batched together
+    assert plan_batches([[1, 2, 3, 4], [1, 9, 9, 9]], repeats=[1, 1], max_rows=8) == [[0], [1]]
+
+
+def test_cut_at_stop():
+    assert _cut_at_stop('Good."} trailing', ('"}', '"\n}')) == 'Good."}'
+    assert _cut_at_stop("no stop", ('"}',)) == "no stop"
+
+
+class FakeBackend:
+    """Answers every conversation with a fixed JSON sentence and counts what it was asked."""
+
+    kind = "fake"
+    batch_size = 4
+
+    def __init__(self, model_id="fake-1"):
+        self.model_id = model_id
+        self.asked = 0
+
+    def complete(self, conversations, sampling, prefill=None):
+        for i, _ in enumerate(conversations):
+            self.asked += 1
+            yield i, Completion(f'{{"sentence": "answer by {self.model_id}."}}', 5, 0.0)
+
+
+def test_resume_redoes_work_when_the_prompt_or_the_model_changes(tiny_corpus, tmp_path):
+    aspects = load_aspects("acl").subset(["challenge", "approach"])
+    backend = FakeBackend()
+    first = generate_summaries(tiny_corpus, aspects, backend, tmp_path, k=2, progress=False)
+    assert first.written == 12 and first.skipped == 0 and first.superseded == 0
+
+    again = generate_summaries(tiny_corpus, aspects, backend, tmp_path, k=2, progress=False)
+    assert again.written == 0 and again.skipped == 12 and backend.asked == 12
+    assert "12 reused" in str(again)
+
+    # an edited aspect description changes that prompt's hash: its answers are done again
+    edited = dataclasses.replace(aspects["challenge"], description="A different question entirely.")
+    changed = dataclasses.replace(aspects, aspects=(edited, aspects["approach"]))
+    assert changed.prompt_hash("challenge") != aspects.prompt_hash("challenge")
+    redo = generate_summaries(tiny_corpus, changed, backend, tmp_path, k=2, progress=False)
+    assert redo.written == 6 and redo.skipped == 6 and redo.superseded == 6
+    assert "done again" in str(redo)
+    current = summaries_frame(tmp_path)
+    assert len(current) == 12  # only the answers to the prompts as they are now
+    assert set(current.loc[current["key"] == "challenge", "prompt_hash"]) == {changed.prompt_hash("challenge")}
+    assert len(summaries_frame(tmp_path, current=False)) == 18  # nothing was lost
+
+    # another model: everything is done again, and only its answers are current
+    other = FakeBackend("fake-2")
+    swap = generate_summaries(tiny_corpus, changed, other, tmp_path, k=2, progress=False)
+    assert swap.written == 12 and swap.superseded == 12
+    assert set(summaries_frame(tmp_path)["model"]) == {"fake-2"}
+    # and back to the first model and prompt: its answers are reused, not asked again
+    asked = backend.asked
+    back = generate_summaries(tiny_corpus, changed, backend, tmp_path, k=2, progress=False)
+    assert back.written == 0 and backend.asked == asked
+    assert set(summaries_frame(tmp_path)["model"]) == {"fake-1"}
+
+
+@pytest.mark.slow
+def test_shared_reading_gives_the_answers_of_plain_generate(tiny_corpus, smollm):
+    """Greedy answers through the shared cache and the shrinking batch equal `generate` on each prompt alone."""
+    aspects = load_aspects("acl")
+    conversations = [aspects.messages(key, text) for text in tiny_corpus.texts() for _, key in aspects.prompt_keys()]
+    conversations += conversations[:2]  # repeated conversations (k samples) are read once
+    greedy = Sampling(temperature=0, max_new_tokens=20, stop=SUMMARY_STOP)
+    got = dict(smollm.complete(conversations, greedy, prefill=SUMMARY_PREFILL))
+    assert sorted(got) == list(range(len(conversations)))
+    tokenizer, model = smollm.tokenizer, smollm.model
+    for i, messages in enumerate(conversations[:-2]):
+        enc = tokenizer(smollm._prompt(messages, SUMMARY_PREFILL), return_tensors="pt", add_special_tokens=False)
+        out = model.generate(**enc, max_new_tokens=20, do_sample=False, stop_strings=list(SUMMARY_STOP),
+                             tokenizer=tokenizer, pad_token_id=tokenizer.pad_token_id)
+        want = tokenizer.decode(out[0, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+        assert got[i].text == SUMMARY_PREFILL + _cut_at_stop(want, SUMMARY_STOP), i
+    assert got[len(conversations) - 2].text == got[0].text
+
+
+@pytest.mark.slow
+def test_samples_of_one_prompt_differ_and_stop_on_their_own(tiny_corpus, smollm):
+    aspects = load_aspects("acl")
+    messages = aspects.messages("approach", tiny_corpus.texts()[0])
+    answers = dict(smollm.complete([messages] * 6, Sampling(max_new_tokens=24, seed=0, stop=SUMMARY_STOP),
+                                   prefill=SUMMARY_PREFILL))
+    texts = [answers[i].text for i in range(6)]
+    assert len(set(texts)) > 1
+    assert all(1 <= answers[i].tokens <= 24 for i in range(6))
+    for text in texts:  # an answer that stopped on '"}' ends there
+        assert '"}' not in text or text.endswith('"}')
+
+
+@pytest.mark.slow
+def test_llama_cpp_backend_samples_differ_and_end_like_transformers(tiny_corpus):
+    pytest.importorskip("llama_cpp")
+    from workbench.llm import LlamaCppBackend
+
+    backend = LlamaCppBackend("smollm2-135m-instruct", n_threads=1)
+    messages = load_aspects("acl").messages("approach", tiny_corpus.texts()[0])
+    answers = dict(backend.complete([messages] * 3, Sampling(max_new_tokens=24, seed=0, stop=SUMMARY_STOP),
+                                    prefill=SUMMARY_PREFILL))
+    texts = [answers[i].text for i in range(3)]
+    assert all(t.startswith(SUMMARY_PREFILL) for t in texts)
+    assert len(set(texts)) > 1
+
+
+def test_credentials_in_a_server_url_never_reach_messages():
+    from workbench.llm import OpenAIBackend, _without_credentials
+
+    assert _without_credentials("http://user:sk-secret123@host:8000/v1") == "http://***@host:8000/v1"
+    assert _without_credentials("http://host/v1") == "http://host/v1"
+    backend = OpenAIBackend("m", base_url="http://user:sk-secret123@127.0.0.1:9/v1", retries=0, timeout=0.5)
+    try:
+        assert "sk-secret123" not in repr(backend)
+        completion = backend.request([{"role": "user", "content": "hi"}], Sampling(max_new_tokens=2))
+        assert completion.error and "sk-secret123" not in completion.error and "***@127.0.0.1" in completion.error
+    finally:
+        backend.close()
