@@ -117,9 +117,6 @@ def train_view_head(views, train_ids, val_ids, out_dir, config, cache: FeatureCa
     train_docs, val_docs = eligible_docs(views, train_ids), eligible_docs(views, val_ids)
     if set(train_docs) & set(val_docs):
         raise ValueError(f"aspect '{aspect}': documents are in both train and validation sets")
-    if len(train_docs) < 2 or len(val_docs) < 2:
-        raise ValueError(f"aspect '{aspect}': {len(train_docs)} training and {len(val_docs)} validation documents "
-                         f"with two or more views; need at least 2 each")
     torch.manual_seed(config.seed)
     rng = random.Random(config.seed)
     model = PooledAspectModel(config.base_model, [aspect], hidden=cache.backbone.hidden_size,
@@ -162,6 +159,22 @@ def train_view_head(views, train_ids, val_ids, out_dir, config, cache: FeatureCa
         bar.set_postfix(mrr=f"{metrics['val_mrr']:.3f}", best=f"{best['val_mrr']:.3f}@{best['step']}")
         return bad >= config.patience
 
+    if len(train_docs) < 2 or len(val_docs) < 2:
+        # Too few pairs to train or to validate (a small corpus, or a generator that often
+        # answers "Not applicable."): the teacher is the frozen encoder itself, which is what
+        # step 0 of training would be, so the later stages still have every aspect.
+        model.save_pretrained(out_dir, extra={"aspect": aspect, "step": 0, "mode": "frozen", "untrained": True,
+                                              "train_config": config.comparable()})
+        nan = float("nan")
+        result = TrainResult(aspect=aspect, out_dir=str(out_dir), best_step=0, best_mrr=nan, best_mean_rank=nan,
+                             baseline={"val_mean_rank": nan, "val_mrr": nan, "val_top1": nan},
+                             n_train_docs=len(train_docs), n_val_docs=len(val_docs))
+        from dataclasses import asdict
+
+        record.update(status="finished", untrained=True,
+                      result={k: v for k, v in asdict(result).items() if k not in ("history", "model")})
+        _write_json(out_dir / TRAIN_CONFIG_NAME, record)
+        return result
     validate(0)
     stopped_early, step = False, 0
     if config.head_rank:  # with no projection there is nothing to train: step 0 is the teacher

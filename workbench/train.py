@@ -506,8 +506,13 @@ def train_aspect_models(aspects: Sequence[str], run_dir, corpus=None, config: Tr
             continue
         n_train, n_val = len(eligible_docs(views[aspect], train_ids)), len(eligible_docs(views[aspect], val_ids))
         if n_train < 2 or n_val < 2:
-            log(f"{aspect}: not trained, too few documents with two or more views "
-                f"({n_train} train, {n_val} validation; need 2 each)")
+            few = f"too few documents with two or more views ({n_train} train, {n_val} validation; need 2 each)"
+            if not frozen:
+                log(f"{aspect}: not trained, {few}")
+                continue
+            log(f"{aspect}: {few}: the teacher is the frozen encoder itself")
+            results[aspect] = train_view_head(views[aspect], train_ids, val_ids, out_dir, config, cache,
+                                              progress=progress)
             continue
         log(f"{aspect}: training on {n_train} documents, validating on {n_val} -> {out_dir}"
             f" ({'frozen encoder, residual head on cached vectors' if frozen else 'fine-tuning the encoder'})")
