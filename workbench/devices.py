@@ -34,7 +34,7 @@ def default_dtype(device: str):
     return torch.float32
 
 
-def free_threads(sample_seconds: float = 0.2) -> int:
+def free_threads(sample_seconds: float = 0.3) -> int:
     """How many threads to compute with: the cores that are free now, at least 1.
 
     WORKBENCH_THREADS overrides it; so does OMP_NUM_THREADS, where set to a number (torchrun
@@ -68,7 +68,9 @@ def free_threads(sample_seconds: float = 0.2) -> int:
         return cores
     machine = os.cpu_count() or cores
     idle_cores = (idle1 - idle0) / max(total1 - total0, 1) * machine
-    return max(1, min(cores, int(idle_cores + 0.5)))
+    # A core counts as taken only when it is at least three quarters busy: a short burst
+    # (a process starting) must not halve the threads of a long computation.
+    return max(1, min(cores, int(idle_cores + 0.75)))
 
 
 def use_free_cores(verbose: bool = False) -> int:

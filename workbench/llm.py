@@ -109,6 +109,10 @@ class TransformersBackend:
         """
         import torch
 
+        from .devices import use_free_cores
+
+        if self.model.device.type == "cpu":
+            use_free_cores()  # two threads on a core another job holds run several times slower than one
         if sampling.seed is not None:
             torch.manual_seed(sampling.seed)
         rows_of: dict[str, list[int]] = {}
