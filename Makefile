@@ -15,8 +15,10 @@ setup:
 demo: setup
 	$(PY) -m workbench run --params params/demo.yaml
 
+# -n auto: one pytest-xdist worker per free core, each computing on one thread; in-process
+# when at most one core is free (tests/conftest.py). PYTEST_ARGS="-n 0" runs it in-process.
 test: setup
-	$(PY) -m pytest -q $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n auto $(PYTEST_ARGS)
 
 bench: setup
 	$(PY) benchmarks/generate.py
@@ -25,6 +27,7 @@ bench: setup
 	$(PY) benchmarks/embed.py
 	$(PY) benchmarks/decode.py
 	$(PY) benchmarks/maps.py
+	$(PY) benchmarks/threads.py
 
 clean-runs:
 	rm -rf runs reports/*/

@@ -1,13 +1,93 @@
-"""Shared fixtures. The suite runs offline: nothing may reach a model hub."""
+"""Shared fixtures. The suite runs offline: nothing may reach a model hub.
+
+Threads: `make test` runs the suite on pytest-xdist workers, as many as there are free
+cores (`pytest_xdist_auto_num_workers` below, for `-n auto`). Each worker computes on ONE
+thread (torch, OpenMP/BLAS, openTSNE through WORKBENCH_THREADS), so two workers on two
+cores never oversubscribe them; a run without xdist uses the cores free when it starts.
+The counts go into the environment, so notebook kernels, servers and scripts that the tests
+start inherit them.
+
+Scheduling under xdist: the modules in TOGETHER run whole on one worker (their
+module-scoped fixtures, a loaded LM, a training run, a pipeline run, a server, are made
+once); every other test goes to whichever worker is free, slow ones first.
+"""
 
 import os
+from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-import pandas as pd
-import pytest
+_FREE: list[int] = []
+TOGETHER = {"test_decoder.py", "test_distill.py", "test_stages_04_06.py", "test_http_backend.py"}
+
+
+def _free_cores() -> int:
+    """The cores free when the run started (sampled once; WORKBENCH_THREADS overrides)."""
+    if not _FREE:
+        from workbench.devices import free_threads
+
+        _FREE.append(free_threads())
+    return _FREE[0]
+
+
+def _set_threads() -> None:
+    # Before numpy, torch or openTSNE load: OpenMP and BLAS read these once, at start-up.
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        threads = 1  # one per worker: the workers already fill the free cores
+    else:
+        threads = _free_cores()
+    for name in ("WORKBENCH_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ[name] = str(threads)
+
+
+_set_threads()
+
+import pandas as pd  # noqa: E402
+import pytest  # noqa: E402
+
+
+@pytest.hookimpl(optionalhook=True)  # without pytest-xdist, never called
+def pytest_xdist_auto_num_workers(config):
+    """`-n auto`: one worker per free core, and none (in-process) when at most one core is free.
+
+    PYTEST_XDIST_AUTO_NUM_WORKERS overrides it, as in xdist itself.
+    """
+    env = os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS")
+    if env:
+        return int(env)
+    free = _free_cores()
+    return free if free > 1 else 0
+
+
+@pytest.hookimpl(optionalhook=True)  # without pytest-xdist, never called
+def pytest_xdist_make_scheduler(config, log):
+    """For `-n N` (xdist's default `--dist load`): the modules in TOGETHER as one unit of work each.
+
+    (xdist's own `--dist loadgroup` would do this from `xdist_group` marks, but it renames
+    node ids in a way pytest 9 no longer supports, so the marks are ignored.) Units go out
+    largest first (xdist's loadscope order), then single tests in collection order.
+    """
+    if config.getvalue("dist") != "load":
+        return None  # another --dist: xdist's own scheduler
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Together(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return module if Path(module).name in TOGETHER else nodeid
+
+    return Together(config, log)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under xdist, slow tests first: the long ones start early and the short ones fill the gaps.
+
+    In-process runs keep the file order, so no module fixture is set up twice.
+    """
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable: file order otherwise
 
 
 @pytest.fixture

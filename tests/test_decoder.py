@@ -1,7 +1,8 @@
 """Embedding decoder (workbench/decoder.py): soft-token path, loss masking, frozen LM, tiny training, checkpoints.
 
-The packaged SmolLM2-135M-Instruct is loaded once for the module; the tiny training run
-is shared by the training, checkpoint and generation tests.
+The packaged SmolLM2-135M-Instruct is loaded once for the module. The tiny training run
+(slow tier) is shared by the tests of what a decoder learns; the checkpoint and generation
+tests share a decoder saved after one training step.
 """
 
 import copy
@@ -143,6 +144,7 @@ def test_only_mapping_and_learned_tokens_train(lm, chat):
 
 @pytest.fixture(scope="module")
 def trained(lm, tmp_path_factory):
+    """30 steps of training (about 45 s on one core): for the tests of what the decoder learns."""
     out = tmp_path_factory.mktemp("decoder")
     emb = _embeddings(len(SENTENCES))
     config = DecoderConfig(max_steps=30, eval_every=30, lr=1e-2, batch_size=4, device="cpu")
@@ -151,6 +153,18 @@ def trained(lm, tmp_path_factory):
     return result, emb
 
 
+@pytest.fixture(scope="module")
+def checkpoint(lm, tmp_path_factory):
+    """A decoder saved by `train_decoder` after one step: checkpoints and generation do not depend on training."""
+    out = tmp_path_factory.mktemp("decoder_checkpoint")
+    emb = _embeddings(len(SENTENCES))
+    config = DecoderConfig(max_steps=1, eval_every=1, lr=1e-2, batch_size=4, device="cpu")
+    result = train_decoder(emb, [[s] for s in SENTENCES], range(N_TRAIN), range(N_TRAIN, len(SENTENCES)),
+                           out, config, lm=lm, progress=False)
+    return result, emb
+
+
+@pytest.mark.slow
 def test_tiny_training_prefers_matching_embeddings(trained):
     result, emb = trained
     dec = result.decoder
@@ -164,8 +178,8 @@ def test_tiny_training_prefers_matching_embeddings(trained):
     assert history[0]["train_loss"] is None and history[-1]["val_loss"] < history[0]["val_loss"]
 
 
-def test_save_load_round_trip(trained, lm, tmp_path):
-    result, emb = trained
+def test_save_load_round_trip(checkpoint, lm, tmp_path):
+    result, emb = checkpoint
     texts = SENTENCES[:4]
     loaded = EmbeddingDecoder.from_pretrained(result.out_dir, lm=lm)
     with torch.no_grad():
@@ -196,8 +210,8 @@ def test_save_load_round_trip(trained, lm, tmp_path):
     assert (tmp_path / "bad_dim" / WEIGHTS_NAME).is_file()
 
 
-def test_generate_shapes(trained):
-    result, emb = trained
+def test_generate_shapes(checkpoint):
+    result, emb = checkpoint
     dec = result.decoder
     greedy = dec.generate(emb[:3], greedy=True, max_new_tokens=12, batch_size=2)
     assert len(greedy) == 3 and all(len(c) == 1 and c[0].strip() for c in greedy)
@@ -257,7 +271,7 @@ def test_train_decoders_resume_and_load(lm, tmp_path):
 
     emb = _embeddings(len(SENTENCES))
     data = {"a": _data("a", emb), "b": _data("b", emb[::-1].copy())}
-    config = DecoderConfig(max_steps=2, eval_every=2, device="cpu")
+    config = DecoderConfig(max_steps=1, eval_every=1, device="cpu")  # what is trained is not under test here
     first = train_decoders(tmp_path, None, ["a", "b"], config, data=data, lm=lm, progress=False)
     assert set(first) == {"a", "b"} and (tmp_path / "decoders" / "a" / DONE_NAME).is_file()
     stamp = (tmp_path / "decoders" / "a" / WEIGHTS_NAME).stat().st_mtime_ns
@@ -318,6 +332,7 @@ def test_round_trip_rank_against_brute_force():
         assert rt["rank"][i] == 1 + int((sims > target_sim + 1e-6).sum())
 
 
+@pytest.mark.slow
 def test_decoding_report_on_tiny_decoder(trained):
     from workbench.decoding import AspectDecoder, decoding_report, figure3_table
 

@@ -61,3 +61,75 @@ def test_devices_are_detected_not_hard_coded(monkeypatch):
     assert best_device() in {"cpu", "cuda", "mps"}
     monkeypatch.setenv("WORKBENCH_DEVICE", "cpu")
     assert best_device() == "cpu"
+
+
+def test_a_conversion_that_lost_the_race_keeps_the_winners_folder(tmp_path):
+    """Two workers converting one model: the second rename finds the folder done and drops its copy."""
+    from workbench.models import _publish
+
+    folder = tmp_path / "converted"
+    for pid in (1, 2):
+        tmp = tmp_path / f"converted.tmp{pid}"
+        tmp.mkdir()
+        (tmp / "config.json").write_text(f'{{"by": {pid}}}')
+        _publish(tmp, folder)
+        assert not tmp.exists()
+    assert (folder / "config.json").read_text() == '{"by": 1}'
+    # A folder in the way that is not a finished conversion is an error, not silently kept.
+    broken = tmp_path / "broken"
+    (broken / "partial").mkdir(parents=True)
+    tmp = tmp_path / "broken.tmp3"
+    tmp.mkdir()
+    (tmp / "config.json").write_text("{}")
+    with pytest.raises(OSError):
+        _publish(tmp, broken)
+
+
+def test_thread_counts_come_from_the_free_cores_or_the_environment(monkeypatch):
+    import os
+
+    import torch
+
+    from workbench import devices, tsne
+
+    monkeypatch.setenv("WORKBENCH_THREADS", "3")
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    assert devices.free_threads() == 3  # WORKBENCH_THREADS first
+    monkeypatch.delenv("WORKBENCH_THREADS")
+    assert devices.free_threads() == 1  # then OMP_NUM_THREADS (torchrun sets it per process)
+    monkeypatch.delenv("OMP_NUM_THREADS")
+
+    # Otherwise the idle share of the machine, from two readings of /proc/stat: of 2 cores,
+    # 100 of 200 ticks idle means one core is busy with another job.
+    readings = iter(["cpu  100 0 100 1000 0 0 0 0 0 0\n", "cpu  200 0 100 1100 0 0 0 0 0 0\n"])
+
+    class Stat:
+        def __init__(self, *args):
+            self.line = next(readings)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def readline(self):
+            return self.line
+
+    monkeypatch.setattr(devices, "open", Stat, raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    assert devices.free_threads(sample_seconds=0) == 1
+    readings = iter(["cpu  100 0 100 1000 0 0 0 0 0 0\n", "cpu  100 0 100 1200 0 0 0 0 0 0\n"])
+    assert devices.free_threads(sample_seconds=0) == 2  # all idle: both cores
+
+    # use_free_cores sets torch's threads; openTSNE's n_jobs follows unless N_JOBS is set.
+    before = torch.get_num_threads()
+    monkeypatch.setenv("WORKBENCH_THREADS", "1")
+    try:
+        assert devices.use_free_cores() == 1 and torch.get_num_threads() == 1
+        assert tsne._n_jobs() == 1
+        monkeypatch.setattr(tsne, "N_JOBS", 2)
+        assert tsne._n_jobs() == 2
+    finally:
+        torch.set_num_threads(before)

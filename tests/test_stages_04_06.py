@@ -1,10 +1,12 @@
 """Notebooks 04 (decode), 05 (maps) and 06 (evaluate) end to end through the runner, on a tiny run.
 
-One module-scoped run: stages 02 and 03 with a handful of steps, then 04-06 with the
-smallest settings that still exercise every cell (decoders trained for two steps, a map of
-the whole corpus, a leave-one-out inversion, the evaluation on ACLSum's test split).
-The numbers are meaningless at this size; the tests check that every artifact is written,
-that the reports hold their tables and plots, and that paper text stays escaped.
+One module-scoped run: untrained checkpoints where stages 02 and 03 would have left their
+models (frozen-backbone heads, as a CPU run makes them, and the split of stage 02; the
+stages themselves run through papermill in test_train.py, test_distill.py and test_own_corpus.py),
+then 04-06 with the smallest settings that still exercise every cell (decoders trained for
+two steps, a map of the whole corpus, a leave-one-out inversion, the evaluation on ACLSum's
+test split). The numbers are meaningless at this size; the tests check that every artifact
+is written, that the reports hold their tables and plots, and that paper text stays escaped.
 """
 
 import json
@@ -14,6 +16,26 @@ import pytest
 import yaml
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
+ASPECTS = ["challenge", "approach"]
+
+
+def _untrained_stages_02_03(run: Path) -> None:
+    """What stages 02 and 03 leave in frozen mode, with untrained heads: training is not under test here."""
+    from workbench.corpus import load_corpus
+    from workbench.distill import DistillConfig
+    from workbench.heads import PooledAspectModel
+    from workbench.train import SPLIT_NAME, TrainConfig, prepare_views
+
+    hidden = 384  # MiniLM's width: frozen-mode aspect vectors are backbone-sized
+    _, train_ids, val_ids = prepare_views(ASPECTS, None, load_corpus("aclsum"), val_split="validation")
+    models = run / "aspect_models"
+    for i, aspect in enumerate(ASPECTS):
+        PooledAspectModel("minilm", [aspect], hidden=hidden, pool=False, rank=TrainConfig().head_rank,
+                          seed=i).save_pretrained(models / aspect, extra={"aspect": aspect, "mode": "frozen"})
+    (models / SPLIT_NAME).write_text(json.dumps({"val_split": "validation", "train": train_ids,
+                                                 "validation": val_ids}))
+    PooledAspectModel("minilm", ASPECTS, hidden=hidden, pool=True, rank=DistillConfig().head_rank).save_pretrained(
+        run / "unified_model", extra={"stage": "distill", "mode": "frozen"})
 
 
 @pytest.fixture(scope="module")
@@ -25,11 +47,8 @@ def tiny_run(tmp_path_factory):
     params.write_text(yaml.safe_dump({
         "report_dir": str(root / "reports"),
         # Two aspects keep it quick; every table still has an off-diagonal.
-        "parameters": {"corpus": "aclsum", "aspects": "acl", "aspect_names": ["challenge", "approach"], "seed": 0},
+        "parameters": {"corpus": "aclsum", "aspects": "acl", "aspect_names": ASPECTS, "seed": 0},
         "stage_parameters": {
-            "02_train": {"max_steps": 1, "eval_every": 1, "batch_size": 4, "max_length": 32, "dim": 16,
-                         "pooling": "mean"},
-            "03_distill": {"max_steps": 2, "eval_every": 2, "batch_size": 4, "max_length": 32, "pooling": "mean"},
             "04_decode": {"max_steps": 2, "eval_every": 2, "val_docs": 3, "val_summaries": 1, "eval_docs": 3,
                           "examples_per_aspect": 1, "max_new_tokens": 8, "bertscore_model": "minilm"},
             "05_visualize": {"corpus": "aclsum:validation", "n_labels": 2, "loo_docs": 1, "perplexity": 10.0},
@@ -38,14 +57,15 @@ def tiny_run(tmp_path_factory):
         },
     }))
     run = root / "run"
-    results = run_pipeline(params, run_dir=str(run), stages=["02_train", "03_distill", "04_decode", "05_visualize",
-                                                             "06_evaluate"], log=lambda *a: None)
+    _untrained_stages_02_03(run)
+    results = run_pipeline(params, run_dir=str(run), stages=["04_decode", "05_visualize", "06_evaluate"],
+                           log=lambda *a: None)
     return run, root / "reports", results
 
 
 def test_decode_stage_writes_decoders_and_report(tiny_run):
     run, reports, _ = tiny_run
-    # On a CPU stages 02-03 run in frozen mode: aspect vectors are MiniLM-sized, whatever `dim` says.
+    # Frozen-mode checkpoints (what stages 02-03 make on a CPU): aspect vectors are MiniLM-sized.
     unified = json.loads((run / "unified_model" / "workbench_config.json").read_text())
     assert unified["format"] == "workbench-pooled-encoder" and unified["dim"] == 384
     for aspect in ["challenge", "approach"]:

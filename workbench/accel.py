@@ -6,7 +6,7 @@ a CPU, one GPU, and the processes that `torchrun` / `accelerate launch` start.
 
 from __future__ import annotations
 
-from .devices import best_device
+from .devices import best_device, use_free_cores
 
 
 def make_accelerator(device: str | None = None, mixed_precision: str = "no"):
@@ -21,6 +21,8 @@ def make_accelerator(device: str | None = None, mixed_precision: str = "no"):
     from accelerate.utils import DistributedDataParallelKwargs
 
     cpu = (device or best_device()) == "cpu"
+    if cpu:
+        use_free_cores()  # threads from the cores free now (torchrun's processes keep its OMP_NUM_THREADS)
     handlers = [DistributedDataParallelKwargs(find_unused_parameters=True)]
     try:
         return Accelerator(cpu=cpu, mixed_precision=mixed_precision, kwargs_handlers=handlers)

@@ -16,6 +16,7 @@ from typing import Sequence
 
 import numpy as np
 
+from .devices import use_free_cores
 from .encoders import CONFIG_NAME, WEIGHTS_NAME, is_model, load_model
 
 EMBEDDINGS_DIR = "embeddings"
@@ -87,6 +88,7 @@ def embed_corpus(model_dir: str | os.PathLike, corpus, run_dir: str | os.PathLik
         except Exception:  # a damaged cache entry is recomputed and overwritten
             pass
     model = load_model(model_dir, device=device, run_dir=run_dir)
+    use_free_cores()  # two threads on a core another job keeps busy run several times slower
     vectors = model.encode(corpus.texts(), batch_size=batch_size, normalize=True, progress=progress)
     folder.mkdir(parents=True, exist_ok=True)
     tmp = folder / f"{key}.safetensors.tmp"

@@ -36,6 +36,7 @@ FEATURES_DIR = "features"
 # unified model (abstracts, sentences) then share one cache, and MiniLM was trained at 256.
 FROZEN_MAX_LENGTH = 256
 SHARD_ROWS = 2048  # texts per shard: a killed run loses at most this much work
+FREE_CORES_MIN_TEXTS = 64  # encoding this many new texts first sets torch's threads to the cores free now
 N_POSITION = 3  # position features of a sentence: relative position, is first, is last
 
 
@@ -195,6 +196,10 @@ class FeatureCache:
         keys = [text_key(t) for t in texts]
         new = {k: t for k, t in zip(keys, texts) if k not in self._vectors}
         todo = list(new.items())
+        if len(todo) >= FREE_CORES_MIN_TEXTS:
+            from .devices import use_free_cores
+
+            use_free_cores()  # two threads on a core another job keeps busy run several times slower
         for start in range(0, len(todo), SHARD_ROWS):
             chunk = todo[start:start + SHARD_ROWS]
             vectors = self.backbone.embed([t for _, t in chunk], batch_size=self.batch_size, progress=progress)

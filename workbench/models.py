@@ -88,9 +88,24 @@ def _mpnet() -> Path | None:
     # The archive holds one folder with the sentence-transformers layout.
     configs = list(tmp.rglob("config.json"))
     root = min(configs, key=lambda p: len(p.parts)).parent
-    os.replace(root, target) if root != tmp else os.replace(tmp, target)
+    _publish(root, target)
     shutil.rmtree(tmp, ignore_errors=True)
     return target
+
+
+def _publish(tmp: Path, folder: Path) -> None:
+    """Rename a finished `tmp` folder to `folder`, unless another process got there first.
+
+    Two processes (two test workers, two notebooks) may convert the same model at once:
+    each writes its own `tmp` (named by pid), and the rename is atomic, so `folder` is
+    always complete. The loser of the race finds `folder` there and drops its copy.
+    """
+    try:
+        os.replace(tmp, folder)
+    except OSError:
+        if not (folder / "config.json").exists():
+            raise
+    shutil.rmtree(tmp, ignore_errors=True)
 
 
 @dataclass(frozen=True)
@@ -227,10 +242,7 @@ def prepare_causal_lm(name: str | os.PathLike) -> str:
         json.dumps({"gguf": str(Path(resolved.path) / resolved.gguf_file), "converted": time.time()})
     )
     # Rename last, so that a conversion killed half-way is never mistaken for a finished one.
-    if folder.exists():
-        shutil.rmtree(tmp, ignore_errors=True)
-    else:
-        os.replace(tmp, folder)
+    _publish(tmp, folder)
     return str(folder)
 
 

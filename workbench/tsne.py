@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import warnings
 from pathlib import Path
 from typing import Mapping, Sequence
@@ -64,7 +63,7 @@ EARLY_EXAGGERATION = 12.0   # sklearn's and openTSNE's default
 EXAGGERATION_ITER = 250     # both libraries' length of the early exaggeration phase
 FFT_MIN = 10000             # fresh openTSNE fits: Barnes-Hut below this many points, FFT above (its rule)
 WARM_FFT_MIN = 50000        # warm starts: Barnes-Hut up to here (see the module docstring)
-N_JOBS = min(8, os.cpu_count() or 1)  # openTSNE threads: modest, the machine may be shared
+N_JOBS: int | None = None  # openTSNE threads; None: the cores free at fit time (devices.free_threads)
 CHUNK = 1024                # rows per block wherever an (n, n) product is reduced on the fly
 
 
@@ -325,6 +324,20 @@ def _gradient_descent(P, Y, n_iter, momentum, learning_rate, exaggeration=1.0, v
     return Y
 
 
+def _n_jobs() -> int:
+    """openTSNE's threads: N_JOBS if set, else the cores free now (WORKBENCH_THREADS overrides).
+
+    On a core another job keeps busy, openTSNE's threads wait for each other at every
+    iteration: a 250-point fit took 10.1 s with 2 threads against 0.7 s with 1 on a shared
+    2-core machine (benchmarks/maps.py, benchmarks/threads.py).
+    """
+    if N_JOBS is not None:
+        return max(1, int(N_JOBS))
+    from .devices import free_threads
+
+    return min(8, free_threads())
+
+
 def _pca_init(features: np.ndarray, seed: int) -> np.ndarray:
     # sklearn's init="pca": the top two principal components, scaled so that the first has
     # standard deviation 1e-4 (a tiny start lets early exaggeration form the clusters).
@@ -447,12 +460,13 @@ class AspectMap:
             from openTSNE.affinity import PerplexityBasedNN
 
             n_iter = (100 if warm else 500) if n_iter is None else int(n_iter)
+            n_jobs = _n_jobs()
             # Euclidean on unit features: |f_i - f_j|^2 = 2 d(i, j), and openTSNE squares
             # its distances, so its rows are the exact path's rows restricted to the k-NN.
             affinities = PerplexityBasedNN(features.astype(np.float64), perplexity=perplexity, metric="euclidean",
-                                           n_jobs=N_JOBS, random_state=seed, verbose=verbose)
+                                           n_jobs=n_jobs, random_state=seed, verbose=verbose)
             gradient = "bh" if n < (WARM_FFT_MIN if warm else FFT_MIN) else "fft"
-            emb = TSNEEmbedding(y0, affinities, negative_gradient_method=gradient, n_jobs=N_JOBS,
+            emb = TSNEEmbedding(y0, affinities, negative_gradient_method=gradient, n_jobs=n_jobs,
                                 random_state=seed, verbose=verbose)
             if n_exag:
                 emb.optimize(n_exag, exaggeration=EARLY_EXAGGERATION, momentum=0.5, learning_rate="auto",
