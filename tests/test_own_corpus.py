@@ -37,7 +37,7 @@ def _workbench(cwd: Path, *args: str) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="module")
 def own_run(tmp_path_factory):
     home = tmp_path_factory.mktemp("own")
-    _export(home / "papers.csv", 10)
+    _export(home / "papers.csv", 8)
     aspects = yaml.safe_load((ROOT / "data" / "my_field.yaml").read_text())
     aspects["aspects"] = aspects["aspects"][:2]  # two aspects keep it quick; every table keeps an off-diagonal
     aspects["aspects"][1]["prompts"][0]["template"] = aspects["aspects"][0]["prompts"][0]["template"]
@@ -50,8 +50,8 @@ def own_run(tmp_path_factory):
                             "label_sentences": False},
             "04_decode": {"max_steps": 2, "eval_every": 2, "val_docs": 2, "val_summaries": 1, "eval_docs": 2,
                           "examples_per_aspect": 1, "max_new_tokens": 8, "bertscore_model": "minilm"},
-            "05_visualize": {"n_labels": 2, "loo_docs": 1, "perplexity": 3.0},
-            "06_evaluate": {"baselines": ["minilm"], "n_permutations": 10, "eval_docs": 2, "reconstruct_docs": 1,
+            "05_visualize": {"n_labels": 2, "loo_docs": 0, "perplexity": 3.0},
+            "06_evaluate": {"baselines": ["minilm"], "n_permutations": 10, "eval_docs": 2, "reconstruct_docs": 0,
                             "bertscore_model": "minilm"},
         },
     }))
@@ -77,7 +77,7 @@ def test_every_stage_runs_on_an_own_corpus_from_relative_paths(own_run):
     corpus = load_corpus(home / "papers.csv")
     assert all(d.startswith("h") for d in corpus.ids)
     stored = summaries_frame(run)
-    assert set(stored["doc_id"]) <= set(corpus.ids) and len(stored) == 10 * 2 * 2
+    assert set(stored["doc_id"]) <= set(corpus.ids) and len(stored) == 8 * 2 * 2
 
 
 def test_a_reordered_reexport_with_one_more_paper_generates_only_that_paper(own_run):
@@ -87,15 +87,15 @@ def test_a_reordered_reexport_with_one_more_paper_generates_only_that_paper(own_
     import csv
 
     rows = list(csv.reader((home / "papers.csv").open(newline="", encoding="utf-8")))
-    _export(home / "more.csv", 11)
-    extra = list(csv.reader((home / "more.csv").open(newline="", encoding="utf-8")))[11]
+    _export(home / "more.csv", 9)
+    extra = list(csv.reader((home / "more.csv").open(newline="", encoding="utf-8")))[9]
     with open(home / "papers2.csv", "w", newline="", encoding="utf-8") as fh:
         csv.writer(fh).writerows([rows[0], extra] + rows[1:][::-1])
     again = _workbench(home, "run", "--params", "params.yaml", "--stages", "01_generate",
                        "-p", "corpus=papers2.csv")
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     report = (home / "run" / "01_generate.ipynb").read_text()
-    assert "4 written" in report and "40 reused from the store" in report
+    assert "4 written" in report and "32 reused from the store" in report
 
 
 def test_a_messy_ris_export_goes_through_generation(tmp_path):
