@@ -275,13 +275,14 @@ class Explorer:
 
     # ------------------------------------------------------------------ export and storage
 
-    def export(self, path, presets: Mapping[str, Mapping[str, float]] | None = None, labels: bool = True,
+    def export(self, path, presets: Mapping[str, Mapping[str, float]] | None = None, labels: bool | int = True,
                title: str = "", color_by=None) -> Path:
         """A standalone HTML map with a few weight presets precomputed (no kernel needed).
 
         presets: {name: weights}; default: the current weights, each aspect alone, and all
         equal. Each preset is a warm-started refit from the current map; the current map is
-        restored afterwards.
+        restored afterwards. labels: region labels per preset (True: 8; a number: that
+        many; False or 0: none); each costs one decoded sentence.
         """
         from .mapview import export_html
 
@@ -292,7 +293,8 @@ class Explorer:
             for name, weights in presets.items():
                 self.map = keep.with_weights(normalize_weights(weights, self.aspects))
                 coords[name] = self.map.coords
-                drawn[name] = self.region_labels() if labels else []
+                n = 8 if labels is True else int(labels or 0)
+                drawn[name] = self.region_labels(n) if n else []
         finally:
             self.map = keep
         return export_html(path, coords, self.meta, labels_by_preset=drawn, title=title, color_by=color_by)
