@@ -37,6 +37,7 @@ from .decoder import CONFIG_NAME, HISTORY_NAME, DecoderConfig, DecoderTrainResul
 DECODERS = "decoders"
 SHARED = "shared"
 DONE_NAME = "done.json"
+DEFAULT_NAME = "default.json"  # which kind of decoder the later stages load: {"kind": "retrieval"}
 BERTSCORE_MODEL = "mpnet"  # the fixed reference encoder the workbench never trains
 BERTSCORE_LAYERS = {"mpnet": 9, "minilm": 6}  # OFFLINE_ASSETS: layers that bert-score uses for these
 
@@ -211,6 +212,42 @@ def train_decoders(run_dir, corpus, aspects: Sequence[str], config: DecoderConfi
     return results
 
 
+def build_retrieval_decoders(run_dir, corpus, aspects: Sequence[str], lm: str = "smollm2-135m-instruct",
+                             k: int = 8, context: int = 3, force: bool = False, progress: bool = False) -> dict:
+    """The training-free decoder: every known statement per aspect, embedded once (decoders/retrieval/).
+
+    Only the run's train and validation papers enter the memory. Skipped when the
+    statements, their embeddings and the settings are unchanged. Returns a summary per
+    aspect (statements, papers, sources) for the notebook's table.
+    """
+    from .retrieval_decoder import FOLDER, MEMORY_NAME, build_memories, fingerprint, save_memories
+
+    folder = Path(run_dir) / DECODERS / FOLDER
+    memories = build_memories(run_dir, corpus, aspects, progress=progress)
+    empty = [a for a, m in memories.items() if not m.texts]
+    if empty:
+        raise ValueError(f"aspects {empty} have no known statement in the train or validation papers; "
+                         "generate summaries (stage 01) for more documents or drop those aspects")
+    settings = {"lm": str(lm), "k": int(k), "context": int(context)}
+    done = folder / DONE_NAME
+    if force or not done.is_file() or json.loads(done.read_text()).get("fingerprint") != fingerprint(memories, settings):
+        done.unlink(missing_ok=True)
+        save_memories(folder, memories, settings)
+        done.write_text(json.dumps({"fingerprint": json.loads((folder / MEMORY_NAME).read_text())["fingerprint"],
+                                    "settings": settings}) + "\n")
+    return {a: {"statements": len(m.texts), "papers": len(set(m.doc_ids)),
+                **{s: m.sources.count(s) for s in sorted(set(m.sources))}} for a, m in memories.items()}
+
+
+def set_default_decoder(run_dir, kind: str) -> None:
+    """Record which kind of decoder the later stages (05 maps, 06 evaluation) load by default."""
+    if kind not in {"retrieval", "per_aspect", "shared"}:
+        raise ValueError(f"kind must be retrieval, per_aspect or shared, not {kind!r}")
+    root = Path(run_dir) / DECODERS
+    root.mkdir(parents=True, exist_ok=True)
+    (root / DEFAULT_NAME).write_text(json.dumps({"kind": kind}) + "\n")
+
+
 # --------------------------------------------------------------------------- using decoders
 
 
@@ -229,11 +266,19 @@ class AspectDecoder:
     def _aspect(self):
         return self.aspect if self.shared else None
 
-    def describe(self, embeddings, **sampling) -> list[list[str]]:
-        """Decode embeddings [N, D] (or one [D]) into text: candidates per embedding (see EmbeddingDecoder.generate)."""
+    @property
+    def reports_unconditioned(self) -> bool:
+        """Whether Table 3's unconditioned control applies (a base LM; a chat LM without soft tokens is off its path)."""
+        return not self.decoder.chat
+
+    def describe(self, embeddings, exclude=None, **sampling) -> list[list[str]]:
+        """Decode embeddings [N, D] (or one [D]) into text: candidates per embedding (see EmbeddingDecoder.generate).
+
+        exclude is accepted for the retrieval decoder's interface; this decoder has no memory to exclude from.
+        """
         return self.decoder.generate(_unit(np.atleast_2d(embeddings)), aspect=self._aspect(), **sampling)
 
-    def perplexity(self, embeddings, texts: Sequence[str], batch_size: int = 8) -> float:
+    def perplexity(self, embeddings, texts: Sequence[str], batch_size: int = 8, exclude=None) -> float:
         """Perplexity of texts[i] given embeddings[i]; embeddings=None is the unconditioned control."""
         emb = None if embeddings is None else _unit(np.atleast_2d(embeddings))
         return self.decoder.perplexity(emb, texts, batch_size, aspect=self._aspect())
@@ -243,15 +288,23 @@ def load_decoders(run_dir, aspects: Sequence[str] | None = None, device: str | N
                   lm=None, kind: str = "auto") -> dict[str, AspectDecoder]:
     """Load the run's decoders (per aspect, or the shared one), loading the LM once.
 
-    kind: "per_aspect", "shared", or "auto" (per-aspect decoders where they exist, the
-    shared one for the other aspects). Raises FileNotFoundError naming what is missing.
+    kind: "retrieval" (the nearest known statements, `retrieval_decoder.py`), "per_aspect",
+    "shared" (soft-prompt decoders), or "auto": the kind stage 04 chose (decoders/default.json),
+    else per-aspect soft-prompt decoders where they exist and the shared one for the other
+    aspects. Raises FileNotFoundError naming what is missing.
     """
-    if kind not in {"auto", "per_aspect", "shared"}:
-        raise ValueError(f"kind must be auto, per_aspect or shared, not {kind!r}")
+    if kind not in {"auto", "per_aspect", "shared", "retrieval"}:
+        raise ValueError(f"kind must be auto, retrieval, per_aspect or shared, not {kind!r}")
     from .models import load_causal_lm
+    from .retrieval_decoder import FOLDER, load_retrieval_decoders
 
     root = Path(run_dir) / DECODERS
+    if kind == "auto" and (root / DEFAULT_NAME).is_file():
+        kind = json.loads((root / DEFAULT_NAME).read_text()).get("kind", "auto")
+    if kind == "retrieval":
+        return load_retrieval_decoders(root / FOLDER, aspects, lm=lm, device=device)
     found = {p.name for p in root.iterdir() if (p / DONE_NAME).is_file()} if root.is_dir() else set()
+    found.discard(FOLDER)
     if kind == "shared":
         found &= {SHARED}
     elif kind == "per_aspect":
@@ -404,7 +457,8 @@ def _derangement(n: int, seed: int) -> np.ndarray:
 def decoding_report(decoder: AspectDecoder, embeddings, references: Sequence[Sequence[str]], aspect_model=None,
                     corpus_embeddings: np.ndarray | None = None, names: Sequence[str] | None = None,
                     sampling: Mapping | None = None, bertscore_model: str = BERTSCORE_MODEL,
-                    unconditioned: bool | None = None, seed: int = 0) -> tuple[dict, pd.DataFrame]:
+                    unconditioned: bool | None = None, seed: int = 0, exclude=None,
+                    perplexity_docs: int | None = None) -> tuple[dict, pd.DataFrame]:
     """Faithfulness of one aspect's decoder on documents with known summaries (paper Table 3).
 
     embeddings [N, D] and references[i] (the true summaries of document i). Returns
@@ -417,22 +471,32 @@ def decoding_report(decoder: AspectDecoder, embeddings, references: Sequence[Seq
     - round trip (needs aspect_model): mean cosine, mean rank and MRR of the target among
       corpus_embeddings (defaults to `embeddings`).
     examples: one row per document with the decoded text and its round-trip confidence.
+    exclude[i]: papers whose known texts may not be used for document i (the retrieval
+    decoder's memory; stage 04 passes each validation paper itself). perplexity_docs: score
+    perplexity on the first reference of the first that many documents only (an LM pass
+    each; decoding is cheaper).
     """
     emb = _unit(np.atleast_2d(embeddings))
     n = len(emb)
     if len(references) != n or any(not r for r in references):
         raise ValueError("each embedding needs a non-empty list of reference summaries")
     perm = _derangement(n, seed)
-    flat = [(i, t) for i in range(n) for t in references[i]]
+    m = n if perplexity_docs is None else max(2, min(n, perplexity_docs))
+    # With a document limit, one reference per document (its first: the human summary where
+    # there is one): each is an LM pass, and a validation paper can have a dozen highlights.
+    flat = [(i, t) for i in range(m) for t in (references[i] if perplexity_docs is None else references[i][:1])]
     idx, texts = [i for i, _ in flat], [t for _, t in flat]
-    metrics = {"documents": n, "summaries": len(texts),
-               "ppl matching": decoder.perplexity(emb[idx], texts),
-               "ppl shuffled": decoder.perplexity(emb[perm][idx], texts)}
+    own = None if exclude is None else [exclude[i] for i in idx]
+    # The shuffled control reads another paper's embedding; it must not read the true paper's own texts either.
+    shuffled_own = None if exclude is None else [[exclude[i], exclude[perm[i]]] for i in idx]
+    metrics = {"documents": n, "summaries": sum(len(r) for r in references), "perplexity documents": m,
+               "ppl matching": decoder.perplexity(emb[idx], texts, exclude=own),
+               "ppl shuffled": decoder.perplexity(emb[perm][idx], texts, exclude=shuffled_own)}
     if unconditioned is None:
-        unconditioned = not decoder.decoder.chat
+        unconditioned = decoder.reports_unconditioned
     metrics["ppl unconditioned"] = decoder.perplexity(None, texts) if unconditioned else float("nan")
     settings = {"greedy": True, "max_new_tokens": 48, **(sampling or {})}
-    decoded = [c[0] if c else "" for c in decoder.describe(emb, **settings)]
+    decoded = [c[0] if c else "" for c in decoder.describe(emb, exclude=exclude, **settings)]
     f1 = bertscore(decoded, list(references), model=bertscore_model)
     f1_shuffled = bertscore([decoded[j] for j in perm], list(references), model=bertscore_model)
     metrics.update({"bertscore matching": float(f1.mean()), "bertscore shuffled": float(f1_shuffled.mean())})
@@ -458,19 +522,27 @@ def confidence_label(cosine: float, rank: int | None = None, corpus_size: int | 
 def describe_with_confidence(decoders: Mapping[str, AspectDecoder], embeddings: Mapping[str, np.ndarray],
                              aspect_models: Mapping[str, object] | None = None,
                              corpus_embeddings: Mapping[str, np.ndarray] | None = None,
-                             sampling: Mapping | None = None) -> pd.DataFrame:
+                             sampling: Mapping | None = None, exclude: str | None = None) -> pd.DataFrame:
     """Decode one embedding per aspect ({aspect: [D]}) and score each text by its round trip.
 
     The entry point for arbitrary points (a map inversion, a user's text): one row per
-    aspect with the text, cosine, rank among the corpus and a readable confidence.
+    aspect with the text, cosine, rank among the corpus and a readable confidence. A
+    retrieval decoder also names the paper its statement comes from ("from paper");
+    exclude: a paper whose own statements may not be used (the paper being decoded).
     """
     rows = []
     settings = {"greedy": True, "max_new_tokens": 48, **(sampling or {})}
     for aspect, vector in embeddings.items():
         if aspect not in decoders:
             raise KeyError(f"no decoder for aspect {aspect!r} (have {sorted(decoders)})")
-        text = decoders[aspect].describe(vector, **settings)[0][0]
-        row = {"aspect": aspect, "decoded": text}
+        decoder = decoders[aspect]
+        if hasattr(decoder, "decode"):  # the retrieval decoder says where its text comes from
+            found = decoder.decode(vector, exclude=[exclude], max_new_tokens=settings["max_new_tokens"],
+                                   rewrite=bool(settings.get("rewrite", False)))[0]
+            row = {"aspect": aspect, "decoded": found["text"], "from paper": found["doc_id"]}
+        else:
+            row = {"aspect": aspect, "decoded": decoder.describe(vector, **settings)[0][0]}
+        text = row["decoded"]
         if aspect_models is not None and aspect in aspect_models:
             corpus = corpus_embeddings.get(aspect) if corpus_embeddings else None
             rt = round_trip([text], vector, aspect_models[aspect], aspect, corpus).iloc[0]

@@ -142,14 +142,18 @@ class Explorer:
         """[m, 2] map positions of new abstracts (the map itself does not move)."""
         return self.map.place(self.embed_texts(texts))
 
-    def describe(self, vectors: Mapping[str, np.ndarray]) -> pd.DataFrame:
-        """Decode {aspect: [D]} with the run's decoders; round-trip confidence where an aspect model exists."""
+    def describe(self, vectors: Mapping[str, np.ndarray], exclude: str | None = None) -> pd.DataFrame:
+        """Decode {aspect: [D]} with the run's decoders; round-trip confidence where an aspect model exists.
+
+        exclude: a paper of the corpus whose own statements the retrieval decoder may not use
+        (when that paper is the one decoded, so the text is read from its embedding alone).
+        """
         from .decoding import describe_with_confidence
 
         if self.decoders is None:
             raise RuntimeError("this run has no decoders (stage 04), so points cannot be described in words")
         models = {a: m for a in vectors if (m := self.aspect_model(a)) is not None}
-        return describe_with_confidence(self.decoders, vectors, models, self.embeddings, self.sampling)
+        return describe_with_confidence(self.decoders, vectors, models, self.embeddings, self.sampling, exclude)
 
     def invert(self, x: float, y: float) -> dict[str, np.ndarray]:
         """An embedding per weighted aspect that the map would place at (x, y) (appendix A.10)."""
@@ -188,60 +192,88 @@ class Explorer:
             table[name] = values[order]
         return table.reset_index(drop=True)
 
-    def region_labels(self, k: int = 8, words: int = 8, aspect: str | None = None) -> list[tuple[float, float, str]]:
-        """Short decoded descriptions of k regions of the map, for drawing on it.
+    def region_labels(self, k: int = 8, words: int = 10, aspect: str | None = None) -> list[tuple]:
+        """Decoded descriptions of the k regions of the map: [(x, y, short text, full text), ...].
 
-        Regions are KMeans clusters of the map positions; each is described by decoding
-        the mean embedding of its papers in one aspect (default: the most heavily
-        weighted one), cut to `words` words. Needs the run's decoders.
+        Regions are KMeans clusters of the map positions (`cluster_labels`, the same as the
+        map's colours for that k). Each is described by decoding the mean embedding of its
+        papers in one aspect (default: the most heavily weighted one). With the retrieval
+        decoder the text is the statement of a paper *in that region* nearest to the
+        region's mean, and the full text names that paper, so a reader can check it.
+        (x, y) is the region's centre; the short text is cut to `words` words.
         """
         from .mapview import cluster_labels
 
         if self.decoders is None:
             return []
         aspect = aspect or max(self.weights, key=self.weights.get)
+        decoder = self.decoders[aspect]
         groups = cluster_labels(self.coords, k)
-        centres, vectors = [], []
+        ids = self.meta["doc_id"].astype(str).to_numpy()
+        out, texts = [], []
         for g in np.unique(groups):
             members = groups == g
-            centres.append(self.coords[members].mean(axis=0))
-            vectors.append(self.embeddings[aspect][members].mean(axis=0))
-        texts = self.decoders[aspect].describe(np.stack(vectors), **{**self.sampling, "max_new_tokens": 32})
-        split = [(c[0] if c else "").split() for c in texts]
-        # Decodings often open with the same boilerplate ("The main challenge of the paper is
-        # that ..."); drop the words every label shares at the start so the labels show what
-        # tells the regions apart.
+            centre = self.coords[members].mean(axis=0)
+            mean = self.embeddings[aspect][members].mean(axis=0)
+            if hasattr(decoder, "decode"):
+                # Only the region's own papers may speak for it (the others are excluded), unless
+                # none of them has a known statement.
+                found = decoder.decode(mean, exclude=[list(ids[~members])])[0]
+                if not np.isfinite(found["cosine"]):
+                    found = decoder.decode(mean)[0]
+                title = self._titles.get(str(found["doc_id"]), "") if found["doc_id"] else ""
+                detail = found["text"] + (f" (from: {title})" if title else "")
+                texts.append((centre, found["text"], detail))
+            else:
+                text = decoder.describe(mean, **{**self.sampling, "max_new_tokens": 32})[0][0]
+                texts.append((centre, text, text))
+        split = [t.split() for _, t, _ in texts]
+        # Soft-prompt decodings often open with the same boilerplate ("The main challenge of the
+        # paper is that ..."); drop the words every label shares at the start so the labels show
+        # what tells the regions apart.
         common = 0
         while len(split) > 1 and all(len(w) > common + 1 for w in split) and \
                 len({w[common].lower() for w in split}) == 1:
             common += 1
-        out = []
-        for (x, y), w in zip(centres, split):
+        for ((x, y), _, detail), w in zip(texts, split):
             rest = w[common:]
-            text = ("…" if common else "") + " ".join(rest[:words]) + ("…" if len(rest) > words else "")
-            out.append((float(x), float(y), text))
+            short = ("…" if common else "") + " ".join(rest[:words]) + ("…" if len(rest) > words else "")
+            out.append((float(x), float(y), short, detail))
         return out
+
+    @property
+    def _titles(self) -> dict[str, str]:
+        return dict(zip(self.meta["doc_id"].astype(str), self.meta["title"].fillna("").astype(str)))
 
     # ------------------------------------------------------------------ callbacks for the view
 
-    def _decoded_html(self, vectors: Mapping[str, np.ndarray]) -> str:
+    def _decoded_html(self, vectors: Mapping[str, np.ndarray], exclude: str | None = None) -> str:
         if self.decoders is None:
             return "<p><i>No decoders in this run (stage 04), so no description in words.</i></p>"
         rows = []
-        for _, r in self.describe(vectors).iterrows():
+        titles = self._titles
+        for _, r in self.describe(vectors, exclude).iterrows():
             conf = f"<br><small>{html.escape(r['confidence'])}</small>" if isinstance(r.get("confidence"), str) else ""
+            source = r.get("from paper")
+            if isinstance(source, str) and source:
+                conf += f"<br><small>known statement of: {html.escape(titles.get(source, source)[:120])}</small>"
             rows.append(f"<li><b>{html.escape(r['aspect'])}</b>: {html.escape(r['decoded'])}{conf}</li>")
         return "<ul>" + "".join(rows) + "</ul>"
 
     def on_tap(self, x: float, y: float, index: int | None) -> str:
-        """HTML for a tapped spot: a paper (abstract and decoded aspects) or an empty spot (inverted, decoded)."""
+        """HTML for a tapped spot: a paper (abstract and decoded aspects) or an empty spot (inverted, decoded).
+
+        A tapped paper is decoded from its embedding without its own statements, so what is
+        shown is what the embedding says, not the paper's text read back.
+        """
         if index is not None:
             row = self.meta.iloc[int(index)]
             abstract = str(self.corpus.docs.iloc[int(index)].get("abstract", ""))
             vectors = {a: self.embeddings[a][int(index)] for a in self.map_aspects()}
             return (f"<h4>{html.escape(str(row['title']))}</h4>"
                     f"<p style='max-height:9em;overflow:auto'>{html.escape(abstract[:1500])}</p>"
-                    f"<p><b>Decoded from its embedding</b></p>{self._decoded_html(vectors)}")
+                    f"<p><b>Decoded from its embedding</b> (its own statements hidden)</p>"
+                    f"{self._decoded_html(vectors, exclude=str(row['doc_id']))}")
         vectors = self.invert(x, y)
         near = self.map.nearest(np.array([x, y]), k=3)
         titles = ", ".join(html.escape(str(self.meta.iloc[i]["title"])[:80]) for i in near)
@@ -288,16 +320,19 @@ class Explorer:
 
         presets = dict(presets or self.default_presets())
         keep = self.map
-        coords, drawn = {}, {}
+        coords, drawn, used = {}, {}, {}
+        n = 8 if labels is True else int(labels or 0)
+        if n and color_by is None:
+            color_by = n  # colour by the same regions the labels describe, so the legend's colours match
         try:
             for name, weights in presets.items():
                 self.map = keep.with_weights(normalize_weights(weights, self.aspects))
-                coords[name] = self.map.coords
-                n = 8 if labels is True else int(labels or 0)
+                coords[name], used[name] = self.map.coords, dict(self.map.weights)
                 drawn[name] = self.region_labels(n) if n else []
         finally:
             self.map = keep
-        return export_html(path, coords, self.meta, labels_by_preset=drawn, title=title, color_by=color_by)
+        return export_html(path, coords, self.meta, labels_by_preset=drawn, title=title, color_by=color_by,
+                           weights_by_preset=used)
 
     def default_presets(self) -> dict[str, dict[str, float]]:
         """Current weights, equal weights, and each aspect alone."""
@@ -348,9 +383,16 @@ def plot_map(coords, labels=None, groups=None, ax=None, title: str = "", marks: 
     groups = cluster_labels(coords, 8) if groups is None else groups
     ax.scatter(coords[:, 0], coords[:, 1], c=pd.factorize(pd.Series(groups))[0], cmap="tab10", s=s, alpha=0.75,
                linewidths=0)
-    for x, y, text in labels or []:
-        ax.annotate(text, (x, y), fontsize=7, ha="center", va="center",
-                    bbox=dict(boxstyle="round,pad=0.2", fc="white", ec="0.7", alpha=0.85))
+    # Region labels: a number on the map (the points stay visible), the text in a list below it.
+    labels = list(labels or [])
+    for i, label in enumerate(labels):
+        ax.annotate(str(i + 1), label[:2], fontsize=8, weight="bold", ha="center", va="center",
+                    bbox=dict(boxstyle="circle,pad=0.2", fc="white", ec="0.3", alpha=0.85))
+    if labels:
+        import textwrap
+
+        listing = "\n".join(textwrap.shorten(f"{i + 1}. {label[2]}", 90) for i, label in enumerate(labels))
+        ax.text(0.0, -0.02, listing, transform=ax.transAxes, va="top", ha="left", fontsize=7)
     for name, (x, y) in (marks or {}).items():
         ax.scatter([x], [y], marker="*", s=260, c="gold", edgecolors="black", zorder=5)
         ax.annotate(name, (x, y), xytext=(6, 6), textcoords="offset points", fontsize=8, weight="bold")

@@ -155,13 +155,51 @@ def map_frame(coords, meta: pd.DataFrame, color_by=None) -> dict[str, list]:
 
 
 def _label_data(labels) -> dict[str, list]:
-    """Region labels [(x, y, text), ...] as LabelSet source data (text is drawn on the canvas, not as HTML)."""
+    """Region labels [(x, y, text[, detail]), ...] as LabelSet source data (drawn on the canvas, not as HTML).
+
+    The canvas shows only the region's number ("number"), so labels never cover the points;
+    the text and its detail go into the legend beside the map (`legend_html`).
+    """
     labels = list(labels or [])
     return {
-        "x": [float(x) for x, _, _ in labels],
-        "y": [float(y) for _, y, _ in labels],
-        "text": [_text(t) for _, _, t in labels],
+        "x": [float(label[0]) for label in labels],
+        "y": [float(label[1]) for label in labels],
+        "text": [_text(label[2]) for label in labels],
+        "detail": [_text(label[3] if len(label) > 3 else label[2]) for label in labels],
+        "number": [str(i + 1) for i in range(len(labels))],
     }
+
+
+def legend_html(labels, weights: dict | None = None, colors: list[str] | None = None) -> str:
+    """What the map shows, as escaped HTML: the weights that made it and each region's colour and label.
+
+    labels: [(x, y, text[, detail]), ...] in region order; colors[i]: region i's colour
+    (the map's cluster colours when it is coloured by its regions).
+    """
+    parts = []
+    if weights:
+        parts.append("<p style='margin:2px 0'><b>Aspect weights of this map:</b> "
+                     + ", ".join(f"{esc(a)} {float(w):.2f}" for a, w in weights.items()) + "</p>")
+    data = _label_data(labels)
+    if data["number"]:
+        parts.append("<p style='margin:2px 0'><b>Regions</b> (colours: clusters of the map; numbers: where each "
+                     "region's description sits):</p><ol style='margin:2px 0;padding-left:1.6em'>")
+        for i, (short, detail) in enumerate(zip(data["text"], data["detail"])):
+            swatch = ""
+            if colors and i < len(colors):
+                swatch = (f"<span style='display:inline-block;width:0.8em;height:0.8em;margin-right:4px;"
+                          f"background:{esc(colors[i])}'></span>")
+            parts.append(f"<li>{swatch}<b>{esc(short)}</b><br><small>{esc(detail)}</small></li>")
+        parts.append("</ol>")
+    return "".join(parts)
+
+
+def _region_colors(labels, color_by) -> list[str] | None:
+    """Region i's colour when the map is coloured by as many clusters as it has labels, else None."""
+    n = len(labels or [])
+    if n and _by_cluster(color_by) and (color_by if color_by is not None else DEFAULT_CLUSTERS) == n:
+        return _palette(n)
+    return None
 
 
 # --------------------------------------------------------------------------- figure
@@ -183,7 +221,7 @@ def _build_figure(data: dict, labels, group_name: str, title: str, width: int, h
     tooltips += [(c[len("summary_"):], f"@{{{c}}}") for c in data if c.startswith("summary_")]
     fig.add_tools(HoverTool(renderers=[points], tooltips=tooltips),
                   TapTool(renderers=[points]))
-    fig.add_layout(LabelSet(x="x", y="y", text="text", source=label_source, text_font_size="11pt",
+    fig.add_layout(LabelSet(x="x", y="y", text="number", source=label_source, text_font_size="10pt",
                             text_font_style="bold", text_align="center", text_baseline="middle",
                             background_fill_color="white", background_fill_alpha=0.7,
                             name="labels_glyph"))
@@ -213,6 +251,7 @@ const d = Object.assign({}, source.data);
 for (const c of ["x", "y", "color", "group"]) { d[c] = d[c + "__" + i]; }
 source.data = d;
 labels.data = label_data[i];
+legend.text = legends[i];
 """
 
 # The query is never echoed into HTML (the Div renders markup); only a count is shown.
@@ -235,13 +274,15 @@ status.text = q === "" ? "" : hits + (hits === 1 ? " paper matches" : " papers m
 
 def export_html(path, coords_by_preset: dict[str, np.ndarray], meta: pd.DataFrame,
                 labels_by_preset: dict | None = None, title: str = "", color_by=None,
-                width: int = 800, height: int = 600) -> Path:
+                width: int = 800, height: int = 600, weights_by_preset: dict | None = None) -> Path:
     """Write a standalone map page (Bokeh JS inlined, works offline) and return its path.
 
     The page has the scatter with hover, a Select switching between the precomputed weight
     presets (coordinates, cluster colours and region labels swapped by CustomJS, no
     kernel), and a "search by title" box that highlights case-insensitive substring
-    matches. All paper text travels as JSON in the data source; the title Div is escaped.
+    matches. Beside the map, a legend per preset: the aspect weights that made it
+    (`weights_by_preset`) and each region's colour, number and label. All paper text
+    travels as JSON in the data source or is escaped (title, legend).
     """
     from bokeh.embed import file_html
     from bokeh.layouts import column, row
@@ -262,9 +303,14 @@ def export_html(path, coords_by_preset: dict[str, np.ndarray], meta: pd.DataFram
     fig, source, label_source = _build_figure(data, labels_by_preset.get(names[0]), _group_name(color_by),
                                               "", width, height)
 
+    weights_by_preset = weights_by_preset or {}
+    legends = [legend_html(labels_by_preset.get(name), weights_by_preset.get(name),
+                           _region_colors(labels_by_preset.get(name), color_by)) for name in coords_by_preset]
+    legend = Div(text=legends[0], name="legend", width=360)
     select = Select(title="Weight preset", value=names[0], options=names, name="preset", width=220)
     select.js_on_change("value", CustomJS(args=dict(source=source, labels=label_source, names=names,
-                                                    label_data=label_data), code=_PRESET_JS))
+                                                    label_data=label_data, legend=legend, legends=legends),
+                                          code=_PRESET_JS))
     status = Div(text="", name="search_status", width=200, render_as_text=True)
     search = TextInput(title="Search by title", placeholder="substring, any case", name="search", width=300)
     search.js_on_change("value_input", CustomJS(args=dict(
@@ -272,7 +318,7 @@ def export_html(path, coords_by_preset: dict[str, np.ndarray], meta: pd.DataFram
         point_size=POINT_SIZE, hit_size=HIT_SIZE), code=_SEARCH_JS))
     header = Div(text=f"<h2 style='margin:4px 0'>{esc(title)}</h2>" if title else "", name="header")
     # Named so that page scripts (and the browser test) can find models with get_model_by_name.
-    layout = column(header, row(select, search, status, name="controls"), fig, name="page")
+    layout = column(header, row(select, search, status, name="controls"), row(fig, legend), name="page")
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -381,6 +427,8 @@ class MapPane:
         self.search_button = widgets.Button(description="search", disabled=on_search is None)
         self.search_button.on_click(lambda _: self.search(self._queries()))
         self.results = widgets.HTML(value="")
+        self.legend = widgets.HTML(value=legend_html(labels, weights, _region_colors(labels, color_by)),
+                                   layout=widgets.Layout(width="300px"))
         self.bokeh = BokehModel(self.figure)
         self.layout = self._layout(widgets)
 
@@ -393,7 +441,7 @@ class MapPane:
         queries = widgets.VBox([widgets.HTML("<b>Search by aspect</b>")]
                                + [widgets.HBox([self.query_texts[a], self.query_weights[a]]) for a in self.aspects]
                                + [self.search_button, self.results])
-        return widgets.VBox([widgets.HBox([controls, self.bokeh]), self.detail, queries])
+        return widgets.VBox([widgets.HBox([controls, self.bokeh, self.legend]), self.detail, queries])
 
     def display(self):
         """The ipywidgets layout of the pane (what a notebook cell shows)."""
@@ -488,8 +536,10 @@ class MapPane:
         self.label_source.data = _label_data(None)
 
     def set_labels(self, labels) -> None:
-        """Replace the region labels: [(x, y, text), ...] (e.g. after a re-layout)."""
+        """Replace the region labels: [(x, y, text[, detail]), ...] (e.g. after a re-layout), and the legend."""
         self.label_source.data = _label_data(labels)
+        weights = {a: float(self.sliders[a].value) for a in self.aspects}
+        self.legend.value = legend_html(labels, weights, _region_colors(labels, self.color_by))
 
     def _on_tap_event(self, event) -> None:
         if event.x is not None and event.y is not None:

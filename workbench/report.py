@@ -204,13 +204,15 @@ def diagonal_significance(similarities: Mapping[str, np.ndarray], truths: Mappin
 def decoding_table(decoders, embeddings: Mapping[str, np.ndarray], references: Mapping[str, list[list[str]]],
                    aspect_models: Mapping[str, object] | None = None,
                    reconstructed: Mapping[str, tuple[np.ndarray, list[int]]] | None = None,
-                   bertscore_model: str = "mpnet", seed: int = 0) -> tuple[pd.DataFrame, dict[str, pd.DataFrame]]:
+                   bertscore_model: str = "mpnet", seed: int = 0,
+                   perplexity_docs: int | None = None) -> tuple[pd.DataFrame, dict[str, pd.DataFrame]]:
     """The paper's Table 3 per aspect: perplexity and BERTScore for matching, shuffled, unconditioned
     and (where given) reconstructed embeddings, plus the round-trip confidence.
 
     embeddings[aspect] [n, D] with references[aspect][i] the true summaries of document i.
     reconstructed[aspect] = (vectors [m, D], document indices [m]): embeddings recovered
-    by the appendix A.11 leave-one-out path through the map.
+    by the appendix A.11 leave-one-out path through the map. perplexity_docs: score
+    perplexity on the first that many documents only (decoding and the round trip use all).
     """
     from .decoding import bertscore, decoding_report
 
@@ -218,7 +220,8 @@ def decoding_table(decoders, embeddings: Mapping[str, np.ndarray], references: M
     for aspect, emb in embeddings.items():
         metrics, ex = decoding_report(decoders[aspect], emb, references[aspect],
                                       (aspect_models or {}).get(aspect), corpus_embeddings=emb,
-                                      bertscore_model=bertscore_model, unconditioned=True, seed=seed)
+                                      bertscore_model=bertscore_model, unconditioned=True, seed=seed,
+                                      perplexity_docs=perplexity_docs)
         if reconstructed and aspect in reconstructed:
             vectors, idx = reconstructed[aspect]
             refs = [references[aspect][i] for i in idx]
