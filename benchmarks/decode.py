@@ -17,6 +17,12 @@ otherwise), greedy decoding and exactly --new-tokens new tokens per description
 
 An untrained mapping network: speed does not depend on its weights. The methods run in
 turn, --repeats rounds after a warm-up, rotating the order each round; medians reported.
+
+Then the map pane's "click an empty spot" at --spot-n papers (default 2,000; 0 skips it):
+invert the spot to one embedding per aspect (appendix A.10) and describe each aspect with
+its round-trip confidence, (d) with the retrieval decoder (a memory of 3 statements per
+paper and aspect, MiniLM re-embedding the answer) against (e) the soft-prompt decoder
+writing --new-tokens tokens per aspect. Goal (issue 12): at most 2 s on 2 cores.
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="timed rounds (default 3)")
     parser.add_argument("--device", default=None, help="default: auto (cuda, mps or cpu)")
     parser.add_argument("--lm", default="smollm2-135m-instruct", help="frozen LM: packaged name, folder or hub id")
+    parser.add_argument("--spot-n", type=int, default=2000, help="papers on the map for the empty-spot timing (0 skips)")
     args = parser.parse_args()
 
     import numpy as np
@@ -109,6 +116,63 @@ def main() -> None:
               f"| {median[name] / base:.2f}x |")
     print(f"\nbatched (a) is {median[names[1]] / base:.2f}x faster than one at a time (b); the plain LM (c) takes "
           f"{median[names[2]] / base:.2f}x the time of (a). Load average now {os.getloadavg()[0]:.1f}")
+    if args.spot_n:
+        empty_spot(args, model, tokenizer)
+
+
+def empty_spot(args, model, tokenizer) -> None:
+    """Time a click on an empty spot of a map of --spot-n papers: inversion plus one description per aspect."""
+    import numpy as np
+
+    from workbench.decoding import AspectDecoder, describe_with_confidence
+    from workbench.heads import PooledAspectModel
+    from workbench.retrieval_decoder import RetrievalDecoder, StatementMemory
+    from workbench.tsne import AspectMap
+
+    aspects, dim, n = ["challenge", "approach", "outcome"], 384, args.spot_n
+    rng = np.random.default_rng(0)
+    centres = rng.standard_normal((20, dim))
+    emb = {a: centres[rng.integers(0, 20, n)] + 0.7 * rng.standard_normal((n, dim)) for a in aspects}
+    emb = {a: (e / np.linalg.norm(e, axis=1, keepdims=True)).astype(np.float32) for a, e in emb.items()}
+    t0 = time.perf_counter()
+    amap = AspectMap.fit(emb, None, seed=0)
+    print(f"\nempty spot on a map of {n} papers (map fitted in {time.perf_counter() - t0:.0f}s, not counted)")
+    encoders = {a: PooledAspectModel("minilm", [a], hidden=dim, pool=False, rank=8, seed=i)
+                for i, a in enumerate(aspects)}
+    retrieval = {}
+    for a in aspects:  # 3 statements per paper, each near its paper's embedding
+        vectors = np.repeat(emb[a], 3, axis=0) + 0.3 * rng.standard_normal((3 * n, dim)).astype(np.float32)
+        texts = [f"Statement {j} of paper {j // 3} about its {a}." for j in range(3 * n)]
+        retrieval[a] = RetrievalDecoder(StatementMemory(a, texts, [f"p{j // 3}" for j in range(3 * n)],
+                                                        ["llm"] * (3 * n), vectors), encoders[a], lm=None)
+    soft = AspectDecoder("approach", EmbeddingDecoder(model, tokenizer, dim, DecoderConfig(lm=args.lm),
+                                                      aspects=aspects).eval())
+    soft_decoders = {a: AspectDecoder(a, soft.decoder) for a in aspects}
+    spot = amap.coords.mean(axis=0) + np.array([0.5, 0.5])
+    sampling = dict(greedy=True, max_new_tokens=args.new_tokens)
+
+    def click(decoders):
+        vectors = amap.invert(spot)
+        return describe_with_confidence(decoders, vectors, encoders, emb, sampling)
+
+    methods = {"(d) retrieval decoder": lambda: click(retrieval), "(e) soft-prompt decoder": lambda: click(soft_decoders)}
+    for run in methods.values():  # warm-up: caches of the map and the models
+        run()
+    times = {name: [] for name in methods}
+    for r in range(args.repeats):
+        for name in methods:
+            t0 = time.perf_counter()
+            table = methods[name]()
+            times[name].append(time.perf_counter() - t0)
+    print("| click on an empty spot (invert + 3 aspects + round trip) | median s | vs (d) |")
+    print("|---|---:|---:|")
+    med = {name: statistics.median(t) for name, t in times.items()}
+    for name in methods:
+        print(f"| {name} | {med[name]:.2f} | {med[name] / med['(d) retrieval decoder']:.1f}x |")
+    t0 = time.perf_counter()
+    amap.invert(spot)
+    print(f"of which the inversion alone: {time.perf_counter() - t0:.2f}s; example: {table.iloc[0]['decoded'][:60]!r}; "
+          f"load average now {os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":

@@ -49,11 +49,13 @@ def tiny_run(tmp_path_factory):
         # Two aspects keep it quick; every table still has an off-diagonal.
         "parameters": {"corpus": "aclsum", "aspects": "acl", "aspect_names": ASPECTS, "seed": 0},
         "stage_parameters": {
-            "04_decode": {"max_steps": 2, "eval_every": 2, "val_docs": 3, "val_summaries": 1, "eval_docs": 3,
-                          "examples_per_aspect": 1, "max_new_tokens": 8, "bertscore_model": "minilm"},
+            # compare: the retrieval decoder (the default, used by 05 and 06) and a soft-prompt decoder.
+            "04_decode": {"compare": True, "max_steps": 2, "eval_every": 2, "val_docs": 3, "val_summaries": 1,
+                          "eval_docs": 3, "perplexity_docs": 2, "examples_per_aspect": 1, "max_new_tokens": 8,
+                          "bertscore_model": "minilm"},
             "05_visualize": {"corpus": "aclsum:validation", "n_labels": 2, "loo_docs": 1, "perplexity": 10.0},
-            "06_evaluate": {"baselines": ["minilm"], "n_permutations": 10, "eval_docs": 3, "reconstruct_docs": 1,
-                            "bertscore_model": "minilm"},
+            "06_evaluate": {"baselines": ["minilm"], "n_permutations": 10, "eval_docs": 6, "perplexity_docs": 2,
+                            "reconstruct_docs": 1, "bertscore_model": "minilm"},
         },
     }))
     run = root / "run"
@@ -74,8 +76,15 @@ def test_decode_stage_writes_decoders_and_report(tiny_run):
         saved = json.loads((folder / "decoder_config.json").read_text())
         assert saved["lm"] == "smollm2-135m-instruct" and saved["emb_dim"] == unified["dim"]
     assert not list(run.rglob("*.bin")) and not list(run.rglob("*.pkl"))  # safetensors + JSON only
+    retrieval = run / "decoders" / "retrieval"
+    assert (retrieval / "memory.safetensors").is_file() and (retrieval / "done.json").is_file()
+    memory = json.loads((retrieval / "memory.json").read_text())
+    split = json.loads((run / "aspect_models" / "split.json").read_text())
+    for aspect in ["challenge", "approach"]:  # only train and validation papers speak in the memory
+        assert set(memory["aspects"][aspect]["doc_ids"]) <= set(split["train"]) | set(split["validation"])
+    assert json.loads((run / "decoders" / "default.json").read_text()) == {"kind": "retrieval"}
     metrics = json.loads((run / "decoders" / "metrics.json").read_text())
-    assert set(metrics) == {"challenge", "approach"}
+    assert set(metrics) == {f"{a}/{k}" for a in ["challenge", "approach"] for k in ["retrieval", "soft_prompt"]}
     assert all(m["ppl matching"] > 1 and m["ppl shuffled"] > 1 for m in metrics.values())
     html = (reports / "04_decode.html").read_text()
     assert "data:image/png" in html and "reconstruction" in html and "round-trip" in html
@@ -87,6 +96,7 @@ def test_visualize_stage_exports_a_standalone_map(tiny_run):
     assert page.is_file()
     text = page.read_text()
     assert "cdn.bokeh.org" not in text  # resources inline: the page works offline
+    assert "Aspect weights of this map" in text and "Regions" in text  # the legend beside the map
     assert (run / "maps" / "current" / "map_config.json").is_file()
     html = (reports / "05_visualize.html").read_text()
     assert html.count("data:image/png") >= 3  # aspect panels, placed abstract, inverted spot
