@@ -1,10 +1,14 @@
 """Stage 04: train the embedding decoders of a run and measure how faithful decoding is.
 
-The model itself (soft tokens for a frozen LM) is `decoder.py`; this module is the stage:
+Two decoders: the retrieval decoder (`retrieval_decoder.py`, the CPU-first default: the
+known statement nearest an embedding) and the paper's soft-prompt decoder (`decoder.py`,
+soft tokens for a frozen LM). This module is the stage:
 
+    build_retrieval_decoders(run_dir, ...)    -> <run_dir>/decoders/retrieval/ (no training)
     decoder_data(run_dir, corpus, aspects)   (embedding, summaries) per document and aspect
     train_decoders(run_dir, corpus, aspects)  -> <run_dir>/decoders/<aspect>/ (or shared/)
-    load_decoders(run_dir)                    {aspect: AspectDecoder}, ready to .describe()
+    set_default_decoder(run_dir, kind)        which kind stages 05 and 06 load
+    load_decoders(run_dir)                    {aspect: decoder}, ready to .describe()
     decoding_report(...)                      the paper's Table 3 columns + round-trip confidence
 
 Which embedding the decoder learns from. The paper trains on the mean of the aspect
