@@ -26,6 +26,7 @@ bench: setup
 	$(PY) benchmarks/heads.py
 	$(PY) benchmarks/embed.py
 	$(PY) benchmarks/decode.py
+	$(PY) benchmarks/decode_synthetic.py
 	$(PY) benchmarks/maps.py
 	$(PY) benchmarks/threads.py
 
