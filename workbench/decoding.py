@@ -224,7 +224,7 @@ def build_retrieval_decoders(run_dir, corpus, aspects: Sequence[str], lm: str = 
     statements, their embeddings and the settings are unchanged. Returns a summary per
     aspect (statements, papers, sources) for the notebook's table.
     """
-    from .retrieval_decoder import FOLDER, MEMORY_NAME, build_memories, fingerprint, save_memories
+    from .retrieval_decoder import FOLDER, build_memories, fingerprint, save_memories
 
     folder = Path(run_dir) / DECODERS / FOLDER
     memories = build_memories(run_dir, corpus, aspects, progress=progress)
@@ -235,10 +235,9 @@ def build_retrieval_decoders(run_dir, corpus, aspects: Sequence[str], lm: str = 
     settings = {"lm": str(lm), "k": int(k), "context": int(context)}
     done = folder / DONE_NAME
     if force or not done.is_file() or json.loads(done.read_text()).get("fingerprint") != fingerprint(memories, settings):
-        done.unlink(missing_ok=True)
-        save_memories(folder, memories, settings)
-        done.write_text(json.dumps({"fingerprint": json.loads((folder / MEMORY_NAME).read_text())["fingerprint"],
-                                    "settings": settings}) + "\n")
+        done.unlink(missing_ok=True)  # a folder without done.json is incomplete, should this be killed
+        written = save_memories(folder, memories, settings)
+        done.write_text(json.dumps({"fingerprint": written, "settings": settings}) + "\n")
     return {a: {"statements": len(m.texts), "papers": len(set(m.doc_ids)),
                 **{s: m.sources.count(s) for s in sorted(set(m.sources))}} for a, m in memories.items()}
 
@@ -567,15 +566,3 @@ def figure3_table(examples: Mapping[str, pd.DataFrame], titles: Mapping | None =
                          **({"confidence": confidence_label(r["round-trip cosine"], r.get("round-trip rank"))}
                             if "round-trip cosine" in r else {})})
     return pd.DataFrame(rows)
-
-
-def shared_vs_per_aspect(per_aspect: Mapping[str, dict], shared: Mapping[str, dict]) -> pd.DataFrame:
-    """Side-by-side decoding metrics of per-aspect decoders and one shared decoder (the measured decision)."""
-    keys = ["ppl matching", "ppl shuffled", "bertscore matching", "bertscore shuffled", "round-trip MRR"]
-    rows = []
-    for aspect in per_aspect:
-        for kind, source in (("per aspect", per_aspect), ("shared", shared)):
-            if aspect in source:
-                rows.append({"aspect": aspect, "decoder": kind, **{k: source[aspect].get(k) for k in keys}})
-    return pd.DataFrame(rows)
-

@@ -80,6 +80,8 @@ class Explorer:
             raise ValueError(f"the unified model has no aspects {unknown}; it has {sorted(emb)}")
         self.embeddings = {a: _unit(emb[a]) for a in self.aspects}
         self.meta = hover_meta(corpus, self.aspects, self.run_dir)
+        # doc_id -> title: a decoded statement names its paper by id
+        self.titles = dict(zip(self.meta["doc_id"].astype(str), self.meta["title"].fillna("").astype(str)))
         self.map = AspectMap.fit(self.embeddings, weights, perplexity=perplexity, method=method, seed=seed)
         self.sampling = {"greedy": True, "max_new_tokens": 40, **(sampling or {})}
         self._unified = None
@@ -221,7 +223,7 @@ class Explorer:
                 found = decoder.decode(mean, exclude=[list(ids[~members])])[0]
                 if not np.isfinite(found["cosine"]):
                     found = decoder.decode(mean)[0]
-                title = self._titles.get(str(found["doc_id"]), "") if found["doc_id"] else ""
+                title = self.titles.get(str(found["doc_id"]), "") if found["doc_id"] else ""
                 detail = found["text"] + (f" (from: {title})" if title else "")
                 texts.append((centre, found["text"], detail))
             else:
@@ -241,22 +243,17 @@ class Explorer:
             out.append((float(x), float(y), short, detail))
         return out
 
-    @property
-    def _titles(self) -> dict[str, str]:
-        return dict(zip(self.meta["doc_id"].astype(str), self.meta["title"].fillna("").astype(str)))
-
     # ------------------------------------------------------------------ callbacks for the view
 
     def _decoded_html(self, vectors: Mapping[str, np.ndarray], exclude: str | None = None) -> str:
         if self.decoders is None:
             return "<p><i>No decoders in this run (stage 04), so no description in words.</i></p>"
         rows = []
-        titles = self._titles
         for _, r in self.describe(vectors, exclude).iterrows():
             conf = f"<br><small>{html.escape(r['confidence'])}</small>" if isinstance(r.get("confidence"), str) else ""
             source = r.get("from paper")
             if isinstance(source, str) and source:
-                conf += f"<br><small>known statement of: {html.escape(titles.get(source, source)[:120])}</small>"
+                conf += f"<br><small>known statement of: {html.escape(self.titles.get(source, source)[:120])}</small>"
             rows.append(f"<li><b>{html.escape(r['aspect'])}</b>: {html.escape(r['decoded'])}{conf}</li>")
         return "<ul>" + "".join(rows) + "</ul>"
 

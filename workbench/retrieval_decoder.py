@@ -37,17 +37,14 @@ from typing import Sequence
 
 import numpy as np
 
+from .decoding import _unit  # unit rows in float32, shared with the rest of stage 04
+
 FOLDER = "retrieval"
 VECTORS_NAME = "memory.safetensors"
 MEMORY_NAME = "memory.json"
 FORMAT = "workbench-retrieval-decoder"
 SYSTEM = "You summarise research papers."
 INSTRUCTION = "Write one sentence stating the {aspect} of a paper like these."
-
-
-def _unit(x) -> np.ndarray:
-    x = np.asarray(x, dtype=np.float32)
-    return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
 
 
 @dataclass
@@ -289,8 +286,8 @@ def fingerprint(memories: dict[str, StatementMemory], settings: dict) -> str:
     return h.hexdigest()[:16]
 
 
-def save_memories(folder, memories: dict[str, StatementMemory], settings: dict) -> Path:
-    """Write memory.safetensors + memory.json (the JSON last: a folder without it is incomplete)."""
+def save_memories(folder, memories: dict[str, StatementMemory], settings: dict) -> str:
+    """Write memory.safetensors + memory.json (the JSON last: a folder without it is incomplete); returns the fingerprint."""
     from safetensors.numpy import save_file
 
     folder = Path(folder)
@@ -302,7 +299,7 @@ def save_memories(folder, memories: dict[str, StatementMemory], settings: dict) 
             "aspects": {a: {"texts": m.texts, "doc_ids": m.doc_ids, "sources": m.sources}
                         for a, m in memories.items()}}
     (folder / MEMORY_NAME).write_text(json.dumps(meta, indent=1) + "\n")
-    return folder
+    return meta["fingerprint"]
 
 
 def load_retrieval_decoders(folder, aspects: Sequence[str] | None = None, lm=None,
