@@ -208,6 +208,68 @@ def test_display_is_an_ipywidgets_layout(pane):
     assert BokehModel in kinds and kinds.count(ipywidgets.FloatSlider) == 4
 
 
+def test_marked_pairs_fit_the_weights_and_relayout(meta, presets):
+    from workbench.weights import WeightFit
+
+    coords = presets["balanced"]
+    rec = Recorder(coords)
+    fits = []
+
+    def on_fit_weights(pairs):
+        fits.append(list(pairs))
+        return WeightFit(weights={"method": 0.8, "task": 0.2}, auc=0.9, auc_ci=(0.8, 0.95), equal_weights_auc=0.7,
+                         grid_weights={"method": 0.8, "task": 0.2}, grid_auc=0.89, n_pairs=(1, 1),
+                         warning="2 pairs are <b>not</b> enough")
+
+    p = MapPane(coords, meta, ["method", "task"], {"method": 0.5, "task": 0.5}, on_weights=rec.on_weights,
+                on_fit_weights=on_fit_weights)
+    p.similar_button.click()  # nothing tapped yet: a hint, no mark
+    assert p.marks == [] and "Tap two papers" in p.detail.value
+    for i in (3, 8):
+        p.tap(*coords[i])
+    assert p.tapped == [3, 8] and "&lt;script&gt;" in p.mark_info.value and "<script>" not in p.mark_info.value
+    p.similar_button.click()
+    p.tap(*coords[10])  # the last two tapped: 8 and 10
+    p.dissimilar_button.click()
+    assert p.marks == [(3, 8, True), (8, 10, False)] and "1 similar, 1 not similar" in p.mark_info.value
+    p.fit_button.click()
+    assert fits == [[(3, 8, True), (8, 10, False)]]
+    assert rec.calls["weights"] == [{"method": 0.8, "task": 0.2}]  # the map refit with the fitted weights
+    assert p.sliders["method"].value == 0.8 and p.sliders["task"].value == 0.2
+    np.testing.assert_allclose(p.source.data["x"], coords[:, 0] * 2 + 1)
+    assert "held-out AUC 0.900" in p.detail.value and "&lt;b&gt;not&lt;/b&gt;" in p.detail.value
+    assert "Layout: method 0.80" in p.detail.value
+    p.clear_marks_button.click()
+    assert p.marks == [] and p.tapped == []
+
+
+def test_negative_fitted_weight_maps_its_positive_part(meta, presets):
+    rec = Recorder(presets["balanced"])
+    p = MapPane(presets["balanced"], meta, ["method", "task"], {"method": 0.5, "task": 0.5},
+                on_weights=rec.on_weights, on_fit_weights=lambda pairs: {"method": -0.3, "task": 0.7})
+    p.fit_marks()  # no marks yet
+    assert rec.calls["weights"] == [] and "Mark a few pairs" in p.detail.value
+    p.tapped = [0, 1]
+    p.mark(True)
+    assert p.mark(False) == (0, 1, False) and p.marks == [(0, 1, False)]  # marking again replaces
+    assert p.fit_marks() == {"method": 0.0, "task": 1.0}
+    assert rec.calls["weights"] == [{"method": 0.0, "task": 1.0}]
+    assert "cannot be drawn" in p.detail.value and "method" in p.detail.value
+
+
+def test_fit_errors_show_in_the_panel(meta, presets):
+    def boom(pairs):
+        raise ValueError("need at least 2 similar <i>pairs</i>")
+
+    p = MapPane(presets["balanced"], meta, ["method", "task"], {"method": 0.5, "task": 0.5},
+                on_weights=lambda w: presets["balanced"], on_fit_weights=boom)
+    p.tapped = [0, 1]
+    p.mark(True)
+    p.fit_button.click()
+    assert "Fitting the weights failed" in p.detail.value and "&lt;i&gt;pairs&lt;/i&gt;" in p.detail.value
+    assert MapPane(presets["balanced"], meta, ["method"], {"method": 1.0}).fit_button.disabled  # no callback
+
+
 # --------------------------------------------------------------------------- the exported page in Chromium
 
 

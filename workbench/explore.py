@@ -132,6 +132,22 @@ class Explorer:
         self.map = self.map.with_weights(normalize_weights(weights, self.aspects))
         return self.map.coords
 
+    def fit_weights(self, labels=None, pairs=None, groups=None, negative: Sequence[str] = (), apply: bool = True,
+                    **options):
+        """Aspect weights fitted to the user's judgement (weights.fit_weights), and with `apply` the map refit warm.
+
+        One of labels (one per document, corpus order), pairs ([(i, j, similar), ...]) or
+        groups ([[i, j, ...], ...]); negative: aspects that may weigh negatively; options go
+        to `weights.fit_weights` (folds, seed, grid_step, ...). A negative weight cannot be
+        drawn: the map uses the positive part (`weights.map_weights`). Returns the WeightFit.
+        """
+        from .weights import fit_weights, map_weights
+
+        fit = fit_weights(self.embeddings, labels=labels, pairs=pairs, groups=groups, negative=negative, **options)
+        if apply:
+            self.reweight(map_weights(fit.weights))
+        return fit
+
     def embed_texts(self, texts: Sequence[str]) -> dict[str, np.ndarray]:
         """Aspect embeddings of new abstracts by the unified model: {aspect: [m, D]}."""
         texts = [str(t).strip() for t in texts]
@@ -300,7 +316,8 @@ class Explorer:
         drawn = self.region_labels(labels if isinstance(labels, int) and labels > 1 else 8) if labels else None
         return MapPane(self.coords, self.meta, self.aspects, self.weights, on_weights=self.reweight,
                        on_tap=self.on_tap, on_place=self.on_place, on_search=self.search, labels=drawn,
-                       color_by=color_by, on_labels=self.region_labels if labels else None)
+                       color_by=color_by, on_labels=self.region_labels if labels else None,
+                       on_fit_weights=lambda marked: self.fit_weights(pairs=marked, apply=False))
 
     # ------------------------------------------------------------------ export and storage
 

@@ -362,9 +362,15 @@ class MapPane:
       point, None for an empty spot); the caller escapes the HTML it returns;
     * `on_place(text) -> (x, y, html)`: where a new abstract lands;
     * `on_search({aspect: (query, weight)}) -> DataFrame`: nearest papers;
-    * `on_labels() -> [(x, y, text), ...]`: region labels for a new layout (after `on_weights`).
+    * `on_labels() -> [(x, y, text), ...]`: region labels for a new layout (after `on_weights`);
+    * `on_fit_weights([(i, j, similar), ...]) -> fit`: aspect weights fitted to the pairs the
+      user marked (tap two papers, then "similar" / "not similar"); `fit` is a
+      `weights.WeightFit` (its `summary()` is shown) or a plain {aspect: weight} dict. The
+      map is then re-laid out through `set_weights`; negative weights are reported but the
+      map uses their positive part (a t-SNE distance cannot weigh an aspect negatively).
 
-    The widgets call the public methods `set_weights`, `tap`, `place` and `search`, so a
+    The widgets call the public methods `set_weights`, `tap`, `place`, `search`, `mark` and
+    `fit_marks`, so a
     test (or a notebook cell) can drive the pane the same way. A callback's exception is
     shown, escaped, in the detail panel and logged; it never propagates into the kernel.
     """
@@ -375,7 +381,8 @@ class MapPane:
                  on_place: Callable[[str], tuple[float, float, str]] | None = None,
                  on_search: Callable[[dict[str, tuple[str, float]]], pd.DataFrame] | None = None,
                  labels=None, color_by=None, width: int = 700, height: int = 560,
-                 hit_fraction: float = 0.015, on_labels: Callable[[], list] | None = None):
+                 hit_fraction: float = 0.015, on_labels: Callable[[], list] | None = None,
+                 on_fit_weights: Callable[[list], object] | None = None):
         import ipywidgets as widgets
         from bokeh.events import Tap
         from bokeh.models import ColumnDataSource
@@ -386,6 +393,9 @@ class MapPane:
         self.color_by = color_by
         self.on_weights, self.on_tap, self.on_place, self.on_search = on_weights, on_tap, on_place, on_search
         self.on_labels = on_labels
+        self.on_fit_weights = on_fit_weights
+        self.tapped: list[int] = []  # the last two tapped papers: the pair the mark buttons record
+        self.marks: list[tuple[int, int, bool]] = []  # (i, j, similar) pairs marked so far
         # A tap within this fraction of the map's extent of a point counts as tapping it.
         self.hit_fraction = hit_fraction
         self.coords = _as_coords(coords)
@@ -429,6 +439,16 @@ class MapPane:
         self.results = widgets.HTML(value="")
         self.legend = widgets.HTML(value=legend_html(labels, weights, _region_colors(labels, color_by)),
                                    layout=widgets.Layout(width="300px"))
+        self.mark_info = widgets.HTML(value=self._marks_html())
+        self.similar_button = widgets.Button(description="similar")
+        self.similar_button.on_click(lambda _: self.mark(True))
+        self.dissimilar_button = widgets.Button(description="not similar")
+        self.dissimilar_button.on_click(lambda _: self.mark(False))
+        self.fit_button = widgets.Button(description="fit weights to my marks", disabled=on_fit_weights is None,
+                                         layout=widgets.Layout(width="auto"))
+        self.fit_button.on_click(lambda _: self.fit_marks())
+        self.clear_marks_button = widgets.Button(description="clear marks")
+        self.clear_marks_button.on_click(lambda _: self.clear_marks())
         self.bokeh = BokehModel(self.figure)
         self.layout = self._layout(widgets)
 
@@ -436,6 +456,9 @@ class MapPane:
 
     def _layout(self, widgets):
         controls = widgets.VBox([widgets.HTML("<b>Aspect weights</b>"), *self.sliders.values(),
+                                 widgets.HTML("<b>What I mean by similar</b>"), self.mark_info,
+                                 widgets.HBox([self.similar_button, self.dissimilar_button]),
+                                 widgets.HBox([self.fit_button, self.clear_marks_button]),
                                  widgets.HTML("<b>Place an abstract</b>"), self.place_text, self.place_button],
                                 layout=widgets.Layout(width="340px"))
         queries = widgets.VBox([widgets.HTML("<b>Search by aspect</b>")]
@@ -548,11 +571,15 @@ class MapPane:
     def tap(self, x: float, y: float) -> str | None:
         """Mark (x, y) and show `on_tap`'s description of it (tapped point index or None)."""
         self.tap_source.data = {"x": [float(x)], "y": [float(y)]}
+        index = self.nearest(x, y)
+        if index is not None and index not in self.tapped[-1:]:
+            self.tapped = (self.tapped + [index])[-2:]
+            self.mark_info.value = self._marks_html()
         if self.on_tap is None:
             return None
         try:
             self._show(_message_html("Describing this spot…"))
-            html = str(self.on_tap(float(x), float(y), self.nearest(x, y)))
+            html = str(self.on_tap(float(x), float(y), index))
             self._show(html)
             return html
         except Exception as exc:
@@ -598,4 +625,70 @@ class MapPane:
         except Exception as exc:
             self.results.value = ""
             self._fail("Search", exc)
+            return None
+
+    # -- marking pairs and fitting the weights to them
+
+    def _title(self, i: int) -> str:
+        title = _text(self.meta["title"].iloc[i], 60) if "title" in self.meta else ""
+        return title or f"#{i}"
+
+    def _marks_html(self) -> str:
+        n_sim = sum(1 for *_, s in self.marks if s)
+        pair = (" and ".join(esc(self._title(i)) for i in self.tapped) if len(self.tapped) == 2
+                else "tap two papers to compare them")
+        return (f"<small>Pair: {pair}<br>{n_sim} similar, {len(self.marks) - n_sim} not similar marked</small>")
+
+    def mark(self, similar: bool) -> tuple[int, int, bool] | None:
+        """Record the last two tapped papers as a similar (or not similar) pair."""
+        if len(self.tapped) < 2:
+            self._show(_message_html("Tap two papers first, then mark them similar or not similar."))
+            return None
+        i, j = self.tapped
+        pair = (int(i), int(j), bool(similar))
+        # Marking the same pair again replaces the earlier mark: the user changed their mind.
+        self.marks = [m for m in self.marks if {m[0], m[1]} != {i, j}] + [pair]
+        self.mark_info.value = self._marks_html()
+        return pair
+
+    def clear_marks(self) -> None:
+        """Forget the marked pairs and the tapped papers."""
+        self.marks, self.tapped = [], []
+        self.mark_info.value = self._marks_html()
+
+    def fit_marks(self) -> dict[str, float] | None:
+        """Fit the aspect weights to the marked pairs (`on_fit_weights`) and re-layout the map with them.
+
+        Shows the fit's summary (escaped) above the layout message. Returns the weights the
+        map uses (negative ones clipped to 0), or None when there was nothing to fit or it failed.
+        """
+        if self.on_fit_weights is None:
+            return None
+        if not self.marks:
+            self._show(_message_html("Mark a few pairs first (tap two papers, then similar / not similar)."))
+            return None
+        try:
+            self._show(_message_html(f"Fitting the weights to {len(self.marks)} marked pairs…"))
+            fit = self.on_fit_weights(list(self.marks))
+            fitted = dict(fit.weights if hasattr(fit, "weights") else fit)
+            unknown = set(fitted) - set(self.aspects)
+            if unknown:
+                raise ValueError(f"on_fit_weights returned unknown aspects: {sorted(unknown)}")
+            text = fit.summary() if hasattr(fit, "summary") else ", ".join(f"{a} {w:.2f}" for a, w in fitted.items())
+            positive = {a: max(float(fitted.get(a, 0.0)), 0.0) for a in self.aspects}
+            total = sum(positive.values())
+            if total <= 0:
+                raise ValueError(f"no aspect has a positive fitted weight ({fitted}): the map cannot use them")
+            mapped = {a: w / total for a, w in positive.items()}
+            note = ""
+            negatives = sorted(a for a, w in fitted.items() if w < 0)
+            if negatives:
+                note = (f"Negative weights ({', '.join(negatives)}) cannot be drawn on a map; "
+                        "it uses the positive weights only.")
+            self.set_weights(mapped)  # refits warm through on_weights and shows the layout (or its error)
+            self._show(f"<pre style='white-space:pre-wrap'>{esc(text)}</pre>"
+                       + (_message_html(note) if note else "") + self.detail.value)
+            return mapped
+        except Exception as exc:
+            self._fail("Fitting the weights", exc)
             return None
