@@ -308,6 +308,13 @@ def test_bertscore_prefers_the_matching_text():
     assert other[0] < f1[0] - 0.1
     with pytest.raises(ValueError):
         bertscore(["a"], [[]], model="minilm")
+    # decoding_report scores matching and shuffled in one call (each text encoded once): same scores.
+    cands = ["Frogs sing at night.", "Bees make honey in hives.", "The market fell."]
+    refs = [["Frogs croak after dark."], ["Honey comes from bees."], ["Stocks dropped sharply.", "A crash."]]
+    shuffled = cands[1:] + cands[:1]
+    both = bertscore(cands + shuffled, refs * 2, model="minilm")
+    np.testing.assert_allclose(both[:3], bertscore(cands, refs, model="minilm"), atol=1e-5)
+    np.testing.assert_allclose(both[3:], bertscore(shuffled, refs, model="minilm"), atol=1e-5)
 
 
 def test_round_trip_rank_against_brute_force():

@@ -426,3 +426,31 @@ def test_truths_by_encoder_main_and_other_encoders(monkeypatch):
     assert np.isnan(np.diag(by["minilm"]["x"])).all()
     with pytest.raises(ValueError):
         report.truths_by_encoder(SimpleNamespace(docs=docs), ["x"], [])
+
+
+def test_encode_texts_encodes_each_text_once_and_matches_the_encoder(tmp_path, monkeypatch):
+    """Stage 06 meets one summary in the truths, Table 1 and the reference rows: one encoder pass, kept in the run."""
+    from workbench import report
+    from workbench.encoders import AspectEncoder
+    from workbench.features import FrozenBackbone
+
+    calls = []
+    embed = FrozenBackbone.embed
+
+    def counting(self, texts, **kwargs):
+        calls.append(len(texts))
+        return embed(self, texts, **kwargs)
+
+    monkeypatch.setattr(FrozenBackbone, "embed", counting)
+    monkeypatch.setattr(report, "_TEXT_CACHES", {})
+    texts = ["A parser for noisy tweets.", "Machine translation of low-resource languages.", "A parser for noisy tweets."]
+    first = report.encode_texts("minilm", texts, run_dir=tmp_path)
+    assert calls == [2]  # the repeated text once
+    again = report.encode_texts("minilm", texts[::-1], run_dir=tmp_path)
+    assert calls == [2]
+    np.testing.assert_allclose(again, first[::-1])
+    direct = AspectEncoder.from_base("minilm", ["base"], pooling="mean").encode_pooled(texts, max_length=256)
+    np.testing.assert_allclose(first, direct, atol=1e-5)
+    monkeypatch.setattr(report, "_TEXT_CACHES", {})  # a new session reads the run's shards
+    np.testing.assert_allclose(report.encode_texts("minilm", texts, run_dir=tmp_path), first)
+    assert calls == [2]

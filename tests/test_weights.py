@@ -267,3 +267,17 @@ def test_explorer_fit_weights_refits_the_map_with_the_positive_part(corpus):
     kept = ex.map
     ex.fit_weights(pairs=pairs, apply=False, n_boot=50)
     assert ex.map is kept
+
+
+def test_pairs_from_similarity_keeps_the_ends_by_hand():
+    sim = np.array([[1.0, 0.9, 0.1, 0.5],
+                    [0.9, 1.0, 0.2, np.nan],
+                    [0.1, 0.2, 1.0, 0.3],
+                    [0.5, np.nan, 0.3, 1.0]])
+    # known pairs (0,1) .9, (0,2) .1, (0,3) .5, (1,2) .2, (2,3) .3: top fifth similar, bottom two fifths dissimilar
+    out = W.pairs_from_similarity(sim, top=0.2, bottom=0.4, rows=[10, 11, 12, 13])
+    assert sorted(map(tuple, out.tolist())) == [(10, 11, 1), (10, 12, 0), (11, 12, 0)]
+    with pytest.raises(ValueError, match="square"):
+        W.pairs_from_similarity(np.ones((2, 3)))
+    with pytest.raises(ValueError, match="fractions"):
+        W.pairs_from_similarity(sim, top=0.7, bottom=0.5)

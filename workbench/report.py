@@ -45,20 +45,28 @@ def evaluation_corpus(corpus, run_dir=None, split: str | None = "test"):
                      "nothing held out to evaluate on")
 
 
-_ENCODERS: dict = {}  # off-the-shelf encoders stay loaded for the session (mpnet takes seconds to load)
+_TEXT_CACHES: dict = {}  # (folder, backbone key, device) -> FeatureCache: a text is encoded once per session
 
 
-def encode_texts(model: str, texts: Sequence[str], pooling: str = "mean", max_length: int = 512,
-                 batch_size: int = 32, device: str | None = None) -> np.ndarray:
-    """Unit embeddings of texts with an off-the-shelf encoder (packaged name, folder or hub id), no head."""
-    from .encoders import AspectEncoder
+def encode_texts(model: str, texts: Sequence[str], pooling: str = "mean", max_length: int | None = None,
+                 batch_size: int = 32, device: str | None = None, run_dir=None) -> np.ndarray:
+    """Unit embeddings of texts with an off-the-shelf encoder (packaged name, folder or hub id), no head.
 
-    key = (str(model), pooling, device)
-    if key not in _ENCODERS:
-        _ENCODERS[key] = AspectEncoder.from_base(model, ["base"], pooling=pooling, max_length=max_length,
-                                                 device=device)
-    enc = _ENCODERS[key]
-    return _unit(enc.encode_pooled(list(texts), batch_size=batch_size, max_length=max_length))
+    Every text goes through a feature cache (`features.FeatureCache`): stage 06 meets the
+    same human summary in the ground truths, Table 1 and the reference rows, and each is
+    encoded once. With `run_dir` the cache is the run's own (``<run_dir>/features/``), which
+    the frozen-mode stages 02-03 already filled with MiniLM vectors of the corpus: the MiniLM
+    rows then cost nothing, and a re-run of stage 06 encodes nothing. max_length defaults to
+    the frozen mode's (256 tokens, MiniLM's training length; 9% of ACLSum abstracts are longer).
+    """
+    from .features import FROZEN_MAX_LENGTH, FeatureCache, FrozenBackbone
+
+    backbone = FrozenBackbone(str(model), pooling=pooling, max_length=max_length or FROZEN_MAX_LENGTH, device=device)
+    folder = None if run_dir is None else Path(run_dir) / "features" / backbone.key
+    key = (str(folder), backbone.key, device)
+    if key not in _TEXT_CACHES:
+        _TEXT_CACHES[key] = FeatureCache(folder, backbone, batch_size=batch_size)
+    return _unit(_TEXT_CACHES[key].vectors(list(texts)))
 
 
 def ground_truths(eval_corpus, aspects: Sequence[str], run_dir=None, reference: str = REFERENCE_ENCODER,
@@ -73,7 +81,7 @@ def ground_truths(eval_corpus, aspects: Sequence[str], run_dir=None, reference: 
 
     docs = eval_corpus.docs.reset_index(drop=True)
     ids = docs["doc_id"].astype(str).tolist()
-    out: dict[str, np.ndarray] = summary_truths(eval_corpus, aspects, reference)
+    out: dict[str, np.ndarray] = summary_truths(eval_corpus, aspects, reference, run_dir)
     if run_dir is not None and (Path(run_dir) / "judgements.jsonl").is_file():
         for aspect in aspects:
             truth = judge_similarity(run_dir, ids, aspect)
@@ -84,7 +92,8 @@ def ground_truths(eval_corpus, aspects: Sequence[str], run_dir=None, reference: 
     return out
 
 
-def summary_truths(eval_corpus, aspects: Sequence[str], reference: str = REFERENCE_ENCODER) -> dict[str, np.ndarray]:
+def summary_truths(eval_corpus, aspects: Sequence[str], reference: str = REFERENCE_ENCODER,
+                   run_dir=None) -> dict[str, np.ndarray]:
     """{aspect: (n, n)}: cosine similarity of the documents' human summaries of each aspect under `reference`.
 
     Only aspects whose summary column is filled for every evaluation document.
@@ -96,7 +105,7 @@ def summary_truths(eval_corpus, aspects: Sequence[str], reference: str = REFEREN
     for aspect in aspects:
         column = f"summary_{aspect}"
         if column in docs and docs[column].map(lambda v: isinstance(v, str) and bool(v.strip())).all():
-            out[aspect] = summary_similarity(encode_texts(reference, docs[column].tolist(), max_length=128))
+            out[aspect] = summary_similarity(encode_texts(reference, docs[column].tolist(), run_dir=run_dir))
     return out
 
 
@@ -112,7 +121,7 @@ def truths_by_encoder(eval_corpus, aspects: Sequence[str], encoders: Sequence[st
         raise ValueError("truths_by_encoder needs at least one reference encoder")
     out = {encoders[0]: ground_truths(eval_corpus, aspects, run_dir, reference=encoders[0])}
     for encoder in encoders[1:]:
-        out[encoder] = summary_truths(eval_corpus, aspects, encoder)
+        out[encoder] = summary_truths(eval_corpus, aspects, encoder, run_dir)
     return out
 
 
@@ -136,12 +145,12 @@ def embedding_rows(run_dir, eval_corpus, aspects: Sequence[str], baselines: Sequ
     rows: dict = {"unified": {a: _unit(emb[a]) for a in aspects}}
     texts = eval_corpus.texts()
     for name in baselines:
-        rows[f"{name} (abstract)"] = encode_texts(name, texts, device=device)
+        rows[f"{name} (abstract)"] = encode_texts(name, texts, device=device, run_dir=run_dir)
     docs = eval_corpus.docs
     if human_reference and all(f"summary_{a}" in docs for a in aspects):
         if docs[[f"summary_{a}" for a in aspects]].map(lambda v: isinstance(v, str)).all().all():
-            rows["human summaries"] = {a: encode_texts(human_reference, docs[f"summary_{a}"].tolist(), max_length=128,
-                                                       device=device) for a in aspects}
+            rows["human summaries"] = {a: encode_texts(human_reference, docs[f"summary_{a}"].tolist(), device=device,
+                                                       run_dir=run_dir) for a in aspects}
     return rows
 
 
@@ -176,8 +185,8 @@ def retrieval_encoders(run_dir, aspects: Sequence[str], base_model: str | None =
             head = aspect if aspect in model.aspects else model.aspects[0]
             encoders[f"{aspect} model"] = (lambda m, h: lambda texts: m.encode(list(texts), aspects=h)[h])(model, head)
     for name in ([base_model] if base_model else []) + list(baselines):
-        encoders[f"{name} (off the shelf)"] = (lambda n: lambda texts: encode_texts(n, texts, max_length=128,
-                                                                                    device=device))(name)
+        encoders[f"{name} (off the shelf)"] = (lambda n: lambda texts: encode_texts(n, texts, device=device,
+                                                                                    run_dir=run_dir))(name)
     return encoders
 
 

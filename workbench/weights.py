@@ -316,6 +316,37 @@ def fit_logistic(cos: np.ndarray, y: np.ndarray, negative_mask: np.ndarray | Non
     return v / beta, beta, b
 
 
+def pairs_from_similarity(similarity, top: float = 0.1, bottom: float = 0.5, rows: Sequence[int] | None = None,
+                          max_pairs: int = MAX_PAIRS, seed: int = 0) -> np.ndarray:
+    """(m, 3) int array of (i, j, similar) from a graded similarity, e.g. of the papers' human summaries.
+
+    The pairs in the `top` fraction of similarity are similar, those in the `bottom` fraction
+    dissimilar, the middle is left out (a judgement says "alike" or "unlike", not "somewhat").
+    similarity: (k, k) over the documents `rows` (default 0..k-1); NaN entries are unknown.
+    Above `max_pairs` pairs a seeded sample is kept.
+    """
+    sim = np.asarray(similarity, dtype=np.float64)
+    if sim.ndim != 2 or sim.shape[0] != sim.shape[1]:
+        raise ValueError(f"similarity must be a square matrix, got shape {sim.shape}")
+    if not (0 < top < 1 and 0 < bottom < 1 and top + bottom <= 1):
+        raise ValueError(f"top ({top}) and bottom ({bottom}) must be fractions in (0, 1) that sum to at most 1")
+    rows = np.arange(len(sim)) if rows is None else np.asarray(rows, dtype=np.int64)
+    if len(rows) != len(sim):
+        raise ValueError(f"{len(rows)} rows for a {len(sim)} x {len(sim)} similarity")
+    a, b = np.triu_indices(len(sim), k=1)
+    values = sim[a, b]
+    known = np.isfinite(values)
+    a, b, values = a[known], b[known], values[known]
+    if len(values) < 4:
+        raise ValueError(f"{len(values)} known pairs: too few to say which are alike")
+    high, low = np.quantile(values, 1 - top), np.quantile(values, bottom)
+    keep = (values >= high) | (values <= low)
+    out = np.stack([rows[a[keep]], rows[b[keep]], (values[keep] >= high).astype(np.int64)], axis=1)
+    if len(out) > max_pairs:
+        out = out[np.sort(np.random.default_rng(seed).choice(len(out), size=max_pairs, replace=False))]
+    return out.reshape(-1, 3)
+
+
 def map_weights(weights: Mapping[str, float]) -> dict[str, float]:
     """Weights a map can use: negative ones clipped to 0, the rest renormalised to sum 1.
 
