@@ -119,6 +119,7 @@ def test_samples_of_one_prompt_differ_and_stop_on_their_own(tiny_corpus, smollm)
     assert all(1 <= answers[i].tokens <= 24 for i in range(6))
     for text in texts:  # an answer that stopped on '"}' ends there
         assert '"}' not in text or text.endswith('"}')
+    assert list(smollm.complete([], Sampling(max_new_tokens=4))) == []  # a resumed run with nothing to ask
 
 
 @pytest.mark.slow

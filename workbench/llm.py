@@ -111,6 +111,8 @@ class TransformersBackend:
 
         from .devices import use_free_cores
 
+        if not conversations:  # a resumed run with nothing left to ask
+            return
         if self.model.device.type == "cpu":
             use_free_cores()  # two threads on a core another job holds run several times slower than one
         if sampling.seed is not None:
