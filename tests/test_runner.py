@@ -22,6 +22,9 @@ from workbench.runner import (
 
 def test_stages_are_found():
     assert available_stages()[0] == "01_generate"
+    from workbench.runner import OPTIONAL_STAGES
+
+    assert set(OPTIONAL_STAGES) <= set(available_stages())  # named only on request, but real notebooks
 
 
 def test_secrets_are_refused_as_parameters(tmp_path):
@@ -323,7 +326,9 @@ def test_a_tiny_notebook_through_the_engine_shows_progress_and_sums_up(tmp_path,
     cells = [nbformat.v4.new_code_cell(TINY_PARAMETERS, metadata={"tags": ["parameters"]}),
              nbformat.v4.new_code_cell(TINY_CODE)]
     kernel = {"name": "python3", "language": "python", "display_name": "Python 3"}
-    nbformat.write(nbformat.v4.new_notebook(cells=cells, metadata={"kernelspec": kernel}), notebooks / "01_tiny.ipynb")
+    for stage in ("01_tiny", "07_questions"):  # 07_questions is optional: a run without a stage list skips it
+        nbformat.write(nbformat.v4.new_notebook(cells=cells, metadata={"kernelspec": kernel}),
+                       notebooks / f"{stage}.ipynb")
     (tmp_path / "papers.txt").write_text("four")
     seen = []
 
@@ -335,6 +340,7 @@ def test_a_tiny_notebook_through_the_engine_shows_progress_and_sums_up(tmp_path,
     monkeypatch.setattr(runner, "Progress", Recording)
     monkeypatch.chdir(tmp_path)
     results = run_pipeline(None, run_dir="run", overrides={"corpus": "papers.txt"}, notebook_dir=notebooks)
+    assert list(results) == ["01_tiny"]
     entry = results["01_tiny"]
     assert entry["artifacts"] == {"models/": {"files": 1, "bytes": 2000}, "out.txt": {"files": 1, "bytes": 4}}
     assert any(d.startswith("tiny: 100%|") and "3/3" in d for d in seen), seen[-5:]

@@ -54,8 +54,10 @@ def tiny_run(tmp_path_factory):
                           "eval_docs": 3, "perplexity_docs": 2, "examples_per_aspect": 1, "max_new_tokens": 8,
                           "bertscore_model": "minilm"},
             "05_visualize": {"corpus": "aclsum:validation", "n_labels": 2, "loo_docs": 1, "perplexity": 10.0},
-            "06_evaluate": {"baselines": ["minilm"], "n_permutations": 10, "eval_docs": 6, "perplexity_docs": 2,
-                            "reconstruct_docs": 1, "bertscore_model": "minilm"},
+            # Truths read twice by MiniLM: the second-encoder cell runs, and the feature cache makes it free.
+            "06_evaluate": {"baselines": ["minilm"], "truth_encoders": ["minilm", "minilm"], "n_permutations": 10,
+                            "eval_docs": 6, "perplexity_docs": 2, "reconstruct_docs": 1, "probe_pairs": 3,
+                            "bertscore_model": "minilm"},
         },
     }))
     run = root / "run"
@@ -113,6 +115,8 @@ def test_evaluate_stage_writes_metrics_and_compare_works(tiny_run, capsys):
         assert section in metrics, section
     assert set(metrics["evaluation"]["truths"]) >= {"challenge", "approach"}
     assert metrics["evaluation"]["documents"] == 100  # ACLSum's test split
+    health = metrics["health"]  # section 4b: the heads' health and the hard-negative probe
+    assert set(health["probe"]["n_pairs"]) == {"challenge", "approach"} and health["reading"]
     html = (reports / "06_evaluate.html").read_text()
     assert "data:image/png" in html and "unified:challenge" in html
     assert main(["compare", str(run), str(run)]) == 0

@@ -66,8 +66,13 @@ class RunConfigError(ValueError):
     """A parameters file that is malformed or asks for something that does not exist."""
 
 
+# Stages that run only when named (`--stages 07_questions` or a `stages:` list): the
+# question axes cost LLM minutes that neither the demo nor a default run budgets for.
+OPTIONAL_STAGES = ("07_questions",)
+
+
 def available_stages(notebook_dir: Path = NOTEBOOKS) -> list[str]:
-    """The numbered notebooks, e.g. ["01_generate"], in pipeline order."""
+    """The numbered notebooks, e.g. ["01_generate"], in pipeline order (optional stages included)."""
     return sorted(p.stem for p in notebook_dir.glob("[0-9][0-9]_*.ipynb"))
 
 
@@ -477,7 +482,8 @@ def run_pipeline(params_file: str | os.PathLike | None = None, *, run_dir: str |
     run_path = Path(run_dir or config.get("run_dir") or "runs/default").expanduser().resolve()
     report_path = Path(config.get("report_dir") or Path("reports") / run_path.name).expanduser().resolve()
     known = available_stages(notebook_dir)
-    resolved = [_resolve_stage(stage, known) for stage in stages or config.get("stages") or known]
+    default = [s for s in known if s not in OPTIONAL_STAGES]
+    resolved = [_resolve_stage(stage, known) for stage in stages or config.get("stages") or default]
     config["stage_parameters"] = {_resolve_stage(k, known): v for k, v in config["stage_parameters"].items()}
     declared = {stage: _declared_parameters(notebook_dir / f"{stage}.ipynb") for stage in known}
     _undeclared(config["parameters"], set().union(*declared.values()), "no notebook declares the parameter")
