@@ -24,10 +24,13 @@ def _untrained_stages_02_03(run: Path) -> None:
     from workbench.corpus import load_corpus
     from workbench.distill import DistillConfig
     from workbench.heads import PooledAspectModel
-    from workbench.train import SPLIT_NAME, TrainConfig, prepare_views
+    from workbench.train import SPLIT_NAME, TrainConfig
 
     hidden = 384  # MiniLM's width: frozen-mode aspect vectors are backbone-sized
-    _, train_ids, val_ids = prepare_views(ASPECTS, None, load_corpus("aclsum"), val_split="validation")
+    # ACLSum's 50 validation papers stand in for train and validation (stage 04 reads CORPUS_04: these
+    # and the test papers, which must never reach the decoders' memory); the MiniLM pass over them is the cost.
+    val = load_corpus("aclsum:validation").ids
+    train_ids, val_ids = val[:35], val[35:]
     models = run / "aspect_models"
     for i, aspect in enumerate(ASPECTS):
         PooledAspectModel("minilm", [aspect], hidden=hidden, pool=False, rank=TrainConfig().head_rank,
@@ -50,7 +53,7 @@ def tiny_run(tmp_path_factory):
         "parameters": {"corpus": "aclsum", "aspects": "acl", "aspect_names": ASPECTS, "seed": 0},
         "stage_parameters": {
             # compare: the retrieval decoder (the default, used by 05 and 06) and a soft-prompt decoder.
-            "04_decode": {"compare": True, "max_steps": 2, "eval_every": 2, "val_docs": 3, "val_summaries": 1,
+            "04_decode": {"corpus": "aclsum:validation,test", "compare": True, "max_steps": 2, "eval_every": 2, "val_docs": 3, "val_summaries": 1,
                           "eval_docs": 3, "perplexity_docs": 2, "examples_per_aspect": 1, "max_new_tokens": 8,
                           "bertscore_model": "minilm"},
             "05_visualize": {"corpus": "aclsum:validation", "n_labels": 2, "loo_docs": 1, "perplexity": 10.0},
