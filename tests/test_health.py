@@ -355,3 +355,15 @@ def test_corpus_sentence_aspects_falls_back_to_stored_llm_labels(tmp_path):
     out = corpus_sentence_aspects(Corpus(docs, name="t"), ["challenge", "approach"], run_dir=tmp_path)
     # Human highlights win where they exist; the LLM's labels fill in the rest; nobody labelled a's approach.
     assert out == [{"challenge": [1.0, 0.0]}, {"challenge": [1.0, 0.0], "approach": [0.0, 1.0]}]
+
+
+def test_too_few_papers_give_a_plain_answer_not_an_error():
+    """An own corpus with a handful of held-out papers: stage 06 says so instead of failing."""
+    from workbench.health import health_reading, health_report, plot_health
+
+    rng = np.random.default_rng(0)
+    report = health_report({"a": rng.normal(size=(3, 8)), "b": rng.normal(size=(3, 8))}, base=rng.normal(size=(3, 8)))
+    assert report["too_few"] and report["cka"] is None
+    assert health_reading(report) == ["3 held-out papers are too few for a health check of the heads (it needs 10)."]
+    assert plot_health(report) is None
+    json.dumps(report)

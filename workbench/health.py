@@ -33,6 +33,7 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 
 BASE = "base"
+MIN_DOCUMENTS = 10  # fewer held-out papers: no health check (debiased CKA alone needs 4)
 COPY_CKA = 0.9          # heads at least this similar are called copies
 SIMILAR_CKA = 0.7       # ... and at least this similar, "share most of their structure"
 ANISOTROPIC = 0.5       # mean cosine of random papers above which a head is called anisotropic
@@ -437,6 +438,10 @@ def health_report(embeddings: Mapping[str, np.ndarray], base=None, probe: dict |
     with one_blas_thread():
         names = list(embeddings)
         emb = {a: _unit_rows(_matrix(embeddings[a])) for a in names}
+        n = int(len(next(iter(emb.values()))))
+        if n < MIN_DOCUMENTS:  # a rank, a CKA or a probe of a handful of papers would be noise
+            return {"documents": n, "aspects": names, "too_few": MIN_DOCUMENTS, "heads": None, "base": None,
+                    "cka": None, "cka_with_base": None, "ridge_r2": None, "probe": None}
 
         def geometry(x):
             return {"dim": int(x.shape[1]), "effective_rank": effective_rank(x), "anisotropy": anisotropy(x, seed=seed)}
@@ -476,6 +481,9 @@ def _plain(value):
 
 def health_reading(report: dict) -> list[str]:
     """Plain sentences on a `health_report`, for a domain expert: copies, used dimensions, anisotropy, probe."""
+    if report.get("too_few"):
+        return [f"{report['documents']} held-out papers are too few for a health check of the heads "
+                f"(it needs {report['too_few']})."]
     names, heads, lines = report["aspects"], report["heads"], []
     # Copies first: two heads that are one space are the most important thing to know.
     cka = report["cka"]
@@ -539,6 +547,8 @@ def plot_health(report: dict, axes=None):
     """The CKA matrix of the heads and the probe matrix (swapped aspect x head), side by side; returns the figure."""
     import matplotlib.pyplot as plt
 
+    if report.get("too_few"):
+        return None  # nothing measured (see health_reading)
     probe = report.get("probe")
     panels = 2 if probe else 1
     if axes is None:
