@@ -28,6 +28,9 @@ bench: setup
 	$(PY) benchmarks/decode.py
 	$(PY) benchmarks/decode_synthetic.py
 	$(PY) benchmarks/maps.py
+	$(PY) benchmarks/weights.py
+	$(PY) benchmarks/health.py
+	$(PY) benchmarks/questions.py
 	$(PY) benchmarks/threads.py
 
 clean-runs:
