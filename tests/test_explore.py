@@ -69,3 +69,155 @@ def test_place_leaves_the_map_alone_and_reweight_moves_it(explorer_run):
     coords = explorer.reweight({"approach": 1.0})
     assert explorer.weights == {"challenge": 0.0, "approach": 1.0} and coords.shape == before.shape
     assert explorer.map_aspects() == ["approach"]
+
+
+# --------------------------------------------------------------------------- question axes (stage 07) on the map
+
+# Question q is answered from coordinate q of the unit aspect embedding alone: P(yes) = sigmoid(SCALE x_q),
+# so the expected answers are computed here by hand, independently of the classifier's code.
+QUESTIONS = ["Does it parse <script>alert(1)</script>?", "Is it about translation?", "Does it use a corpus?",
+             "Is it about speech?", "Does it use graphs?"]
+SCALE = 5.0
+
+
+def _probs(vectors):
+    v = np.atleast_2d(vectors)[:, :len(QUESTIONS)] / np.linalg.norm(np.atleast_2d(vectors), axis=1, keepdims=True)
+    return 1 / (1 + np.exp(-SCALE * v))
+
+
+def _save_axes(run, aspect, dim=16):
+    """Hand-set MBQA weights saved the way stage 07 saves them (questions.save_mbqa)."""
+    from workbench.questions import make_mbqa, save_mbqa
+
+    model = make_mbqa(dim, len(QUESTIONS))
+    with torch.no_grad():
+        model[0].weight.zero_()
+        model[0].bias.zero_()
+        for q in range(len(QUESTIONS)):
+            model[0].weight[q, q] = SCALE
+    save_mbqa(model, run / "questions" / aspect,
+              {"aspect": aspect, "dim": dim, "questions": [{"id": str(q), "text": t} for q, t in enumerate(QUESTIONS)]})
+
+
+@pytest.fixture(scope="module")
+def axes_explorer(explorer_run, tmp_path_factory):
+    """The same run (models and cached embeddings linked, not copied) with question axes for "challenge" only."""
+    from workbench.explore import Explorer
+
+    run, docs, _ = explorer_run
+    other = tmp_path_factory.mktemp("explore_axes")
+    for name in ("unified_model", "aspect_models", "embeddings"):
+        (other / name).symlink_to(run / name)
+    _save_axes(other, "challenge")
+    return Explorer(other, docs, ASPECTS, perplexity=5.0, decode=False)
+
+
+def test_compare_html_agrees_and_disagrees_with_hand_computed_answers(tmp_path):
+    from workbench.explore import compare_html
+    from workbench.questions import QuestionAxes
+
+    _save_axes(tmp_path, "challenge")
+    axes = {"challenge": QuestionAxes.load(tmp_path, "challenge")}
+    a, b = np.zeros(16), np.zeros(16)
+    a[:5], b[:5] = [2, 1, -1, 1, 0.5], [1, 2, -3, -1, -1]  # agree: 0, 1 (yes), 2 (no); disagree: 3, 4
+    pa, pb = _probs(a)[0], _probs(b)[0]
+    html = compare_html(axes, {"challenge": a}, {"challenge": b}, ("<b>A</b>", "B"), top=5)
+    agree, disagree = html.split("Disagree on:")
+    esc = lambda q: q.replace("<", "&lt;").replace(">", "&gt;")  # noqa: E731
+    for q in (0, 1, 2):
+        assert esc(QUESTIONS[q]) in agree and esc(QUESTIONS[q]) not in disagree
+        assert f"({pa[q]:.2f}, {pb[q]:.2f})" in agree
+    assert agree.index(f"both no: {esc(QUESTIONS[2])}") > 0 and "both yes: Is it about translation?" in agree
+    for q in (3, 4):
+        assert esc(QUESTIONS[q]) in disagree and f"({pa[q]:.2f}, {pb[q]:.2f})" in disagree
+    # Surest first: agreement by p_a p_b (yes) or (1 - p_a)(1 - p_b) (no); disagreement by |p_a - p_b|.
+    score = np.where(pa > 0.5, pa * pb, (1 - pa) * (1 - pb))
+    order = sorted((0, 1, 2), key=lambda q: -score[q])
+    assert [agree.index(esc(QUESTIONS[q])) for q in order] == sorted(agree.index(esc(QUESTIONS[q])) for q in order)
+    first = 3 if abs(pa[3] - pb[3]) > abs(pa[4] - pb[4]) else 4
+    assert disagree.index(QUESTIONS[first]) < disagree.index(QUESTIONS[7 - first])
+    assert "&lt;script&gt;" in html and "<script>" not in html and "&lt;b&gt;A&lt;/b&gt;" in html
+    assert "No question axes" in compare_html(axes, {"approach": a}, {"approach": b})
+
+
+def _pane_arguments(explorer, monkeypatch, **options) -> dict:
+    """What Explorer.pane hands MapPane (a stub: building the widgets is test_mapview's business, and slow)."""
+    from workbench import mapview
+
+    seen = {}
+    monkeypatch.setattr(mapview, "MapPane", lambda *args, **kwargs: seen.update(kwargs, meta=args[1]))
+    explorer.pane(**options)
+    return seen
+
+
+def test_no_question_axes_changes_nothing(explorer_run, monkeypatch):
+    _, _, explorer = explorer_run
+    assert explorer.question_axes() == {}
+    assert explorer.region_labels(3, by="questions") == [] and explorer.hover_questions() is None
+    assert explorer.region_labels(3) == []  # statements by default; no decoders here
+    seen = _pane_arguments(explorer, monkeypatch, labels=3)
+    assert seen["on_compare"] is None and "questions" not in seen["meta"]
+    with pytest.raises(ValueError, match="statements"):
+        explorer.region_labels(3, by="titles")
+
+
+def test_explorer_compares_papers_and_a_tapped_spot(axes_explorer, monkeypatch):
+    from workbench.explore import compare_html
+
+    ex = axes_explorer
+    assert list(ex.question_axes()) == ["challenge"]  # "approach" has no axes: left out, no error
+    html = ex.compare_html(0, 1, top=5)
+    emb = ex.embeddings["challenge"]
+    titles = ex.meta["title"].tolist()
+    assert html == compare_html(ex.question_axes(), {"challenge": emb[0]}, {"challenge": emb[1]},
+                                (titles[0], titles[1]), ex.weights, top=5)
+    assert "<b>challenge</b>" in html and "approach" not in html
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html and "<script>" not in html  # paper 0's title
+    p0, p1 = _probs(emb[0])[0], _probs(emb[1])[0]
+    agree = html.split("Disagree on:")[0]
+    for q, text in enumerate(QUESTIONS[1:], 1):  # the escaped question 0 is checked above
+        assert (text in agree) == ((p0[q] > 0.5) == (p1[q] > 0.5))
+
+    x, y = ex.coords[5] + 3.0
+    spot = ex.on_compare(0, (float(x), float(y)))
+    assert "tapped spot" in spot and spot == ex.compare_html(0, vectors=ex.invert(x, y))
+    assert _pane_arguments(ex, monkeypatch, labels=False)["on_compare"] == ex.on_compare
+
+
+def test_region_question_labels_and_hover_questions_come_from_the_papers(axes_explorer, tmp_path,
+                                                                          monkeypatch):
+    from workbench.mapview import cluster_labels
+
+    ex = axes_explorer
+    labels = ex.region_labels(3, by="questions")
+    groups = cluster_labels(ex.coords, 3)
+    assert len(labels) == 3
+    for g, (x, y, short, detail) in zip(np.unique(groups), labels):
+        p = _probs(ex.embeddings["challenge"][groups == g])
+        share, mean = (p > 0.5).mean(0), p.mean(0)
+        best = max(range(len(QUESTIONS)), key=lambda q: (share[q], mean[q]))
+        np.testing.assert_allclose((x, y), ex.coords[groups == g].mean(0))
+        if share[best] > 0.5:
+            assert short == QUESTIONS[best] and f"{QUESTIONS[best]} ({share[best]:.0%}" in detail
+        else:
+            assert "no question" in short
+
+    hover = ex.hover_questions()
+    p = _probs(ex.embeddings["challenge"])
+    for i in range(len(hover)):
+        top = [QUESTIONS[q] for q in np.argsort(-p[i], kind="stable")[:2] if p[i, q] > 0.5]
+        assert hover[i] == ("challenge: " + " / ".join(top) if top else "")
+    assert ex.hover_questions({"approach": 1.0}) is None  # no axes for the weighted aspect
+
+    from workbench import mapview  # what export hands export_html (the page itself: test_mapview)
+
+    seen = {}
+    monkeypatch.setattr(mapview, "export_html", lambda path, coords, meta, **kw: seen.update(kw, coords=coords))
+    ex.export(tmp_path / "map.html", presets={"equal": {"challenge": 1, "approach": 1}, "approach": {"approach": 1}},
+              labels=3, label_source="questions")
+    asked = seen["questions_by_preset"]
+    assert asked["approach"] == [""] * len(hover)  # no axes for it: the column is there, empty
+    assert asked["equal"] != asked["approach"] and all(t.startswith("challenge: ") for t in asked["equal"] if t)
+    drawn = seen["labels_by_preset"]["equal"]
+    assert len(drawn) == 3 and all(text in QUESTIONS or "no question" in text for _, _, text, _ in drawn)
+    assert seen["labels_by_preset"]["approach"] == []  # the preset's weighted aspect has no axes

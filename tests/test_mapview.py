@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import re
@@ -55,6 +56,7 @@ def test_map_frame_columns_colours_and_raw_text(meta, presets):
     assert data["hover"][0] == "Paper 0 (2000) | method: method 0 | task: task 0"
     # Text stays raw in the data: Bokeh escapes it when rendering; escaping twice would show "&lt;".
     assert data["title"][3] == XSS_TITLE
+    assert "questions" not in data  # no question axes: no such hover field
     venues = dict(zip(data["group"], data["color"]))
     assert len(venues) == 3 and len(set(venues.values())) == 3
     clusters = map_frame(coords, meta)
@@ -65,6 +67,18 @@ def test_map_frame_columns_colours_and_raw_text(meta, presets):
         map_frame(coords[:10], meta)
     with pytest.raises(ValueError):
         map_frame(coords, meta, color_by="no such column")
+
+
+def test_map_frame_hover_questions_only_when_present(meta, presets):
+    from bokeh.models import HoverTool
+
+    asked = meta.assign(questions=[f"method: Q{i}?" if i % 2 else "" for i in range(N)])
+    data = map_frame(presets["balanced"], asked)
+    assert data["questions"][1] == "method: Q1?" and data["questions"][0] == ""
+    assert data["hover"][1].endswith(" | yes to: method: Q1?") and "yes to" not in data["hover"][0]
+    tooltips = map_figure(presets["balanced"], asked).select_one(HoverTool).tooltips
+    assert ("yes to", "@questions") in tooltips
+    assert ("yes to", "@questions") not in map_figure(presets["balanced"], meta).select_one(HoverTool).tooltips
 
 
 def test_map_figure_hover_tap_and_labels(meta, presets):
@@ -147,6 +161,37 @@ def test_tap_event_on_a_point_and_on_an_empty_spot(pane, presets):
     assert pane.rec.calls["tap"][-1] == (500.0, -500.0, None)
     assert pane.detail.value == "<p>spot None</p>"
     assert pane.tap_source.data == {"x": [500.0], "y": [-500.0]}  # one marker, moved
+
+
+def test_two_tapped_papers_and_a_paper_then_a_spot_are_compared(meta, presets):
+    coords = presets["balanced"]
+    rec = Recorder(coords)
+    compared = []
+
+    def on_compare(i, other):
+        compared.append((i, other))
+        return f"<p>compare {i} {other}</p>"
+
+    p = MapPane(coords, meta, ["method", "task"], {"method": 0.5, "task": 0.5}, on_tap=rec.on_tap,
+                on_compare=on_compare)
+    p.tap(*coords[3])
+    assert compared == [] and p.detail.value == "<p>spot 3</p>"  # one paper: nothing to compare yet
+    p.tap(*coords[8])
+    assert compared == [(3, 8)] and p.detail.value == "<p>spot 8</p><hr><p>compare 3 8</p>"
+    p.tap(500.0, -500.0)  # an empty spot right after paper 8: paper 8 against the spot
+    assert compared[-1] == (8, (500.0, -500.0)) and p.detail.value.endswith("<p>compare 8 (500.0, -500.0)</p>")
+    p.tap(400.0, -400.0)  # an empty spot after an empty spot: described only
+    assert len(compared) == 2 and p.detail.value == "<p>spot None</p>"
+    p.tap(*coords[10])  # the pair is now (8, 10)
+    assert compared[-1] == (8, 10) and p.tapped == [8, 10]
+
+    def boom(i, other):
+        raise RuntimeError("<i>no axes</i>")
+
+    p.on_compare = boom
+    assert p.tap(*coords[11]) is None  # a failed comparison leaves the description shown, and says so
+    assert p.detail.value.startswith("<p>spot 11</p><hr>") and "&lt;i&gt;no axes&lt;/i&gt;" in p.detail.value
+    assert MapPane(coords, meta, ["method"], {"method": 1.0}, on_tap=rec.on_tap).on_compare is None
 
 
 def test_place_adds_a_marker(pane):
@@ -306,7 +351,9 @@ def _coloured_pixels(png) -> np.ndarray:
 def pages(tmp_path_factory, meta, presets):
     out = tmp_path_factory.mktemp("map")
     labels = {"balanced": [(0.0, 0.0, "<b>parsing</b>")], "method only": [(1.0, 2.0, "translation")]}
-    full = export_html(out / "map.html", presets, meta, labels, title=PAGE_TITLE)
+    questions = {name: [f"{name} Q{i}?" for i in range(N)] for name in presets}
+    questions["balanced"][3] = XSS_SUMMARY  # question text is LLM text: data, never markup
+    full = export_html(out / "map.html", presets, meta, labels, title=PAGE_TITLE, questions_by_preset=questions)
     empty = export_html(out / "empty.html", {k: np.zeros((0, 2)) for k in presets}, meta.iloc[:0], title=PAGE_TITLE)
     return out, full, empty
 
@@ -343,10 +390,12 @@ const pause = () => new Promise(resolve => setTimeout(resolve, 300));
     const doc = docs[0], src = doc.get_model_by_name("points"), labels = doc.get_model_by_name("labels");
     const search = doc.get_model_by_name("search"), status = doc.get_model_by_name("search_status");
     out.x0_before = src.data.x[0];
+    out.questions_before = [src.data.questions[0], src.data.questions[3]];
     doc.get_model_by_name("preset").value = "method only";
     await pause();
     out.x0_after = src.data.x[0];
     out.labels_after = Array.from(labels.data.text);
+    out.questions_after = src.data.questions[0];
     search.value_input = "PAPER 1";
     await pause();
     out.alpha = Array.from(src.data.alpha);
@@ -383,6 +432,9 @@ def test_exported_page_escapes_text_and_runs_its_widgets(pages, tmp_path, preset
     assert out["x0_before"] == pytest.approx(presets["balanced"][0, 0])
     assert out["x0_after"] == pytest.approx(presets["method only"][0, 0])  # preset switched on the client
     assert out["labels_after"] == ["translation"]
+    # Raw text in the data (Bokeh escapes the tooltip); the dumped <pre> escapes it once more.
+    assert [html.unescape(q) for q in out["questions_before"]] == ["balanced Q0?", XSS_SUMMARY]
+    assert out["questions_after"] == "method only Q0?"  # hover questions follow the preset
     hits = [i for i, a in enumerate(out["alpha"]) if a == 1]
     assert hits == [1] + list(range(10, 20))  # case-insensitive substring "paper 1"
     assert set(out["alpha"]) == {1, mapview.DIM_ALPHA} and out["status"] == "11 papers match"

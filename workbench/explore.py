@@ -6,6 +6,8 @@
     AspectMap    t-SNE of the aspect-weighted distance (tsne.py), refit warm when weights move
     decoders     aspect embedding -> text (stage 04), with the round-trip confidence
     aspect models  embed query texts for aspect search and decoded texts for the round trip
+    question axes  yes/no questions answered from an aspect embedding (stage 07, optional):
+                 why two papers are close, region labels, hover questions
 
 and hands plain callbacks to the view (`mapview.MapPane` in JupyterLab, `mapview.export_html`
 for a standalone page). Everything a callback returns as HTML is escaped here.
@@ -25,6 +27,36 @@ from .decoding import _unit  # unit rows in float32, shared with stage 04
 from .tsne import AspectMap, normalize_weights
 
 MAPS = "maps"
+
+
+def compare_html(axes: Mapping, a: Mapping[str, np.ndarray], b: Mapping[str, np.ndarray],
+                 names: tuple[str, str] = ("A", "B"), weights: Mapping[str, float] | None = None,
+                 top: int = 3) -> str:
+    """Escaped HTML: per aspect, the questions two points answer alike and differently (`QuestionAxes.compare`).
+
+    axes: {aspect: QuestionAxes}; a, b: {aspect: (D,) embedding}; only aspects in all three
+    are listed, in the order of `a`. names: what A and B are (titles), for the header.
+    weights: shown beside each aspect. The numbers are the classifier's P(yes) for A and B.
+    """
+    yn = lambda p: "yes" if p > 0.5 else "no"  # noqa: E731 - QuestionAxes.compare's threshold
+    blocks = []
+    for aspect in a:
+        if aspect not in axes or aspect not in b:
+            continue
+        agree, disagree = axes[aspect].compare(a[aspect], b[aspect], top)
+        rows = [f"<li>both {yn(q['a'])}: {html.escape(q['question'])} <small>({q['a']:.2f}, {q['b']:.2f})</small></li>"
+                for q in agree] or ["<li><i>none</i></li>"]
+        rows_d = [f"<li>A {yn(q['a'])}, B {yn(q['b'])}: {html.escape(q['question'])} "
+                  f"<small>({q['a']:.2f}, {q['b']:.2f})</small></li>" for q in disagree] or ["<li><i>none</i></li>"]
+        weight = f" (weight {float(weights[aspect]):.2f})" if weights and aspect in weights else ""
+        blocks.append(f"<p style='margin:4px 0'><b>{html.escape(aspect)}</b>{weight}</p>"
+                      f"<p style='margin:2px 0'>Agree on:</p><ul>{''.join(rows)}</ul>"
+                      f"<p style='margin:2px 0'>Disagree on:</p><ul>{''.join(rows_d)}</ul>")
+    if not blocks:
+        return "<p><i>No question axes (stage 07) for the weighted aspects, so no questions to compare.</i></p>"
+    return (f"<h4>Why close? Questions answered from the embeddings</h4>"
+            f"<p><b>A</b>: {html.escape(str(names[0]))}<br><b>B</b>: {html.escape(str(names[1]))}</p>"
+            + "".join(blocks))
 
 
 def hover_meta(corpus, aspects: Sequence[str], run_dir=None) -> pd.DataFrame:
@@ -86,6 +118,8 @@ class Explorer:
         self.sampling = {"greedy": True, "max_new_tokens": 40, **(sampling or {})}
         self._unified = None
         self._aspect_models: dict[str, object] = {}
+        self._axes: dict | None = None  # question axes, loaded on first use (question_axes)
+        self._inverted = None  # (map, (x, y), vectors) of the last inverted spot: a tap and its comparison share it
         self.decoders = None
         if decode:
             from .decoding import load_decoders
@@ -124,6 +158,29 @@ class Explorer:
             self._aspect_models[aspect] = load_model(folder, device=self.device, run_dir=self.run_dir) \
                 if folder.is_dir() else None
         return self._aspect_models[aspect]
+
+    def question_axes(self) -> dict:
+        """{aspect: QuestionAxes} for this map's aspects that have saved axes (stage 07), loaded on first use.
+
+        {} when the run has none, and then nothing on the map changes. An aspect counts when
+        both files `questions.save_mbqa` writes are there (`build_axes` deletes them when no
+        question was kept); axes of another embedding size (an older model) are skipped.
+        """
+        if self._axes is None:
+            from .questions import CONFIG_NAME, FOLDER, WEIGHTS_NAME, QuestionAxes
+
+            self._axes = {}
+            for a in self.aspects:
+                folder = self.run_dir / FOLDER / a
+                if not ((folder / CONFIG_NAME).is_file() and (folder / WEIGHTS_NAME).is_file()):
+                    continue
+                axes = QuestionAxes.load(self.run_dir, a)
+                if axes.config.get("dim") != self.embeddings[a].shape[1]:
+                    print(f"question axes of {a} skipped: made for {axes.config.get('dim')}-d embeddings, "
+                          f"the unified model's are {self.embeddings[a].shape[1]}-d")
+                    continue
+                self._axes[a] = axes
+        return self._axes
 
     # ------------------------------------------------------------------ map operations
 
@@ -174,8 +231,15 @@ class Explorer:
         return describe_with_confidence(self.decoders, vectors, models, self.embeddings, self.sampling, exclude)
 
     def invert(self, x: float, y: float) -> dict[str, np.ndarray]:
-        """An embedding per weighted aspect that the map would place at (x, y) (appendix A.10)."""
-        return self.map.invert(np.array([x, y], dtype=np.float64))
+        """An embedding per weighted aspect that the map would place at (x, y) (appendix A.10).
+
+        The last spot's result is kept: a tap on an empty spot describes it and then compares
+        it with the paper tapped before, and the inversion (an optimisation) need run once.
+        """
+        spot = (float(x), float(y))
+        if self._inverted is None or self._inverted[0] is not self.map or self._inverted[1] != spot:
+            self._inverted = (self.map, spot, self.map.invert(np.array(spot, dtype=np.float64)))
+        return dict(self._inverted[2])
 
     def search(self, queries: Mapping[str, tuple[str, float]], k: int = 10) -> pd.DataFrame:
         """Papers nearest a query per aspect, each with its own weight (negative: "different in this aspect").
@@ -210,8 +274,11 @@ class Explorer:
             table[name] = values[order]
         return table.reset_index(drop=True)
 
-    def region_labels(self, k: int = 8, words: int = 10, aspect: str | None = None) -> list[tuple]:
+    def region_labels(self, k: int = 8, words: int = 10, aspect: str | None = None,
+                      by: str = "statements") -> list[tuple]:
         """Decoded descriptions of the k regions of the map: [(x, y, short text, full text), ...].
+
+        by="questions" labels them with question axes instead (`region_question_labels`).
 
         Regions are KMeans clusters of the map positions (`cluster_labels`, the same as the
         map's colours for that k). Each is described by decoding the mean embedding of its
@@ -222,6 +289,10 @@ class Explorer:
         """
         from .mapview import cluster_labels
 
+        if by == "questions":
+            return self.region_question_labels(k, words, aspect)
+        if by != "statements":
+            raise ValueError(f"by={by!r}: use 'statements' or 'questions'")
         if self.decoders is None:
             return []
         aspect = aspect or max(self.weights, key=self.weights.get)
@@ -259,6 +330,61 @@ class Explorer:
             out.append((float(x), float(y), short, detail))
         return out
 
+    def region_question_labels(self, k: int = 8, words: int = 10, aspect: str | None = None,
+                               top: int = 3) -> list[tuple]:
+        """The k regions (as `region_labels`) labelled by the questions most of their papers answer "yes".
+
+        In one aspect with question axes (default: the most heavily weighted one that has
+        them); [] when none has. One label per region, in region order (so label i keeps
+        region i's colour): the short text is the top question, the full text up to `top`
+        questions with the share of the region's papers answering "yes" (`QuestionAxes.region_questions`).
+        """
+        from .mapview import cluster_labels
+
+        axes = self.question_axes()
+        ranked = [a for a in sorted(self.weights, key=self.weights.get, reverse=True)
+                  if a in axes and self.weights[a] > 0]
+        aspect = aspect or (ranked[0] if ranked else None)
+        if aspect is None:
+            return []
+        if aspect not in axes:
+            raise ValueError(f"no question axes for {aspect!r}; there are for {sorted(axes)}")
+        groups = cluster_labels(self.coords, k)
+        out = []
+        for g in np.unique(groups):
+            members = groups == g
+            x, y = self.coords[members].mean(axis=0)
+            found = axes[aspect].region_questions(self.embeddings[aspect][members], top)
+            if found:
+                w = found[0][0].split()
+                short = " ".join(w[:words]) + ("…" if len(w) > words else "")
+                detail = f"{aspect}: " + "; ".join(f"{q} ({share:.0%} of its papers: yes)" for q, share in found)
+            else:
+                short = detail = f"{aspect}: no question that most of its papers answer yes"
+            out.append((float(x), float(y), short, detail))
+        return out
+
+    def hover_questions(self, weights: Mapping[str, float] | None = None, per_aspect: int = 2) -> list[str] | None:
+        """Per paper, its `per_aspect` likeliest yes-questions in each weighted aspect with axes (hover text).
+
+        "challenge: Q1 / Q2 | approach: Q3"; a paper with no yes-question in an aspect has no
+        entry for it. None when no weighted aspect has axes. weights: default the current ones.
+        Plain text: the map's data source carries it and Bokeh escapes it in the tooltip.
+        """
+        weights = self.weights if weights is None else weights
+        axes = {a: ax for a, ax in self.question_axes().items() if weights.get(a, 0) > 0}
+        if not axes:
+            return None
+        parts: list[list[str]] = [[] for _ in range(len(self.meta))]
+        for a, ax in axes.items():
+            p = ax.answer(self.embeddings[a])
+            order = np.argsort(-p, axis=1, kind="stable")[:, :per_aspect]
+            for i, row in enumerate(order):
+                yes = [ax.questions[q] for q in row if p[i, q] > 0.5]
+                if yes:
+                    parts[i].append(f"{a}: " + " / ".join(yes))
+        return [" | ".join(p) for p in parts]
+
     # ------------------------------------------------------------------ callbacks for the view
 
     def _decoded_html(self, vectors: Mapping[str, np.ndarray], exclude: str | None = None) -> str:
@@ -294,6 +420,29 @@ class Explorer:
                 f"<p>Inverted to an embedding per weighted aspect and decoded. Nearest papers: {titles}</p>"
                 f"{self._decoded_html(vectors)}")
 
+    def compare_html(self, i: int, j: int | None = None, vectors: Mapping[str, np.ndarray] | None = None,
+                     top: int = 3) -> str:
+        """Why paper i is close to paper j, or to a point given by its aspect `vectors` (e.g. `invert`):
+        per weighted aspect with question axes, the questions they agree and disagree on (escaped HTML)."""
+        if (j is None) == (vectors is None):
+            raise ValueError("give either a second paper j or the vectors of a point")
+        axes = self.question_axes()
+        aspects = [a for a in self.map_aspects() if a in axes]
+        a = {x: self.embeddings[x][int(i)] for x in aspects}
+        if j is not None:
+            b = {x: self.embeddings[x][int(j)] for x in aspects}
+            other = str(self.meta.iloc[int(j)]["title"])
+        else:
+            b = {x: np.asarray(vectors[x]) for x in aspects if x in vectors}
+            other = "the tapped spot (its inverted embedding)"
+        return compare_html(axes, a, b, (str(self.meta.iloc[int(i)]["title"]), other), self.weights, top)
+
+    def on_compare(self, i: int, other) -> str:
+        """The pane's comparison: paper i with paper `other` (an index) or with an empty spot `other` = (x, y)."""
+        if isinstance(other, tuple):
+            return self.compare_html(i, vectors=self.invert(*other))
+        return self.compare_html(i, int(other))
+
     def map_aspects(self) -> list[str]:
         """The aspects with a non-zero weight on the current map."""
         return [a for a in self.aspects if self.weights.get(a, 0) > 0]
@@ -309,32 +458,40 @@ class Explorer:
         decoded = self._decoded_html({a: vectors[a][0] for a in self.map_aspects()})
         return float(x), float(y), f"<h4>Placed at ({x:.1f}, {y:.1f})</h4><p>Most similar papers:</p><ul>{titles}</ul>{decoded}"
 
-    def pane(self, labels: bool | int = True, color_by=None):
-        """The interactive JupyterLab pane (ipywidgets sliders + Bokeh map)."""
+    def pane(self, labels: bool | int = True, color_by=None, label_source: str = "statements"):
+        """The interactive JupyterLab pane (ipywidgets sliders + Bokeh map).
+
+        label_source: "statements" (decoded) or "questions" (question axes) region labels.
+        With question axes, two tapped papers (or a paper and then an empty spot) are compared.
+        """
         from .mapview import MapPane
 
-        drawn = self.region_labels(labels if isinstance(labels, int) and labels > 1 else 8) if labels else None
+        k = labels if isinstance(labels, int) and labels > 1 else 8
+        relabel = (lambda: self.region_labels(k, by=label_source)) if labels else None
         return MapPane(self.coords, self.meta, self.aspects, self.weights, on_weights=self.reweight,
-                       on_tap=self.on_tap, on_place=self.on_place, on_search=self.search, labels=drawn,
-                       color_by=color_by, on_labels=self.region_labels if labels else None,
-                       on_fit_weights=lambda marked: self.fit_weights(pairs=marked, apply=False))
+                       on_tap=self.on_tap, on_place=self.on_place, on_search=self.search,
+                       labels=relabel() if relabel else None, color_by=color_by, on_labels=relabel,
+                       on_fit_weights=lambda marked: self.fit_weights(pairs=marked, apply=False),
+                       on_compare=self.on_compare if self.question_axes() else None)
 
     # ------------------------------------------------------------------ export and storage
 
     def export(self, path, presets: Mapping[str, Mapping[str, float]] | None = None, labels: bool | int = True,
-               title: str = "", color_by=None) -> Path:
+               title: str = "", color_by=None, label_source: str = "statements") -> Path:
         """A standalone HTML map with a few weight presets precomputed (no kernel needed).
 
         presets: {name: weights}; default: the current weights, each aspect alone, and all
         equal. Each preset is a warm-started refit from the current map; the current map is
         restored afterwards. labels: region labels per preset (True: 8; a number: that
-        many; False or 0: none); each costs one decoded sentence.
+        many; False or 0: none); each costs one decoded sentence (label_source="statements")
+        or a pass of the question classifier ("questions"). With question axes, each paper's
+        hover also shows its likeliest yes-questions per weighted aspect of the preset.
         """
         from .mapview import export_html
 
         presets = dict(presets or self.default_presets())
         keep = self.map
-        coords, drawn, used = {}, {}, {}
+        coords, drawn, used, asked = {}, {}, {}, {}
         n = 8 if labels is True else int(labels or 0)
         if n and color_by is None:
             color_by = n  # colour by the same regions the labels describe, so the legend's colours match
@@ -342,11 +499,14 @@ class Explorer:
             for name, weights in presets.items():
                 self.map = keep.with_weights(normalize_weights(weights, self.aspects))
                 coords[name], used[name] = self.map.coords, dict(self.map.weights)
-                drawn[name] = self.region_labels(n) if n else []
+                drawn[name] = self.region_labels(n, by=label_source) if n else []
+                asked[name] = self.hover_questions(used[name]) if self.question_axes() else None
         finally:
             self.map = keep
+        # A preset whose weighted aspects have no axes still needs the column: empty hover text.
+        questions = {name: q or [""] * len(self.meta) for name, q in asked.items()} if any(asked.values()) else None
         return export_html(path, coords, self.meta, labels_by_preset=drawn, title=title, color_by=color_by,
-                           weights_by_preset=used)
+                           weights_by_preset=used, questions_by_preset=questions)
 
     def default_presets(self) -> dict[str, dict[str, float]]:
         """Current weights, equal weights, and each aspect alone."""

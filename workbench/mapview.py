@@ -9,8 +9,9 @@ Three entry points:
 * `map_figure` - a static Bokeh figure with hover, tap and region labels;
 * `export_html` - a standalone HTML page (Bokeh JS inlined, no CDN) that switches between
   precomputed weight presets and searches titles on the client, without a kernel;
-* `MapPane` - the JupyterLab pane: aspect-weight sliders, tap-to-describe, place an
-  abstract, and per-aspect query search, each wired to a callback.
+* `MapPane` - the JupyterLab pane: aspect-weight sliders, tap-to-describe (and, with question
+  axes, why two tapped papers are close), place an abstract, and per-aspect query search,
+  each wired to a callback.
 
 Paper text never goes into HTML by string formatting: it travels in the data source (JSON)
 and Bokeh escapes `@field` tooltips; the few HTML snippets built here use `display.esc`.
@@ -36,6 +37,7 @@ DIM_ALPHA = 0.08  # points not matching a title search: faint but still there fo
 POINT_SIZE = 8
 HIT_SIZE = 12
 TOOLTIP_CHARS = 200  # long summaries would make the tooltip cover the whole map
+QUESTIONS = "questions"  # optional meta column: a paper's likeliest yes-questions (Explorer.hover_questions)
 
 
 # --------------------------------------------------------------------------- data
@@ -126,8 +128,9 @@ def map_frame(coords, meta: pd.DataFrame, color_by=None) -> dict[str, list]:
 
     Columns: x, y, title, year, hover (a plain-text one-liner: title, year and the aspect
     summaries), summary_<aspect> (shortened, for the tooltip), color, group (what the colour
-    means), alpha and size (changed by the title search). Text is left unescaped: Bokeh
-    escapes it when it renders the tooltip.
+    means), alpha and size (changed by the title search), and `questions` only when `meta`
+    has that column (question axes, stage 07). Text is left unescaped: Bokeh escapes it when
+    it renders the tooltip.
     """
     arr = _as_coords(coords)
     if len(arr) != len(meta):
@@ -138,10 +141,13 @@ def map_frame(coords, meta: pd.DataFrame, color_by=None) -> dict[str, list]:
     years = [_text(v) for v in meta["year"]] if "year" in meta.columns else [""] * n
     aspects = summary_aspects(meta)
     summaries = {a: [_text(v, TOOLTIP_CHARS) for v in meta[f"summary_{a}"]] for a in aspects}
+    # Up to 2 questions per aspect and 3 aspects: longer than a summary, still cut.
+    questions = [_text(v, 2 * TOOLTIP_CHARS) for v in meta[QUESTIONS]] if QUESTIONS in meta.columns else None
     hover = []
     for i in range(n):
         parts = [titles[i] + (f" ({years[i]})" if years[i] else "")]
         parts += [f"{a}: {summaries[a][i]}" for a in aspects if summaries[a][i]]
+        parts += [f"yes to: {questions[i]}"] if questions and questions[i] else []
         hover.append(" | ".join(p for p in parts if p))
     colors, groups, _ = _colors(arr, meta, color_by)
     data = {
@@ -151,6 +157,8 @@ def map_frame(coords, meta: pd.DataFrame, color_by=None) -> dict[str, list]:
         "alpha": [BASE_ALPHA] * n, "size": [POINT_SIZE] * n,
     }
     data.update({f"summary_{a}": summaries[a] for a in aspects})
+    if questions is not None:
+        data[QUESTIONS] = questions
     return data
 
 
@@ -219,6 +227,8 @@ def _build_figure(data: dict, labels, group_name: str, title: str, width: int, h
     # Plain `@field`s only: Bokeh escapes them; `{safe}` would let a title inject markup.
     tooltips = [("title", "@title"), ("year", "@year"), (group_name, "@group")]
     tooltips += [(c[len("summary_"):], f"@{{{c}}}") for c in data if c.startswith("summary_")]
+    if QUESTIONS in data:
+        tooltips.append(("yes to", f"@{QUESTIONS}"))
     fig.add_tools(HoverTool(renderers=[points], tooltips=tooltips),
                   TapTool(renderers=[points]))
     fig.add_layout(LabelSet(x="x", y="y", text="number", source=label_source, text_font_size="10pt",
@@ -248,7 +258,7 @@ _PRESET_JS = """
 const i = names.indexOf(cb_obj.value);
 if (i < 0) { return; }
 const d = Object.assign({}, source.data);
-for (const c of ["x", "y", "color", "group"]) { d[c] = d[c + "__" + i]; }
+for (const c of columns) { d[c] = d[c + "__" + i]; }
 source.data = d;
 labels.data = label_data[i];
 legend.text = legends[i];
@@ -274,15 +284,18 @@ status.text = q === "" ? "" : hits + (hits === 1 ? " paper matches" : " papers m
 
 def export_html(path, coords_by_preset: dict[str, np.ndarray], meta: pd.DataFrame,
                 labels_by_preset: dict | None = None, title: str = "", color_by=None,
-                width: int = 800, height: int = 600, weights_by_preset: dict | None = None) -> Path:
+                width: int = 800, height: int = 600, weights_by_preset: dict | None = None,
+                questions_by_preset: dict | None = None) -> Path:
     """Write a standalone map page (Bokeh JS inlined, works offline) and return its path.
 
     The page has the scatter with hover, a Select switching between the precomputed weight
     presets (coordinates, cluster colours and region labels swapped by CustomJS, no
     kernel), and a "search by title" box that highlights case-insensitive substring
     matches. Beside the map, a legend per preset: the aspect weights that made it
-    (`weights_by_preset`) and each region's colour, number and label. All paper text
-    travels as JSON in the data source or is escaped (title, legend).
+    (`weights_by_preset`) and each region's colour, number and label. questions_by_preset:
+    {name: one text per paper} (`Explorer.hover_questions` for that preset's weights), an
+    extra hover line swapped with the preset; None: no such line. All paper text travels as
+    JSON in the data source or is escaped (title, legend).
     """
     from bokeh.embed import file_html
     from bokeh.layouts import column, row
@@ -293,11 +306,14 @@ def export_html(path, coords_by_preset: dict[str, np.ndarray], meta: pd.DataFram
         raise ValueError("export_html needs at least one preset")
     names = [str(name) for name in coords_by_preset]
     labels_by_preset = labels_by_preset or {}
-    frames = [map_frame(c, meta, color_by) for c in coords_by_preset.values()]
+    metas = {k: meta if questions_by_preset is None else meta.assign(**{QUESTIONS: questions_by_preset[k]})
+             for k in coords_by_preset}
+    frames = [map_frame(c, metas[k], color_by) for k, c in coords_by_preset.items()]
     # Presets are stored as indexed columns (x__0, y__0, ...) so any preset name is safe.
+    columns = ["x", "y", "color", "group"] + ([QUESTIONS, "hover"] if questions_by_preset is not None else [])
     data = dict(frames[0])
     for i, frame in enumerate(frames):
-        for c in ("x", "y", "color", "group"):
+        for c in columns:
             data[f"{c}__{i}"] = frame[c]
     label_data = [_label_data(labels_by_preset.get(name)) for name in coords_by_preset]
     fig, source, label_source = _build_figure(data, labels_by_preset.get(names[0]), _group_name(color_by),
@@ -309,7 +325,8 @@ def export_html(path, coords_by_preset: dict[str, np.ndarray], meta: pd.DataFram
     legend = Div(text=legends[0], name="legend", width=360)
     select = Select(title="Weight preset", value=names[0], options=names, name="preset", width=220)
     select.js_on_change("value", CustomJS(args=dict(source=source, labels=label_source, names=names,
-                                                    label_data=label_data, legend=legend, legends=legends),
+                                                    columns=columns, label_data=label_data, legend=legend,
+                                                    legends=legends),
                                           code=_PRESET_JS))
     status = Div(text="", name="search_status", width=200, render_as_text=True)
     search = TextInput(title="Search by title", placeholder="substring, any case", name="search", width=300)
@@ -367,7 +384,10 @@ class MapPane:
       user marked (tap two papers, then "similar" / "not similar"); `fit` is a
       `weights.WeightFit` (its `summary()` is shown) or a plain {aspect: weight} dict. The
       map is then re-laid out through `set_weights`; negative weights are reported but the
-      map uses their positive part (a t-SNE distance cannot weigh an aspect negatively).
+      map uses their positive part (a t-SNE distance cannot weigh an aspect negatively);
+    * `on_compare(i, other) -> html`: why paper i and `other` are close (question axes); other
+      is a paper index when two papers were tapped in turn, or the (x, y) of an empty spot
+      tapped right after paper i. Shown below `on_tap`'s description; the caller escapes it.
 
     The widgets call the public methods `set_weights`, `tap`, `place`, `search`, `mark` and
     `fit_marks`, so a
@@ -382,7 +402,8 @@ class MapPane:
                  on_search: Callable[[dict[str, tuple[str, float]]], pd.DataFrame] | None = None,
                  labels=None, color_by=None, width: int = 700, height: int = 560,
                  hit_fraction: float = 0.015, on_labels: Callable[[], list] | None = None,
-                 on_fit_weights: Callable[[list], object] | None = None):
+                 on_fit_weights: Callable[[list], object] | None = None,
+                 on_compare: Callable[[int, int | tuple[float, float]], str] | None = None):
         import ipywidgets as widgets
         from bokeh.events import Tap
         from bokeh.models import ColumnDataSource
@@ -394,7 +415,9 @@ class MapPane:
         self.on_weights, self.on_tap, self.on_place, self.on_search = on_weights, on_tap, on_place, on_search
         self.on_labels = on_labels
         self.on_fit_weights = on_fit_weights
+        self.on_compare = on_compare
         self.tapped: list[int] = []  # the last two tapped papers: the pair the mark buttons record
+        self.last_tap: int | None = None  # the paper of the last tap (None: an empty spot), for on_compare
         self.marks: list[tuple[int, int, bool]] = []  # (i, j, similar) pairs marked so far
         # A tap within this fraction of the map's extent of a point counts as tapping it.
         self.hit_fraction = hit_fraction
@@ -569,22 +592,43 @@ class MapPane:
             self.tap(event.x, event.y)
 
     def tap(self, x: float, y: float) -> str | None:
-        """Mark (x, y) and show `on_tap`'s description of it (tapped point index or None)."""
+        """Mark (x, y) and show `on_tap`'s description of it (tapped point index or None).
+
+        With `on_compare`, a tap on a paper that makes a tapped pair also shows why the two
+        are close, and a tap on an empty spot right after a paper compares that paper with
+        the spot. Returns the HTML shown, or None when there was nothing to show or a callback failed.
+        """
         self.tap_source.data = {"x": [float(x)], "y": [float(y)]}
         index = self.nearest(x, y)
+        previous, self.last_tap = self.last_tap, index
         if index is not None and index not in self.tapped[-1:]:
             self.tapped = (self.tapped + [index])[-2:]
             self.mark_info.value = self._marks_html()
-        if self.on_tap is None:
+        pair = None
+        if self.on_compare is not None:
+            if index is not None and len(self.tapped) == 2 and self.tapped[-1] == index:
+                pair = (self.tapped[0], index)
+            elif index is None and previous is not None:
+                pair = (previous, (float(x), float(y)))
+        if self.on_tap is None and pair is None:
             return None
-        try:
-            self._show(_message_html("Describing this spot…"))
-            html = str(self.on_tap(float(x), float(y), index))
-            self._show(html)
-            return html
-        except Exception as exc:
-            self._fail("Describing the spot", exc)
-            return None
+        self._show(_message_html("Describing this spot…"))
+        calls = []
+        if self.on_tap is not None:
+            calls.append(("Describing the spot", lambda: self.on_tap(float(x), float(y), index)))
+        if pair is not None:
+            calls.append(("Comparing the papers", lambda: self.on_compare(*pair)))
+        parts, ok = [], True
+        for action, call in calls:  # each fails on its own: a failed comparison leaves the description shown
+            try:
+                parts.append(str(call()))
+            except Exception as exc:
+                log.exception("map pane: %s failed", action)
+                parts.append(_error_html(action, exc))
+                ok = False
+        html = "<hr>".join(parts)
+        self._show(html)
+        return html if ok else None
 
     def place(self, text: str) -> tuple[float, float] | None:
         """Place an abstract with `on_place`, mark it on the map and show its description."""
