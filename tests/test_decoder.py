@@ -144,10 +144,10 @@ def test_only_mapping_and_learned_tokens_train(lm, chat):
 
 @pytest.fixture(scope="module")
 def trained(lm, tmp_path_factory):
-    """30 steps of training (about 45 s on one core): for the tests of what the decoder learns."""
+    """20 steps of training (about 25 s on one core): for the tests of what the decoder learns."""
     out = tmp_path_factory.mktemp("decoder")
     emb = _embeddings(len(SENTENCES))
-    config = DecoderConfig(max_steps=30, eval_every=30, lr=1e-2, batch_size=4, device="cpu")
+    config = DecoderConfig(max_steps=20, eval_every=20, lr=2e-2, batch_size=4, device="cpu")
     result = train_decoder(emb, [[s] for s in SENTENCES], range(N_TRAIN), range(N_TRAIN, len(SENTENCES)),
                            out, config, lm=lm, progress=False)
     return result, emb
@@ -174,7 +174,7 @@ def test_tiny_training_prefers_matching_embeddings(trained):
     assert matching < 0.7 * shuffled, (matching, shuffled)
     print(f"perplexity matching {matching:.2f}, shuffled {shuffled:.2f}")
     history = json.loads(open(f"{result.out_dir}/{HISTORY_NAME}").read())
-    assert [h["step"] for h in history] == [0, 30]
+    assert [h["step"] for h in history] == [0, 20]
     assert history[0]["train_loss"] is None and history[-1]["val_loss"] < history[0]["val_loss"]
 
 
