@@ -457,26 +457,13 @@ def health_report(embeddings: Mapping[str, np.ndarray], base=None, probe: dict |
             report["ridge_r2"] = _nested(shared_variance(emb, "ridge", seed=seed))
         if probe is not None:
             report["probe"] = probe
-    return _plain(report)
+    from .evaluation import _jsonable  # plain JSON types, NaN as null: metrics.json is strict JSON
+
+    return _jsonable(report)
 
 
 def _nested(frame) -> dict:
     return {str(r): {str(c): float(v) for c, v in row.items()} for r, row in frame.to_dict(orient="index").items()}
-
-
-def _plain(value):
-    """Plain JSON types (numpy scalars to Python, NaN and inf to None) so json.dumps(allow_nan=False) works."""
-    if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple, np.ndarray)):
-        return [_plain(v) for v in value]
-    if isinstance(value, (bool, np.bool_)):
-        return bool(value)
-    if isinstance(value, (int, np.integer)):
-        return int(value)
-    if isinstance(value, (float, np.floating)):
-        return float(value) if math.isfinite(value) else None
-    return value
 
 
 def health_reading(report: dict) -> list[str]:
