@@ -32,6 +32,8 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
+from .devices import one_blas_thread
+
 BASE = "base"
 MIN_DOCUMENTS = 10  # fewer held-out papers: no health check (debiased CKA alone needs 4)
 COPY_CKA = 0.9          # heads at least this similar are called copies
@@ -41,22 +43,6 @@ COLLAPSED_RANK = 0.5    # a head with less than this share of the base encoder's
 PROBE_MIN_RATIO = 2.0   # the own head must move at least this many times as much as the other heads
 
 # --------------------------------------------------------------------------- geometry of one head
-
-
-def one_blas_thread():
-    """A context in which numpy's BLAS uses one thread (a no-op without threadpoolctl).
-
-    Our matrices are small (papers x a few hundred dimensions): one thread computes them
-    in milliseconds, while several BLAS threads on cores that other jobs keep busy wait on
-    each other and take 100x longer (measured: 21 s instead of 0.2 s for one report).
-    """
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:  # pragma: no cover - sklearn brings threadpoolctl
-        from contextlib import nullcontext
-
-        return nullcontext()
-    return threadpool_limits(1, user_api="blas")
 
 
 def _one_thread(fn):

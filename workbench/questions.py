@@ -47,6 +47,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from .decoding import _unit  # unit rows in float32, shared with stages 04-06
 from .llm import Sampling
 from .parsing import Parsed, _json_objects
 from .store import RecordStore
@@ -336,11 +337,6 @@ def answer_questions(backend, run_dir, aspect: str, pairs: Sequence[tuple[str, s
 
 
 # --------------------------------------------------------------------------- MBQA
-
-
-def _unit(x) -> np.ndarray:
-    x = np.asarray(x, dtype=np.float32)
-    return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
 
 
 def _torch():

@@ -46,7 +46,8 @@ from typing import Mapping, Sequence
 import numpy as np
 from scipy.optimize import minimize
 from sklearn.metrics import roc_auc_score
-from threadpoolctl import threadpool_limits
+
+from .devices import one_blas_thread
 
 MAX_PAIRS = 20_000      # pairs used for fitting; more adds little and costs time
 MAX_GRID = 5_000        # grid points at most; a finer step is coarsened to fit (see simplex_grid)
@@ -455,7 +456,7 @@ def fit_weights(embeddings: Mapping[str, np.ndarray], *, labels: Sequence | None
     """
     # The matrices here are thin (pairs x aspects): BLAS threads only hand work back and
     # forth, which on a busy machine cost 4x (1.1 s against 0.25 s for 1,000 pairs on 2 cores).
-    with threadpool_limits(1, user_api="blas"):
+    with one_blas_thread():
         return _fit_weights(embeddings, labels, pairs, groups, negative, folds, seed, grid_step, max_pairs,
                             max_grid, n_boot, wide_ci)
 
