@@ -90,8 +90,15 @@ def test_resume_redoes_work_when_the_prompt_or_the_model_changes(tiny_corpus, tm
 
 
 @pytest.mark.slow
-def test_shared_reading_gives_the_answers_of_plain_generate(tiny_corpus, smollm):
-    """Greedy answers through the shared cache and the shrinking batch equal `generate` on each prompt alone."""
+@pytest.mark.parametrize("path", ["cascade", "plain cache"])
+def test_shared_reading_gives_the_answers_of_plain_generate(tiny_corpus, smollm, path, monkeypatch):
+    """Greedy answers through the shared cache and the shrinking batch equal `generate` on each prompt alone.
+
+    Both ways: cascade attention (prefixes held once, several groups per batch) and the
+    plain transformers cache that models without cascade support get.
+    """
+    if path == "plain cache":
+        monkeypatch.setattr("workbench.cascade.supports", lambda model: False)
     aspects = load_aspects("acl")
     conversations = [aspects.messages(key, text) for text in tiny_corpus.texts() for _, key in aspects.prompt_keys()]
     conversations += conversations[:2]  # repeated conversations (k samples) are read once
