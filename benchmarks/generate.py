@@ -5,11 +5,14 @@ the "acl" aspect set's prompt keys, the summary prefill and stop strings, k samp
 each), generated in one process, one run, with the same sampling:
 
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/generate.py [--docs 4] [--k 4]
-        [--max-new-tokens 64] [--batch-size 24] [--no-llama-cpp]
+        [--max-new-tokens 64] [--batch-size 96] [--generate-batch-size 24] [--no-llama-cpp]
 
 Rows:
-* workbench transformers: `TransformersBackend` (each prompt token read once, the k
-  samples from one cache, finished answers leave the batch);
+* workbench transformers: `TransformersBackend` (each prompt token read once, each
+  aspect's instruction held once by cascade attention, the k samples and the aspects in
+  one batch, finished answers leave the batch);
+* workbench, plain cache: the same backend with transformers' own cache, where every row
+  holds a copy of its whole prompt (the design of 2026-11-23);
 * transformers generate: what a user would write, `model.generate` on left-padded
   batches of the same conversations (the workbench's backend before this design);
 * workbench llama.cpp: `LlamaCppBackend` on the GGUF file (one answer at a time; llama.cpp
@@ -88,6 +91,18 @@ def plain_generate(backend: TransformersBackend, prompts, sampling, batch_size: 
     return tokens
 
 
+def plain_cache(backend: TransformersBackend, prompts, sampling, batch_size: int) -> int:
+    """The workbench backend without cascade attention: each row copies its whole prompt's keys and values."""
+    from workbench import cascade
+
+    supports, size = cascade.supports, backend.batch_size
+    cascade.supports, backend.batch_size = (lambda model: False), batch_size
+    try:
+        return sum(c.tokens for _, c in backend.complete(prompts, sampling, prefill=SUMMARY_PREFILL))
+    finally:
+        cascade.supports, backend.batch_size = supports, size
+
+
 def llama_chat(llm, prompts, sampling):
     tokens = 0
     for i, messages in enumerate(prompts):
@@ -110,7 +125,9 @@ def main(argv=None) -> None:
     parser.add_argument("--docs", type=int, default=4, help="abstracts (default 4, the demo's stage 01)")
     parser.add_argument("--k", type=int, default=4, help="samples per (abstract, aspect) (default 4)")
     parser.add_argument("--max-new-tokens", type=int, default=64, help="tokens per answer at most (default 64)")
-    parser.add_argument("--batch-size", type=int, default=24, help="answers per batch, transformers (default 24)")
+    parser.add_argument("--batch-size", type=int, default=96, help="answers per batch, workbench (default 96)")
+    parser.add_argument("--generate-batch-size", type=int, default=24,
+                        help="answers per batch, transformers generate and the plain cache (default 24)")
     parser.add_argument("--no-llama-cpp", action="store_true", help="skip llama.cpp (do not install it)")
     args = parser.parse_args(argv)
 
@@ -137,7 +154,10 @@ def main(argv=None) -> None:
     rows: list[tuple[str, int, float]] = []
     timed("workbench transformers", lambda: sum(
         c.tokens for _, c in backend.complete(prompts, sampling, prefill=SUMMARY_PREFILL)), rows)
-    timed("transformers generate (batched)", lambda: plain_generate(backend, prompts, sampling, args.batch_size), rows)
+    timed("workbench, plain cache (11-23)", lambda: plain_cache(backend, prompts, sampling, args.generate_batch_size),
+          rows)
+    timed("transformers generate (batched)",
+          lambda: plain_generate(backend, prompts, sampling, args.generate_batch_size), rows)
     if have_llama:
         from llama_cpp import Llama
 

@@ -89,9 +89,28 @@ def test_resume_redoes_work_when_the_prompt_or_the_model_changes(tiny_corpus, tm
     assert set(summaries_frame(tmp_path)["model"]) == {"fake-1"}
 
 
+@pytest.fixture(scope="module")
+def greedy_references(smollm):
+    """Conversations (each (abstract, aspect) once, two repeated) and `generate`'s greedy answer to each alone."""
+    aspects = load_aspects("acl")
+    abstracts = ["We study dependency parsing for low-resource languages and propose a cross-lingual transfer method.",
+                 "Neural machine translation degrades on noisy user text; we add synthetic noise during training.",
+                 "Abstractive summarisers hallucinate facts; we filter training data by entailment scores."]
+    conversations = [aspects.messages(key, text) for text in abstracts for _, key in aspects.prompt_keys()]
+    tokenizer, model = smollm.tokenizer, smollm.model
+    want = []
+    for messages in conversations:
+        enc = tokenizer(smollm._prompt(messages, SUMMARY_PREFILL), return_tensors="pt", add_special_tokens=False)
+        out = model.generate(**enc, max_new_tokens=20, do_sample=False, stop_strings=list(SUMMARY_STOP),
+                             tokenizer=tokenizer, pad_token_id=tokenizer.pad_token_id)
+        text = tokenizer.decode(out[0, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+        want.append(SUMMARY_PREFILL + _cut_at_stop(text, SUMMARY_STOP))
+    return conversations + conversations[:2], want  # repeated conversations (k samples) are read once
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("path", ["cascade", "plain cache"])
-def test_shared_reading_gives_the_answers_of_plain_generate(tiny_corpus, smollm, path, monkeypatch):
+def test_shared_reading_gives_the_answers_of_plain_generate(greedy_references, smollm, path, monkeypatch):
     """Greedy answers through the shared cache and the shrinking batch equal `generate` on each prompt alone.
 
     Both ways: cascade attention (prefixes held once, several groups per batch) and the
@@ -99,19 +118,12 @@ def test_shared_reading_gives_the_answers_of_plain_generate(tiny_corpus, smollm,
     """
     if path == "plain cache":
         monkeypatch.setattr("workbench.cascade.supports", lambda model: False)
-    aspects = load_aspects("acl")
-    conversations = [aspects.messages(key, text) for text in tiny_corpus.texts() for _, key in aspects.prompt_keys()]
-    conversations += conversations[:2]  # repeated conversations (k samples) are read once
+    conversations, want = greedy_references
     greedy = Sampling(temperature=0, max_new_tokens=20, stop=SUMMARY_STOP)
     got = dict(smollm.complete(conversations, greedy, prefill=SUMMARY_PREFILL))
     assert sorted(got) == list(range(len(conversations)))
-    tokenizer, model = smollm.tokenizer, smollm.model
-    for i, messages in enumerate(conversations[:-2]):
-        enc = tokenizer(smollm._prompt(messages, SUMMARY_PREFILL), return_tensors="pt", add_special_tokens=False)
-        out = model.generate(**enc, max_new_tokens=20, do_sample=False, stop_strings=list(SUMMARY_STOP),
-                             tokenizer=tokenizer, pad_token_id=tokenizer.pad_token_id)
-        want = tokenizer.decode(out[0, enc["input_ids"].shape[1]:], skip_special_tokens=True)
-        assert got[i].text == SUMMARY_PREFILL + _cut_at_stop(want, SUMMARY_STOP), i
+    for i, text in enumerate(want):
+        assert got[i].text == text, i
     assert got[len(conversations) - 2].text == got[0].text
 
 

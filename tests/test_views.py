@@ -50,3 +50,6 @@ def test_document_split():
     train, val = split_documents([f"d{i}" for i in range(10)], val_docs=0.3, seed=1)
     assert len(val) == 3 and len(train) == 7
     assert split_documents([f"d{i}" for i in range(10)], val_docs=0.3, seed=1) == (train, val)
+    # a small corpus still holds out two documents (20% of 7 rounds to one: too few to validate on)
+    assert [len(part) for part in split_documents([f"d{i}" for i in range(7)])] == [5, 2]
+    assert [len(part) for part in split_documents([f"d{i}" for i in range(3)])] == [2, 1]

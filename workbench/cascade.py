@@ -9,7 +9,8 @@ attention combines the two in one softmax ("cascade" attention, as in FlashInfer
     scores = [q . K_prefix | q . K_row]   ->  softmax  ->  p_prefix @ V_prefix + p_row @ V_row
 
 The row buffers are allocated once per batch and written in place, so a decoding step copies
-nothing; a finished row leaves the batch by one `index_select`.
+nothing; a finished row leaves the batch by one `index_select`. Several instructions (the
+aspects) share one batch, each row attending to its own, so small corpora still fill a batch.
 
 It plugs into any transformers model that routes attention through `AttentionInterface`
 (Llama, Mistral, Qwen, SmolLM, ...): the model runs with `use_cache=False`, and the attention
@@ -32,12 +33,15 @@ class PromptStore:
     """Keys and values of one batch: shared prefixes (one row each) and each row's own columns, per layer.
 
     A batch may hold several prefix *groups* (one per aspect instruction, say); each row
-    attends to its group's prefix and to its own columns. Usage:
+    attends to its group's prefix and to its own columns. Usage (inside `with cascade(model):`):
 
-        start = read_prefix(model, system_ids)                   # shared by every group
+        start = read_prefix(model, system_ids)                    # shared by every group
         prefixes = [read_prefix(model, ids, start) for ids in instruction_ids]
-        store = PromptStore(layers, capacity, prefixes)
-        logits = store.read(model, ends, valid, group=row_groups, logits=True)
+        parts = []                                                # each prompt's end read alone
+        for end, g in zip(ends, groups):
+            parts.append(PromptStore(layers, 0, [prefixes[g]]))
+            logits = parts[-1].read(model, end_ids, logits=True)
+        store = PromptStore.stack(parts, capacity, prefixes, groups)
         store.select(rows)                                        # fork k samples, drop finished rows
         logits = store.read(model, tokens[:, None], logits=True)  # one decoding step
     """

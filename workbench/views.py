@@ -135,13 +135,15 @@ def split_documents(doc_ids: list[str], corpus=None, val_split: str | None = Non
 
     With `val_split` (e.g. "validation") and a corpus with a `split` column, the
     validation documents are those of that split; otherwise a reproducible random share
-    (`val_docs` < 1) or number of documents is held out.
+    (`val_docs` < 1) or number of documents is held out: at least two once there are four
+    documents, since validation ranks one held-out document among the others (a 20% share
+    of a 7-paper corpus would round to one, and stage 03 would stop for want of validation).
     """
     ids = list(dict.fromkeys(doc_ids))
     if val_split and corpus is not None and "split" in corpus.docs:
         in_split = set(corpus.docs.loc[corpus.docs["split"] == val_split, "doc_id"].astype(str))
         return [d for d in ids if d not in in_split], [d for d in ids if d in in_split]
     n_val = int(round(len(ids) * val_docs)) if val_docs < 1 else int(val_docs)
-    n_val = min(max(n_val, 1 if len(ids) > 1 else 0), max(len(ids) - 1, 0))
+    n_val = min(max(n_val, 2 if len(ids) >= 4 else 1 if len(ids) > 1 else 0), max(len(ids) - 1, 0))
     held = set(random.Random(seed).sample(ids, n_val))
     return [d for d in ids if d not in held], [d for d in ids if d in held]
