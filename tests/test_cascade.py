@@ -23,6 +23,7 @@ def _full_logits(model, sequences):
         model.set_attn_implementation(current)
 
 
+@pytest.mark.slow
 def test_prefixes_stacked_rows_and_decoding_steps_match_whole_sequences(lm):
     model, tokenizer = lm
     ids = lambda text: tokenizer(text, add_special_tokens=False)["input_ids"]  # noqa: E731
@@ -63,6 +64,7 @@ def test_prefixes_stacked_rows_and_decoding_steps_match_whole_sequences(lm):
         assert torch.allclose(logits, _full_logits(model, sequences), atol=1e-3)
 
 
+@pytest.mark.slow
 def test_left_padded_rows_read_together_match_rows_read_alone(lm):
     model, tokenizer = lm
     ends = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in ("One two three four five.", "Six.")]
@@ -79,6 +81,7 @@ def test_left_padded_rows_read_together_match_rows_read_alone(lm):
     assert torch.allclose(together, _full_logits(model, [head + e for e in ends]), atol=1e-3)
 
 
+@pytest.mark.slow
 def test_the_model_refuses_cascade_attention_without_a_store_and_gets_its_own_back(lm):
     model, _ = lm
     before = model.config._attn_implementation
@@ -87,6 +90,7 @@ def test_the_model_refuses_cascade_attention_without_a_store_and_gets_its_own_ba
     assert model.config._attn_implementation == before
 
 
+@pytest.mark.slow
 def test_supports_only_full_causal_attention(lm):
     model, _ = lm
     assert supports(model)
