@@ -4,9 +4,11 @@ Three backends, one interface (`complete`):
 
 * `TransformersBackend`: any causal chat model that transformers loads (hub id, local
   folder, GGUF file, packaged short name), batched, on the auto-detected device; every
-  prompt token is read once, however many samples are drawn from it;
+  prompt token is read once, however many samples are drawn from it, and a start that
+  many prompts share is held once (cascade attention, `cascade.py`): on 2 CPU cores the
+  fastest generator for stage 01 (`benchmarks/generate.py`);
 * `LlamaCppBackend`: llama.cpp in process on a GGUF file (optional extra,
-  `pip install llama-cpp-python`), the fastest generator on a CPU;
+  `pip install llama-cpp-python`);
 * `OpenAIBackend`: any OpenAI-compatible HTTP server (vLLM, llama.cpp's server,
   Ollama, TGI, `transformers serve`), with concurrent requests, timeouts and retries
   with exponential backoff. The API key is read from an environment variable only.
@@ -18,7 +20,6 @@ each batch as soon as it is done (the stores are resumable; see `workbench.store
 from __future__ import annotations
 
 import contextlib
-
 import os
 import random
 import time
