@@ -131,8 +131,11 @@ def test_shared_reading_gives_the_answers_of_plain_generate(greedy_references, s
 def test_samples_of_one_prompt_differ_and_stop_on_their_own(tiny_corpus, smollm):
     aspects = load_aspects("acl")
     messages = aspects.messages("approach", tiny_corpus.texts()[0])
-    answers = dict(smollm.complete([messages] * 6, Sampling(max_new_tokens=24, seed=0, stop=SUMMARY_STOP),
-                                   prefill=SUMMARY_PREFILL))
+    stream = list(smollm.complete([messages] * 6, Sampling(max_new_tokens=24, seed=0, stop=SUMMARY_STOP),
+                                  prefill=SUMMARY_PREFILL))
+    # one batch, each answer yielded as soon as it is done: shorter answers come first
+    assert [c.tokens for _, c in stream] == sorted(c.tokens for _, c in stream)
+    answers = dict(stream)
     texts = [answers[i].text for i in range(6)]
     assert len(set(texts)) > 1
     assert all(1 <= answers[i].tokens <= 24 for i in range(6))

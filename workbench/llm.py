@@ -147,13 +147,13 @@ class TransformersBackend:
             t0 = time.perf_counter()
             members = [b for group in batch for b in group]
             rows = [i for b in members for i in indices[b]]
+            # Each answer is yielded as soon as it is done, so progress and saving follow the batch as it runs.
             with context(self.model):
-                answers = sample([[prompts[b] for b in group] for group in batch],
-                                 [[repeats[b] for b in group] for group in batch], start, base, sampling)
-            seconds = (time.perf_counter() - t0) / len(rows)
-            for index, answer in zip(rows, answers):
-                text = _cut_at_stop(self.tokenizer.decode(answer, skip_special_tokens=True), sampling.stop)
-                yield index, Completion((prefill or "") + text, len(answer), seconds)
+                for row, answer in sample([[prompts[b] for b in group] for group in batch],
+                                          [[repeats[b] for b in group] for group in batch], start, base, sampling):
+                    text = _cut_at_stop(self.tokenizer.decode(answer, skip_special_tokens=True), sampling.stop)
+                    seconds = (time.perf_counter() - t0) / len(rows)  # the batch so far, shared by its answers
+                    yield rows[row], Completion((prefill or "") + text, len(answer), seconds)
 
     def _tensor(self, rows):
         import torch
@@ -161,7 +161,7 @@ class TransformersBackend:
         return torch.tensor(rows, dtype=torch.long, device=self.model.device)
 
     def _sample_shared(self, groups: list[list[list[int]]], repeats: list[list[int]], start, base: int,
-                       sampling: Sampling) -> list[list[int]]:
+                       sampling: Sampling) -> Iterator[tuple[int, list[int]]]:
         """`_sample` with cascade attention, for several groups of prompts in one batch.
 
         Each group's common start is read once and held once (a prefix, one row); each row
@@ -206,7 +206,7 @@ class TransformersBackend:
         return cache
 
     def _sample(self, groups: list[list[list[int]]], repeats: list[list[int]], base_cache, base: int,
-                sampling: Sampling) -> list[list[int]]:
+                sampling: Sampling) -> Iterator[tuple[int, list[int]]]:
         """Sample `repeats[g]` answers to each prompt, reading every prompt token once (plain cache).
 
         `groups` holds one group of prompts (with `repeats`, one list per group).
@@ -214,7 +214,7 @@ class TransformersBackend:
         The prompts' common start goes into one cache row; their different ends are padded
         in the middle (start, pads, end), so that every row ends on its last real token and
         the positions, counted over the attention mask, stay those of the unpadded prompt.
-        Returns the answer tokens, one list per answer, prompt by prompt.
+        Yields (answer, tokens) as each answer is done; answers are numbered prompt by prompt.
         """
         import copy
 
@@ -261,13 +261,13 @@ class TransformersBackend:
 
         return self._decode(logits[pick], feed, drop, sampling)
 
-    def _decode(self, logits, feed, drop, sampling: Sampling) -> list[list[int]]:
-        """Sample token by token from `logits` (one row per answer); a finished row leaves the batch.
+    def _decode(self, logits, feed, drop, sampling: Sampling) -> Iterator[tuple[int, list[int]]]:
+        """Sample token by token from `logits` (one row per answer); yield (answer, tokens) as each is done.
 
         `feed(tokens)` reads one token per row and returns the next logits; `drop(index)`
         keeps only the rows at `index`. `generate` keeps every row to the end of the longest
-        answer; here the batch shrinks, so one rambling answer costs its own steps, not
-        those of every row.
+        answer; here a finished row leaves the batch, so one rambling answer costs its own
+        steps, not those of every row.
         """
         import torch
 
@@ -281,19 +281,21 @@ class TransformersBackend:
                 probs, candidates = filtered_probs(logits, sampling)
                 token = candidates.gather(1, torch.multinomial(probs, 1)).squeeze(1)
             keep = []
+            last = step == sampling.max_new_tokens - 1
             for row, t in enumerate(token.tolist()):
                 answer = answers[alive[row]]
                 answer.append(t)
-                if not (t in eos or self._stopped(answer, sampling.stop)):
+                if last or t in eos or self._stopped(answer, sampling.stop):
+                    yield alive[row], answer
+                else:
                     keep.append(row)
-            if not keep or step == sampling.max_new_tokens - 1:
-                break
+            if not keep:
+                return
             if len(keep) < len(alive):
                 index = torch.tensor(keep, device=token.device)
                 drop(index)
                 token, alive = token[index], [alive[row] for row in keep]
             logits = feed(token)
-        return answers
 
     def _eos_ids(self) -> list[int]:
         eos = self.model.generation_config.eos_token_id
