@@ -99,13 +99,14 @@ def _progress(total: int, desc: str, enabled: bool):
 
 
 def _run(backend, store: RecordStore, tasks: list[dict], sampling: Sampling, prefill: str | None,
-         to_record, desc: str, progress: bool, save_every: int) -> GenerationReport:
+         to_record, desc: str, progress: bool, save_every: int | None) -> GenerationReport:
     """Send the tasks not yet stored, parse and store answers in batches; shared by summaries and judge.
 
     Answers are saved every `save_every` (by default the backend's batch, at most 16): a killed
     run loses at most that many, even when the backend samples 96 at once.
     """
     report = GenerationReport(requested=len(tasks))
+    save_every = save_every or min(getattr(backend, "batch_size", 8), 16)
     store.lock()  # refuse a second writer now, before any work, and see what it wrote meanwhile
     todo = [t for t in tasks if store.key_of(t["record"]) not in store]
     report.skipped = len(tasks) - len(todo)
@@ -183,8 +184,7 @@ def generate_summaries(corpus, aspects, backend, run_dir: str | Path, k: int = 4
 
     _write_current(run_dir, {key: {"prompt_hash": h, "model": backend.model_id} for key, h in hashes.items()})
     try:
-        return _run(backend, store, tasks, sampling, SUMMARY_PREFILL, to_record, "summaries", progress,
-                    save_every or min(getattr(backend, "batch_size", 8), 16))
+        return _run(backend, store, tasks, sampling, SUMMARY_PREFILL, to_record, "summaries", progress, save_every)
     finally:
         store.close()
 
@@ -264,8 +264,7 @@ def judge_pairs(corpus, aspects, backend, run_dir: str | Path, pairs: list[tuple
         return record
 
     try:
-        return _run(backend, store, tasks, sampling, JUDGE_PREFILL, to_record, "judge", progress,
-                    save_every or min(getattr(backend, "batch_size", 8), 16))
+        return _run(backend, store, tasks, sampling, JUDGE_PREFILL, to_record, "judge", progress, save_every)
     finally:
         store.close()
 

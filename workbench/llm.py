@@ -141,7 +141,7 @@ class TransformersBackend:
             with context(self.model):
                 start = cascade.read_prefix(self.model, self._tensor([prompts[0][:base]])) if base else None
         else:
-            batches, sample, context = [[g] for g in groups], self._sample, _no_context
+            batches, sample, context = [[g] for g in groups], self._sample, contextlib.nullcontext
             start = self._read(prompts[0][:base], None) if base else None
         for batch in batches:
             t0 = time.perf_counter()
@@ -357,11 +357,6 @@ def pack_groups(groups: Sequence[list[int]], repeats: Sequence[int], max_rows: i
             batches.append([group])
             rows = size
     return batches
-
-
-@contextlib.contextmanager
-def _no_context(model):
-    yield
 
 
 def plan_batches(prompts: Sequence[Sequence[int]], repeats: Sequence[int], max_rows: int) -> list[list[int]]:
