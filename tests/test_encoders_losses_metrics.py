@@ -206,6 +206,23 @@ def test_encode_order_normalisation_padding_and_pooling(encoder):
         encoder.encode(["ok", float("nan")])
 
 
+def test_batches_pad_from_token_ids_like_tokenize_and_cap_long_texts(encoder):
+    texts = ["short", "a somewhat longer text with more words in it than the first", "mid sized text here"] * 5
+    seen = []
+    for idx, batch in encoder.batches(texts, 4, max_length=16):
+        ref = encoder.tokenize([texts[i] for i in idx], 16)  # the same texts through the tokenizer's own padding
+        assert torch.equal(batch["input_ids"], ref["input_ids"]) and torch.equal(batch["attention_mask"], ref["attention_mask"])
+        lengths = batch["attention_mask"].sum(1)
+        assert list(lengths) == sorted(lengths, reverse=True)  # longest first, similar lengths together
+        assert batch["input_ids"].numel() <= 4 * 64 or len(idx) == 1
+        seen += idx
+    assert sorted(seen) == list(range(len(texts)))
+    # A batch of n texts holds at most n x 64 tokens: 4 texts of 200 tokens come one by one.
+    long = [" ".join(["word"] * 200)] * 4
+    assert [len(idx) for idx, _ in encoder.batches(long, 4, max_length=256)] == [1, 1, 1, 1]
+    assert list(encoder.batches([], 4)) == []
+
+
 def test_save_and_load_round_trip(encoder, saved):
     files = {p.name for p in saved.iterdir()}
     assert {"model.safetensors", "config.json", "workbench_config.json"} <= files

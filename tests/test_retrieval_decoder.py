@@ -136,7 +136,7 @@ def test_decoding_report_keeps_each_paper_out_of_its_own_decoding(memory):
 
     encoder = TableEncoder(dict(zip(memory.texts, memory.vectors)))
     decoder = RetrievalDecoder(memory, encoder, lm=None)
-    decoder.perplexity = lambda emb, texts, batch_size=8, exclude=None: 10.0  # the LM is not under test here
+    decoder.perplexities = lambda requests, batch_size=8: {name: 10.0 for name in requests}  # the LM is not under test
     papers = ["p0", "p1", "p2", "p3"]
     emb = memory.vectors[[0, 3, 6, 9]]
     refs = [[memory.texts[i]] for i in (0, 3, 6, 9)]
@@ -180,6 +180,15 @@ def test_perplexity_against_an_independent_log_softmax_and_the_controls():
     matching = decoder.perplexity(vectors, texts)
     assert matching < decoder.perplexity(vectors[[1, 2, 0]], texts)
     assert matching < decoder.perplexity(None, texts)
+    # Several requests at once (each prompt read once for all) give what each gives alone.
+    together = decoder.perplexities({"matching": (vectors, texts, None), "shuffled": (vectors[[1, 2, 0]], texts, None),
+                                     "none": (None, texts, None)})
+    assert together["matching"] == pytest.approx(matching, rel=1e-4)
+    assert together["none"] == pytest.approx(decoder.perplexity(None, texts), rel=1e-4)
+    # Prompts held once (cascade attention) score each text as reading prompt and text together does.
+    prompts = [tok(decoder._prompt(c), add_special_tokens=False)["input_ids"] for c in ([memory.texts[0]], None)]
+    rows = [(g, tok(t, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]) for g in (0, 1) for t in texts]
+    assert np.allclose(decoder._nll_shared(prompts, rows, 8), decoder._nll_whole(prompts, rows, 2), rtol=1e-4)
     # A rewrite is a single line of text.
     fused = decoder._generate([[memory.texts[0]]], 16)
     assert len(fused) == 1 and "\n" not in fused[0]

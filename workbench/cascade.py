@@ -94,8 +94,10 @@ class PromptStore:
         return torch.tensor([0 if kv is None else kv[0].shape[2] for kv in self.prefix[0]])
 
     def read(self, model, ids: torch.Tensor, valid: torch.Tensor | None = None, group: torch.Tensor | None = None,
-             logits: bool = False):
+             logits: bool = False, every: bool = False):
         """Run `model` over `ids` (rows, T) after what the store holds; return last-position logits or None.
+
+        every=True returns the logits of every position (rows, T, vocabulary): scoring a text.
 
         `group` (rows,) names each row's prefix at the rows' first read (default: group 0).
         Positions continue from the row's prefix and its own real tokens, so a padded row
@@ -113,12 +115,14 @@ class PromptStore:
         self.incoming, self._mask = valid, None
         with torch.inference_mode():
             out = model(input_ids=ids, position_ids=position.clamp(min=0), use_cache=False, prompt_store=self,
-                        logits_to_keep=1)
+                        logits_to_keep=0 if every else 1)
         if self.valid is None:
             self.valid = torch.zeros((rows, self.columns), dtype=torch.bool, device=ids.device)
         self.valid[:, self.length:self.length + width] = valid
         self.length += width
         self.incoming, self._mask = None, None
+        if every:
+            return out.logits
         return out.logits[:, -1] if logits else None
 
     def promote(self) -> list:

@@ -286,6 +286,10 @@ class AspectDecoder:
         emb = None if embeddings is None else _unit(np.atleast_2d(embeddings))
         return self.decoder.perplexity(emb, texts, batch_size, aspect=self._aspect())
 
+    def perplexities(self, requests, batch_size: int = 8) -> dict[str, float]:
+        """{name: (embeddings or None, texts, exclude)} -> {name: perplexity}, one `perplexity` call each."""
+        return {name: self.perplexity(emb, texts, batch_size) for name, (emb, texts, _) in requests.items()}
+
 
 def load_decoders(run_dir, aspects: Sequence[str] | None = None, device: str | None = None,
                   lm=None, kind: str = "auto") -> dict[str, AspectDecoder]:
@@ -373,39 +377,26 @@ def plot_loss_curves(history: pd.DataFrame, ax=None, title: str = "decoder valid
 # --------------------------------------------------------------------------- faithfulness
 
 
-_SCORERS: dict = {}  # bert-score models stay loaded for the session
-
-
 def bertscore(candidates: Sequence[str], references: Sequence[str | Sequence[str]], model: str = BERTSCORE_MODEL,
               num_layers: int | None = None, batch_size: int = 32, device: str | None = None) -> np.ndarray:
     """BERTScore F1 of each candidate against its reference(s) (the best of several), with a local encoder.
 
-    model: a packaged name ("mpnet", "minilm"), a local folder or a hub id; bert-score
-    gets the folder and a layer count (its baseline rescaling covers hub names only, so
-    scores are raw: compare them with each other, e.g. matching against shuffled).
+    model: a packaged name ("mpnet", "minilm"), a local folder or a hub id, read at
+    `num_layers` (known for the packaged ones). Scores are raw (no baseline rescaling):
+    compare them with each other, e.g. matching against shuffled. See `bertscore.py`: each
+    text is read once per session, and stage 06's human summaries not at all here.
     """
-    import bert_score
-
-    from .devices import best_device
+    from .bertscore import f1
     from .models import resolve_model
 
     if len(candidates) != len(references):
         raise ValueError(f"{len(candidates)} candidates but {len(references)} references")
     if not len(candidates):
         return np.zeros(0)
-    resolved = resolve_model(model)
-    layers = num_layers or BERTSCORE_LAYERS.get(resolved.name)
+    layers = num_layers or BERTSCORE_LAYERS.get(resolve_model(model).name)
     if layers is None:
-        raise ValueError(f"say which layer of {model!r} bert-score should use (num_layers=)")
-    refs = [[r] if isinstance(r, str) else list(r) for r in references]
-    if any(not r for r in refs):
-        raise ValueError("every candidate needs at least one reference text")
-    key = (resolved.path, layers, device or best_device(), batch_size)
-    if key not in _SCORERS:  # loading the encoder costs more than scoring a few hundred pairs
-        _SCORERS[key] = bert_score.BERTScorer(model_type=resolved.path, num_layers=layers, batch_size=batch_size,
-                                              device=key[2], rescale_with_baseline=False)
-    _, _, f1 = _SCORERS[key].score(list(candidates), refs, verbose=False)
-    return f1.numpy().astype(np.float64)
+        raise ValueError(f"say which layer of {model!r} BERTScore should use (num_layers=)")
+    return f1(candidates, references, model, layers, batch_size=batch_size, device=device)
 
 
 def round_trip(texts: Sequence[str], targets, aspect_model, aspect: str,
@@ -490,14 +481,17 @@ def decoding_report(decoder: AspectDecoder, embeddings, references: Sequence[Seq
     flat = [(i, t) for i in range(m) for t in (references[i] if perplexity_docs is None else references[i][:1])]
     idx, texts = [i for i, _ in flat], [t for _, t in flat]
     own = None if exclude is None else [exclude[i] for i in idx]
-    # The shuffled control reads another paper's embedding; it must not read the true paper's own texts either.
-    shuffled_own = None if exclude is None else [[exclude[i], exclude[perm[i]]] for i in idx]
-    metrics = {"documents": n, "summaries": sum(len(r) for r in references), "perplexity documents": m,
-               "ppl matching": decoder.perplexity(emb[idx], texts, exclude=own),
-               "ppl shuffled": decoder.perplexity(emb[perm][idx], texts, exclude=shuffled_own)}
+    # The shuffled control reads another scored paper's embedding (so the retrieval decoder reads
+    # each context once for both); it must not read the true paper's own texts either.
+    shuffle = perm if m == n else _derangement(m, seed)
+    shuffled_own = None if exclude is None else [[exclude[i], exclude[shuffle[i]]] for i in idx]
+    requests = {"ppl matching": (emb[idx], texts, own), "ppl shuffled": (emb[shuffle[idx]], texts, shuffled_own)}
     if unconditioned is None:
         unconditioned = decoder.reports_unconditioned
-    metrics["ppl unconditioned"] = decoder.perplexity(None, texts) if unconditioned else float("nan")
+    if unconditioned:
+        requests["ppl unconditioned"] = (None, texts, None)
+    metrics = {"documents": n, "summaries": sum(len(r) for r in references), "perplexity documents": m,
+               "ppl unconditioned": float("nan"), **decoder.perplexities(requests)}
     settings = {"greedy": True, "max_new_tokens": 48, **(sampling or {})}
     decoded = [c[0] if c else "" for c in decoder.describe(emb, exclude=exclude, **settings)]
     # One call for both: bert-score encodes each distinct text once per call, and the shuffled

@@ -114,6 +114,9 @@ class AspectModel(nn.Module):
         return texts
 
 
+TOKENS_PER_TEXT = 64  # `AspectEncoder.batches`: a batch of n texts holds at most n x 64 tokens
+
+
 class AspectEncoder(AspectModel):
     """A transformers backbone + pooling + one bias-free Linear(hidden -> dim) head per aspect.
 
@@ -193,6 +196,34 @@ class AspectEncoder(AspectModel):
 
     # ---------------------------------------------------------------- inference
 
+    def batches(self, texts: Sequence[str], batch_size: int, max_length: int | None = None):
+        """(indices, batch) over texts in batches of similar token length, longest first.
+
+        Each text is tokenised once and the batches are padded from the token ids. On the
+        ACLSum test split, sorting by characters padded abstracts by 19% and their one-sentence
+        summaries by 33% (wasted compute); sorting by tokens with the token cap below pads
+        both by about 5%. The batches are what `tokenize` gives for the same texts.
+        """
+        if not len(texts):
+            return
+        ids = self.tokenizer(list(texts), truncation=True, max_length=max_length or self.max_length)["input_ids"]
+        order = sorted(range(len(ids)), key=lambda i: -len(ids[i]))
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        left = self.tokenizer.padding_side == "left"
+        start = 0
+        while start < len(order):
+            # At most batch_size texts and batch_size x 64 tokens: long texts come in smaller
+            # batches, which pad less and still give the matrix products thousands of rows.
+            width = len(ids[order[start]])
+            take = max(1, min(batch_size, (batch_size * TOKENS_PER_TEXT) // max(width, 1)))
+            idx, start = order[start:start + take], start + take
+            input_ids = torch.full((len(idx), width), pad, dtype=torch.long)
+            mask = torch.zeros((len(idx), width), dtype=torch.long)
+            for row, i in enumerate(idx):
+                cols = slice(width - len(ids[i]), width) if left else slice(0, len(ids[i]))
+                input_ids[row, cols], mask[row, cols] = torch.tensor(ids[i]), 1
+            yield idx, {"input_ids": input_ids.to(self.device), "attention_mask": mask.to(self.device)}
+
     def _run_batched(self, texts, run, batch_size, max_length, progress, device, desc) -> dict[str, np.ndarray]:
         """Apply `run(batch) -> {key: [b, d]}` to `texts` in length-sorted batches, rows back in input order."""
         texts = self._check_texts(texts)
@@ -200,17 +231,13 @@ class AspectEncoder(AspectModel):
             self.to(device)
         from tqdm.auto import tqdm
 
-        # Sorting by length keeps padding (wasted compute) small; character length is a
-        # good enough proxy for token length and costs nothing.
-        order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
         out: dict[str, np.ndarray] = {}
         was_training = self.training
         self.eval()  # no dropout; restored afterwards, since validation runs mid-training
         try:
             with torch.inference_mode(), tqdm(total=len(texts), disable=not progress, desc=desc) as bar:
-                for start in range(0, len(texts), batch_size):
-                    idx = order[start:start + batch_size]
-                    result = run(self.tokenize([texts[i] for i in idx], max_length))
+                for idx, batch in self.batches(texts, batch_size, max_length):
+                    result = run(batch)
                     for key, value in result.items():
                         if key not in out:
                             out[key] = np.empty((len(texts), value.shape[1]), dtype=np.float32)

@@ -191,21 +191,28 @@ class FeatureCache:
         # The keys last: a shard whose JSON is missing was interrupted and is ignored on load.
         Path(f"{stem}.json").write_text(json.dumps({"backbone": repr(self.backbone), "keys": keys}) + "\n")
 
+    def missing(self, texts: Sequence[str]) -> list[str]:
+        """The texts not cached yet, each once, in order of first appearance."""
+        return list({text_key(t): t for t in texts if text_key(t) not in self._vectors}.values())
+
+    def add(self, texts: Sequence[str], vectors: np.ndarray) -> None:
+        """Cache vectors computed elsewhere from the same backbone (e.g. `bertscore.read`'s pooled pass)."""
+        keys = [text_key(t) for t in texts]
+        self._vectors.update(zip(keys, vectors))
+        if self.folder is not None and keys:
+            self._save(keys, vectors)
+
     def vectors(self, texts: Sequence[str], progress: bool = False) -> np.ndarray:
         """[len(texts), H] unit vectors; texts not yet cached are encoded (and saved) first."""
         keys = [text_key(t) for t in texts]
-        new = {k: t for k, t in zip(keys, texts) if k not in self._vectors}
-        todo = list(new.items())
+        todo = self.missing(texts)
         if len(todo) >= FREE_CORES_MIN_TEXTS:
             from .devices import use_free_cores
 
             use_free_cores()  # two threads on a core another job keeps busy run several times slower
         for start in range(0, len(todo), SHARD_ROWS):
             chunk = todo[start:start + SHARD_ROWS]
-            vectors = self.backbone.embed([t for _, t in chunk], batch_size=self.batch_size, progress=progress)
-            self._vectors.update(zip([k for k, _ in chunk], vectors))
-            if self.folder is not None:
-                self._save([k for k, _ in chunk], vectors)
+            self.add(chunk, self.backbone.embed(chunk, batch_size=self.batch_size, progress=progress))
         if not keys:
             return np.zeros((0, self.backbone.hidden_size), dtype=np.float32)
         return np.stack([self._vectors[k] for k in keys])

@@ -49,7 +49,8 @@ _TEXT_CACHES: dict = {}  # (folder, backbone key, device) -> FeatureCache: a tex
 
 
 def encode_texts(model: str, texts: Sequence[str], pooling: str = "mean", max_length: int | None = None,
-                 batch_size: int = 32, device: str | None = None, run_dir=None) -> np.ndarray:
+                 batch_size: int = 32, device: str | None = None, run_dir=None,
+                 keep_layer: int | None = None) -> np.ndarray:
     """Unit embeddings of texts with an off-the-shelf encoder (packaged name, folder or hub id), no head.
 
     Every text goes through a feature cache (`features.FeatureCache`): stage 06 meets the
@@ -58,6 +59,8 @@ def encode_texts(model: str, texts: Sequence[str], pooling: str = "mean", max_le
     the frozen-mode stages 02-03 already filled with MiniLM vectors of the corpus: the MiniLM
     rows then cost nothing, and a re-run of stage 06 encodes nothing. max_length defaults to
     the frozen mode's (256 tokens, MiniLM's training length; 9% of ACLSum abstracts are longer).
+    keep_layer: the texts not cached yet are read by `bertscore.read`, which also keeps their
+    token vectors at that layer, so BERTScore against them costs no second pass (mean pooling).
     """
     from .features import FROZEN_MAX_LENGTH, FeatureCache, FrozenBackbone
 
@@ -66,7 +69,15 @@ def encode_texts(model: str, texts: Sequence[str], pooling: str = "mean", max_le
     key = (str(folder), backbone.key, device)
     if key not in _TEXT_CACHES:
         _TEXT_CACHES[key] = FeatureCache(folder, backbone, batch_size=batch_size)
-    return _unit(_TEXT_CACHES[key].vectors(list(texts)))
+    cache = _TEXT_CACHES[key]
+    if keep_layer is not None and pooling == "mean":
+        from .bertscore import read
+
+        new = cache.missing(texts)
+        if new:
+            cache.add(new, read(str(model), new, keep_layer, pooled=True, max_length=backbone.max_length,
+                                batch_size=batch_size, device=device))
+    return _unit(cache.vectors(list(texts)))
 
 
 def ground_truths(eval_corpus, aspects: Sequence[str], run_dir=None, reference: str = REFERENCE_ENCODER,
@@ -98,14 +109,20 @@ def summary_truths(eval_corpus, aspects: Sequence[str], reference: str = REFEREN
 
     Only aspects whose summary column is filled for every evaluation document.
     """
+    from .decoding import BERTSCORE_LAYERS
     from .evaluation import summary_similarity
+    from .models import resolve_model
 
     docs = eval_corpus.docs.reset_index(drop=True)
+    # Table 3's BERTScore compares decoded texts with these summaries; where this encoder is one
+    # BERTScore reads, its token vectors are kept from this pass (`bertscore.py`).
+    layer = BERTSCORE_LAYERS.get(resolve_model(reference).name)
     out: dict[str, np.ndarray] = {}
     for aspect in aspects:
         column = f"summary_{aspect}"
         if column in docs and docs[column].map(lambda v: isinstance(v, str) and bool(v.strip())).all():
-            out[aspect] = summary_similarity(encode_texts(reference, docs[column].tolist(), run_dir=run_dir))
+            vectors = encode_texts(reference, docs[column].tolist(), run_dir=run_dir, keep_layer=layer)
+            out[aspect] = summary_similarity(vectors)
     return out
 
 

@@ -198,33 +198,106 @@ class RetrievalDecoder:
 
         embeddings=None is the unconditioned control: the instruction alone.
         """
+        return self.perplexities({"": (embeddings, texts, exclude)}, batch_size)[""]
+
+    def perplexities(self, requests, batch_size: int = 8) -> dict[str, float]:
+        """Several `perplexity` calls in one: {name: (embeddings or None, texts, exclude)} -> {name: perplexity}.
+
+        Each distinct prompt is read once for all requests and rows: Table 3's shuffled control
+        reads other papers' contexts, which their matching rows read too, and the unconditioned
+        control asks one prompt for every text. With cascade attention (`cascade.py`) a prompt's
+        keys and values are held once and every text scored after it attends to them; models
+        without it read each prompt with its text, in length-sorted padded batches.
+        """
+        from .cascade import supports
+
+        model, tok = self.lm()
+        eos = tok.eos_token_id
+        index: dict[str, int] = {}  # prompt text -> position in `prompts`
+        prompts: list[list[int]] = []
+        rows: list[tuple[int, list[int]]] = []  # (prompt, target tokens) per text
+        owner: list[str] = []
+        for name, (embeddings, texts, exclude) in requests.items():
+            if embeddings is not None:
+                idx, _ = self.memory.nearest(np.atleast_2d(embeddings), self.context, exclude)
+                if len(idx) != len(texts):
+                    raise ValueError(f"{len(idx)} embeddings but {len(texts)} texts")
+                contexts = [[self.memory.texts[j] for j in row] for row in idx]
+            else:
+                contexts = [None] * len(texts)
+            for context, text in zip(contexts, texts):
+                prompt = self._prompt(context)
+                if prompt not in index:
+                    index[prompt] = len(prompts)
+                    prompts.append(tok(prompt, add_special_tokens=False)["input_ids"])
+                target = tok(text, add_special_tokens=False)["input_ids"] + ([eos] if eos is not None else [])
+                rows.append((index[prompt], target))
+                owner.append(name)
+        score = self._nll_shared if supports(model) else self._nll_whole
+        nll = score(prompts, rows, batch_size) if rows else []
+        out = {}
+        for name in requests:
+            mine = [i for i, o in enumerate(owner) if o == name]
+            count = sum(len(rows[i][1]) for i in mine)
+            out[name] = math.exp(sum(nll[i] for i in mine) / max(count, 1))
+        return out
+
+    def _nll_shared(self, prompts: list[list[int]], rows: list[tuple[int, list[int]]], batch_size: int) -> list[float]:
+        """Summed NLL of each row's target after its prompt, each prompt read once (cascade attention)."""
         import torch
         from torch.nn import functional as F
 
-        if embeddings is not None:
-            idx, _ = self.memory.nearest(np.atleast_2d(embeddings), self.context, exclude)
-            if len(idx) != len(texts):
-                raise ValueError(f"{len(idx)} embeddings but {len(texts)} texts")
-            contexts = [[self.memory.texts[j] for j in row] for row in idx]
-        else:
-            contexts = [None] * len(texts)
+        from .cascade import PromptStore, cascade, read_prefix
+
         model, tok = self.lm()
-        eos = tok.eos_token_id
-        prompts_all = [tok(self._prompt(c), add_special_tokens=False)["input_ids"] for c in contexts]
-        targets_all = [tok(t, add_special_tokens=False)["input_ids"] + ([eos] if eos is not None else [])
-                       for t in texts]
-        # Batches of similar length waste little on padding (the sum does not depend on the order).
-        order = sorted(range(len(texts)), key=lambda i: len(prompts_all[i]) + len(targets_all[i]))
-        total, count = 0.0, 0
-        for s in range(0, len(order), batch_size):
-            prompts = [prompts_all[i] for i in order[s:s + batch_size]]
-            targets = [targets_all[i] for i in order[s:s + batch_size]]
-            L = max(len(p) + len(t) for p, t in zip(prompts, targets))
+        layers, device = model.config.num_hidden_layers, model.device
+        # The tokens every prompt starts with (the system message) are read once for all of them;
+        # each prompt keeps at least its last token, whose logits predict the target's first.
+        common = min(_common_length(prompts), min(len(p) for p in prompts) - 1)
+        out = []
+        with cascade(model):
+            start = read_prefix(model, torch.tensor([prompts[0][:common]], device=device)) if common else None
+            prefixes, first = [], []
+            for p in prompts:
+                store = PromptStore(layers, len(p) - common, [start])
+                first.append(store.read(model, torch.tensor([p[common:]], device=device), logits=True)[0])
+                prefixes.append(store.promote())
+            # Rows of several prompts share a batch, each attending to its own prompt; 16 rows
+            # keep the logits of a batch (rows x target length x vocabulary) near 150 MB.
             pad = tok.pad_token_id if tok.pad_token_id is not None else 0
-            ids = torch.full((len(prompts), L), pad, dtype=torch.long)
-            labels = torch.full((len(prompts), L), -100, dtype=torch.long)
-            mask = torch.zeros((len(prompts), L), dtype=torch.long)
-            for i, (p, t) in enumerate(zip(prompts, targets)):  # right padding: positions stay 0..len-1
+            for s in range(0, len(rows), max(batch_size, 16)):
+                chunk = rows[s:s + max(batch_size, 16)]
+                width = max(len(t) for _, t in chunk)
+                ids = torch.full((len(chunk), width), pad, dtype=torch.long)
+                valid = torch.zeros((len(chunk), width), dtype=torch.bool)
+                for r, (_, t) in enumerate(chunk):  # right padding: a row's own positions stay in order
+                    ids[r, :len(t)], valid[r, :len(t)] = torch.tensor(t), True
+                store = PromptStore(layers, width, prefixes)
+                logits = store.read(model, ids.to(device), valid.to(device),
+                                    torch.tensor([g for g, _ in chunk]), every=True)
+                for r, (g, t) in enumerate(chunk):
+                    predicted = torch.cat([first[g][None], logits[r, :len(t) - 1]]).float()
+                    out.append(float(F.cross_entropy(predicted, torch.tensor(t, device=device), reduction="sum")))
+        return out
+
+    def _nll_whole(self, prompts: list[list[int]], rows: list[tuple[int, list[int]]], batch_size: int) -> list[float]:
+        """Summed NLL of each row's target, reading prompt and target together (any causal LM)."""
+        import torch
+        from torch.nn import functional as F
+
+        model, tok = self.lm()
+        out = [0.0] * len(rows)
+        # Batches of similar length waste little on padding.
+        order = sorted(range(len(rows)), key=lambda i: len(prompts[rows[i][0]]) + len(rows[i][1]))
+        pad = tok.pad_token_id if tok.pad_token_id is not None else 0
+        for s in range(0, len(order), batch_size):
+            batch = order[s:s + batch_size]
+            seqs = [(prompts[rows[i][0]], rows[i][1]) for i in batch]
+            L = max(len(p) + len(t) for p, t in seqs)
+            ids = torch.full((len(seqs), L), pad, dtype=torch.long)
+            labels = torch.full((len(seqs), L), -100, dtype=torch.long)
+            mask = torch.zeros((len(seqs), L), dtype=torch.long)
+            for i, (p, t) in enumerate(seqs):  # right padding: positions stay 0..len-1
                 ids[i, :len(p) + len(t)] = torch.tensor(p + t)
                 labels[i, len(p):len(p) + len(t)] = torch.tensor(t)
                 mask[i, :len(p) + len(t)] = 1
@@ -236,9 +309,22 @@ class RetrievalDecoder:
             with torch.no_grad():
                 hidden = model.base_model(input_ids=ids, attention_mask=mask).last_hidden_state[:, :-1]
                 logits = model.get_output_embeddings()(hidden[where]).float()
-            total += float(F.cross_entropy(logits, shift[where], reduction="sum"))
-            count += int(where.sum())
-        return math.exp(total / max(count, 1))
+            nll = F.cross_entropy(logits, shift[where], reduction="none")
+            which = where.nonzero()[:, 0]  # the batch row of each scored token
+            sums = torch.zeros(len(seqs), dtype=nll.dtype, device=nll.device).index_add_(0, which, nll)
+            for i, value in zip(batch, sums.tolist()):
+                out[i] = value
+        return out
+
+
+def _common_length(sequences: Sequence[Sequence[int]]) -> int:
+    """The length of the longest start all sequences share."""
+    first = sequences[0]
+    n = min(len(q) for q in sequences)
+    for i in range(n):
+        if any(q[i] != first[i] for q in sequences):
+            return i
+    return n
 
 
 # --------------------------------------------------------------------------- building and saving

@@ -1,0 +1,69 @@
+"""BERTScore (`workbench/bertscore.py`) against the bert-score package, and its reading once per text."""
+
+import numpy as np
+import pytest
+
+from workbench import bertscore
+from workbench.features import FrozenBackbone, text_key
+from workbench.models import resolve_model
+
+CANDIDATES = ["We parse sentences with a graph-based dependency parser.",
+              "A new corpus of noisy user text for translation.",
+              "Entailment filters remove unfaithful summaries.",
+              ""]
+REFERENCES = [["The paper parses sentences with a graph parser.", "Dependency parsing of tweets."],
+              "Translating noisy text from social media.",
+              ["Summaries are filtered with an entailment model."],
+              "Anything at all."]
+
+
+@pytest.fixture(autouse=True)
+def fresh_store():
+    bertscore._TOKENS.clear()
+    yield
+    bertscore._TOKENS.clear()
+
+
+def test_f1_matches_the_bert_score_package():
+    import bert_score
+
+    ours = bertscore.f1(CANDIDATES[:3], REFERENCES[:3], "minilm", 6)
+    scorer = bert_score.BERTScorer(model_type=resolve_model("minilm").path, num_layers=6, rescale_with_baseline=False)
+    refs = [[r] if isinstance(r, str) else r for r in REFERENCES[:3]]
+    _, _, theirs = scorer.score(CANDIDATES[:3], refs)
+    assert np.allclose(ours, theirs.numpy(), atol=1e-4)
+    # Against several references the best counts; an empty candidate scores 0, as in bert-score.
+    alone = bertscore.f1([CANDIDATES[0]] * 2, REFERENCES[0], "minilm", 6)
+    assert ours[0] == pytest.approx(alone.max(), abs=1e-6)
+    assert bertscore.f1(CANDIDATES[3:], REFERENCES[3:], "minilm", 6)[0] == 0.0
+
+
+def test_one_pass_gives_the_pooled_vector_and_keeps_the_tokens(monkeypatch):
+    texts = [r for rs in REFERENCES[:3] for r in ([rs] if isinstance(rs, str) else rs)]
+    pooled = bertscore.read("minilm", texts, 4, pooled=True)
+    assert np.allclose(pooled, FrozenBackbone("minilm").embed(texts), atol=1e-5)  # what the truths need
+    kept = {k: v[0].copy() for k, v in bertscore._store("minilm", 4, 256).items()}
+    assert set(kept) == {text_key(t) for t in texts}
+    # Reading only up to the layer gives the same token vectors as the whole pass.
+    bertscore._TOKENS.clear()
+    bertscore.read("minilm", texts, 4)
+    again = bertscore._store("minilm", 4, 256)
+    assert all(np.allclose(again[k][0], kept[k], atol=1e-5) for k in kept)
+    assert all(again[k][1][0] == 0 and again[k][1][-1] == 0 and again[k][1][1:-1].all() for k in kept)
+    # Texts already read are not read again: scoring against them runs the encoder on the candidates only.
+    encoder = FrozenBackbone("minilm").encoder()
+    seen = []
+    original = encoder.batches
+    monkeypatch.setattr(encoder, "batches", lambda texts, *args: seen.extend(texts) or original(texts, *args))
+    bertscore.f1(CANDIDATES[:3], REFERENCES[:3], "minilm", 4)
+    assert sorted(seen) == sorted(CANDIDATES[:3])
+
+
+def test_stage_06_truths_keep_the_summaries_for_bertscore(tmp_path):
+    from workbench.report import encode_texts
+
+    texts = ["Parsing noisy tweets.", "Filtering summaries by entailment."]
+    vectors = encode_texts("minilm", texts, run_dir=tmp_path, keep_layer=6)
+    assert np.allclose(vectors, FrozenBackbone("minilm").embed(texts), atol=1e-5)
+    assert {text_key(t) for t in texts} <= set(bertscore._store("minilm", 6, 256))
+    assert np.allclose(encode_texts("minilm", texts, run_dir=tmp_path), vectors)  # cached in the run as usual
