@@ -30,6 +30,7 @@ bench: setup
 	$(PY) benchmarks/maps.py
 	$(PY) benchmarks/weights.py
 	$(PY) benchmarks/health.py
+	$(PY) benchmarks/evaluate.py
 	$(PY) benchmarks/questions.py
 	$(PY) benchmarks/threads.py
 
