@@ -133,3 +133,17 @@ def test_thread_counts_come_from_the_free_cores_or_the_environment(monkeypatch):
         assert tsne._n_jobs() == 2
     finally:
         torch.set_num_threads(before)
+
+
+def test_cache_keyword_follows_the_models_forward():
+    from workbench.models import cache_keyword
+
+    class New:
+        def forward(self, input_ids=None, cache=None, use_cache=None):
+            pass
+
+    class Old:
+        def forward(self, input_ids=None, past_key_values=None, use_cache=None):
+            pass
+
+    assert cache_keyword(New()) == "cache" and cache_keyword(Old()) == "past_key_values"

@@ -49,6 +49,7 @@ from torch.nn import functional as F
 
 from .accel import ConfigDict, adamw, make_accelerator
 from .encoders import CheckpointError
+from .models import cache_keyword
 
 WEIGHTS_NAME = "decoder.safetensors"
 CONFIG_NAME = "decoder_config.json"
@@ -288,6 +289,29 @@ class EmbeddingDecoder(nn.Module):
 
     # ------------------------------------------------------------------ losses
 
+    def _prompt_start(self, rows: int):
+        """A key/value cache holding the prompt's fixed start (`prefix_ids`) for `rows` rows.
+
+        The start (the chat template with its system message: 35 of the 59 positions of a
+        step of tests/test_decoder.py) is the same for every item, and the LM is frozen, so
+        its keys and values are computed once per decoder; training steps and perplexity
+        batches read only what follows. No gradient flows into them: nothing before the
+        learned tokens can depend on them.
+        """
+        from transformers import DynamicCache
+
+        where = (str(self.device), self.lm.dtype)
+        if getattr(self, "_start_kv", None) is None or self._start_kv[0] != where:
+            cache = DynamicCache(config=self.lm.config)
+            with torch.no_grad():
+                self.lm(input_ids=torch.tensor([self.prefix_ids], device=self.device), use_cache=True,
+                        **{cache_keyword(self.lm): cache})
+            self._start_kv = (where, [(layer.keys, layer.values) for layer in cache.layers])
+        cache = DynamicCache(config=self.lm.config)
+        for i, (k, v) in enumerate(self._start_kv[1]):
+            cache.update(k.expand(rows, -1, -1, -1), v.expand(rows, -1, -1, -1), i)
+        return cache
+
     def token_nll(self, embeddings, target_ids: list[list[int]], batch: int | None = None, aspect=None):
         """(sum of target-token NLL, number of target tokens) for one batch."""
         inputs, mask, labels = self.build_inputs(embeddings, target_ids, batch=batch, aspect=aspect)
@@ -295,8 +319,14 @@ class EmbeddingDecoder(nn.Module):
         # Position t predicts token t+1, so the target tokens (the last T positions, right-
         # padded) are predicted by the last T+1 positions minus the very last. Asking the LM
         # for those logits only skips the vocabulary projection over the prompt, which on a
-        # CPU costs more than the transformer layers of a small LM.
-        logits = self.lm(inputs_embeds=inputs, attention_mask=mask, logits_to_keep=T + 1).logits
+        # CPU costs more than the transformer layers of a small LM. The prompt's fixed start
+        # is read from its cache (`_prompt_start`), so the LM runs only over what follows it.
+        start = len(self.prefix_ids)
+        if start:
+            logits = self.lm(inputs_embeds=inputs[:, start:], attention_mask=mask, logits_to_keep=T + 1,
+                             **{cache_keyword(self.lm): self._prompt_start(inputs.shape[0])}).logits
+        else:
+            logits = self.lm(inputs_embeds=inputs, attention_mask=mask, logits_to_keep=T + 1).logits
         # Cross-entropy in fp32 whatever the LM's dtype.
         shift_logits, shift_labels = logits[:, :-1].float(), labels[:, -T:]
         nll = F.cross_entropy(shift_logits.reshape(-1, shift_logits.shape[-1]), shift_labels.reshape(-1),

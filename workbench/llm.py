@@ -28,6 +28,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterator, Sequence
 
+from .models import cache_keyword
+
 Messages = list[dict]
 
 
@@ -201,7 +203,7 @@ class TransformersBackend:
 
         cache = cache if cache is not None else DynamicCache(config=self.model.config)
         with torch.inference_mode():
-            self.model(input_ids=torch.tensor([ids], device=self.model.device), past_key_values=cache,
+            self.model(input_ids=torch.tensor([ids], device=self.model.device), **{cache_keyword(self.model): cache},
                        use_cache=True, logits_to_keep=1)
         return cache
 
@@ -239,7 +241,7 @@ class TransformersBackend:
         with torch.inference_mode():
             cache.batch_repeat_interleave(len(prompts))
             logits = self.model(input_ids=ids[:, shared:], attention_mask=mask, position_ids=state["position"][:, shared:],
-                                past_key_values=cache, use_cache=True, logits_to_keep=1,
+                                **{cache_keyword(self.model): cache}, use_cache=True, logits_to_keep=1,
                                 cache_position=torch.arange(shared, width, device=device)).logits[:, -1]
         pick = torch.tensor([g for g, r in enumerate(repeats) for _ in range(r)], device=device)
         cache.batch_select_indices(pick)
@@ -250,7 +252,7 @@ class TransformersBackend:
             state["position"] = state["position"] + 1
             with torch.inference_mode():
                 out = self.model(input_ids=token[:, None], attention_mask=state["mask"], position_ids=state["position"],
-                                 past_key_values=cache, use_cache=True,
+                                 **{cache_keyword(self.model): cache}, use_cache=True,
                                  cache_position=torch.tensor([state["step"]], device=device))
             state["step"] += 1
             return out.logits[:, -1]

@@ -14,9 +14,11 @@ install or pass instead, rather than hanging on a network call.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.metadata
 import importlib.util
+import inspect
 import json
 import os
 import shutil
@@ -244,6 +246,17 @@ def prepare_causal_lm(name: str | os.PathLike) -> str:
     # Rename last, so that a conversion killed half-way is never mistaken for a finished one.
     _publish(tmp, folder)
     return str(folder)
+
+
+@functools.lru_cache(maxsize=None)
+def _cache_keyword(model_class) -> str:
+    return "cache" if "cache" in inspect.signature(model_class.forward).parameters else "past_key_values"
+
+
+def cache_keyword(model) -> str:
+    """The keyword a causal LM takes its key/value cache by: "cache" in recent transformers 5
+    releases (which warn that "past_key_values" goes in 5.40), "past_key_values" before."""
+    return _cache_keyword(type(model))
 
 
 def load_causal_lm(name: str | os.PathLike, device: str | None = None, dtype=None, trust_remote_code: bool = False):
