@@ -494,8 +494,8 @@ def decoding_report(decoder: AspectDecoder, embeddings, references: Sequence[Seq
                "ppl unconditioned": float("nan"), **decoder.perplexities(requests)}
     settings = {"greedy": True, "max_new_tokens": 48, **(sampling or {})}
     decoded = [c[0] if c else "" for c in decoder.describe(emb, exclude=exclude, **settings)]
-    # One call for both: bert-score encodes each distinct text once per call, and the shuffled
-    # control pairs the same decodings with the same references (half the encoder passes).
+    # The shuffled control pairs the same decodings with the same references; `bertscore.py`
+    # reads each distinct text once per session, so it costs no further encoder pass.
     both = bertscore(decoded + [decoded[j] for j in perm], list(references) * 2, model=bertscore_model)
     f1, f1_shuffled = both[:n], both[n:]
     metrics.update({"bertscore matching": float(f1.mean()), "bertscore shuffled": float(f1_shuffled.mean())})
