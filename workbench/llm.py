@@ -132,7 +132,7 @@ class TransformersBackend:
             rows_of.setdefault(self._prompt(messages, prefill), []).append(index)
         prompts = [self.tokenizer(text, add_special_tokens=False)["input_ids"] for text in rows_of]
         indices = list(rows_of.values())
-        base = min(_common_prefix(prompts), min(map(len, prompts)) - 1)
+        base = shared_start(prompts)
         repeats = [len(i) for i in indices]
         shared = cascade.supports(self.model)
         # the plain cache copies every row's whole prompt at each step: more than 24 rows only slow it down
@@ -176,7 +176,7 @@ class TransformersBackend:
 
         prefixes, parts, logits, group_of, counts = [], [], [], [], []
         for g, (prompts, reps) in enumerate(zip(groups, repeats)):
-            shared = max(min(_common_prefix(prompts), min(map(len, prompts)) - 1), base)
+            shared = max(shared_start(prompts), base)
             prefixes.append(read_prefix(self.model, self._tensor([prompts[0][base:shared]]), start)
                             if shared > base else start)
             for prompt in prompts:  # each end alone: no work on padding
@@ -224,7 +224,7 @@ class TransformersBackend:
 
         (prompts,), (repeats,) = groups, repeats
         device = self.model.device
-        shared = max(min(_common_prefix(prompts), min(map(len, prompts)) - 1), base)
+        shared = max(shared_start(prompts), base)
         cache = copy.deepcopy(base_cache) if base_cache is not None else None
         if shared > base or cache is None:
             cache = self._read(prompts[0][base:max(shared, 1)], cache)
@@ -344,6 +344,12 @@ def _common_prefix(seqs: Sequence[Sequence[int]]) -> int:
         if any(s[i] != first[i] for s in seqs[1:]):
             return i
     return n
+
+
+def shared_start(prompts: Sequence[Sequence[int]]) -> int:
+    """How many leading tokens the prompts share and can read once, each keeping at least its
+    last token (whose logits predict what follows it)."""
+    return min(_common_prefix(prompts), min(map(len, prompts)) - 1)
 
 
 def pack_groups(groups: Sequence[list[int]], repeats: Sequence[int], max_rows: int) -> list[list[list[int]]]:

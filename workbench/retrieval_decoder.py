@@ -248,12 +248,13 @@ class RetrievalDecoder:
         from torch.nn import functional as F
 
         from .cascade import PromptStore, cascade, read_prefix
+        from .llm import shared_start
 
         model, tok = self.lm()
         layers, device = model.config.num_hidden_layers, model.device
         # The tokens every prompt starts with (the system message) are read once for all of them;
         # each prompt keeps at least its last token, whose logits predict the target's first.
-        common = min(_common_length(prompts), min(len(p) for p in prompts) - 1)
+        common = shared_start(prompts)
         out = []
         with cascade(model):
             start = read_prefix(model, torch.tensor([prompts[0][:common]], device=device)) if common else None
@@ -315,16 +316,6 @@ class RetrievalDecoder:
             for i, value in zip(batch, sums.tolist()):
                 out[i] = value
         return out
-
-
-def _common_length(sequences: Sequence[Sequence[int]]) -> int:
-    """The length of the longest start all sequences share."""
-    first = sequences[0]
-    n = min(len(q) for q in sequences)
-    for i in range(n):
-        if any(q[i] != first[i] for q in sequences):
-            return i
-    return n
 
 
 # --------------------------------------------------------------------------- building and saving
