@@ -654,3 +654,18 @@ def test_aclsum_single_and_named_splits():
     assert len(two) == 150 and set(two.docs["split"]) == {"train", "validation"}
     with pytest.raises(CorpusError, match="unknown split"):
         load_corpus("aclsum:dev2")
+
+
+def test_aclsum_split_slices_follow_python_slices():
+    """"test[:20]" is the first 20 papers of the split, in the data set's order, as list slicing gives them."""
+    test, full = load_corpus("aclsum:test").ids, load_corpus("aclsum")
+    assert load_corpus("aclsum:test[:20]").ids == test[:20]
+    assert load_corpus("aclsum:test[95:]").ids == test[95:]
+    assert load_corpus("aclsum:test[10:12]").ids == test[10:12]
+    mixed = load_corpus("aclsum:validation,test[:5]")
+    assert mixed.docs["split"].value_counts().to_dict() == {"validation": 50, "test": 5}
+    assert mixed.source == "aclsum:validation,test[:5]" and mixed.name != full.name
+    with pytest.raises(CorpusError, match="slice"):
+        load_corpus("aclsum:test[:x]")
+    with pytest.raises(CorpusError, match="twice"):
+        load_corpus("aclsum:test[:2],test[:3]")

@@ -4,8 +4,8 @@ One module-scoped run: untrained checkpoints where stages 02 and 03 would have l
 models (frozen-backbone heads, as a CPU run makes them, and the split of stage 02; the
 stages themselves run through papermill in test_train.py, test_distill.py and test_own_corpus.py),
 then 04-06 with the smallest settings that still exercise every cell (decoders trained for
-two steps, a map of the whole corpus, a leave-one-out inversion, the evaluation on ACLSum's
-test split). The numbers are meaningless at this size; the tests check that every artifact
+two steps, a map of the whole corpus, a leave-one-out inversion, the evaluation on 20 papers of
+ACLSum's test split). The numbers are meaningless at this size; the tests check that every artifact
 is written, that the reports hold their tables and plots, and that paper text stays escaped.
 """
 
@@ -17,6 +17,7 @@ import yaml
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
 ASPECTS = ["challenge", "approach"]
+CORPUS = "aclsum:validation,test[:20]"
 
 
 def _untrained_stages_02_03(run: Path) -> None:
@@ -27,8 +28,7 @@ def _untrained_stages_02_03(run: Path) -> None:
     from workbench.train import SPLIT_NAME, TrainConfig
 
     hidden = 384  # MiniLM's width: frozen-mode aspect vectors are backbone-sized
-    # ACLSum's 50 validation papers stand in for train and validation (stage 04 reads CORPUS_04: these
-    # and the test papers, which must never reach the decoders' memory); the MiniLM pass over them is the cost.
+    # ACLSum's 50 validation papers stand in for train and validation.
     val = load_corpus("aclsum:validation").ids
     train_ids, val_ids = val[:35], val[35:]
     models = run / "aspect_models"
@@ -50,10 +50,12 @@ def tiny_run(tmp_path_factory):
     params.write_text(yaml.safe_dump({
         "report_dir": str(root / "reports"),
         # Two aspects keep it quick; every table still has an off-diagonal.
-        "parameters": {"corpus": "aclsum", "aspects": "acl", "aspect_names": ASPECTS, "seed": 0},
+        # The 50 validation papers and the first 20 of the test split: stage 04's memory must leave
+        # the test papers out, stage 06 evaluates on them. The MiniLM pass over the abstracts is the cost.
+        "parameters": {"corpus": CORPUS, "aspects": "acl", "aspect_names": ASPECTS, "seed": 0},
         "stage_parameters": {
             # compare: the retrieval decoder (the default, used by 05 and 06) and a soft-prompt decoder.
-            "04_decode": {"corpus": "aclsum:validation,test", "compare": True, "max_steps": 2, "eval_every": 2, "val_docs": 3, "val_summaries": 1,
+            "04_decode": {"compare": True, "max_steps": 2, "eval_every": 2, "val_docs": 3, "val_summaries": 1,
                           "eval_docs": 3, "perplexity_docs": 2, "examples_per_aspect": 1, "max_new_tokens": 8,
                           "bertscore_model": "minilm"},
             "05_visualize": {"corpus": "aclsum:validation", "n_labels": 2, "loo_docs": 1, "perplexity": 10.0},
@@ -117,7 +119,7 @@ def test_evaluate_stage_writes_metrics_and_compare_works(tiny_run, capsys):
                     "reading"]:
         assert section in metrics, section
     assert set(metrics["evaluation"]["truths"]) >= {"challenge", "approach"}
-    assert metrics["evaluation"]["documents"] == 100  # ACLSum's test split
+    assert metrics["evaluation"]["documents"] == 20  # the test papers of CORPUS
     health = metrics["health"]  # section 4b: the heads' health and the hard-negative probe
     assert set(health["probe"]["n_pairs"]) == {"challenge", "approach"} and health["reading"]
     html = (reports / "06_evaluate.html").read_text()

@@ -245,8 +245,9 @@ def test_train_notebook_runs_through_papermill(tmp_path):
     params = tmp_path / "tiny.yaml"
     params.write_text(yaml.safe_dump({
         "report_dir": str(tmp_path / "reports"),
-        "parameters": {"corpus": "aclsum", "aspect_names": ["challenge"], "max_steps": 2, "eval_every": 1,
-                       "batch_size": 4, "max_length": 32, "lr": 1e-4, "head_steps": 2},
+        # 30 train and 10 validation papers: their human views are what the frozen encoder reads.
+        "parameters": {"corpus": "aclsum:train[:30],validation[:10]", "aspect_names": ["challenge"], "max_steps": 2,
+                       "eval_every": 1, "batch_size": 4, "max_length": 32, "lr": 1e-4, "head_steps": 2},
     }))
     run = tmp_path / "run"
     results = run_pipeline(params, run_dir=str(run), stages=["02_train"], report=True, log=lambda *_: None)

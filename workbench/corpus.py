@@ -89,6 +89,7 @@ _PLACEHOLDER = re.compile(
 _ACLSUM_SPLITS = {"train": "train", "validation": "val", "test": "test"}  # ours -> package's
 _ACLSUM_ALIASES = {"val": "validation", "dev": "validation"}
 _ACLSUM_ASPECTS = ("challenge", "approach", "outcome")
+_ACLSUM_SLICE = re.compile(r"^([\w-]+)(?:\[(\d*):(\d*)\])?$")  # "test", "test[:20]", "train[50:]"
 
 
 class CorpusError(ValueError):
@@ -550,7 +551,7 @@ def load_corpus(
     """Load a corpus from a file or from the packaged ACLSum data set.
 
     source: a path, or ``"aclsum"`` (all splits), ``"aclsum:test"``,
-        ``"aclsum:train,validation"`` (see `load_aclsum`).
+        ``"aclsum:train,validation"``, ``"aclsum:test[:20]"`` (see `load_aclsum`).
     format: one of csv, tsv, wos (Web of Science tab-delimited .txt), jsonl, json,
         parquet, ris, bibtex; taken from the suffix when not given.
     *_column: the source column for each standard column, when the automatic choice
@@ -1248,7 +1249,8 @@ def load_aclsum(splits: Sequence[str] | None = None, *, name: str | None = None)
     """ACLSum (Takeshita et al., 2024): 250 ACL papers with human aspect summaries.
 
     splits: any of "train" (100 papers), "validation" (50; "val" also accepted) and
-    "test" (100); all three when None.
+    "test" (100); all three when None. A split may take a slice of its papers, in the
+    data set's order: "test[:20]" (the first 20), "train[50:]" (Python slice rules).
 
     Columns: ``doc_id`` (ACL Anthology id), ``title``, ``abstract`` (the abstract's
     sentences joined by spaces, detokenised), ``split``, ``summary_challenge``, ``summary_approach``,
@@ -1262,16 +1264,25 @@ def load_aclsum(splits: Sequence[str] | None = None, *, name: str | None = None)
     """
     from aclsum import ACLSum
 
-    wanted = [s.strip().lower() for s in (splits or _ACLSUM_SPLITS)]
-    wanted = [_ACLSUM_ALIASES.get(s, s) for s in wanted]
-    unknown = [s for s in wanted if s not in _ACLSUM_SPLITS]
-    if unknown:
-        raise CorpusError(f"aclsum: unknown split(s) {unknown}; splits are {aclsum_splits()}")
-    wanted = list(dict.fromkeys(wanted))  # "train,train" must not load twice
+    parsed = []
+    for given in (splits or _ACLSUM_SPLITS):
+        found = _ACLSUM_SLICE.match(given.strip().lower())
+        if not found:
+            raise CorpusError(f"aclsum: {given!r} is not a split or a split with a slice such as 'test[:20]'")
+        split, start, stop = found.group(1), found.group(2), found.group(3)
+        split = _ACLSUM_ALIASES.get(split, split)
+        if split not in _ACLSUM_SPLITS:
+            raise CorpusError(f"aclsum: unknown split {split!r}; splits are {aclsum_splits()}")
+        parsed.append((split, slice(int(start) if start else None, int(stop) if stop else None)
+                       if found.group(0).endswith("]") else slice(None)))
+    parsed = list(dict.fromkeys((s, (r.start, r.stop)) for s, r in parsed))  # "train,train" must not load twice
+    if len({s for s, _ in parsed}) < len(parsed):
+        raise CorpusError(f"aclsum: a split named twice with different slices: {splits}")
+    wanted = [s + (f"[{a or ''}:{b or ''}]" if (a, b) != (None, None) else "") for s, (a, b) in parsed]
 
     rows = []
-    for split in wanted:
-        for doc in ACLSum(_ACLSUM_SPLITS[split]).documents:
+    for split, (start, stop) in parsed:
+        for doc in ACLSum(_ACLSUM_SPLITS[split]).documents[start:stop]:
             row = {"doc_id": doc.id, "title": doc.title,
                    "abstract": detokenize(" ".join(doc.sentences["abstract"])), "split": split}
             for aspect in _ACLSUM_ASPECTS:
@@ -1284,5 +1295,5 @@ def load_aclsum(splits: Sequence[str] | None = None, *, name: str | None = None)
     docs["title"] = docs["title"].astype(object)
     docs["abstract"] = docs["abstract"].astype(object)
     source = "aclsum:" + ",".join(wanted)
-    default_name = "aclsum" if len(wanted) == len(_ACLSUM_SPLITS) else "aclsum-" + "-".join(wanted)
+    default_name = "aclsum" if wanted == list(_ACLSUM_SPLITS) else "aclsum-" + "-".join(wanted)
     return Corpus(docs, name=name or default_name, source=source)
