@@ -22,10 +22,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from workbench.corpus import load_corpus  # noqa: E402
 
 
-def export(out: str | Path, n: int = 100, split: str = "test", messy: bool = False) -> Path:
-    """Write the first `n` abstracts of an ACLSum split to `out` (.csv or .ris); return the path."""
-    corpus = load_corpus(f"aclsum:{split}")
-    docs = corpus.docs.head(n)
+def export(out: str | Path, n: int = 100, split: str = "test", messy: bool = False,
+           sentences: int | None = None) -> Path:
+    """Write the first `n` abstracts of an ACLSum split to `out` (.csv or .ris); return the path.
+
+    sentences: keep only each abstract's first that many sentences (a smaller corpus: the
+    tests' LLM and encoders read a third of the tokens).
+    """
+    corpus = load_corpus(f"aclsum:{split}[:{n}]")
+    docs = corpus.docs.copy()
+    if sentences:
+        docs["abstract"] = [_first_sentences(text, sentences) for text in docs["abstract"]]
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     years = ["2019", "2020-05-01", "2021/07", "2018"]
@@ -57,14 +64,23 @@ def export(out: str | Path, n: int = 100, split: str = "test", messy: bool = Fal
     return out
 
 
+def _first_sentences(text: str, n: int) -> str:
+    # ACLSum abstracts are detokenised sentences joined by single spaces: ". " ends a sentence
+    # (an abbreviation such as "e.g. " cuts one short, which a stand-in corpus can bear).
+    parts = text.split(". ")
+    return text if len(parts) <= n else ". ".join(parts[:n]) + "."
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out", help="the file to write: .csv or .ris")
     parser.add_argument("--n", type=int, default=100, help="number of abstracts (default 100)")
     parser.add_argument("--split", default="test", help="ACLSum split: train, validation, test (default test)")
     parser.add_argument("--messy", action="store_true", help="add what real exports have (for loader tests)")
+    parser.add_argument("--sentences", type=int, default=None,
+                        help="keep each abstract's first N sentences (a smaller corpus for quick tests)")
     args = parser.parse_args(argv)
-    path = export(args.out, args.n, args.split, args.messy)
+    path = export(args.out, args.n, args.split, args.messy, args.sentences)
     print(f"wrote {args.n} abstracts to {path}")
 
 

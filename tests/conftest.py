@@ -20,7 +20,8 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 _FREE: list[int] = []
-TOGETHER = {"test_decoder.py", "test_distill.py", "test_stages_04_06.py", "test_http_backend.py", "test_own_corpus.py"}
+TOGETHER = {"test_decoder.py", "test_distill.py", "test_stages_04_06.py", "test_http_backend.py", "test_own_corpus.py",
+            "test_llm_sharing.py"}
 
 
 def _free_cores() -> int:
