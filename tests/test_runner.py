@@ -2,6 +2,7 @@
 
 import io
 import json
+import os
 import subprocess
 import sys
 import time
@@ -352,4 +353,44 @@ def test_a_tiny_notebook_through_the_engine_shows_progress_and_sums_up(tmp_path,
     assert json.loads((tmp_path / "run" / "run.json").read_text())["01_tiny"]["artifacts"] == entry["artifacts"]
     runner._check_run_dir(tmp_path / "run", notebooks, ["01_tiny"])  # its own executed notebook may be rerun
     # What the kernel process writes itself (C libraries, its warnings) goes to a file, not over the line.
-    assert "straight to the kernel process stderr" in (tmp_path / "run" / "01_tiny.kernel.log").read_text()
+    assert "straight to the kernel process stderr" in (tmp_path / "run" / "kernel.log").read_text()
+
+
+def _two_stage_notebooks(folder: Path) -> None:
+    import nbformat
+
+    folder.mkdir()
+    kernel = {"name": "python3", "language": "python", "display_name": "Python 3"}
+    code = {"01_first": "import os\nfrom pathlib import Path\nleft_behind = 1\n"
+                        "Path('pid_01').write_text(str(os.getpid()))",
+            "02_second": "import os\nfrom pathlib import Path\nPath('pid_02').write_text(str(os.getpid()))\n"
+                         "Path('seen').write_text(str('left_behind' in dir()))"}
+    for stage, source in code.items():
+        cells = [nbformat.v4.new_code_cell("run_dir = '.'", metadata={"tags": ["parameters"]}),
+                 nbformat.v4.new_code_cell(source)]
+        nbformat.write(nbformat.v4.new_notebook(cells=cells, metadata={"kernelspec": kernel}),
+                       folder / f"{stage}.ipynb")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("per_stage", [False, True], ids=["shared", "per stage"])
+def test_stages_share_one_kernel_each_from_an_empty_namespace(tmp_path, per_stage):
+    """Shared (the default): one kernel process, yet a name the first stage left is gone in the second,
+    and the kernel is shut down at the end. kernel_per_stage: one process each, with its own log."""
+    _two_stage_notebooks(tmp_path / "notebooks")
+    run = tmp_path / "run"
+    run_pipeline(None, run_dir=str(run), notebook_dir=tmp_path / "notebooks", report=False, progress=False,
+                 log=lambda *a: None, kernel_per_stage=per_stage)
+    first, second = int((run / "pid_01").read_text()), int((run / "pid_02").read_text())
+    assert (first != second) == per_stage
+    assert (run / "seen").read_text() == "False"  # %reset -f between stages; a fresh kernel anyway
+    assert not _alive(first) and not _alive(second)
+    logs = sorted(p.name for p in run.glob("*kernel.log"))
+    assert logs == (["01_first.kernel.log", "02_second.kernel.log"] if per_stage else ["kernel.log"])

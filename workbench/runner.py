@@ -417,18 +417,72 @@ def _register_engine() -> str:
 
     class Engine(NBClientEngine):
         @classmethod
-        def execute_managed_notebook(cls, nb_man, kernel_name, watch=None, kernel_log=None, start_timeout=60, **_):
+        def execute_managed_notebook(cls, nb_man, kernel_name, watch=None, kernel_log=None, kernel=None,
+                                     start_timeout=60, **_):
             watch.begin(nb_man.nb)
-            client = Client(nb_man, kernel_name=kernel_name, startup_timeout=start_timeout, log=logger, watch=watch,
-                            stdout_file=watch, stderr_file=watch, on_cell_execute=watch.cell_start,
-                            on_cell_executed=watch.cell_done)
-            # The kernel process's own output (its start-up warnings, C libraries) goes to a file, not
-            # across the progress line; what the cells print still arrives through `watch`.
-            with open(kernel_log, "wb") as log:
-                return client.execute(stdout=log, stderr=log)
+            client = Client(nb_man, km=kernel.manager, kernel_name=kernel_name, startup_timeout=start_timeout,
+                            log=logger, watch=watch, stdout_file=watch, stderr_file=watch,
+                            on_cell_execute=watch.cell_start, on_cell_executed=watch.cell_done)
+            try:
+                if kernel.manager is not None:  # a kernel kept from the previous stage
+                    return client.execute()
+                # The kernel process's own output (its start-up warnings, C libraries) goes to a file, not
+                # across the progress line; what the cells print still arrives through `watch`. The
+                # process keeps its own copy of the file descriptor once started.
+                with open(kernel_log, "ab") as log:
+                    if kernel.keep:  # ours from here: nbclient leaves it running at the end
+                        kernel.manager, client.owns_km = client.create_kernel_manager(), False
+                    return client.execute(stdout=log, stderr=log)
+            finally:
+                if kernel.keep and client.kc is not None:
+                    client.kc.stop_channels()  # the next stage opens its own
 
     papermill_engines.register("workbench", Engine)
     return "workbench"
+
+
+class Kernel:
+    """The kernel a run's stages share (keep=True), or none kept (a fresh kernel per stage).
+
+    Shared, a stage after the first finds torch, transformers and the models' code imported and
+    the session caches (`report.encode_texts`'s feature caches, BERTScore's token vectors) filled;
+    starting a kernel and importing them costs about 7 s of CPU per stage on 2 cores. Each
+    stage still starts from an empty namespace (`%reset -f`, figures closed): a notebook that
+    used a name it did not define fails as it would alone.
+    """
+
+    RESET = "%reset -f\nimport matplotlib.pyplot as _plt\n_plt.close('all')\ndel _plt"
+
+    def __init__(self, keep: bool = True):
+        self.keep, self.manager = keep, None
+
+    def reset(self) -> None:
+        """Empty the kept kernel's namespace before the next stage; a dead kernel is replaced."""
+        if self.manager is None:
+            return
+        from jupyter_core.utils import run_sync
+
+        if not run_sync(self.manager.is_alive)():
+            self.close()
+            return
+        client = self.manager.blocking_client()
+        client.start_channels()
+        try:
+            reply = client.execute_interactive(self.RESET, silent=True, store_history=False, timeout=120)
+            if reply["content"]["status"] != "ok":
+                raise RuntimeError(f"resetting the kernel between stages failed: {reply['content']}")
+        finally:
+            client.stop_channels()
+
+    def close(self) -> None:
+        if self.manager is not None:
+            from jupyter_core.utils import run_sync
+
+            try:
+                run_sync(self.manager.shutdown_kernel)(now=True)
+            except Exception:  # already gone (it died, or was killed with the run)
+                pass
+            self.manager = None
 
 
 def _snapshot(folder: Path) -> dict:
@@ -466,18 +520,18 @@ def summary(results: dict, run_path: Path) -> str:
 
 def run_pipeline(params_file: str | os.PathLike | None = None, *, run_dir: str | None = None,
                  stages: list[str] | None = None, overrides: dict | None = None, report: bool = True,
-                 notebook_dir: Path = NOTEBOOKS, log=print, progress: bool = True) -> dict:
+                 notebook_dir: Path = NOTEBOOKS, log=print, progress: bool = True,
+                 kernel_per_stage: bool = False) -> dict:
     """Execute the chosen notebooks in order with papermill; returns {stage: {"notebook", "html", "seconds",
     "artifacts"}}, also written to run.json in the run directory.
 
     Everything is checked before the first notebook starts (parameters, paths, the run directory).
     A stage that fails stops the run; its partly executed notebook is kept in the run directory
     (papermill marks the failing cell) and the error names it. `progress` shows the live line
-    on stdout (see `Progress`).
+    on stdout (see `Progress`). The stages share one kernel, each from an empty namespace
+    (see `Kernel`); kernel_per_stage=True starts a fresh one for each. The kernel's own output
+    goes to ``kernel.log`` in the run directory (``<stage>.kernel.log`` with a kernel per stage).
     """
-    import papermill
-    from nbclient.exceptions import DeadKernelError
-
     config = load_params(params_file, overrides)
     run_path = Path(run_dir or config.get("run_dir") or "runs/default").expanduser().resolve()
     report_path = Path(config.get("report_dir") or Path("reports") / run_path.name).expanduser().resolve()
@@ -497,7 +551,25 @@ def run_pipeline(params_file: str | os.PathLike | None = None, *, run_dir: str |
     run_path.mkdir(parents=True, exist_ok=True)
     (run_path / "params.yaml").write_text(yaml.safe_dump({**config, "run_dir": str(run_path)}, sort_keys=False))
     engine = _register_engine()
+    kernel = Kernel(keep=not kernel_per_stage)
+    try:
+        results = _run_stages(resolved, config, declared, run_path, report_path, notebook_dir, engine, kernel,
+                              report, log, progress)
+    finally:
+        kernel.close()
+    (run_path / "run.json").write_text(json.dumps(results, indent=2))
+    log(summary(results, run_path))
+    return results
+
+
+def _run_stages(resolved, config, declared, run_path, report_path, notebook_dir, engine, kernel, report, log,
+                progress) -> dict:
+    import papermill
+    from nbclient.exceptions import DeadKernelError
+
     results = {}
+    if kernel.keep:
+        (run_path / "kernel.log").unlink(missing_ok=True)  # this run's kernel only
     for stage in resolved:
         source = notebook_dir / f"{stage}.ipynb"
         params = {k: v for k, v in {**config["parameters"], **config["stage_parameters"].get(stage, {})}.items()
@@ -505,15 +577,19 @@ def run_pipeline(params_file: str | os.PathLike | None = None, *, run_dir: str |
         params["run_dir"] = str(run_path)
         if "report_dir" in declared[stage]:  # stages that write their own report files (05's standalone map)
             params["report_dir"] = str(report_path)
-        executed, kernel_log = run_path / f"{stage}.ipynb", run_path / f"{stage}.kernel.log"
+        executed = run_path / f"{stage}.ipynb"
+        kernel_log = run_path / ("kernel.log" if kernel.keep else f"{stage}.kernel.log")
+        if not kernel.keep:
+            kernel_log.unlink(missing_ok=True)
         log(f"[workbench] {stage}: executing {source.name} -> {_shown(executed)}")
         before, t0 = _snapshot(run_path), time.perf_counter()
+        kernel.reset()
         try:
             with Progress(stage, sys.stdout if progress else None) as watch, warnings.catch_warnings():
                 warnings.filterwarnings("ignore", message="Cell is missing an id field")
                 papermill.execute_notebook(str(source), str(executed), parameters=params, engine_name=engine,
                                            kernel_name=config.get("kernel", "python3"), cwd=str(run_path),
-                                           progress_bar=False, watch=watch, kernel_log=kernel_log)
+                                           progress_bar=False, watch=watch, kernel_log=kernel_log, kernel=kernel)
         except (papermill.PapermillExecutionError, DeadKernelError) as exc:
             if results:
                 log(summary(results, run_path))
@@ -528,8 +604,6 @@ def run_pipeline(params_file: str | os.PathLike | None = None, *, run_dir: str |
             entry["html"] = str(export_html(executed, report_path / f"{stage}.html"))
         results[stage] = entry
         log(f"[workbench] {stage}: done in {_duration(entry['seconds'])}, {watch.done} cells")
-    (run_path / "run.json").write_text(json.dumps(results, indent=2))
-    log(summary(results, run_path))
     return results
 
 
