@@ -32,12 +32,20 @@ def test_not_applicable_variants(answer):
 
 
 @pytest.mark.parametrize("answer", ["", "   ", "The paper is about parsing.", '{"summary": "x"}', '{"sentence": ""}',
-                                    '{"sentence": 3}', None])
+                                    '{"sentence": 3}', None,
+                                    # the prompt copied, not answered (SmolLM2 in the demo)
+                                    '{"sentence": "..."}', '{"sentence": " - ?"}', '{"sentence": "### {text}###"}',
+                                    '{"sentence": "The {aspect} of the paper."}'])
 def test_unparsable_answers_are_flagged(answer):
     parsed = parse_sentence(answer)
     assert parsed.status == "unparsed"
     assert parsed.value is None
     assert parsed.error
+
+
+def test_sentences_with_braces_or_few_words_are_still_answers():
+    assert parse_sentence('{"sentence": "We bound the loss by {0, 1} labels."}').status == "ok"
+    assert parse_sentence('{"sentence": "BERT."}').value == "BERT."
 
 
 def test_not_applicable_does_not_match_ordinary_sentences():

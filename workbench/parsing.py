@@ -61,11 +61,16 @@ def _field_by_regex(text: str, field: str) -> str | None:
         return m.group(1)
 
 
+_TEMPLATE_SLOT = re.compile(r"\{(text|abstract|title|aspect|description|domain|examples|include|exclude)\}")
+
+
 def parse_sentence(text: str, field: str = "sentence") -> Parsed:
     """Parse a summary answer `{"sentence": "..."}` tolerantly.
 
     Returns status "not_applicable" for the "Not applicable." answer in any of its
-    variants, "ok" with the cleaned sentence, or "unparsed" with the reason.
+    variants, "ok" with the cleaned sentence, or "unparsed" with the reason (also for a
+    sentence without a word, such as the format example's "...", and for one that repeats a
+    template slot such as "{text}").
     """
     if not isinstance(text, str) or not text.strip():
         return Parsed("unparsed", None, "empty answer")
@@ -86,6 +91,12 @@ def parse_sentence(text: str, field: str = "sentence") -> Parsed:
         return Parsed("unparsed", None, f'"{field}" is empty')
     if is_not_applicable(value):
         return Parsed("not_applicable", NOT_APPLICABLE)
+    # Small models copy the prompt instead of answering: the format example's "..." or a
+    # template slot such as "{text}". Neither says anything about the paper.
+    if not any(c.isalpha() for c in value):
+        return Parsed("unparsed", None, f'"{field}" has no words: {value[:40]!r}')
+    if _TEMPLATE_SLOT.search(value):
+        return Parsed("unparsed", None, f'"{field}" repeats a template slot: {value[:80]!r}')
     return Parsed("ok", value)
 
 
