@@ -33,6 +33,7 @@ bench: setup
 	$(PY) benchmarks/evaluate.py
 	$(PY) benchmarks/questions.py
 	$(PY) benchmarks/threads.py
+	$(PY) benchmarks/runner.py
 
 clean-runs:
 	rm -rf runs reports/*/

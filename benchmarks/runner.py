@@ -1,0 +1,112 @@
+"""`workbench run`: the six stages in one shared kernel against a fresh kernel per stage.
+
+A fresh kernel per stage is what papermill does by default (and what `workbench run`
+did before): each stage starts a kernel and imports torch, transformers, pandas and the
+models' code again, and loads again the models the stage before had loaded. The runner
+now keeps one kernel for the run and empties its namespace between stages (`%reset -f`).
+
+Both ways run the same pipeline from the same files into fresh run directories, back to
+back in one process, alternating which goes first over --repeats rounds: an own corpus of
+--docs ACLSum abstracts exported as a CSV (`scripts/export_aclsum.py`, first three
+sentences of each), the aspect file `data/my_field.yaml` cut to two aspects, and the
+small settings of `tests/test_own_corpus.py` (k = 2, decoders and evaluation on the
+smallest settings that run every cell). It prints each stage's seconds, the totals, the
+ratio, and whether the two runs wrote the same metrics.json.
+
+    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/runner.py [--docs 8] [--repeats 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # run from a checkout without installing
+
+
+def _setup(home: Path, docs: int) -> Path:
+    subprocess.run([sys.executable, str(ROOT / "scripts" / "export_aclsum.py"), str(home / "papers.csv"),
+                    "--n", str(docs), "--sentences", "3"], check=True, capture_output=True)
+    aspects = yaml.safe_load((ROOT / "data" / "my_field.yaml").read_text())
+    aspects["aspects"] = aspects["aspects"][:2]
+    (home / "aspects.yaml").write_text(yaml.safe_dump(aspects, sort_keys=False))
+    params = home / "params.yaml"
+    params.write_text(yaml.safe_dump({
+        "parameters": {"corpus": str(home / "papers.csv"), "aspects": str(home / "aspects.yaml"), "seed": 0},
+        "stage_parameters": {
+            "01_generate": {"subset": None, "k": 2, "max_new_tokens": 16, "n_judge_pairs": 0,
+                            "label_sentences": False},
+            "04_decode": {"max_steps": 2, "eval_every": 2, "val_docs": 2, "val_summaries": 1, "eval_docs": 2,
+                          "examples_per_aspect": 1, "max_new_tokens": 8, "bertscore_model": "minilm"},
+            "05_visualize": {"n_labels": 2, "loo_docs": 0, "perplexity": 3.0},
+            "06_evaluate": {"baselines": ["minilm"], "n_permutations": 10, "eval_docs": 2, "reconstruct_docs": 0,
+                            "bertscore_model": "minilm"},
+        },
+    }))
+    return params
+
+
+def _run(params: Path, run_dir: Path, per_stage: bool) -> tuple[float, dict]:
+    from workbench.runner import run_pipeline
+
+    t0 = time.perf_counter()
+    results = run_pipeline(params, run_dir=str(run_dir), report=True, progress=False, log=lambda *a: None,
+                           kernel_per_stage=per_stage)
+    return time.perf_counter() - t0, {stage: r["seconds"] for stage, r in results.items()}
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--docs", type=int, default=8, help="abstracts in the own corpus (default 8)")
+    parser.add_argument("--repeats", type=int, default=1, help="rounds of both ways, alternating the order")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+    print(f"# {datetime.datetime.now():%Y-%m-%d %H:%M}  {platform.processor() or platform.machine()}, "
+          f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f}")
+    with tempfile.TemporaryDirectory() as tmp:
+        home = Path(tmp)
+        params = _setup(home, args.docs)
+        rows = {"shared kernel": [], "kernel per stage": []}
+        for round_ in range(args.repeats):
+            order = [False, True] if round_ % 2 == 0 else [True, False]
+            for per_stage in order:
+                name = "kernel per stage" if per_stage else "shared kernel"
+                run_dir = home / f"run-{round_}-{'per' if per_stage else 'shared'}"
+                total, stages = _run(params, run_dir, per_stage)
+                rows[name].append((total, stages, json.loads((run_dir / "metrics.json").read_text())))
+                print(f"  round {round_ + 1}, {name}: {total:.1f} s  "
+                      + "  ".join(f"{s[:2]} {v:.1f}" for s, v in stages.items()), flush=True)
+    stages = list(rows["shared kernel"][0][1])
+    print(f"\n{args.docs} abstracts x 2 aspects, all six stages (seconds, median over {args.repeats} round(s))")
+    print(f"{'':<18}" + "".join(f"{s:>13}" for s in stages) + f"{'total':>9}")
+
+    def median(values):
+        values = sorted(values)
+        return values[len(values) // 2]
+
+    totals = {}
+    for name, runs in rows.items():
+        totals[name] = median([r[0] for r in runs])
+        print(f"{name:<18}" + "".join(f"{median([r[1][s] for r in runs]):>13.1f}" for s in stages)
+              + f"{totals[name]:>9.1f}")
+    same = all(r[2] == rows["kernel per stage"][0][2] for runs in rows.values() for r in runs)
+    print(f"\nshared kernel / kernel per stage: {totals['shared kernel'] / totals['kernel per stage']:.2f} "
+          f"(speed-up {totals['kernel per stage'] / totals['shared kernel']:.2f}x); "
+          f"metrics.json identical: {same}; load average {os.getloadavg()[0]:.2f}")
+
+
+if __name__ == "__main__":
+    main()
