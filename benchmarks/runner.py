@@ -9,8 +9,8 @@ Both ways run the same pipeline from the same files into fresh run directories, 
 back in one process, alternating which goes first over --repeats rounds: an own corpus of
 --docs ACLSum abstracts exported as a CSV (`scripts/export_aclsum.py`, first three
 sentences of each), the aspect file `data/my_field.yaml` cut to two aspects, and the
-small settings of `tests/test_own_corpus.py` (k = 2, decoders and evaluation on the
-smallest settings that run every cell). It prints each stage's seconds, the totals, the
+settings of `params/own-corpus-quick.yaml` (k = 2, decoders and evaluation on the smallest
+settings that run every cell, as `tests/test_own_corpus.py` runs them). It prints each stage's seconds, the totals, the
 ratio, and whether the two runs wrote the same metrics.json.
 
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/runner.py [--docs 8] [--repeats 1]
@@ -41,18 +41,11 @@ def _setup(home: Path, docs: int) -> Path:
     aspects = yaml.safe_load((ROOT / "data" / "my_field.yaml").read_text())
     aspects["aspects"] = aspects["aspects"][:2]
     (home / "aspects.yaml").write_text(yaml.safe_dump(aspects, sort_keys=False))
+    quick = yaml.safe_load((ROOT / "params" / "own-corpus-quick.yaml").read_text())
     params = home / "params.yaml"
     params.write_text(yaml.safe_dump({
         "parameters": {"corpus": str(home / "papers.csv"), "aspects": str(home / "aspects.yaml"), "seed": 0},
-        "stage_parameters": {
-            "01_generate": {"subset": None, "k": 2, "max_new_tokens": 16, "n_judge_pairs": 0,
-                            "label_sentences": False},
-            "04_decode": {"max_steps": 2, "eval_every": 2, "val_docs": 2, "val_summaries": 1, "eval_docs": 2,
-                          "examples_per_aspect": 1, "max_new_tokens": 8, "bertscore_model": "minilm"},
-            "05_visualize": {"n_labels": 2, "loo_docs": 0, "perplexity": 3.0},
-            "06_evaluate": {"baselines": ["minilm"], "n_permutations": 10, "eval_docs": 2, "reconstruct_docs": 0,
-                            "bertscore_model": "minilm"},
-        },
+        "stage_parameters": quick["stage_parameters"],
     }))
     return params
 

@@ -43,18 +43,11 @@ def own_run(tmp_path_factory):
     aspects["aspects"] = aspects["aspects"][:2]  # two aspects keep it quick; every table keeps an off-diagonal
     aspects["aspects"][1]["prompts"][0]["template"] = aspects["aspects"][0]["prompts"][0]["template"]
     (home / "aspects.yaml").write_text(yaml.safe_dump(aspects, sort_keys=False))
+    quick = yaml.safe_load((ROOT / "params" / "own-corpus-quick.yaml").read_text())  # every cell, smallest settings
     (home / "params.yaml").write_text(yaml.safe_dump({
         "run_dir": "run",
         "parameters": {"corpus": "papers.csv", "aspects": "aspects.yaml", "seed": 0},
-        "stage_parameters": {
-            "01_generate": {"subset": None, "k": 2, "max_new_tokens": 16, "n_judge_pairs": 0,
-                            "label_sentences": False},
-            "04_decode": {"max_steps": 2, "eval_every": 2, "val_docs": 2, "val_summaries": 1, "eval_docs": 2,
-                          "examples_per_aspect": 1, "max_new_tokens": 8, "bertscore_model": "minilm"},
-            "05_visualize": {"n_labels": 2, "loo_docs": 0, "perplexity": 3.0},
-            "06_evaluate": {"baselines": ["minilm"], "n_permutations": 10, "eval_docs": 2, "reconstruct_docs": 0,
-                            "bertscore_model": "minilm"},
-        },
+        "stage_parameters": quick["stage_parameters"],
     }))
     result = _workbench(home, "run", "--params", "params.yaml")
     return home, result
