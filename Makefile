@@ -15,8 +15,8 @@ setup:
 demo: setup
 	$(PY) -m workbench run --params params/demo.yaml
 
-# -n auto: one pytest-xdist worker per free core, each computing on one thread; in-process
-# when at most one core is free (tests/conftest.py). PYTEST_ARGS="-n 0" runs it in-process.
+# -n auto: one pytest-xdist worker per free core and at least two on two cores, each computing
+# on one thread (tests/conftest.py). PYTEST_ARGS="-n 0" runs it in-process.
 test: setup
 	$(PY) -m pytest -q -n auto $(PYTEST_ARGS)
 

@@ -1,9 +1,10 @@
 """Shared fixtures. The suite runs offline: nothing may reach a model hub.
 
 Threads: `make test` runs the suite on pytest-xdist workers, as many as there are free
-cores (`pytest_xdist_auto_num_workers` below, for `-n auto`). Each worker computes on ONE
-thread (torch, OpenMP/BLAS, openTSNE through WORKBENCH_THREADS), so two workers on two
-cores never oversubscribe them; a run without xdist uses the cores free when it starts.
+cores and at least two on a machine with two (`pytest_xdist_auto_num_workers` below, for
+`-n auto`). Each worker computes on ONE thread (torch, OpenMP/BLAS, openTSNE through
+WORKBENCH_THREADS), so two workers on two cores never oversubscribe them; a run without
+xdist uses the cores free when it starts.
 The counts go into the environment, so notebook kernels, servers and scripts that the tests
 start inherit them.
 
@@ -20,6 +21,8 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 _FREE: list[int] = []
+# Whether the user chose a thread count (read before _set_threads below writes its own).
+_CHOSEN = bool(os.environ.get("WORKBENCH_THREADS") or os.environ.get("OMP_NUM_THREADS"))
 TOGETHER = {"test_decoder.py", "test_distill.py", "test_stages_04_06.py", "test_http_backend.py", "test_own_corpus.py",
             "test_llm_sharing.py"}
 
@@ -51,15 +54,22 @@ import pytest  # noqa: E402
 
 @pytest.hookimpl(optionalhook=True)  # without pytest-xdist, never called
 def pytest_xdist_auto_num_workers(config):
-    """`-n auto`: one worker per free core, and none (in-process) when at most one core is free.
+    """`-n auto`: one worker per free core, and at least two where the machine has two cores.
 
-    PYTEST_XDIST_AUTO_NUM_WORKERS overrides it, as in xdist itself.
+    Two one-thread worker processes beside a job that keeps a core busy share the cores with
+    it and never wait on each other: the suite gets 4/3 of a core instead of the one an
+    in-process run would have. (Two torch threads of ONE process are what run several times
+    slower there: each parallel region waits for the thread that is not scheduled.) None
+    (in-process) on a single core, or when WORKBENCH_THREADS / OMP_NUM_THREADS ask for one
+    thread. PYTEST_XDIST_AUTO_NUM_WORKERS overrides it, as in xdist itself.
     """
     env = os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS")
     if env:
         return int(env)
     free = _free_cores()
-    return free if free > 1 else 0
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    workers = free if _CHOSEN else max(free, min(cores, 2))
+    return workers if workers > 1 else 0
 
 
 @pytest.hookimpl(optionalhook=True)  # without pytest-xdist, never called
