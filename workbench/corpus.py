@@ -1269,13 +1269,12 @@ def load_aclsum(splits: Sequence[str] | None = None, *, name: str | None = None)
         found = _ACLSUM_SLICE.match(given.strip().lower())
         if not found:
             raise CorpusError(f"aclsum: {given!r} is not a split or a split with a slice such as 'test[:20]'")
-        split, start, stop = found.group(1), found.group(2), found.group(3)
+        split, start, stop = found.groups()  # start, stop: None without a slice or a bound
         split = _ACLSUM_ALIASES.get(split, split)
         if split not in _ACLSUM_SPLITS:
             raise CorpusError(f"aclsum: unknown split {split!r}; splits are {aclsum_splits()}")
-        parsed.append((split, slice(int(start) if start else None, int(stop) if stop else None)
-                       if found.group(0).endswith("]") else slice(None)))
-    parsed = list(dict.fromkeys((s, (r.start, r.stop)) for s, r in parsed))  # "train,train" must not load twice
+        parsed.append((split, (int(start) if start else None, int(stop) if stop else None)))
+    parsed = list(dict.fromkeys(parsed))  # "train,train" must not load twice
     if len({s for s, _ in parsed}) < len(parsed):
         raise CorpusError(f"aclsum: a split named twice with different slices: {splits}")
     wanted = [s + (f"[{a or ''}:{b or ''}]" if (a, b) != (None, None) else "") for s, (a, b) in parsed]

@@ -532,6 +532,9 @@ def run_pipeline(params_file: str | os.PathLike | None = None, *, run_dir: str |
     (see `Kernel`); kernel_per_stage=True starts a fresh one for each. The kernel's own output
     goes to ``kernel.log`` in the run directory (``<stage>.kernel.log`` with a kernel per stage).
     """
+    import papermill
+    from nbclient.exceptions import DeadKernelError
+
     config = load_params(params_file, overrides)
     run_path = Path(run_dir or config.get("run_dir") or "runs/default").expanduser().resolve()
     report_path = Path(config.get("report_dir") or Path("reports") / run_path.name).expanduser().resolve()
@@ -552,58 +555,48 @@ def run_pipeline(params_file: str | os.PathLike | None = None, *, run_dir: str |
     (run_path / "params.yaml").write_text(yaml.safe_dump({**config, "run_dir": str(run_path)}, sort_keys=False))
     engine = _register_engine()
     kernel = Kernel(keep=not kernel_per_stage)
+    if kernel.keep:
+        (run_path / "kernel.log").unlink(missing_ok=True)  # this run's kernel only
+    results = {}
     try:
-        results = _run_stages(resolved, config, declared, run_path, report_path, notebook_dir, engine, kernel,
-                              report, log, progress)
+        for stage in resolved:
+            source = notebook_dir / f"{stage}.ipynb"
+            params = {k: v for k, v in {**config["parameters"], **config["stage_parameters"].get(stage, {})}.items()
+                      if k in declared[stage]}
+            params["run_dir"] = str(run_path)
+            if "report_dir" in declared[stage]:  # stages that write their own report files (05's standalone map)
+                params["report_dir"] = str(report_path)
+            executed = run_path / f"{stage}.ipynb"
+            kernel_log = run_path / ("kernel.log" if kernel.keep else f"{stage}.kernel.log")
+            if not kernel.keep:
+                kernel_log.unlink(missing_ok=True)
+            log(f"[workbench] {stage}: executing {source.name} -> {_shown(executed)}")
+            before, t0 = _snapshot(run_path), time.perf_counter()
+            kernel.reset()
+            try:
+                with Progress(stage, sys.stdout if progress else None) as watch, warnings.catch_warnings():
+                    warnings.filterwarnings("ignore", message="Cell is missing an id field")
+                    papermill.execute_notebook(str(source), str(executed), parameters=params, engine_name=engine,
+                                               kernel_name=config.get("kernel", "python3"), cwd=str(run_path),
+                                               progress_bar=False, watch=watch, kernel_log=kernel_log, kernel=kernel)
+            except (papermill.PapermillExecutionError, DeadKernelError) as exc:
+                if results:
+                    log(summary(results, run_path))
+                cell = f"cell {exc.exec_count}: {exc.ename}: {exc.evalue}" if hasattr(exc, "ename") else \
+                    f"cell {watch.done + 1}: the kernel died (out of memory?); its last words are in {kernel_log}"
+                rest = ",".join(resolved[resolved.index(stage):])
+                raise RuntimeError(f"stage {stage} failed in {cell}\nThe executed notebook with the error is "
+                                   f"{executed}; once fixed, go on with --stages {rest}") from None
+            entry = {"notebook": str(executed), "seconds": round(time.perf_counter() - t0, 1),
+                     "artifacts": _written(before, _snapshot(run_path), run_path, (executed, kernel_log))}
+            if report:
+                entry["html"] = str(export_html(executed, report_path / f"{stage}.html"))
+            results[stage] = entry
+            log(f"[workbench] {stage}: done in {_duration(entry['seconds'])}, {watch.done} cells")
     finally:
         kernel.close()
     (run_path / "run.json").write_text(json.dumps(results, indent=2))
     log(summary(results, run_path))
-    return results
-
-
-def _run_stages(resolved, config, declared, run_path, report_path, notebook_dir, engine, kernel, report, log,
-                progress) -> dict:
-    import papermill
-    from nbclient.exceptions import DeadKernelError
-
-    results = {}
-    if kernel.keep:
-        (run_path / "kernel.log").unlink(missing_ok=True)  # this run's kernel only
-    for stage in resolved:
-        source = notebook_dir / f"{stage}.ipynb"
-        params = {k: v for k, v in {**config["parameters"], **config["stage_parameters"].get(stage, {})}.items()
-                  if k in declared[stage]}
-        params["run_dir"] = str(run_path)
-        if "report_dir" in declared[stage]:  # stages that write their own report files (05's standalone map)
-            params["report_dir"] = str(report_path)
-        executed = run_path / f"{stage}.ipynb"
-        kernel_log = run_path / ("kernel.log" if kernel.keep else f"{stage}.kernel.log")
-        if not kernel.keep:
-            kernel_log.unlink(missing_ok=True)
-        log(f"[workbench] {stage}: executing {source.name} -> {_shown(executed)}")
-        before, t0 = _snapshot(run_path), time.perf_counter()
-        kernel.reset()
-        try:
-            with Progress(stage, sys.stdout if progress else None) as watch, warnings.catch_warnings():
-                warnings.filterwarnings("ignore", message="Cell is missing an id field")
-                papermill.execute_notebook(str(source), str(executed), parameters=params, engine_name=engine,
-                                           kernel_name=config.get("kernel", "python3"), cwd=str(run_path),
-                                           progress_bar=False, watch=watch, kernel_log=kernel_log, kernel=kernel)
-        except (papermill.PapermillExecutionError, DeadKernelError) as exc:
-            if results:
-                log(summary(results, run_path))
-            cell = f"cell {exc.exec_count}: {exc.ename}: {exc.evalue}" if hasattr(exc, "ename") else \
-                f"cell {watch.done + 1}: the kernel died (out of memory?); its last words are in {kernel_log}"
-            rest = ",".join(resolved[resolved.index(stage):])
-            raise RuntimeError(f"stage {stage} failed in {cell}\nThe executed notebook with the error is {executed}; "
-                               f"once fixed, go on with --stages {rest}") from None
-        entry = {"notebook": str(executed), "seconds": round(time.perf_counter() - t0, 1),
-                 "artifacts": _written(before, _snapshot(run_path), run_path, (executed, kernel_log))}
-        if report:
-            entry["html"] = str(export_html(executed, report_path / f"{stage}.html"))
-        results[stage] = entry
-        log(f"[workbench] {stage}: done in {_duration(entry['seconds'])}, {watch.done} cells")
     return results
 
 
