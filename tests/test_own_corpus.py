@@ -1,14 +1,16 @@
 """A user's own corpus from file to map, in miniature: the path of `params/own-corpus.yaml`.
 
 A messy CSV export (no id column, quoted commas and line breaks, years written several
-ways) and an aspect file of one's own go through all six stages with `workbench run`,
-started from the folder the files are in and named by relative paths, as the README
-shows. A messy RIS export (a record without ER, an abstract over two AB tags) goes
+ways, latin-1 bytes, the abstract under a column name the loader does not know) and an
+aspect file of one's own go through all six stages with `workbench run`, started from the
+folder the files are in and named by relative paths, as the README shows, with an API key
+in the environment that must not reach any notebook or report. A messy RIS export (a record without ER, an abstract over two AB tags) goes
 through `workbench validate` and stage 01's generation. The numbers are meaningless at this size; the tests check that every
 stage runs on a corpus with no splits and no human summaries, that ids are derived from
 the content and survive a re-export in another order, and that nothing is generated twice.
 """
 
+import csv
 import json
 import os
 import subprocess
@@ -29,8 +31,25 @@ def _export(out: Path, n: int, messy: bool = True) -> None:
                     "--sentences", "3"] + (["--messy"] if messy else []), check=True, capture_output=True)
 
 
+ABSTRACT_COLUMN = "Zusammenfassung"
+SECRET = "sk-secret-test-key"
+
+
+def _as_latin1(path: Path) -> None:
+    """Rewrite a UTF-8 export as latin-1 with the abstract under ABSTRACT_COLUMN, as an older tool writes it."""
+    rows = list(csv.reader(path.open(newline="", encoding="utf-8")))
+    rows[0] = [ABSTRACT_COLUMN if h == "Abstract" else h for h in rows[0]]
+    rows[1][0] = "Übersetzung: " + rows[1][0]  # bytes that UTF-8 cannot read
+    _write_latin1(path, rows)
+
+
+def _write_latin1(path: Path, rows: list[list[str]]) -> None:
+    with open(path, "w", newline="", encoding="latin-1", errors="replace") as fh:
+        csv.writer(fh).writerows(rows)
+
+
 def _workbench(cwd: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "OPENAI_API_KEY": SECRET}
     return subprocess.run([sys.executable, "-m", "workbench", *args], cwd=cwd, env=env, capture_output=True,
                           text=True)
 
@@ -39,6 +58,7 @@ def _workbench(cwd: Path, *args: str) -> subprocess.CompletedProcess:
 def own_run(tmp_path_factory):
     home = tmp_path_factory.mktemp("own")
     _export(home / "papers.csv", 8)
+    _as_latin1(home / "papers.csv")
     aspects = yaml.safe_load((ROOT / "data" / "my_field.yaml").read_text())
     aspects["aspects"] = aspects["aspects"][:2]  # two aspects keep it quick; every table keeps an off-diagonal
     aspects["aspects"][1]["prompts"][0]["template"] = aspects["aspects"][0]["prompts"][0]["template"]
@@ -49,7 +69,8 @@ def own_run(tmp_path_factory):
         "parameters": {"corpus": "papers.csv", "aspects": "aspects.yaml", "seed": 0},
         "stage_parameters": quick["stage_parameters"],
     }))
-    result = _workbench(home, "run", "--params", "params.yaml")
+    result = _workbench(home, "run", "--params", "params.yaml", "-p", "encoding=latin-1",
+                        "-p", f"abstract_column={ABSTRACT_COLUMN}")
     return home, result
 
 
@@ -61,14 +82,19 @@ def test_every_stage_runs_on_an_own_corpus_from_relative_paths(own_run):
                      "metrics.json"]:
         assert (run / artifact).exists(), artifact
     # the end summary says what each stage wrote and where its report is
-    assert "summaries.jsonl (" in result.stdout and "06_evaluate" in result.stdout
+    assert "summaries.jsonl (" in result.stdout and "report reports/run/06_evaluate.html" in result.stdout
     params = yaml.safe_load((run / "params.yaml").read_text())
     assert Path(params["parameters"]["corpus"]) == home / "papers.csv"  # resolved from where the user stands
+    assert str(home / "papers.csv") in (run / "01_generate.ipynb").read_text()  # made absolute: the kernel runs in run/
+    written = [p for p in [*run.rglob("*"), *(home / "reports").rglob("*")] if p.suffix in {".ipynb", ".html", ".yaml",
+                                                                                           ".json", ".log"}]
+    assert len(written) > 10 and not [p for p in written if SECRET in p.read_text(errors="replace")]
     # the ids are derived from the content: the stored summaries name them
     from workbench.corpus import load_corpus
     from workbench.generate import summaries_frame
 
-    corpus = load_corpus(home / "papers.csv")
+    corpus = load_corpus(home / "papers.csv", encoding="latin-1", abstract_column=ABSTRACT_COLUMN)
+    assert corpus.docs["title"].str.startswith("Übersetzung").any()
     assert all(d.startswith("h") for d in corpus.ids)
     stored = summaries_frame(run)
     assert set(stored["doc_id"]) <= set(corpus.ids) and len(stored) == 8 * 2 * 2
@@ -85,19 +111,16 @@ def test_a_reordered_reexport_with_one_more_paper_generates_only_that_paper(own_
     """
     home, result = own_run
     assert result.returncode == 0
-    import csv
-
     from workbench.aspects import load_aspects
     from workbench.corpus import load_corpus
     from workbench.generate import SUMMARY_STOP, generate_summaries
     from workbench.llm import Sampling
 
-    rows = list(csv.reader((home / "papers.csv").open(newline="", encoding="utf-8")))
+    rows = list(csv.reader((home / "papers.csv").open(newline="", encoding="latin-1")))
     _export(home / "more.csv", 9)
     extra = list(csv.reader((home / "more.csv").open(newline="", encoding="utf-8")))[9]
-    with open(home / "papers2.csv", "w", newline="", encoding="utf-8") as fh:
-        csv.writer(fh).writerows([rows[0], extra] + rows[1:][::-1])
-    docs, _ = load_corpus(home / "papers2.csv").drop_invalid()
+    _write_latin1(home / "papers2.csv", [rows[0], extra] + rows[1:][::-1])
+    docs, _ = load_corpus(home / "papers2.csv", encoding="latin-1", abstract_column=ABSTRACT_COLUMN).drop_invalid()
     again = generate_summaries(docs, load_aspects(home / "aspects.yaml"), smollm, home / "run", k=2,
                                sampling=Sampling(max_new_tokens=16, seed=0, stop=SUMMARY_STOP), progress=False)
     assert "4 written" in str(again) and "32 reused from the store" in str(again)
