@@ -93,8 +93,8 @@ def test_resume_redoes_work_when_the_prompt_or_the_model_changes(tiny_corpus, tm
 def greedy_references(smollm):
     """Conversations (each (abstract, aspect) once, two repeated) and `generate`'s greedy answer to each alone."""
     aspects = load_aspects("acl")
+    # Two abstracts x three aspects: three instructions, each the shared start of two prompts.
     abstracts = ["We study dependency parsing for low-resource languages and propose a cross-lingual transfer method.",
-                 "Neural machine translation degrades on noisy user text; we add synthetic noise during training.",
                  "Abstractive summarisers hallucinate facts; we filter training data by entailment scores."]
     conversations = [aspects.messages(key, text) for text in abstracts for _, key in aspects.prompt_keys()]
     tokenizer, model = smollm.tokenizer, smollm.model
