@@ -213,10 +213,10 @@ def test_save_load_round_trip(checkpoint, lm, tmp_path):
 def test_generate_shapes(checkpoint):
     result, emb = checkpoint
     dec = result.decoder
-    greedy = dec.generate(emb[:3], greedy=True, max_new_tokens=12, batch_size=2)
+    greedy = dec.generate(emb[:3], greedy=True, max_new_tokens=6, batch_size=2)
     assert len(greedy) == 3 and all(len(c) == 1 and c[0].strip() for c in greedy)
     torch.manual_seed(0)
-    sampled = dec.generate(emb[:3], num_return_sequences=2, max_new_tokens=12, batch_size=2)
+    sampled = dec.generate(emb[:3], num_return_sequences=2, max_new_tokens=6, batch_size=2)
     assert len(sampled) == 3 and all(len(c) == 2 and all(s.strip() for s in c) for c in sampled)
 
 
@@ -346,7 +346,7 @@ def test_decoding_report_on_tiny_decoder(trained):
     result, emb = trained
     dec = AspectDecoder("a", result.decoder)
     metrics, examples = decoding_report(dec, emb[:N_TRAIN], [[s] for s in SENTENCES[:N_TRAIN]],
-                                        sampling={"max_new_tokens": 12}, bertscore_model="minilm")
+                                        sampling={"max_new_tokens": 6}, bertscore_model="minilm")
     assert metrics["ppl matching"] < metrics["ppl shuffled"]
     assert np.isnan(metrics["ppl unconditioned"])  # a chat decoder: not reported by default
     assert 0 < metrics["bertscore matching"] <= 1 and len(examples) == N_TRAIN

@@ -4,7 +4,7 @@ One module-scoped run: untrained checkpoints where stages 02 and 03 would have l
 models (frozen-backbone heads, as a CPU run makes them, and the split of stage 02; the
 stages themselves run through papermill in test_train.py, test_distill.py and test_own_corpus.py),
 then 04-06 with the smallest settings that still exercise every cell (decoders trained for
-two steps, a map of the whole corpus, a leave-one-out inversion, the evaluation on 20 papers of
+one step, a map of the whole corpus, a leave-one-out inversion, the evaluation on 20 papers of
 ACLSum's test split). The numbers are meaningless at this size; the tests check that every artifact
 is written, that the reports hold their tables and plots, and that paper text stays escaped.
 """
@@ -56,8 +56,8 @@ def tiny_run(tmp_path_factory):
         "parameters": {"corpus": CORPUS, "aspects": "acl", "aspect_names": ASPECTS, "seed": 0},
         "stage_parameters": {
             # compare: the retrieval decoder (the default, used by 05 and 06) and a soft-prompt decoder.
-            "04_decode": {"compare": True, "max_steps": 2, "eval_every": 2, "val_docs": 3, "val_summaries": 1,
-                          "eval_docs": 3, "perplexity_docs": 2, "examples_per_aspect": 1, "max_new_tokens": 8,
+            "04_decode": {"compare": True, "max_steps": 1, "eval_every": 1, "val_docs": 2, "val_summaries": 1,
+                          "eval_docs": 2, "perplexity_docs": 2, "examples_per_aspect": 1, "max_new_tokens": 8,
                           "bertscore_model": "minilm"},
             "05_visualize": {"corpus": KNOWN, "n_labels": 2, "loo_docs": 1, "perplexity": 10.0},
             # Truths read twice by MiniLM: the second-encoder cell runs, and the feature cache makes it free.
