@@ -80,34 +80,44 @@ def test_second_writer_is_refused(tmp_path):
     assert "refused" not in out.stdout, out.stderr
 
 
-KILL_SCRIPT = """
+ABSTRACTS = {
+    "a": "We study dependency parsing for low-resource languages with cross-lingual transfer.",
+    "b": "Neural machine translation degrades on noisy user text; we add synthetic noise.",
+    "c": "Abstractive summarisers hallucinate; we filter training data by entailment."}
+KILL_SCRIPT = f"""
 import sys
 from workbench.aspects import load_aspects
 from workbench.corpus import Corpus
 from workbench.generate import generate_summaries
 from workbench.llm import Sampling, TransformersBackend
 import pandas as pd
-corpus = Corpus(pd.DataFrame({"doc_id": ["a", "b", "c"], "title": ["", "", ""], "abstract": [
-    "We study dependency parsing for low-resource languages with cross-lingual transfer.",
-    "Neural machine translation degrades on noisy user text; we add synthetic noise.",
-    "Abstractive summarisers hallucinate; we filter training data by entailment."]}))
-aspects = load_aspects("acl").subset(["challenge"])
+abstracts = {ABSTRACTS!r}
+corpus = Corpus(pd.DataFrame({{"doc_id": list(abstracts), "title": [""] * 3, "abstract": list(abstracts.values())}}))
 backend = TransformersBackend("smollm2-135m-instruct", batch_size=1, device="cpu")
-print("loaded", flush=True)
-generate_summaries(corpus, aspects, backend, sys.argv[1], k=2, save_every=1, progress=False,
-                   sampling=Sampling(max_new_tokens=int(sys.argv[2]), seed=0))
+generate_summaries(corpus, load_aspects("acl").subset(["challenge"]), backend, sys.argv[1], k=2, save_every=1,
+                   progress=False, sampling=Sampling(max_new_tokens=12, seed=0))
 print("finished", flush=True)
 """
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_killed_generation_resumes_without_loss_or_duplicates(tmp_path):
-    """A real run killed with SIGKILL mid-generation, then resumed: 6 unique records, none twice."""
+def test_killed_generation_resumes_without_loss_or_duplicates(tmp_path, smollm):
+    """A real run killed with SIGKILL mid-generation, then resumed: 6 unique records, none twice.
+
+    The resumed run is this process's (the session's SmolLM2): only the kill needs a process of its own.
+    """
+    import pandas as pd
+
+    from workbench.aspects import load_aspects
+    from workbench.corpus import Corpus
+    from workbench.generate import generate_summaries
+    from workbench.llm import Sampling
+
     script = tmp_path / "gen.py"
     script.write_text(KILL_SCRIPT)
     store = tmp_path / "run" / "summaries.jsonl"
-    proc = subprocess.Popen([sys.executable, str(script), str(tmp_path / "run"), "12"],
+    proc = subprocess.Popen([sys.executable, str(script), str(tmp_path / "run")],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     deadline = time.time() + 300
     while time.time() < deadline and proc.poll() is None:
@@ -120,9 +130,10 @@ def test_killed_generation_resumes_without_loss_or_duplicates(tmp_path):
     done_before = len([line for line in store.read_text().splitlines() if line.strip()])
     assert 2 <= done_before < 6
 
-    out = subprocess.run([sys.executable, str(script), str(tmp_path / "run"), "12"], capture_output=True,
-                         text=True, timeout=300)
-    assert "finished" in out.stdout, out.stderr[-2000:]
+    corpus = Corpus(pd.DataFrame({"doc_id": list(ABSTRACTS), "title": [""] * 3, "abstract": list(ABSTRACTS.values())}))
+    again = generate_summaries(corpus, load_aspects("acl").subset(["challenge"]), smollm, tmp_path / "run", k=2,
+                               progress=False, sampling=Sampling(max_new_tokens=12, seed=0))
+    assert (again.skipped, again.written) == (done_before, 6 - done_before)
     lines = [json.loads(line) for line in store.read_text().splitlines()]
     keys = [(r["doc_id"], r["key"], r["sample"]) for r in lines]
     assert len(keys) == 6 and len(set(keys)) == 6
