@@ -118,6 +118,18 @@ def tiny_corpus():
 
 
 @pytest.fixture(scope="session")
+def notebook_kernel():
+    """One kernel for the session's in-process `run_pipeline` calls (`run_pipeline(kernel=...)`):
+    each run after the first skips kernel start and the torch/transformers imports (about 6 s
+    of CPU). Every stage still starts from an empty namespace in its own run directory."""
+    from workbench.runner import Kernel
+
+    kernel = Kernel()
+    yield kernel
+    kernel.close()
+
+
+@pytest.fixture(scope="session")
 def smollm():
     """The packaged SmolLM2 backend, loaded once for the session (converted folder cached on disk)."""
     from workbench.llm import TransformersBackend

@@ -358,3 +358,28 @@ def test_stages_share_one_kernel_each_from_an_empty_namespace(tmp_path, per_stag
     assert not _alive(first) and not _alive(second)
     logs = sorted(p.name for p in run.glob("*kernel.log"))
     assert logs == (["01_first.kernel.log", "02_second.kernel.log"] if per_stage else ["kernel.log"])
+
+
+def test_a_kernel_passed_in_serves_two_runs_and_stays_up(tmp_path):
+    """run_pipeline(kernel=...): the second run's stages run in the same process, in its own run
+    directory (the kernel started in the first) and from an empty namespace; the caller closes it."""
+    from workbench.runner import Kernel
+
+    _two_stage_notebooks(tmp_path / "notebooks")
+    kernel = Kernel()
+    try:
+        for run in ["run1", "run2"]:
+            run_pipeline(None, run_dir=str(tmp_path / run), notebook_dir=tmp_path / "notebooks", report=False,
+                         progress=False, log=lambda *a: None, kernel=kernel)
+        pids = {int((tmp_path / run / f"pid_0{i}").read_text()) for run in ["run1", "run2"] for i in (1, 2)}
+        assert len(pids) == 1 and _alive(pid := pids.pop())  # relative paths landed in each run directory
+        assert (tmp_path / "run2" / "seen").read_text() == "False"
+        with pytest.raises(ValueError, match="kernel per stage"):
+            run_pipeline(None, run_dir=str(tmp_path / "run3"), notebook_dir=tmp_path / "notebooks", report=False,
+                         progress=False, log=lambda *a: None, kernel=kernel, kernel_per_stage=True)
+    finally:
+        kernel.close()
+    deadline = time.time() + 10
+    while _alive(pid) and time.time() < deadline:
+        time.sleep(0.05)
+    assert not _alive(pid)

@@ -43,7 +43,7 @@ def _untrained_stages_02_03(run: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def tiny_run(tmp_path_factory):
+def tiny_run(tmp_path_factory, notebook_kernel):
     from workbench.runner import run_pipeline
 
     root = tmp_path_factory.mktemp("pipeline")
@@ -69,7 +69,7 @@ def tiny_run(tmp_path_factory):
     run = root / "run"
     _untrained_stages_02_03(run)
     results = run_pipeline(params, run_dir=str(run), stages=["04_decode", "05_visualize", "06_evaluate"],
-                           log=lambda *a: None)
+                           log=lambda *a: None, kernel=notebook_kernel)
     return run, root / "reports", results
 
 

@@ -456,8 +456,9 @@ class Kernel:
     def __init__(self, keep: bool = True):
         self.keep, self.manager = keep, None
 
-    def reset(self) -> None:
-        """Empty the kept kernel's namespace before the next stage; a dead kernel is replaced."""
+    def reset(self, cwd: str | os.PathLike | None = None) -> None:
+        """Empty the kept kernel's namespace before the next stage, in `cwd` (the run directory: a
+        kernel passed from one run to the next started in the first one); a dead kernel is replaced."""
         if self.manager is None:
             return
         from jupyter_core.utils import run_sync
@@ -468,7 +469,8 @@ class Kernel:
         client = self.manager.blocking_client()
         client.start_channels()
         try:
-            reply = client.execute_interactive(self.RESET, silent=True, store_history=False, timeout=120)
+            code = self.RESET + (f"\nimport os as _os\n_os.chdir({str(cwd)!r})\ndel _os" if cwd else "")
+            reply = client.execute_interactive(code, silent=True, store_history=False, timeout=120)
             if reply["content"]["status"] != "ok":
                 raise RuntimeError(f"resetting the kernel between stages failed: {reply['content']}")
         finally:
@@ -521,7 +523,7 @@ def summary(results: dict, run_path: Path) -> str:
 def run_pipeline(params_file: str | os.PathLike | None = None, *, run_dir: str | None = None,
                  stages: list[str] | None = None, overrides: dict | None = None, report: bool = True,
                  notebook_dir: Path = NOTEBOOKS, log=print, progress: bool = True,
-                 kernel_per_stage: bool = False) -> dict:
+                 kernel_per_stage: bool = False, kernel: Kernel | None = None) -> dict:
     """Execute the chosen notebooks in order with papermill; returns {stage: {"notebook", "html", "seconds",
     "artifacts"}}, also written to run.json in the run directory.
 
@@ -531,6 +533,8 @@ def run_pipeline(params_file: str | os.PathLike | None = None, *, run_dir: str |
     on stdout (see `Progress`). The stages share one kernel, each from an empty namespace
     (see `Kernel`); kernel_per_stage=True starts a fresh one for each. The kernel's own output
     goes to ``kernel.log`` in the run directory (``<stage>.kernel.log`` with a kernel per stage).
+    kernel: a `Kernel(keep=True)` to run the stages in and leave running for the caller's next
+    run (the caller closes it); its own output stays in the log of the run that started it.
     """
     import papermill
     from nbclient.exceptions import DeadKernelError
@@ -554,8 +558,12 @@ def run_pipeline(params_file: str | os.PathLike | None = None, *, run_dir: str |
     run_path.mkdir(parents=True, exist_ok=True)
     (run_path / "params.yaml").write_text(yaml.safe_dump({**config, "run_dir": str(run_path)}, sort_keys=False))
     engine = _register_engine()
-    kernel = Kernel(keep=not kernel_per_stage)
-    if kernel.keep:
+    own_kernel = kernel is None
+    if own_kernel:
+        kernel = Kernel(keep=not kernel_per_stage)
+    elif kernel_per_stage or not kernel.keep:
+        raise ValueError("kernel= takes a Kernel(keep=True) to share; leave it out for a kernel per stage")
+    if kernel.keep and kernel.manager is None:
         (run_path / "kernel.log").unlink(missing_ok=True)  # this run's kernel only
     results = {}
     try:
@@ -572,7 +580,7 @@ def run_pipeline(params_file: str | os.PathLike | None = None, *, run_dir: str |
                 kernel_log.unlink(missing_ok=True)
             log(f"[workbench] {stage}: executing {source.name} -> {_shown(executed)}")
             before, t0 = _snapshot(run_path), time.perf_counter()
-            kernel.reset()
+            kernel.reset(run_path)
             try:
                 with Progress(stage, sys.stdout if progress else None) as watch, warnings.catch_warnings():
                     warnings.filterwarnings("ignore", message="Cell is missing an id field")
@@ -594,7 +602,8 @@ def run_pipeline(params_file: str | os.PathLike | None = None, *, run_dir: str |
             results[stage] = entry
             log(f"[workbench] {stage}: done in {_duration(entry['seconds'])}, {watch.done} cells")
     finally:
-        kernel.close()
+        if own_kernel:
+            kernel.close()
     (run_path / "run.json").write_text(json.dumps(results, indent=2))
     log(summary(results, run_path))
     return results
