@@ -130,6 +130,15 @@ def notebook_kernel():
 
 
 @pytest.fixture(scope="session")
+def short_aspects():
+    """The acl preset's aspects with short instructions (tests/data/short_aspects.yaml): for tests
+    that run the real SmolLM2, where reading the preset's long prompts would be most of the time."""
+    from workbench.aspects import load_aspects
+
+    return load_aspects(Path(__file__).parent / "data" / "short_aspects.yaml")
+
+
+@pytest.fixture(scope="session")
 def smollm():
     """The packaged SmolLM2 backend, loaded once for the session (converted folder cached on disk)."""
     from workbench.llm import TransformersBackend

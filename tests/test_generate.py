@@ -13,8 +13,8 @@ from workbench.llm import Sampling
 pytestmark = pytest.mark.slow
 
 
-def test_summaries_are_stored_with_provenance_and_resume(tiny_corpus, smollm, tmp_path):
-    aspects = load_aspects("acl").subset(["challenge", "approach"])
+def test_summaries_are_stored_with_provenance_and_resume(tiny_corpus, smollm, short_aspects, tmp_path):
+    aspects = short_aspects.subset(["challenge", "approach"])
     sampling = Sampling(max_new_tokens=16, seed=0)
     report = generate_summaries(tiny_corpus.subset(ids=["a", "b"]), aspects, smollm, tmp_path, k=2,
                                 sampling=sampling, progress=False)
@@ -45,8 +45,8 @@ def test_invalid_corpus_is_refused(smollm, tmp_path):
         generate_summaries(bad, load_aspects("acl"), smollm, tmp_path, k=1, progress=False)
 
 
-def test_judge_scores_pairs(tiny_corpus, smollm, tmp_path):
-    aspects = load_aspects("acl").subset(["challenge"])
+def test_judge_scores_pairs(tiny_corpus, smollm, short_aspects, tmp_path):
+    aspects = short_aspects.subset(["challenge"])
     pairs = sample_pairs(tiny_corpus.ids)
     assert pairs == [("a", "b"), ("a", "c"), ("b", "c")]
     assert len(sample_pairs(tiny_corpus.ids, 2, seed=1)) == 2

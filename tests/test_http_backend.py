@@ -402,10 +402,10 @@ def test_real_server_completes_conversations(real_server):
 
 @pytest.mark.slow
 @timeout(600)
-def test_real_server_generate_summaries_is_resumable(real_server, tmp_path):
+def test_real_server_generate_summaries_is_resumable(real_server, short_aspects, tmp_path):
     backend = OpenAIBackend(model=real_server["folder"], base_url=real_server["base_url"], api_key_env=None,
                             timeout=120, retries=1, backoff=0.1, concurrency=2)
-    aspects = load_aspects("acl").subset(["challenge"])
+    aspects = short_aspects.subset(["challenge"])
     corpus = small_corpus(2)
     sampling = Sampling(stop=SUMMARY_STOP, max_new_tokens=10, seed=0)  # what is answered is not under test
     try:

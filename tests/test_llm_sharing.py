@@ -90,9 +90,9 @@ def test_resume_redoes_work_when_the_prompt_or_the_model_changes(tiny_corpus, tm
 
 
 @pytest.fixture(scope="module")
-def greedy_references(smollm):
+def greedy_references(smollm, short_aspects):
     """Conversations (each (abstract, aspect) once, two repeated) and `generate`'s greedy answer to each alone."""
-    aspects = load_aspects("acl")
+    aspects = short_aspects
     # Two abstracts x three aspects: three instructions, each the shared start of two prompts.
     abstracts = ["We study dependency parsing for low-resource languages and propose a cross-lingual transfer method.",
                  "Abstractive summarisers hallucinate facts; we filter training data by entailment scores."]
@@ -128,9 +128,8 @@ def test_shared_reading_gives_the_answers_of_plain_generate(greedy_references, s
 
 
 @pytest.mark.slow
-def test_samples_of_one_prompt_differ_and_stop_on_their_own(tiny_corpus, smollm):
-    aspects = load_aspects("acl")
-    messages = aspects.messages("approach", tiny_corpus.texts()[0])
+def test_samples_of_one_prompt_differ_and_stop_on_their_own(tiny_corpus, smollm, short_aspects):
+    messages = short_aspects.messages("approach", tiny_corpus.texts()[0])
     stream = list(smollm.complete([messages] * 6, Sampling(max_new_tokens=24, seed=0, stop=SUMMARY_STOP),
                                   prefill=SUMMARY_PREFILL))
     # one batch, each answer yielded as soon as it is done: shorter answers come first
@@ -145,12 +144,12 @@ def test_samples_of_one_prompt_differ_and_stop_on_their_own(tiny_corpus, smollm)
 
 
 @pytest.mark.slow
-def test_llama_cpp_backend_samples_differ_and_end_like_transformers(tiny_corpus):
+def test_llama_cpp_backend_samples_differ_and_end_like_transformers(tiny_corpus, short_aspects):
     pytest.importorskip("llama_cpp")
     from workbench.llm import LlamaCppBackend
 
     backend = LlamaCppBackend("smollm2-135m-instruct", n_threads=1)
-    messages = load_aspects("acl").messages("approach", tiny_corpus.texts()[0])
+    messages = short_aspects.messages("approach", tiny_corpus.texts()[0])
     answers = dict(backend.complete([messages] * 3, Sampling(max_new_tokens=24, seed=0, stop=SUMMARY_STOP),
                                     prefill=SUMMARY_PREFILL))
     texts = [answers[i].text for i in range(3)]

@@ -126,9 +126,8 @@ def test_a_reordered_reexport_with_one_more_paper_generates_only_that_paper(own_
     assert "4 written" in str(again) and "32 reused from the store" in str(again)
 
 
-def test_a_messy_ris_export_goes_through_generation(tmp_path, smollm, capsys):
+def test_a_messy_ris_export_goes_through_generation(tmp_path, smollm, short_aspects, capsys):
     """A record without ER and an abstract over two AB tags: reported, repaired, and every paper summarised once."""
-    from workbench.aspects import load_aspects
     from workbench.cli import main
     from workbench.corpus import load_corpus
     from workbench.generate import SUMMARY_STOP, generate_summaries
@@ -139,7 +138,7 @@ def test_a_messy_ris_export_goes_through_generation(tmp_path, smollm, capsys):
     out = capsys.readouterr().out
     assert "missing_er" in out and "repeated_tag" in out
     docs, _ = load_corpus(tmp_path / "papers.ris").drop_invalid()
-    generate_summaries(docs, load_aspects("acl").subset(["challenge"]), smollm, tmp_path / "run", k=1,
+    generate_summaries(docs, short_aspects.subset(["challenge"]), smollm, tmp_path / "run", k=1,
                        sampling=Sampling(max_new_tokens=8, seed=0, stop=SUMMARY_STOP), progress=False)
     records = [json.loads(line) for line in (tmp_path / "run" / "summaries.jsonl").read_text().splitlines()]
     assert len(records) == 6 and len({r["doc_id"] for r in records}) == 6

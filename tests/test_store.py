@@ -8,6 +8,7 @@ import sys
 import textwrap
 import time
 import warnings
+from pathlib import Path
 
 import pytest
 
@@ -84,6 +85,7 @@ ABSTRACTS = {
     "a": "We study dependency parsing for low-resource languages with cross-lingual transfer.",
     "b": "Neural machine translation degrades on noisy user text; we add synthetic noise.",
     "c": "Abstractive summarisers hallucinate; we filter training data by entailment."}
+SHORT_ASPECTS = Path(__file__).parent / "data" / "short_aspects.yaml"  # the `short_aspects` fixture's file
 KILL_SCRIPT = f"""
 import sys
 from workbench.aspects import load_aspects
@@ -94,22 +96,21 @@ import pandas as pd
 abstracts = {ABSTRACTS!r}
 corpus = Corpus(pd.DataFrame({{"doc_id": list(abstracts), "title": [""] * 3, "abstract": list(abstracts.values())}}))
 backend = TransformersBackend("smollm2-135m-instruct", batch_size=1, device="cpu")
-generate_summaries(corpus, load_aspects("acl").subset(["challenge"]), backend, sys.argv[1], k=2, save_every=1,
-                   progress=False, sampling=Sampling(max_new_tokens=12, seed=0))
+generate_summaries(corpus, load_aspects({str(SHORT_ASPECTS)!r}).subset(["challenge"]), backend, sys.argv[1], k=2,
+                   save_every=1, progress=False, sampling=Sampling(max_new_tokens=12, seed=0))
 print("finished", flush=True)
 """
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_killed_generation_resumes_without_loss_or_duplicates(tmp_path, smollm):
+def test_killed_generation_resumes_without_loss_or_duplicates(tmp_path, smollm, short_aspects):
     """A real run killed with SIGKILL mid-generation, then resumed: 6 unique records, none twice.
 
     The resumed run is this process's (the session's SmolLM2): only the kill needs a process of its own.
     """
     import pandas as pd
 
-    from workbench.aspects import load_aspects
     from workbench.corpus import Corpus
     from workbench.generate import generate_summaries
     from workbench.llm import Sampling
@@ -131,7 +132,7 @@ def test_killed_generation_resumes_without_loss_or_duplicates(tmp_path, smollm):
     assert 2 <= done_before < 6
 
     corpus = Corpus(pd.DataFrame({"doc_id": list(ABSTRACTS), "title": [""] * 3, "abstract": list(ABSTRACTS.values())}))
-    again = generate_summaries(corpus, load_aspects("acl").subset(["challenge"]), smollm, tmp_path / "run", k=2,
+    again = generate_summaries(corpus, short_aspects.subset(["challenge"]), smollm, tmp_path / "run", k=2,
                                progress=False, sampling=Sampling(max_new_tokens=12, seed=0))
     assert (again.skipped, again.written) == (done_before, 6 - done_before)
     lines = [json.loads(line) for line in store.read_text().splitlines()]
