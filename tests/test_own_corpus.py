@@ -4,10 +4,12 @@ A messy CSV export (no id column, quoted commas and line breaks, years written s
 ways, latin-1 bytes, the abstract under a column name the loader does not know) and an
 aspect file of one's own go through all six stages with `workbench run`, started from the
 folder the files are in and named by relative paths, as the README shows, with an API key
-in the environment that must not reach any notebook or report. A messy RIS export (a record without ER, an abstract over two AB tags) goes
-through `workbench validate` and stage 01's generation. The numbers are meaningless at this size; the tests check that every
-stage runs on a corpus with no splits and no human summaries, that ids are derived from
-the content and survive a re-export in another order, and that nothing is generated twice.
+in the environment that must not reach any notebook or report. A messy RIS export (a
+record without ER, an abstract over two AB tags) goes through `workbench validate` and
+stage 01's generation. The numbers are meaningless at this size; the tests check that
+every stage runs on a corpus with no splits and no human summaries, that ids are derived
+from the content and survive a re-export in another order, and that nothing is generated
+twice.
 """
 
 import csv
