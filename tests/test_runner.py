@@ -374,6 +374,8 @@ def test_a_kernel_passed_in_serves_two_runs_and_stays_up(tmp_path):
         pids = {int((tmp_path / run / f"pid_0{i}").read_text()) for run in ["run1", "run2"] for i in (1, 2)}
         assert len(pids) == 1 and _alive(pid := pids.pop())  # relative paths landed in each run directory
         assert (tmp_path / "run2" / "seen").read_text() == "False"
+        # The kernel's own output stays in the log of the run that started it.
+        assert kernel.log_path == tmp_path / "run1" / "kernel.log" and not (tmp_path / "run2" / "kernel.log").exists()
         with pytest.raises(ValueError, match="kernel per stage"):
             run_pipeline(None, run_dir=str(tmp_path / "run3"), notebook_dir=tmp_path / "notebooks", report=False,
                          progress=False, log=lambda *a: None, kernel=kernel, kernel_per_stage=True)

@@ -432,6 +432,7 @@ def _register_engine() -> str:
                 with open(kernel_log, "ab") as log:
                     if kernel.keep:  # ours from here: nbclient leaves it running at the end
                         kernel.manager, client.owns_km = client.create_kernel_manager(), False
+                        kernel.log_path = kernel_log
                     return client.execute(stdout=log, stderr=log)
             finally:
                 if kernel.keep and client.kc is not None:
@@ -455,6 +456,7 @@ class Kernel:
 
     def __init__(self, keep: bool = True):
         self.keep, self.manager = keep, None
+        self.log_path: Path | None = None  # where the kept kernel's own output goes (set when it starts)
 
     def reset(self, cwd: str | os.PathLike | None = None) -> None:
         """Empty the kept kernel's namespace before the next stage, in `cwd` (the run directory: a
@@ -575,12 +577,15 @@ def run_pipeline(params_file: str | os.PathLike | None = None, *, run_dir: str |
             if "report_dir" in declared[stage]:  # stages that write their own report files (05's standalone map)
                 params["report_dir"] = str(report_path)
             executed = run_path / f"{stage}.ipynb"
-            kernel_log = run_path / ("kernel.log" if kernel.keep else f"{stage}.kernel.log")
-            if not kernel.keep:
-                kernel_log.unlink(missing_ok=True)
             log(f"[workbench] {stage}: executing {source.name} -> {_shown(executed)}")
             before, t0 = _snapshot(run_path), time.perf_counter()
             kernel.reset(run_path)
+            # A kept kernel writes where it started (a kernel passed in from an earlier run: that run's log).
+            kernel_log = run_path / ("kernel.log" if kernel.keep else f"{stage}.kernel.log")
+            if kernel.manager is not None:
+                kernel_log = kernel.log_path
+            elif not kernel.keep:
+                kernel_log.unlink(missing_ok=True)
             try:
                 with Progress(stage, sys.stdout if progress else None) as watch, warnings.catch_warnings():
                     warnings.filterwarnings("ignore", message="Cell is missing an id field")
