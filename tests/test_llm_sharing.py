@@ -89,6 +89,27 @@ def test_resume_redoes_work_when_the_prompt_or_the_model_changes(tiny_corpus, tm
     assert set(summaries_frame(tmp_path)["model"]) == {"fake-1"}
 
 
+def test_a_store_from_an_older_parser_is_read_with_todays(tiny_corpus, tmp_path):
+    """A placeholder that an earlier parser stored as a summary is read as unparsed, never trained on."""
+    aspects = load_aspects("acl").subset(["challenge"])
+    generate_summaries(tiny_corpus, aspects, FakeBackend(), tmp_path, k=1, progress=False)
+    path = tmp_path / "summaries.jsonl"
+    lines = path.read_text().splitlines()
+    import json
+
+    old = json.loads(lines[0])  # as the parser before the placeholder check stored it
+    old.update(raw='{"sentence": "..."}', text="...", status="ok")
+    path.write_text("\n".join([json.dumps(old)] + lines[1:]) + "\n")
+    with pytest.warns(UserWarning, match="1 stored summaries are no longer accepted"):
+        frame = summaries_frame(tmp_path)
+    row = frame[frame["doc_id"] == old["doc_id"]].iloc[0]
+    assert row["status"] == "unparsed" and not isinstance(row["text"], str) and "no words" in row["error"]
+    with pytest.warns(UserWarning):
+        ok = summaries_frame(tmp_path, status="ok")
+    assert len(ok) == len(tiny_corpus) - 1 and "..." not in set(ok["text"])
+    assert json.loads(path.read_text().splitlines()[0])["status"] == "ok"  # the file is not rewritten
+
+
 @pytest.fixture(scope="module")
 def greedy_references(smollm, short_aspects):
     """Conversations (each (abstract, aspect) once, two repeated) and `generate`'s greedy answer to each alone."""

@@ -284,8 +284,36 @@ def summaries_frame(run_dir: str | Path, status: str | None = None, current: boo
         keep = [(k, h, m) in wanted or k not in latest
                 for k, h, m in zip(frame["key"], frame["prompt_hash"], frame["model"])]
         frame = frame[keep]
+    frame = _recheck_stored(frame)
     if status is not None and len(frame):
         frame = frame[frame["status"] == status]
+    return frame
+
+
+def _recheck_stored(frame):
+    """The stored summaries with each "ok" answer parsed again by today's `parse_sentence`.
+
+    A store written before a parsing fix keeps what the older parser accepted: the format
+    example's "..." copied back, say, stored as a summary. The raw answer is kept with every
+    record, so it is read again here, and a summary the parser now rejects counts as
+    unparsed (with the reason), never as training data. The file itself is not rewritten.
+    """
+    if not len(frame) or "raw" not in frame or "status" not in frame:
+        return frame
+    ok = frame.index[(frame["status"] == "ok") & frame["raw"].map(lambda v: isinstance(v, str))]
+    parsed = {i: parse_sentence(frame.at[i, "raw"]) for i in ok}
+    stale = [i for i, p in parsed.items() if p.status == "unparsed"]
+    if not stale:
+        return frame
+    import warnings
+
+    frame = frame.copy()
+    for i in stale:
+        frame.at[i, "status"], frame.at[i, "text"] = "unparsed", None
+        frame.at[i, "error"] = f"stored as a summary by an earlier version; now: {parsed[i].error}"
+    warnings.warn(f"{len(stale)} stored summaries are no longer accepted by the parser (e.g. "
+                  f"{parsed[stale[0]].error}) and are read as unparsed; run stage 01 with a new prompt or "
+                  "model to ask again", stacklevel=3)
     return frame
 
 
