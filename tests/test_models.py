@@ -123,6 +123,19 @@ def test_thread_counts_come_from_the_free_cores_or_the_environment(monkeypatch):
     readings = iter(["cpu  100 0 100 1000 0 0 0 0 0 0\n", "cpu  100 0 100 1200 0 0 0 0 0 0\n"])
     assert devices.free_threads(sample_seconds=0) == 2  # all idle: both cores
 
+    # A sample taken over the default interval serves the calls of the next RESAMPLE_SECONDS.
+    readings = iter(["cpu  100 0 100 1000 0 0 0 0 0 0\n", "cpu  200 0 100 1100 0 0 0 0 0 0\n",
+                     "cpu  200 0 100 1100 0 0 0 0 0 0\n", "cpu  200 0 100 1300 0 0 0 0 0 0\n"])
+    clock = [1000.0]
+    monkeypatch.setattr(devices, "_LAST_SAMPLE", [])
+    monkeypatch.setattr(time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(time, "sleep", lambda s: None)
+    assert devices.free_threads() == 1  # one core busy
+    clock[0] += devices.RESAMPLE_SECONDS / 2
+    assert devices.free_threads() == 1  # the same sample: /proc/stat is not read again
+    clock[0] += devices.RESAMPLE_SECONDS
+    assert devices.free_threads() == 2  # a new sample: the other job has ended
+
     # use_free_cores sets torch's threads; openTSNE's n_jobs follows unless N_JOBS is set.
     before = torch.get_num_threads()
     monkeypatch.setenv("WORKBENCH_THREADS", "1")

@@ -34,6 +34,10 @@ def default_dtype(device: str):
     return torch.float32
 
 
+RESAMPLE_SECONDS = 10.0  # a sample of the idle cores serves the calls of the next seconds
+_LAST_SAMPLE: list = []  # [(time.monotonic(), threads)] of the last sample taken with the default interval
+
+
 def free_threads(sample_seconds: float = 0.3) -> int:
     """How many threads to compute with: the cores that are free now, at least 1.
 
@@ -43,7 +47,8 @@ def free_threads(sample_seconds: float = 0.3) -> int:
     on a machine where other jobs keep a core busy, two torch threads on two cores wait on
     the slower one at every parallel region and run several times slower than one thread
     alone (see `benchmarks/threads.py`). Where /proc/stat is missing (macOS, Windows), all
-    cores.
+    cores. A sample is reused for RESAMPLE_SECONDS: stage 06 asks before each of a dozen
+    encodings and t-SNE fits, and each sample waits `sample_seconds`.
     """
     import time
 
@@ -60,6 +65,9 @@ def free_threads(sample_seconds: float = 0.3) -> int:
             values = [int(v) for v in fh.readline().split()[1:]]
         return values[3] + values[4], sum(values)  # idle + iowait, all
 
+    now = time.monotonic()
+    if sample_seconds and _LAST_SAMPLE and now - _LAST_SAMPLE[0][0] < RESAMPLE_SECONDS:
+        return _LAST_SAMPLE[0][1]
     try:
         idle0, total0 = idle_and_total()
         time.sleep(sample_seconds)
@@ -70,7 +78,10 @@ def free_threads(sample_seconds: float = 0.3) -> int:
     idle_cores = (idle1 - idle0) / max(total1 - total0, 1) * machine
     # A core counts as taken only when it is at least three quarters busy: a short burst
     # (a process starting) must not halve the threads of a long computation.
-    return max(1, min(cores, int(idle_cores + 0.75)))
+    threads = max(1, min(cores, int(idle_cores + 0.75)))
+    if sample_seconds:
+        _LAST_SAMPLE[:] = [(time.monotonic(), threads)]
+    return threads
 
 
 def use_free_cores(verbose: bool = False) -> int:
