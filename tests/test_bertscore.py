@@ -67,3 +67,23 @@ def test_stage_06_truths_keep_the_summaries_for_bertscore(tmp_path):
     assert np.allclose(vectors, FrozenBackbone("minilm").embed(texts), atol=1e-5)
     assert {text_key(t) for t in texts} <= set(bertscore._store("minilm", 6, 256))
     assert np.allclose(encode_texts("minilm", texts, run_dir=tmp_path), vectors)  # cached in the run as usual
+
+
+def test_kept_texts_are_bounded_and_scores_do_not_change(monkeypatch, tmp_path):
+    """A kernel kept from run to run holds at most MAX_KEPT texts per store; evicted texts are read again."""
+    from workbench import report
+
+    full = bertscore.f1(CANDIDATES[:3], REFERENCES[:3], "minilm", 6)
+    bertscore._TOKENS.clear()
+    monkeypatch.setattr(bertscore, "MAX_KEPT", 3)
+    first = bertscore.f1(CANDIDATES[:3], REFERENCES[:3], "minilm", 6)  # 7 texts: all needed, none dropped
+    store = bertscore._store("minilm", 6, 256)
+    assert len(store) == 7 and np.allclose(first, full)
+    bertscore.f1(["Another text."], ["And its reference."], "minilm", 6)
+    assert len(store) == 3 and {text_key("Another text."), text_key("And its reference.")} <= set(store)
+    assert np.allclose(bertscore.f1(CANDIDATES[:3], REFERENCES[:3], "minilm", 6), full, atol=1e-6)
+
+    # The off-the-shelf vectors of stage 06: one run directory's caches in memory at a time.
+    report.encode_texts("minilm", ["Parsing noisy tweets."], run_dir=tmp_path / "a")
+    report.encode_texts("minilm", ["Parsing noisy tweets."], run_dir=tmp_path / "b")
+    assert {key[0] for key in report._TEXT_CACHES} == {str(tmp_path / "b" / "features" / FrozenBackbone("minilm").key)}

@@ -25,6 +25,9 @@ import numpy as np
 
 # (model path, layer, max_length) -> {text key: (unit token vectors [n, H], weights [n]: 0 for special tokens)}
 _TOKENS: dict[tuple, dict] = {}
+# Texts kept per store: about 100 kB each (30 tokens x 768 floats), so at most about 400 MB. A
+# kernel kept from run to run would otherwise hold every text any run read; the oldest go first.
+MAX_KEPT = 4096
 
 
 def _store(model: str, layer: int, max_length: int) -> dict:
@@ -72,6 +75,7 @@ def read(model: str, texts: Sequence[str], layer: int, pooled: bool = False, max
     todo = list(range(len(texts))) if pooled else list({text_key(t): i for i, t in enumerate(texts)
                                                         if text_key(t) not in store}.values())
     out = np.zeros((len(texts), encoder.backbone.config.hidden_size), dtype=np.float32) if pooled else None
+    _make_room(store, len(todo), {text_key(t) for t in texts})
     was_training = encoder.training
     encoder.eval()
     try:
@@ -91,6 +95,14 @@ def read(model: str, texts: Sequence[str], layer: int, pooled: bool = False, max
     finally:
         encoder.train(was_training)
     return out
+
+
+def _make_room(store: dict, incoming: int, needed: set) -> None:
+    """Drop the oldest texts of `store` (never those in `needed`) so that `incoming` more fit in MAX_KEPT."""
+    excess = len(store) + incoming - MAX_KEPT
+    if excess > 0:
+        for key in [k for k in store if k not in needed][:excess]:
+            del store[key]
 
 
 def f1(candidates: Sequence[str], references: Sequence[str | Sequence[str]], model: str, layer: int,

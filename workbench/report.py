@@ -45,7 +45,7 @@ def evaluation_corpus(corpus, run_dir=None, split: str | None = "test"):
                      "nothing held out to evaluate on")
 
 
-_TEXT_CACHES: dict = {}  # (folder, backbone key, device) -> FeatureCache: a text is encoded once per session
+_TEXT_CACHES: dict = {}  # (folder, backbone key, device) -> FeatureCache: a text is encoded once per run
 
 
 def encode_texts(model: str, texts: Sequence[str], pooling: str = "mean", max_length: int | None = None,
@@ -68,6 +68,10 @@ def encode_texts(model: str, texts: Sequence[str], pooling: str = "mean", max_le
     folder = None if run_dir is None else Path(run_dir) / "features" / backbone.key
     key = (str(folder), backbone.key, device)
     if key not in _TEXT_CACHES:
+        # One run's caches at a time: a kernel kept from run to run would otherwise hold every
+        # run's vectors (they stay on disk in each run's features/ folder).
+        for other in [k for k in _TEXT_CACHES if k[0] != key[0]]:
+            del _TEXT_CACHES[other]
         _TEXT_CACHES[key] = FeatureCache(folder, backbone, batch_size=batch_size)
     cache = _TEXT_CACHES[key]
     if keep_layer is not None and pooling == "mean":
