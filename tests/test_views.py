@@ -53,3 +53,27 @@ def test_document_split():
     # a small corpus still holds out two documents (20% of 7 rounds to one: too few to validate on)
     assert [len(part) for part in split_documents([f"d{i}" for i in range(7)])] == [5, 2]
     assert [len(part) for part in split_documents([f"d{i}" for i in range(3)])] == [2, 1]
+
+
+def test_stage_06_pairs_of_the_held_out_papers_raise_no_changed_corpus_warning(tmp_path):
+    """The run's summaries of training papers are outside the held-out part by design, not a changed corpus."""
+    import warnings
+
+    from workbench.report import evaluation_corpus, retrieval_pairs
+
+    corpus = load_corpus("aclsum")
+    train_id = corpus.docs.loc[corpus.docs["split"] == "train", "doc_id"].iloc[0]
+    write_store(tmp_path, [{"doc_id": train_id, "aspect": "challenge", "key": "challenge", "prompt_hash": "p",
+                            "model": "m", "sample": s, "status": "ok", "text": f"view {s}",
+                            "raw": json.dumps({"sentence": f"view {s}"})}
+                           for s in range(2)])
+    held = evaluation_corpus(corpus, tmp_path, "test")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        pairs = retrieval_pairs(held, ["challenge"], tmp_path)
+    assert len(pairs["challenge"][0]) == len(held) and train_id not in held.ids
+    # the whole corpus without that paper is a changed corpus: still said
+    import pytest
+
+    with pytest.warns(UserWarning, match="not in the corpus"):
+        collect_views(["challenge"], tmp_path, corpus.subset(where=corpus.docs["doc_id"] != train_id))

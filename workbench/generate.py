@@ -308,9 +308,9 @@ def _recheck_stored(frame):
     import warnings
 
     frame = frame.copy()
-    for i in stale:
-        frame.at[i, "status"], frame.at[i, "text"] = "unparsed", None
-        frame.at[i, "error"] = f"stored as a summary by an earlier version; now: {parsed[i].error}"
+    frame.loc[stale, "status"] = "unparsed"
+    frame.loc[stale, "text"] = None
+    frame.loc[stale, "error"] = [f"stored as a summary by an earlier version; now: {parsed[i].error}" for i in stale]
     warnings.warn(f"{len(stale)} stored summaries are no longer accepted by the parser (e.g. "
                   f"{parsed[stale[0]].error}) and are read as unparsed; run stage 01 with a new prompt or "
                   "model to ask again", stacklevel=3)

@@ -68,13 +68,14 @@ class AspectViews:
 
 
 def collect_views(aspects: list[str], run_dir=None, corpus=None, include_human: bool = True,
-                  exclude_splits=HUMAN_EXCLUDED_SPLITS) -> dict[str, AspectViews]:
+                  exclude_splits=HUMAN_EXCLUDED_SPLITS, warn_unknown: bool = True) -> dict[str, AspectViews]:
     """Gather every view per aspect from the run's summary store and the corpus's human columns.
 
     - LLM summaries: records with status "ok" from `<run_dir>/summaries.jsonl`
       (the "Not applicable." and unparsed answers are not views).
     - With a corpus, LLM summaries of documents it does not have are left out, with a
-      warning (the corpus file changed since stage 01).
+      warning (the corpus file changed since stage 01); `warn_unknown=False` for a corpus
+      that is knowingly a part of the run's (stage 06's held-out papers).
     - Human views (`include_human`): the corpus columns `summary_<aspect>` and
       `highlights_<aspect>`, except for rows whose `split` is in `exclude_splits`.
     """
@@ -86,7 +87,7 @@ def collect_views(aspects: list[str], run_dir=None, corpus=None, include_human: 
             for doc_id, aspect, text in zip(frame["doc_id"], frame["aspect"], frame["text"]):
                 out[aspect].add(str(doc_id), text, "llm")
     if corpus is not None:
-        out = _only_corpus_documents(out, corpus, run_dir)
+        out = _only_corpus_documents(out, corpus, run_dir, warn_unknown)
     if include_human and corpus is not None:
         docs = corpus.docs
         allowed = ~docs["split"].isin(exclude_splits) if "split" in docs else pd.Series(True, index=docs.index)
@@ -102,7 +103,8 @@ def collect_views(aspects: list[str], run_dir=None, corpus=None, include_human: 
     return out
 
 
-def _only_corpus_documents(views: dict[str, AspectViews], corpus, run_dir) -> dict[str, AspectViews]:
+def _only_corpus_documents(views: dict[str, AspectViews], corpus, run_dir,
+                           warn: bool = True) -> dict[str, AspectViews]:
     """Leave out the views of documents the corpus does not have, with a warning naming a few.
 
     Such summaries usually mean the corpus file changed since stage 01 ran (records
@@ -117,6 +119,8 @@ def _only_corpus_documents(views: dict[str, AspectViews], corpus, run_dir) -> di
                 unknown[doc_id] = unknown.get(doc_id, 0) + len(texts)
     if not unknown:
         return views
+    if not warn:
+        return {aspect: v.subset(known) for aspect, v in views.items()}
     ids = list(unknown)
     shown = ", ".join(ids[:5]) + (f" and {len(ids) - 5} more" if len(ids) > 5 else "")
     n = sum(unknown.values())
