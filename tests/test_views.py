@@ -29,11 +29,35 @@ def test_human_views_of_the_test_split_never_appear(tmp_path):
     for aspect_views in human.values():
         assert not set(aspect_views.views) & test_ids
         assert len(aspect_views.docs(2)) > 100  # train + validation docs have summary + highlights
-    # the test split's LLM summaries may be used, as for any corpus; "Not applicable." never is
-    assert views["challenge"].views[test_id] == ["llm view"]
-    assert views["challenge"].sources[test_id] == ["llm"]
+    # nothing of a test paper is a view, its LLM summaries included: stage 06 evaluates on these papers
+    assert not set(views["challenge"].views) & test_ids
     summary = corpus.get(train_id)["summary_challenge"]
     assert " ".join(summary.split()) in views["challenge"].views[train_id]
+    # stage 06's own pairs keep them (exclude_splits=()); "Not applicable." is never a view
+    evaluation = collect_views(["challenge"], run_dir=tmp_path, corpus=corpus, exclude_splits=(), warn_unknown=False)
+    assert evaluation["challenge"].views[test_id][0] == "llm view"
+    assert evaluation["challenge"].sources[test_id][0] == "llm"
+
+
+def test_held_out_papers_are_not_summarised_and_a_test_only_corpus_is_not_held_out(tmp_path):
+    from workbench.report import evaluation_corpus
+    from workbench.views import held_out_ids, trainable
+
+    corpus = load_corpus("aclsum")
+    test_ids = set(corpus.docs.loc[corpus.docs["split"] == "test", "doc_id"])
+    assert held_out_ids(corpus) == test_ids and len(test_ids) == 100
+    assert set(trainable(corpus).ids) == set(corpus.ids) - test_ids  # what stage 01 summarises
+    # aclsum:test alone: the user chose those papers; stage 02 trains on them, so stage 06 cannot use them
+    only_test = load_corpus("aclsum:test[:12]")
+    assert held_out_ids(only_test) == set() and trainable(only_test).ids == only_test.ids
+    run = tmp_path / "run"
+    (run / "aspect_models").mkdir(parents=True)
+    (run / "aspect_models" / "split.json").write_text(json.dumps({"train": only_test.ids[:9],
+                                                                  "validation": only_test.ids[9:]}))
+    assert evaluation_corpus(only_test, run).ids == only_test.ids[9:]
+    # a test-only corpus the run never trained on is all held out
+    assert evaluation_corpus(load_corpus("aclsum:test[20:30]"), run).ids == load_corpus("aclsum:test[20:30]").ids
+    assert len(evaluation_corpus(corpus, run)) == 100
 
 
 def test_pairs_are_two_different_views_of_one_document(tmp_path):

@@ -36,11 +36,16 @@ def evaluation_corpus(corpus, run_dir=None, split: str | None = "test"):
     Never the training documents: with no split column and no stage-02 split, this raises.
     """
     docs = corpus.docs
-    if split and "split" in docs and (docs["split"] == split).any():
-        return corpus.subset(where=docs["split"] == split)
     path = Path(run_dir) / "aspect_models" / "split.json" if run_dir is not None else None
-    if path is not None and path.is_file():
-        return corpus.subset(ids=json.loads(path.read_text())["validation"])
+    run_split = json.loads(path.read_text()) if path is not None and path.is_file() else None
+    if split and "split" in docs and (docs["split"] == split).any():
+        # A corpus made only of that split (aclsum:test) that stage 02 trained on has nothing held out
+        # (views.held_out_ids); one the run never saw is all held out.
+        trained_on = run_split is not None and bool(set(run_split["train"]) & set(corpus.ids))
+        if not ((docs["split"] == split).all() and trained_on):
+            return corpus.subset(where=docs["split"] == split)
+    if run_split is not None:
+        return corpus.subset(ids=run_split["validation"])
     raise ValueError(f"the corpus has no {split!r} split and the run has no aspect_models/split.json: "
                      "nothing held out to evaluate on")
 

@@ -5,8 +5,10 @@ the store, and, where a corpus carries them (ACLSum does), the human-written asp
 summary (`summary_<aspect>` column) and the highlighted sentences (`highlights_<aspect>`).
 Two different views of the same (document, aspect) are a positive pair.
 
-Human-written views of held-out splits (by default ACLSum's "test" split) are evaluation
-ground truth and are never returned here: `collect_views` drops them, not the caller.
+Papers of held-out splits (by default ACLSum's "test" split) are stage 06's evaluation
+papers: no view of them is returned here, neither their human summaries (the ground truth)
+nor LLM summaries of them, so no model is trained on them. `collect_views` drops them, not
+the caller; `trainable(corpus)` is the part of a corpus stage 01 summarises.
 """
 
 from __future__ import annotations
@@ -20,7 +22,28 @@ import pandas as pd
 
 from .generate import SUMMARIES, summaries_frame
 
-HUMAN_EXCLUDED_SPLITS = ("test",)
+HELD_OUT_SPLITS = ("test",)
+HUMAN_EXCLUDED_SPLITS = HELD_OUT_SPLITS  # the former name
+
+
+def held_out_ids(corpus, splits=HELD_OUT_SPLITS) -> set[str]:
+    """The ids of the corpus's papers in held-out splits, which no stage trains on.
+
+    None without a `split` column, and none when every paper is in a held-out split
+    (``aclsum:test`` alone): then the user chose those papers to work with, and stage 06
+    evaluates on the run's validation papers as for any corpus without a split.
+    """
+    docs = corpus.docs
+    if "split" not in docs or not splits:
+        return set()
+    held = docs["split"].isin(splits)
+    return set() if held.all() else set(docs.loc[held, "doc_id"].astype(str))
+
+
+def trainable(corpus, splits=HELD_OUT_SPLITS):
+    """The corpus without its held-out papers: what stage 01 summarises for training."""
+    held = held_out_ids(corpus, splits)
+    return corpus.subset(ids=[d for d in corpus.ids if d not in held]) if held else corpus
 
 
 @dataclass
@@ -73,11 +96,13 @@ def collect_views(aspects: list[str], run_dir=None, corpus=None, include_human: 
 
     - LLM summaries: records with status "ok" from `<run_dir>/summaries.jsonl`
       (the "Not applicable." and unparsed answers are not views).
+    - With a corpus, no view of a paper whose `split` is in `exclude_splits` (held out for
+      evaluation); `exclude_splits=()` keeps them (stage 06's pairs of held-out papers).
     - With a corpus, LLM summaries of documents it does not have are left out, with a
       warning (the corpus file changed since stage 01); `warn_unknown=False` for a corpus
       that is knowingly a part of the run's (stage 06's held-out papers).
     - Human views (`include_human`): the corpus columns `summary_<aspect>` and
-      `highlights_<aspect>`, except for rows whose `split` is in `exclude_splits`.
+      `highlights_<aspect>`.
     """
     out = {a: AspectViews(a) for a in aspects}
     if run_dir is not None:
@@ -88,6 +113,9 @@ def collect_views(aspects: list[str], run_dir=None, corpus=None, include_human: 
                 out[aspect].add(str(doc_id), text, "llm")
     if corpus is not None:
         out = _only_corpus_documents(out, corpus, run_dir, warn_unknown)
+        held = held_out_ids(corpus, exclude_splits)
+        if held:
+            out = {aspect: v.subset([d for d in v.views if d not in held]) for aspect, v in out.items()}
     if include_human and corpus is not None:
         docs = corpus.docs
         allowed = ~docs["split"].isin(exclude_splits) if "split" in docs else pd.Series(True, index=docs.index)
