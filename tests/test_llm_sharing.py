@@ -2,6 +2,7 @@
 resume keys that include the prompt and the model."""
 
 import dataclasses
+import json
 
 import pytest
 
@@ -89,13 +90,36 @@ def test_resume_redoes_work_when_the_prompt_or_the_model_changes(tiny_corpus, tm
     assert set(summaries_frame(tmp_path)["model"]) == {"fake-1"}
 
 
+def test_an_answer_that_repeats_the_instructions_is_not_a_summary(tiny_corpus, tmp_path):
+    """The aspect's description or an example sentence copied back is unparsed; the abstract's own words are not."""
+    from workbench.parsing import copies_instructions
+
+    aspects = load_aspects("acl").subset(["challenge"])
+    example = "Neural machine translation systems degrade sharply when little parallel data is available for a language pair."
+    assert example in aspects.messages("challenge", "x")[-1]["content"]  # the preset's first example sentence
+    answers = {"a": example, "b": "Neural machine translation degrades on noisy user text.",
+               "c": "The problem or motivation the paper addresses"}
+
+    class Echo(FakeBackend):
+        def complete(self, conversations, sampling, prefill=None):
+            for i, messages in enumerate(conversations):
+                doc = next(d for d, t in zip(tiny_corpus.ids, tiny_corpus.texts()) if t in messages[-1]["content"])
+                yield i, Completion(json.dumps({"sentence": answers[doc]}), 5, 0.0)
+
+    generate_summaries(tiny_corpus, aspects, Echo(), tmp_path, k=1, progress=False)
+    frame = summaries_frame(tmp_path).set_index("doc_id")
+    assert frame.at["a", "status"] == "unparsed" and "repeats the prompt's instructions" in frame.at["a", "error"]
+    assert frame.at["c", "status"] == "unparsed"  # the aspect's description
+    assert frame.at["b", "status"] == "ok"  # words from the abstract, though the example shares some
+    assert not copies_instructions("Too short", "too short")
+
+
 def test_a_store_from_an_older_parser_is_read_with_todays(tiny_corpus, tmp_path):
     """A placeholder that an earlier parser stored as a summary is read as unparsed, never trained on."""
     aspects = load_aspects("acl").subset(["challenge"])
     generate_summaries(tiny_corpus, aspects, FakeBackend(), tmp_path, k=1, progress=False)
     path = tmp_path / "summaries.jsonl"
     lines = path.read_text().splitlines()
-    import json
 
     old = json.loads(lines[0])  # as the parser before the placeholder check stored it
     old.update(raw='{"sentence": "..."}', text="...", status="ok")

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .llm import Sampling
-from .parsing import parse_judgement, parse_sentence
+from .parsing import Parsed, copies_instructions, parse_judgement, parse_sentence
 from .store import RecordStore
 
 SUMMARIES = "summaries.jsonl"
@@ -170,12 +170,17 @@ def generate_summaries(corpus, aspects, backend, run_dir: str | Path, k: int = 4
         for aspect, key in aspects.prompt_keys():
             messages = aspects.messages(key, abstract)
             for sample in range(k):
-                tasks.append({"messages": messages,
+                tasks.append({"messages": messages, "abstract": abstract,
                               "record": {"doc_id": doc_id, "aspect": aspect, "key": key, "prompt_hash": hashes[key],
                                          "model": backend.model_id, "sample": sample}})
 
     def to_record(task, completion):
         parsed = parse_sentence(completion.text)
+        if parsed.status == "ok":
+            abstract = task["abstract"]
+            told = " ".join(str(m["content"]) for m in task["messages"]).replace(abstract, " ")
+            if copies_instructions(parsed.value, told, abstract):
+                parsed = Parsed("unparsed", None, f"repeats the prompt's instructions: {parsed.value[:80]!r}")
         record = dict(task["record"])
         record.update(status=parsed.status, text=parsed.value if parsed.status != "unparsed" else None,
                       raw=completion.text, error=parsed.error, backend=backend.kind,

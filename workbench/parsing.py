@@ -100,6 +100,27 @@ def parse_sentence(text: str, field: str = "sentence") -> Parsed:
     return Parsed("ok", value)
 
 
+def _trigrams(text: str) -> list[tuple[str, ...]]:
+    words = re.findall(r"[a-z0-9]+", text.lower())
+    return list(zip(words, words[1:], words[2:]))
+
+
+def copies_instructions(sentence: str, instructions: str, source: str = "", share: float = 0.6) -> bool:
+    """Whether a summary mostly repeats the prompt's instructions instead of describing the abstract.
+
+    Small models answer with the aspect's description ("The method or solution the paper
+    proposes: ..."), one of its example sentences, or a fragment of the rubric ("Mention
+    this aspect of the abstract"). True when at least `share` of the sentence's word
+    trigrams occur in `instructions` and not in `source` (the abstract: a sentence taken
+    from the abstract is an answer, however literal). Sentences under three words: False.
+    """
+    grams = _trigrams(sentence)
+    if not grams:
+        return False
+    told, read = set(_trigrams(instructions)), set(_trigrams(source))
+    return sum(g in told and g not in read for g in grams) >= share * len(grams)
+
+
 def parse_judgement(text: str, scale: tuple[int, int]) -> Parsed:
     """Parse a judge answer `{"reasoning": "...", "score": <int>}`; the score must lie on `scale`."""
     if not isinstance(text, str) or not text.strip():
