@@ -240,7 +240,7 @@ def test_reading_names_leaks_and_baselines():
     lines = text.splitlines()
     assert lines[0].startswith("- **hyp**: 44.0") and "leaks into rq (45.5)" in lines[0]
     assert "above every baseline (SPECTER 26.1)" in lines[0]
-    assert "highest in its row (isolated)" in lines[1] and "hyp embedding (45.5) does better" in lines[1]
+    assert "the ground truth it follows best in its row" in lines[1] and "hyp embedding (45.5) does better" in lines[1]
 
 
 # ---------------------------------------------------------------- metrics.json and compare
@@ -454,3 +454,30 @@ def test_encode_texts_encodes_each_text_once_and_matches_the_encoder(tmp_path, m
     monkeypatch.setattr(report, "_TEXT_CACHES", {})  # a new session reads the run's shards
     np.testing.assert_allclose(report.encode_texts("minilm", texts, run_dir=tmp_path), first)
     assert calls == [2]
+
+
+def test_table3_compares_the_reconstructed_papers_with_the_matching_embedding_of_the_same_papers():
+    """The reconstructed columns cover a few papers; their 'same papers' columns are the matching ones on those."""
+    from workbench.report import decoding_table
+
+    class Decoder:
+        aspect, reports_unconditioned = "a", False
+
+        def perplexities(self, requests, batch_size=8):  # a stand-in: the mean first coordinate of the rows
+            return {n: (99.0 if e is None else float(np.mean(np.atleast_2d(e)[:, 0]))) for n, (e, _, _) in requests.items()}
+
+        def describe(self, embeddings, exclude=None, **_):
+            return [[["Parsing noisy tweets.", "Translating speech.", "Summaries of news."][int(np.argmax(e))]]
+                    for e in np.atleast_2d(embeddings)]
+
+    emb = np.eye(3)[[0, 1, 2, 0]] + 0.1
+    refs = [["Parsing tweets."], ["Speech translation."], ["News summaries."], ["Parsing user text."]]
+    rebuilt = (np.eye(3)[[1, 2]] + 0.1, [2, 3])  # papers 2 and 3, reconstructed wrongly
+    table, examples = decoding_table({"a": Decoder()}, {"a": emb}, {"a": refs}, reconstructed={"a": rebuilt},
+                                     bertscore_model="minilm")
+    unit = emb / np.linalg.norm(emb, axis=1, keepdims=True)
+    row = table.loc["a"]
+    assert row["ppl matching, same papers"] == pytest.approx(unit[[2, 3], 0].mean())
+    assert row["bertscore matching, same papers"] == pytest.approx(examples["a"]["bertscore"].to_numpy()[[2, 3]].mean())
+    assert row["bertscore matching, same papers"] > row["bertscore reconstructed"]  # wrong papers decode worse
+    assert row["reconstructed documents"] == 2 and str(table["documents"].dtype) == "Int64"

@@ -440,8 +440,8 @@ def reading(spearman_table: pd.DataFrame, truth_names: Sequence[str], model_pref
     """A short markdown reading of a correlation matrix, written from its numbers.
 
     For each aspect in `truth_names` with a row "<model_prefix>:<aspect>": its value on its
-    own column; whether that is the row's highest among `truth_names` (isolated) or which
-    columns score higher (it leaks into them); whether another aspect row of the model
+    own column; whether that is the row's highest among `truth_names` (it follows its own
+    aspect best; not that it ignores the others) or which columns score higher (it leaks into them); whether another aspect row of the model
     does better on this column; and whether it beats each baseline row on this column.
     """
     columns = [c for c in truth_names if c in spearman_table.columns]
@@ -458,7 +458,7 @@ def reading(spearman_table: pd.DataFrame, truth_names: Sequence[str], model_pref
         values = spearman_table.loc[row, columns].drop(aspect)
         higher = values[values > own].sort_values(ascending=False)
         if higher.empty:
-            parts.append("the highest in its row (isolated)")
+            parts.append("the ground truth it follows best in its row")
         else:
             parts.append("leaks into " + ", ".join(f"{c} ({v:.1f})" for c, v in higher.items()))
         rivals = {c: spearman_table.at[r, aspect] for c, r in model_rows.items() if c != aspect}
