@@ -144,6 +144,14 @@ def test_decoding_report_keeps_each_paper_out_of_its_own_decoding(memory):
                                         bertscore_model="minilm", perplexity_docs=2)
     assert not set(examples["decoded"]) & {t for r in refs for t in r}  # never its own statement
     assert metrics["perplexity documents"] == 2 and metrics["documents"] == 4
+    # each decoding names the paper it is taken from (never the paper itself), and Figure 3 shows it by title
+    assert all(src != own for src, own in zip(examples["from paper"], papers))
+    known = set(zip(memory.texts, memory.doc_ids))
+    assert all((t, src) in known for t, src in zip(examples["decoded"], examples["from paper"]))
+    from workbench.decoding import figure3_table
+
+    table = figure3_table({"a": examples}, titles={d: f"Title of {d}" for d in memory.doc_ids}, n=4)
+    assert table["taken from"].str.startswith("Title of p").all()
     open_book, _ = decoding_report(decoder, emb, refs, encoder, bertscore_model="minilm")
     assert open_book["round-trip MRR"] == pytest.approx(1.0)  # with its own statements it points straight back
 

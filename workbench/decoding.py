@@ -493,7 +493,13 @@ def decoding_report(decoder: AspectDecoder, embeddings, references: Sequence[Seq
     metrics = {"documents": n, "summaries": sum(len(r) for r in references), "perplexity documents": m,
                "ppl unconditioned": float("nan"), **decoder.perplexities(requests)}
     settings = {"greedy": True, "max_new_tokens": 48, **(sampling or {})}
-    decoded = [c[0] if c else "" for c in decoder.describe(emb, exclude=exclude, **settings)]
+    sources = None
+    if hasattr(decoder, "decode"):  # the retrieval decoder also names the paper each statement is taken from
+        found = decoder.decode(emb, exclude=exclude, rewrite=bool(settings.get("rewrite", False)),
+                               max_new_tokens=settings["max_new_tokens"])
+        decoded, sources = [f["text"] for f in found], [f["doc_id"] for f in found]
+    else:
+        decoded = [c[0] if c else "" for c in decoder.describe(emb, exclude=exclude, **settings)]
     # The shuffled control pairs the same decodings with the same references; `bertscore.py`
     # reads each distinct text once per session, so it costs no further encoder pass.
     both = bertscore(decoded + [decoded[j] for j in perm], list(references) * 2, model=bertscore_model)
@@ -501,6 +507,8 @@ def decoding_report(decoder: AspectDecoder, embeddings, references: Sequence[Seq
     metrics.update({"bertscore matching": float(f1.mean()), "bertscore shuffled": float(f1_shuffled.mean())})
     examples = pd.DataFrame({"document": list(names) if names is not None else list(range(n)),
                              "summary": [r[0] for r in references], "decoded": decoded, "bertscore": f1})
+    if sources is not None:
+        examples["from paper"] = sources
     if aspect_model is not None:
         rt = round_trip(decoded, emb, aspect_model, decoder.aspect,
                         corpus_embeddings if corpus_embeddings is not None else emb)
@@ -553,12 +561,18 @@ def describe_with_confidence(decoders: Mapping[str, AspectDecoder], embeddings: 
 
 
 def figure3_table(examples: Mapping[str, pd.DataFrame], titles: Mapping | None = None, n: int = 3) -> pd.DataFrame:
-    """Paper Figure 3 style: per document and aspect, the true summary beside the reconstruction."""
+    """Paper Figure 3 style: per document and aspect, the true summary beside the reconstruction (and, for the
+    retrieval decoder, the paper the reconstruction is taken from)."""
     rows = []
     for aspect, frame in examples.items():
         for _, r in frame.head(n).iterrows():
+            source = {}
+            if "from paper" in r:  # retrieval decoding: a statement of another paper, named so a reader can check it
+                doc = r["from paper"]
+                source = {"taken from": "(written by the LM)" if doc is None else
+                          (titles.get(doc, doc) if titles else doc)}
             rows.append({"document": titles.get(r["document"], r["document"]) if titles else r["document"],
-                         "aspect": aspect, "summary": r["summary"], "reconstruction": r["decoded"],
+                         "aspect": aspect, "summary": r["summary"], "reconstruction": r["decoded"], **source,
                          **({"confidence": confidence_label(r["round-trip cosine"], r.get("round-trip rank"))}
                             if "round-trip cosine" in r else {})})
     return pd.DataFrame(rows)
