@@ -101,8 +101,15 @@ def test_every_stage_runs_on_an_own_corpus_from_relative_paths(own_run):
     stored = summaries_frame(run)
     assert set(stored["doc_id"]) <= set(corpus.ids) and len(stored) == 8 * 2 * 2
     # Two held-out papers, no highlights or sentence labels: the health check says why it measured nothing.
-    health = json.loads((run / "metrics.json").read_text())["health"]
+    metrics = json.loads((run / "metrics.json").read_text())
+    health = metrics["health"]
     assert health["probe"] is None and "too few" in health["reading"][0]
+    # No held-out split: stage 06 evaluates on the validation papers, which the heads were never trained on.
+    split = json.loads((run / "aspect_models" / "split.json").read_text())
+    distill = json.loads((run / "unified_model" / "distill_config.json").read_text())
+    assert metrics["evaluation"]["documents"] == len(split["validation"])
+    if distill["mode"] == "frozen":
+        assert distill["config"]["head_refit"] is False and distill["refit_on_train_and_validation"] is False
 
 
 def test_a_reordered_reexport_with_one_more_paper_generates_only_that_paper(own_run, smollm):
