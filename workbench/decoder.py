@@ -50,6 +50,7 @@ from torch.nn import functional as F
 from .accel import ConfigDict, adamw, make_accelerator
 from .encoders import CheckpointError
 from .models import cache_keyword
+from .progress import close_bar, progress_bar
 
 WEIGHTS_NAME = "decoder.safetensors"
 CONFIG_NAME = "decoder_config.json"
@@ -532,7 +533,6 @@ def train_decoder(embeddings: np.ndarray, texts: list[list[str]], train_idx, val
     carries the decoder with the best weights restored.
     """
     from accelerate.utils import set_seed
-    from tqdm.auto import tqdm
 
     from .models import load_causal_lm
 
@@ -573,7 +573,7 @@ def train_decoder(embeddings: np.ndarray, texts: list[list[str]], train_idx, val
     t0 = time.perf_counter()
     if main:
         out_dir.mkdir(parents=True, exist_ok=True)
-    bar = tqdm(total=config.max_steps, desc=f"decoder {aspect or ''}".strip(), disable=not (progress and main))
+    bar = progress_bar(config.max_steps, f"decoder {aspect or ''}".strip(), progress and main)
 
     def validate(step: int) -> bool:
         """Evaluate, keep the best weights, return True when training should stop."""
@@ -617,7 +617,7 @@ def train_decoder(embeddings: np.ndarray, texts: list[list[str]], train_idx, val
             if validate(step):
                 stopped_early = step < config.max_steps
                 break
-    bar.close()
+    close_bar(bar)
     decoder.load_state_dict(best_state, strict=False)  # hand back the best weights, as saved
     decoder.eval()
     return DecoderTrainResult(out_dir=str(out_dir), best_step=best["step"], best_val_loss=best["val_loss"],

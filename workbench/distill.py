@@ -48,6 +48,7 @@ from .headtrain import resolve_mode, train_unified_heads
 from .encoders import CONFIG_NAME, POOLINGS, AspectEncoder, load_model
 from .losses import info_nce, masked_mse
 from .metrics import mean_rank, mrr, retrieval_ranks
+from .progress import close_bar, progress_bar
 
 ASPECT_MODELS = "aspect_models"
 UNIFIED_DIR = "unified_model"
@@ -160,12 +161,6 @@ def _json_safe(value):
     if isinstance(value, (list, tuple)):
         return [_json_safe(v) for v in value]
     return value
-
-
-def _progress_bar(total: int, desc: str, enabled: bool):
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, desc=desc, disable=not enabled)
 
 
 # --------------------------------------------------------------------------- teachers and targets
@@ -482,7 +477,7 @@ def _fit(*, kind: str, accelerator, model, optimizer, next_batch: Callable[[], d
     best, best_step, bad, stopped_early, step = baseline, 0, 0, False, 0
     save(0, baseline)
     window: list[float] = []
-    bar = _progress_bar(config.max_steps, kind, progress and main)
+    bar = progress_bar(config.max_steps, kind, progress and main)
     model.train()
     for step in range(1, config.max_steps + 1):
         batch = next_batch()
@@ -514,7 +509,7 @@ def _fit(*, kind: str, accelerator, model, optimizer, next_batch: Callable[[], d
             if bad >= config.patience:
                 stopped_early = True
                 break
-    bar.close()
+    close_bar(bar)
     seconds = time.perf_counter() - t0
     if main:
         (out_dir / "history.json").write_text(json.dumps(_json_safe(history), indent=1) + "\n")

@@ -49,6 +49,7 @@ import torch.nn.functional as F
 from .features import DocumentFeatures, FeatureCache
 from .heads import PooledAspectModel
 from .metrics import mean_rank, mrr, retrieval_ranks
+from .progress import close_bar, progress_bar
 
 MODES = ("auto", "frozen", "finetune")
 
@@ -65,12 +66,6 @@ def resolve_mode(mode: str, device: str | None = None) -> str:
     if mode != "auto":
         return mode
     return "frozen" if (device or best_device()) == "cpu" else "finetune"
-
-
-def _progress(total: int, desc: str, enabled: bool):
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, desc=desc, disable=not enabled)
 
 
 def _write_json(path: Path, data) -> None:
@@ -138,7 +133,7 @@ def train_view_head(views, train_ids, val_ids, out_dir, config, cache: FeatureCa
     _write_json(out_dir / TRAIN_CONFIG_NAME, record)
     history, best, bad, losses = [], None, 0, []
     t0 = time.perf_counter()
-    bar = _progress(config.head_steps, f"heads {aspect}", progress)
+    bar = progress_bar(config.head_steps, f"heads {aspect}", progress)
 
     def validate(step: int) -> bool:
         nonlocal best, bad, losses
@@ -193,7 +188,7 @@ def train_view_head(views, train_ids, val_ids, out_dir, config, cache: FeatureCa
                 if (step % config.eval_every == 0 or step == config.head_steps) and validate(step):
                     stopped_early = step < config.head_steps
                     break
-    bar.close()
+    close_bar(bar)
     baseline = {k: history[0][k] for k in ("val_mean_rank", "val_mrr", "val_top1")}
     from dataclasses import asdict
 
@@ -362,7 +357,7 @@ def train_unified_heads(corpus, targets: Mapping[str, Mapping[str, np.ndarray]],
     # agreement may peak long before another's (a single step for all would stop the slow one early).
     kept = {a: ({**baseline["aspects"][a], "step": 0}, _state(model.heads[a])) for a in aspects}
     bad, stopped_early, window, step = 0, False, [], 0
-    bar = _progress(config.head_steps, "unified heads", progress)
+    bar = progress_bar(config.head_steps, "unified heads", progress)
     with _few_threads():  # tiny tensors: one thread is fastest, and stays fast on a busy machine
         for step in range(1, config.head_steps + 1):
             loss, parts = _step(model, optimizer, data, rng, config)
@@ -383,7 +378,7 @@ def train_unified_heads(corpus, targets: Mapping[str, Mapping[str, np.ndarray]],
                 if bad >= config.patience:
                     stopped_early = True
                     break
-    bar.close()
+    close_bar(bar)
     best_steps = {a: kept[a][0]["step"] for a in aspects}
     best = _summarise({a: kept[a][0] for a in aspects})
     best_step = max(best_steps.values())

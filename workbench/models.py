@@ -14,6 +14,8 @@ install or pass instead, rather than hanging on a network call.
 
 from __future__ import annotations
 
+import contextlib
+
 import functools
 import hashlib
 import importlib.metadata
@@ -259,6 +261,21 @@ def cache_keyword(model) -> str:
     return _cache_keyword(type(model))
 
 
+@contextlib.contextmanager
+def _no_loading_bars():
+    """transformers draws a "Loading weights" bar for every model it loads: in a notebook the bar stays behind
+    as a widget, and an exported report shows it at 0%. Loading takes a second or two; no bar is needed."""
+    from transformers.utils import logging as hf_logging
+
+    was = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was:
+            hf_logging.enable_progress_bar()
+
+
 def load_causal_lm(name: str | os.PathLike, device: str | None = None, dtype=None, trust_remote_code: bool = False):
     """Load a causal LM and its tokenizer on `device` (auto-detected), ready for generation.
 
@@ -273,7 +290,8 @@ def load_causal_lm(name: str | os.PathLike, device: str | None = None, dtype=Non
     tokenizer.padding_side = "left"
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, trust_remote_code=trust_remote_code)
+    with _no_loading_bars():
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, trust_remote_code=trust_remote_code)
     model.to(device).eval()
     return model, tokenizer
 
@@ -285,7 +303,8 @@ def load_encoder(name: str | os.PathLike, device: str | None = None, trust_remot
     resolved = resolve_model(name)
     device = device or best_device()
     tokenizer = AutoTokenizer.from_pretrained(resolved.path, trust_remote_code=trust_remote_code)
-    model = AutoModel.from_pretrained(resolved.path, trust_remote_code=trust_remote_code)
+    with _no_loading_bars():
+        model = AutoModel.from_pretrained(resolved.path, trust_remote_code=trust_remote_code)
     return model.to(device), tokenizer
 
 

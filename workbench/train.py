@@ -51,6 +51,7 @@ from .features import FeatureCache, frozen_backbone
 from .headtrain import resolve_mode, train_view_head
 from .losses import info_nce
 from .metrics import retrieval_report
+from .progress import close_bar, progress_bar
 from .views import AspectViews, collect_views, split_documents
 
 MODELS_DIR = "aspect_models"
@@ -325,7 +326,6 @@ def train_aspect_model(views: AspectViews, train_ids, val_ids, out_dir, config: 
     """
     import torch
     from accelerate.utils import broadcast_object_list
-    from tqdm.auto import tqdm
 
     config = config or TrainConfig()
     aspect = views.aspect
@@ -395,7 +395,7 @@ def train_aspect_model(views: AspectViews, train_ids, val_ids, out_dir, config: 
         accelerator.wait_for_everyone()  # nobody races ahead while the main process saves
         return bad_evals >= config.patience
 
-    bar = tqdm(total=config.max_steps, desc=f"train {aspect}", disable=not (progress and main))
+    bar = progress_bar(config.max_steps, f"train {aspect}", progress and main)
     model.train()
     validate(0)  # the untrained baseline, and a checkpoint even if nothing ever improves
     step = 0
@@ -409,7 +409,7 @@ def train_aspect_model(views: AspectViews, train_ids, val_ids, out_dir, config: 
             if validate(step):
                 stopped_early = step < config.max_steps
                 break
-    bar.close()
+    close_bar(bar)
 
     seconds = time.perf_counter() - t0
     baseline = {k: history[0][k] for k in ("val_mean_rank", "val_mrr", "val_top1")}
