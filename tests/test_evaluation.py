@@ -481,3 +481,12 @@ def test_table3_compares_the_reconstructed_papers_with_the_matching_embedding_of
     assert row["bertscore matching, same papers"] == pytest.approx(examples["a"]["bertscore"].to_numpy()[[2, 3]].mean())
     assert row["bertscore matching, same papers"] > row["bertscore reconstructed"]  # wrong papers decode worse
     assert row["reconstructed documents"] == 2 and str(table["documents"].dtype) == "Int64"
+
+
+def test_table1_reading_says_where_an_aspect_model_does_not_retrieve_best():
+    table = pd.DataFrame({"challenge model": [0.860, 0.90], "approach model": [0.884, 0.92], "base encoder": [0.85, 0.8]},
+                         index=["challenge", "approach"])
+    lines = ev.diagonal_reading(table, pairs={"challenge": 100, "approach": 90}).splitlines()
+    assert "approach model retrieves better than its own model over 100 pairs (0.884 against 0.860)" in lines[0]
+    assert "not specific" in lines[0] and "base encoder 0.850" in lines[0]
+    assert "its own model retrieves best over 90 pairs (0.920; next the challenge model, 0.900)" in lines[1]

@@ -435,6 +435,30 @@ def bootstrap_ci(values, n_boot: int = 1000, ci: float = 0.95, seed: int = 0) ->
 # --------------------------------------------------------------------------- reading
 
 
+def diagonal_reading(table: pd.DataFrame, suffix: str = " model", references: Sequence[str] = ("base encoder",),
+                     pairs: Mapping[str, int] | None = None) -> str:
+    """Markdown lines reading a Table 1 matrix (rows: the aspects retrieved, columns: the models): for each aspect,
+    whether its own model (column "<aspect><suffix>") retrieves best, and the reference columns beside it."""
+    models = [c for c in table.columns if str(c).endswith(suffix)]
+    lines = []
+    for aspect in table.index:
+        own_column = f"{aspect}{suffix}"
+        if own_column not in table.columns:
+            continue
+        own = float(table.at[aspect, own_column])
+        rivals = table.loc[aspect, [c for c in models if c != own_column]].astype(float)
+        where = f" over {pairs[aspect]} pairs" if pairs and aspect in pairs else ""
+        if rivals.empty or own >= rivals.max():
+            text = f"its own model retrieves best{where} ({own:.3f}" + (
+                f"; next the {rivals.idxmax()}, {rivals.max():.3f})" if not rivals.empty else ")")
+        else:
+            text = (f"the {rivals.idxmax()} retrieves better than its own model{where} ({rivals.max():.3f} against "
+                    f"{own:.3f}): on these pairs the {aspect} space is not specific to its aspect")
+        shown = [f"{r} {float(table.at[aspect, r]):.3f}" for r in references if r in table.columns]
+        lines.append(f"- **{aspect}**: {text}" + (f"; {', '.join(shown)}" if shown else "") + ".")
+    return "\n".join(lines)
+
+
 def reading(spearman_table: pd.DataFrame, truth_names: Sequence[str], model_prefix: str,
             baselines: Sequence[str]) -> str:
     """A short markdown reading of a correlation matrix, written from its numbers.
