@@ -520,8 +520,16 @@ def decoding_report(decoder: AspectDecoder, embeddings, references: Sequence[Seq
 
 
 def confidence_label(cosine: float, rank: int | None = None, corpus_size: int | None = None) -> str:
-    """A short human reading of a round-trip score, shown next to a decoded text."""
-    where = f", rank {int(rank)}/{int(corpus_size)}" if rank is not None and corpus_size else ""
+    """A short human reading of a round-trip score, shown next to a decoded text.
+
+    With a rank: how many of the corpus's papers the decoded text, embedded again, is nearer
+    to than to the embedding it was decoded from (none: it points straight back).
+    """
+    where = ""
+    if rank is not None and corpus_size:
+        nearer = int(rank) - 1
+        where = (f"; no paper of {int(corpus_size)} is nearer the text" if nearer == 0 else
+                 f"; {nearer} of {int(corpus_size)} papers {'is' if nearer == 1 else 'are'} nearer the text")
     level = "high" if cosine >= 0.7 else "medium" if cosine >= 0.45 else "low"
     return f"{level} confidence (round-trip cosine {cosine:.2f}{where})"
 

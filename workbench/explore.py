@@ -415,9 +415,10 @@ class Explorer:
                     f"{self._decoded_html(vectors, exclude=str(row['doc_id']))}")
         vectors = self.invert(x, y)
         near = self.map.nearest(np.array([x, y]), k=3)
-        titles = ", ".join(html.escape(str(self.meta.iloc[i]["title"])[:80]) for i in near)
+        titles = "".join(f"<li>{html.escape(str(self.meta.iloc[i]['title']))}</li>" for i in near)
         return (f"<h4>Empty spot ({x:.1f}, {y:.1f})</h4>"
-                f"<p>Inverted to an embedding per weighted aspect and decoded. Nearest papers: {titles}</p>"
+                f"<p>Inverted to an embedding per weighted aspect and decoded. Nearest papers on the map:</p>"
+                f"<ul>{titles}</ul>"
                 f"{self._decoded_html(vectors)}")
 
     def compare_html(self, i: int, j: int | None = None, vectors: Mapping[str, np.ndarray] | None = None,
