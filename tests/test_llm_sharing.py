@@ -214,3 +214,15 @@ def test_credentials_in_a_server_url_never_reach_messages():
         assert completion.error and "sk-secret123" not in completion.error and "***@127.0.0.1" in completion.error
     finally:
         backend.close()
+
+
+def test_examples_show_the_aspects_in_one_order_for_every_paper(tiny_corpus, tmp_path):
+    from workbench.display import summary_examples_html
+
+    aspects = load_aspects("acl").subset(["challenge", "approach"])
+    generate_summaries(tiny_corpus, aspects, FakeBackend(), tmp_path, k=2, progress=False)
+    frame = summaries_frame(tmp_path).sample(frac=1.0, random_state=3)  # answers stored in any order
+    html = summary_examples_html(tiny_corpus, frame, aspects=["approach", "challenge"])
+    per_paper = [part.split("</table>")[0] for part in html.split("<h4>")[1:]]
+    assert len(per_paper) == 3
+    assert all(p.index(">approach<") < p.index(">challenge<") for p in per_paper)

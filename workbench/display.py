@@ -16,14 +16,19 @@ def esc(value) -> str:
     return html.escape(str(value))
 
 
-def summary_examples_html(corpus, frame: pd.DataFrame, n_docs: int = 3, max_chars: int = 600) -> str:
+def summary_examples_html(corpus, frame: pd.DataFrame, n_docs: int = 3, max_chars: int = 600,
+                          aspects=None) -> str:
     """An HTML table per document: title, abstract, then each aspect's summaries with their status.
 
-    Every piece of text from papers or models is escaped, so an abstract holding
-    `<script>` shows as text.
+    Aspects come in the order of `aspects` (default: as first met in `frame`), the same for
+    every document, and each aspect's summaries in sample order. Every piece of text from
+    papers or models is escaped, so an abstract holding `<script>` shows as text.
     """
     if frame.empty:
         return "<p><em>No summaries yet.</em></p>"
+    order = list(aspects) if aspects is not None else list(dict.fromkeys(frame["aspect"]))
+    if "sample" in frame:
+        frame = frame.sort_values("sample", kind="stable")
     parts = []
     for doc_id in [d for d in corpus.ids if d in set(frame["doc_id"])][:n_docs]:
         doc = corpus.get(doc_id)
@@ -31,7 +36,11 @@ def summary_examples_html(corpus, frame: pd.DataFrame, n_docs: int = 3, max_char
         if len(abstract) > max_chars:
             abstract = abstract[:max_chars] + " …"
         rows = []
-        for aspect, group in frame[frame["doc_id"] == doc_id].groupby("aspect", sort=False):
+        mine = frame[frame["doc_id"] == doc_id]
+        for aspect in order:
+            group = mine[mine["aspect"] == aspect]
+            if group.empty:
+                continue
             items = "".join(
                 f"<li style='color:{'#999' if s != 'ok' else 'inherit'}'>{esc(t if s != 'unparsed' else r)}"
                 f"{'' if s == 'ok' else f' <small>[{esc(s)}]</small>'}</li>"
