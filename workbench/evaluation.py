@@ -465,8 +465,9 @@ def reading(spearman_table: pd.DataFrame, truth_names: Sequence[str], model_pref
 
     For each aspect in `truth_names` with a row "<model_prefix>:<aspect>": its value on its
     own column; whether that is the row's highest among `truth_names` (it follows its own
-    aspect best; not that it ignores the others) or which columns score higher (it leaks into them); whether another aspect row of the model
-    does better on this column; and whether it beats each baseline row on this column.
+    aspect best, which is not to say it ignores the others) or which columns score higher
+    (it leaks into them); whether another aspect row of the model does better on this
+    column; and whether it beats each baseline row on this column.
     """
     columns = [c for c in truth_names if c in spearman_table.columns]
     model_rows = {c: f"{model_prefix}:{c}" for c in columns if f"{model_prefix}:{c}" in spearman_table.index}

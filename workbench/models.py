@@ -15,7 +15,6 @@ install or pass instead, rather than hanging on a network call.
 from __future__ import annotations
 
 import contextlib
-
 import functools
 import hashlib
 import importlib.metadata
