@@ -463,7 +463,10 @@ def test_table3_compares_the_reconstructed_papers_with_the_matching_embedding_of
     class Decoder:
         aspect, reports_unconditioned = "a", False
 
+        calls = 0
+
         def perplexities(self, requests, batch_size=8):  # a stand-in: the mean first coordinate of the rows
+            Decoder.calls += 1
             return {n: (99.0 if e is None else float(np.mean(np.atleast_2d(e)[:, 0]))) for n, (e, _, _) in requests.items()}
 
         def describe(self, embeddings, exclude=None, **_):
@@ -481,6 +484,7 @@ def test_table3_compares_the_reconstructed_papers_with_the_matching_embedding_of
     assert row["bertscore matching, same papers"] == pytest.approx(examples["a"]["bertscore"].to_numpy()[[2, 3]].mean())
     assert row["bertscore matching, same papers"] > row["bertscore reconstructed"]  # wrong papers decode worse
     assert row["reconstructed documents"] == 2 and str(table["documents"].dtype) == "Int64"
+    assert Decoder.calls == 1  # one LM pass: the same papers' matching prompts are the matching rows' own
 
 
 def test_table1_reading_says_where_an_aspect_model_does_not_retrieve_best():

@@ -452,7 +452,7 @@ def decoding_report(decoder: AspectDecoder, embeddings, references: Sequence[Seq
                     corpus_embeddings: np.ndarray | None = None, names: Sequence[str] | None = None,
                     sampling: Mapping | None = None, bertscore_model: str = BERTSCORE_MODEL,
                     unconditioned: bool | None = None, seed: int = 0, exclude=None,
-                    perplexity_docs: int | None = None) -> tuple[dict, pd.DataFrame]:
+                    perplexity_docs: int | None = None, reconstructed=None) -> tuple[dict, pd.DataFrame]:
     """Faithfulness of one aspect's decoder on documents with known summaries (paper Table 3).
 
     embeddings [N, D] and references[i] (the true summaries of document i). Returns
@@ -468,7 +468,10 @@ def decoding_report(decoder: AspectDecoder, embeddings, references: Sequence[Seq
     exclude[i]: papers whose known texts may not be used for document i (the retrieval
     decoder's memory; stage 04 passes each validation paper itself). perplexity_docs: score
     perplexity on the first reference of the first that many documents only (an LM pass
-    each; decoding is cheaper).
+    each; decoding is cheaper). reconstructed = (vectors [m, D], document indices [m]):
+    embeddings recovered through the map (appendix A.11) for a few documents; their
+    perplexity and BERTScore come with the matching embedding's on the same documents
+    ("..., same papers"), the like-for-like comparison, in the same LM pass.
     """
     emb = _unit(np.atleast_2d(embeddings))
     n = len(emb)
@@ -490,6 +493,15 @@ def decoding_report(decoder: AspectDecoder, embeddings, references: Sequence[Seq
         unconditioned = decoder.reports_unconditioned
     if unconditioned:
         requests["ppl unconditioned"] = (None, texts, None)
+    if reconstructed is not None:
+        vectors, picked = np.atleast_2d(reconstructed[0]), [int(i) for i in reconstructed[1]]
+        pairs = [(k, t) for k, i in enumerate(picked)
+                 for t in (references[i] if perplexity_docs is None else references[i][:1])]
+        rows_of, rebuilt_texts = [k for k, _ in pairs], [t for _, t in pairs]
+        excluded = None if exclude is None else [exclude[picked[k]] for k in rows_of]
+        # The matching rows of these papers ask the prompts "ppl matching" asks: read once for both.
+        requests["ppl reconstructed"] = (_unit(vectors)[rows_of], rebuilt_texts, excluded)
+        requests["ppl matching, same papers"] = (emb[[picked[k] for k in rows_of]], rebuilt_texts, excluded)
     metrics = {"documents": n, "summaries": sum(len(r) for r in references), "perplexity documents": m,
                "ppl unconditioned": float("nan"), **decoder.perplexities(requests)}
     settings = {"greedy": True, "max_new_tokens": 48, **(sampling or {})}
@@ -505,6 +517,13 @@ def decoding_report(decoder: AspectDecoder, embeddings, references: Sequence[Seq
     both = bertscore(decoded + [decoded[j] for j in perm], list(references) * 2, model=bertscore_model)
     f1, f1_shuffled = both[:n], both[n:]
     metrics.update({"bertscore matching": float(f1.mean()), "bertscore shuffled": float(f1_shuffled.mean())})
+    if reconstructed is not None:
+        rebuilt = [c[0] if c else "" for c in decoder.describe(
+            _unit(vectors), exclude=None if exclude is None else [exclude[i] for i in picked], **settings)]
+        metrics.update({"bertscore reconstructed": float(bertscore(rebuilt, [references[i] for i in picked],
+                                                                   model=bertscore_model).mean()),
+                        "bertscore matching, same papers": float(f1[picked].mean()),
+                        "reconstructed documents": len(picked)})
     examples = pd.DataFrame({"document": list(names) if names is not None else list(range(n)),
                              "summary": [r[0] for r in references], "decoded": decoded, "bertscore": f1})
     if sources is not None:

@@ -251,29 +251,15 @@ def decoding_table(decoders, embeddings: Mapping[str, np.ndarray], references: M
     by the appendix A.11 leave-one-out path through the map. perplexity_docs: score
     perplexity on the first that many documents only (decoding and the round trip use all).
     """
-    from .decoding import bertscore, decoding_report
+    from .decoding import decoding_report
 
     rows, examples = {}, {}
     for aspect, emb in embeddings.items():
         metrics, ex = decoding_report(decoders[aspect], emb, references[aspect],
                                       (aspect_models or {}).get(aspect), corpus_embeddings=emb,
                                       bertscore_model=bertscore_model, unconditioned=True, seed=seed,
-                                      perplexity_docs=perplexity_docs)
-        if reconstructed and aspect in reconstructed:
-            # The reconstructed papers are a few; beside them, the matching embedding on the same
-            # papers, so that the two are compared like for like (not with the 10 or 100 above).
-            vectors, idx = reconstructed[aspect]
-            refs = [references[aspect][i] for i in idx]
-            flat = [(k, t) for k, r in enumerate(refs) for t in r]
-            rows_of, texts = [k for k, _ in flat], [t for _, t in flat]
-            ppl = decoders[aspect].perplexities({
-                "reconstructed": (np.asarray(vectors)[rows_of], texts, None),
-                "matching": (_unit(np.atleast_2d(emb))[[idx[k] for k in rows_of]], texts, None)})
-            metrics["ppl reconstructed"], metrics["ppl matching, same papers"] = ppl["reconstructed"], ppl["matching"]
-            decoded = [c[0] for c in decoders[aspect].describe(vectors, greedy=True, max_new_tokens=48)]
-            metrics["bertscore reconstructed"] = float(bertscore(decoded, refs, model=bertscore_model).mean())
-            metrics["bertscore matching, same papers"] = float(ex["bertscore"].to_numpy()[list(idx)].mean())
-            metrics["reconstructed documents"] = len(idx)
+                                      perplexity_docs=perplexity_docs,
+                                      reconstructed=(reconstructed or {}).get(aspect))
         rows[aspect], examples[aspect] = metrics, ex
     order = ["ppl matching", "ppl shuffled", "ppl unconditioned", "ppl reconstructed", "ppl matching, same papers",
              "bertscore matching", "bertscore shuffled", "bertscore reconstructed", "bertscore matching, same papers",
