@@ -111,6 +111,10 @@ def test_an_answer_that_repeats_the_instructions_is_not_a_summary(tiny_corpus, t
     assert frame.at["a", "status"] == "unparsed" and "repeats the prompt's instructions" in frame.at["a", "error"]
     assert frame.at["c", "status"] == "unparsed"  # the aspect's description
     assert frame.at["b", "status"] == "ok"  # words from the abstract, though the example shares some
+    from workbench.display import summary_examples_html
+
+    shown = summary_examples_html(tiny_corpus, summaries_frame(tmp_path))
+    assert "[unparsed: repeats the prompt&#x27;s instructions" in shown  # the report says why
     assert not copies_instructions("Too short", "too short")
 
 

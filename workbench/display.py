@@ -41,10 +41,11 @@ def summary_examples_html(corpus, frame: pd.DataFrame, n_docs: int = 3, max_char
             group = mine[mine["aspect"] == aspect]
             if group.empty:
                 continue
+            errors = group["error"] if "error" in group else [None] * len(group)
             items = "".join(
                 f"<li style='color:{'#999' if s != 'ok' else 'inherit'}'>{esc(t if s != 'unparsed' else r)}"
-                f"{'' if s == 'ok' else f' <small>[{esc(s)}]</small>'}</li>"
-                for t, s, r in zip(group["text"], group["status"], group["raw"])
+                f"{_status_tag(s, e)}</li>"
+                for t, s, r, e in zip(group["text"], group["status"], group["raw"], errors)
             )
             rows.append(f"<tr><th style='text-align:left;vertical-align:top'>{esc(aspect)}</th>"
                         f"<td style='text-align:left'><ul style='margin:0'>{items}</ul></td></tr>")
@@ -53,6 +54,14 @@ def summary_examples_html(corpus, frame: pd.DataFrame, n_docs: int = 3, max_char
             f"<p style='font-size:90%'>{esc(abstract)}</p><table>{''.join(rows)}</table>"
         )
     return "".join(parts)
+
+
+def _status_tag(status: str, error) -> str:
+    """Nothing for a summary; "[not_applicable]", or "[unparsed: why]" so a report says what was wrong."""
+    if status == "ok":
+        return ""
+    why = f": {esc(error)}" if status == "unparsed" and isinstance(error, str) and error else ""
+    return f" <small>[{esc(status)}{why}]</small>"
 
 
 def plot_status_shares(shares: pd.DataFrame, ax=None):

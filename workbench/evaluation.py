@@ -436,9 +436,13 @@ def bootstrap_ci(values, n_boot: int = 1000, ci: float = 0.95, seed: int = 0) ->
 
 
 def diagonal_reading(table: pd.DataFrame, suffix: str = " model", references: Sequence[str] = ("base encoder",),
-                     pairs: Mapping[str, int] | None = None) -> str:
+                     pairs: Mapping[str, int] | None = None, tie: float = 0.02) -> str:
     """Markdown lines reading a Table 1 matrix (rows: the aspects retrieved, columns: the models): for each aspect,
-    whether its own model (column "<aspect><suffix>") retrieves best, and the reference columns beside it."""
+    whether its own model (column "<aspect><suffix>") retrieves best, and the reference columns beside it.
+
+    A gap under `tie` is called a tie: the MRR of a hundred pairs moves by about that much
+    from one sample of pairs to another (its standard error is about 0.02 near 0.9).
+    """
     models = [c for c in table.columns if str(c).endswith(suffix)]
     lines = []
     for aspect in table.index:
@@ -448,12 +452,15 @@ def diagonal_reading(table: pd.DataFrame, suffix: str = " model", references: Se
         own = float(table.at[aspect, own_column])
         rivals = table.loc[aspect, [c for c in models if c != own_column]].astype(float)
         where = f" over {pairs[aspect]} pairs" if pairs and aspect in pairs else ""
+        close = not rivals.empty and abs(own - rivals.max()) < tie
         if rivals.empty or own >= rivals.max():
             text = f"its own model retrieves best{where} ({own:.3f}" + (
                 f"; next the {rivals.idxmax()}, {rivals.max():.3f})" if not rivals.empty else ")")
         else:
             text = (f"the {rivals.idxmax()} retrieves better than its own model{where} ({rivals.max():.3f} against "
-                    f"{own:.3f}): on these pairs the {aspect} space is not specific to its aspect")
+                    f"{own:.3f})" + ("" if close else f": on these pairs the {aspect} space is not specific to its aspect"))
+        if close:
+            text += f", a difference under {tie:g}: a tie on this many pairs, not a finding"
         shown = [f"{r} {float(table.at[aspect, r]):.3f}" for r in references if r in table.columns]
         lines.append(f"- **{aspect}**: {text}" + (f"; {', '.join(shown)}" if shown else "") + ".")
     return "\n".join(lines)

@@ -503,7 +503,7 @@ def health_reading(report: dict) -> list[str]:
             versus = f"; the base encoder moves {matrix[BASE]:.2f}" if matrix.get(BASE) is not None else ""
             # None is an infinite ratio written to JSON: the other heads did not move at all.
             times = "while the other heads do not move at all" if ratio is None else \
-                f"{ratio:.1f}x as much as the other heads"
+                f"{ratio:.2f}x as much as the other heads"
             head = (f"swapping the {a} sentences of {probe['n_pairs'][a]} papers moves the {a} head {times} "
                     f"({own:.2f} of a typical distance between two papers{versus})")
             lines.append(head + (f": it reads {a}." if probe["passed"][a] else
