@@ -35,7 +35,10 @@ def test_not_applicable_variants(answer):
                                     '{"sentence": 3}', None,
                                     # the prompt copied, not answered (SmolLM2 in the demo)
                                     '{"sentence": "..."}', '{"sentence": " - ?"}', '{"sentence": "### {text}###"}',
-                                    '{"sentence": "The {aspect} of the paper."}'])
+                                    '{"sentence": "The {aspect} of the paper."}',
+                                    # a question about the paper instead of a statement (SmolLM2 in the demo)
+                                    '{"sentence": "How does it achieve its goals?"}',
+                                    '{"sentence": "Sentence: How does it work? "}'])
 def test_unparsable_answers_are_flagged(answer):
     parsed = parse_sentence(answer)
     assert parsed.status == "unparsed"
@@ -46,6 +49,7 @@ def test_unparsable_answers_are_flagged(answer):
 def test_sentences_with_braces_or_few_words_are_still_answers():
     assert parse_sentence('{"sentence": "We bound the loss by {0, 1} labels."}').status == "ok"
     assert parse_sentence('{"sentence": "BERT."}').value == "BERT."
+    assert parse_sentence('{"sentence": "Does syntax help? Yes: parsers gain two points."}').status == "ok"
 
 
 def test_not_applicable_does_not_match_ordinary_sentences():

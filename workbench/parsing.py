@@ -69,8 +69,8 @@ def parse_sentence(text: str, field: str = "sentence") -> Parsed:
 
     Returns status "not_applicable" for the "Not applicable." answer in any of its
     variants, "ok" with the cleaned sentence, or "unparsed" with the reason (also for a
-    sentence without a word, such as the format example's "...", and for one that repeats a
-    template slot such as "{text}").
+    sentence without a word, such as the format example's "...", for one that repeats a
+    template slot such as "{text}", and for a question instead of a statement).
     """
     if not isinstance(text, str) or not text.strip():
         return Parsed("unparsed", None, "empty answer")
@@ -97,6 +97,9 @@ def parse_sentence(text: str, field: str = "sentence") -> Parsed:
         return Parsed("unparsed", None, f'"{field}" has no words: {value[:40]!r}')
     if _TEMPLATE_SLOT.search(value):
         return Parsed("unparsed", None, f'"{field}" repeats a template slot: {value[:80]!r}')
+    # "How does it achieve its goals?": a question about the paper states nothing about it.
+    if value.rstrip(' "\'').endswith("?"):
+        return Parsed("unparsed", None, f'"{field}" is a question, not a statement: {value[:80]!r}')
     return Parsed("ok", value)
 
 
