@@ -221,3 +221,18 @@ def test_region_question_labels_and_hover_questions_come_from_the_papers(axes_ex
     drawn = seen["labels_by_preset"]["equal"]
     assert len(drawn) == 3 and all(text in QUESTIONS or "no question" in text for _, _, text, _ in drawn)
     assert seen["labels_by_preset"]["approach"] == []  # the preset's weighted aspect has no axes
+
+
+def test_the_empty_spot_is_between_regions_and_away_from_every_paper():
+    from workbench.explore import empty_spot
+
+    rng = np.random.default_rng(0)
+    # Three blobs in a row: the midpoint of the two outer (largest) ones falls inside the middle one.
+    blobs = [(-10, 0, 60), (0, 0, 20), (10, 0, 60), (0, 12, 20)]
+    coords = np.concatenate([rng.normal((x, y), 0.8, size=(n, 2)) for x, y, n in blobs])
+    groups = np.concatenate([[g] * n for g, (_, _, n) in enumerate(blobs)])
+    spot = empty_spot(coords, groups)
+    nearest = np.linalg.norm(coords - spot, axis=1).min()
+    naive = (coords[groups == 0].mean(0) + coords[groups == 2].mean(0)) / 2
+    assert nearest > 3 * np.linalg.norm(coords - naive, axis=1).min() and nearest > 2.0
+    assert empty_spot(coords[:5], np.zeros(5, dtype=int)).shape == (2,)  # one region: its centre

@@ -523,6 +523,20 @@ class Explorer:
         return folder
 
 
+def empty_spot(coords, groups) -> np.ndarray:
+    """A spot between two regions of a map with no paper on it: of the midpoints between every two
+    region centres, the one farthest from its nearest paper (the midpoint of the two largest regions
+    can fall inside a third region, and then reading it only repeats a paper's neighbours)."""
+    coords, groups = np.asarray(coords, dtype=float), np.asarray(groups)
+    centres = np.stack([coords[groups == g].mean(axis=0) for g in np.unique(groups)])
+    i, j = np.triu_indices(len(centres), k=1)
+    if not len(i):
+        return centres[0]
+    candidates = (centres[i] + centres[j]) / 2
+    gap = np.linalg.norm(candidates[:, None, :] - coords[None, :, :], axis=-1).min(axis=1)
+    return candidates[int(np.argmax(gap))]
+
+
 def leave_one_out_reconstruction(embeddings: Mapping[str, np.ndarray], index: int, weights=None,
                                  perplexity: float = 30.0, seed: int = 42, method: str = "auto") -> dict:
     """The paper's appendix A.11 round trip for one document.
