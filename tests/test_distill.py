@@ -284,3 +284,17 @@ def test_distill_notebook_without_aspect_models_says_run_02(tmp_path, notebook_k
         run_pipeline(None, run_dir=str(tmp_path / "run"), stages=["03_distill"], report=False, log=lambda *a: None,
                      kernel=notebook_kernel)
     assert "aspect_models does not exist" in str(err.value) and "02_train" in str(err.value)
+
+
+def test_distill_curves_put_the_validation_mse_on_its_own_axis():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from workbench.display import plot_distill_curves
+
+    evals = [{"step": s, "loss": 0.002 - s * 1e-5, "mrr": 0.9, "train_loss": 4.0 - s / 100,
+              "aspects": {"a": {"mrr": 0.9}}, "best": s == 20} for s in (0, 10, 20)]
+    fig = plot_distill_curves({"train": [{"step": s, "loss": 4.0 - s / 100} for s in range(1, 21)], "eval": evals})
+    left, right = fig.axes[0], fig.axes[-1]
+    assert right.get_ylabel() == "validation MSE" and left.get_ylabel() == "training loss"
+    assert right.get_ylim()[1] < 0.01 < left.get_ylim()[1]  # a scale of its own, not flat at zero beside 4.0

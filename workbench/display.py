@@ -133,10 +133,17 @@ def plot_distill_curves(history, axes=None, title: str = ""):
         ax.plot([r["step"] for r in train], [r["loss"] for r in train], color="0.75", lw=1, label="train (per step)")
     later = [e for e in evals if "train_loss" in e]
     ax.plot([e["step"] for e in later], [e["train_loss"] for e in later], "o-", color="C0", label="train (mean)")
+    ax.set(xlabel="step", ylabel="training loss", title=f"{title} loss".strip())
+    handles, labels = ax.get_legend_handles_labels()
     if evals and "loss" in evals[0] and math.isfinite(evals[0]["loss"]):
-        ax.plot([e["step"] for e in evals], [e["loss"] for e in evals], "s--", color="C3", label="validation")
-    ax.set(xlabel="step", ylabel="loss", title=f"{title} loss".strip())
-    ax.legend(fontsize=8)
+        # The validation loss is the MSE to the targets, not the training objective (which adds the
+        # sentence labels and the distillation in frozen mode): its own axis, or it sits flat at 0.
+        right = ax.twinx()
+        line, = right.plot([e["step"] for e in evals], [e["loss"] for e in evals], "s--", color="C3",
+                           label="validation (MSE to the targets, right axis)")
+        right.set_ylabel("validation MSE", color="C3")
+        handles, labels = handles + [line], labels + [line.get_label()]
+    ax.legend(handles, labels, fontsize=8)
     ax = axes[1]
     steps = [e["step"] for e in evals]
     for i, aspect in enumerate(evals[0]["aspects"] if evals else []):
