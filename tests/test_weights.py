@@ -67,7 +67,9 @@ def test_recovers_known_weights(corpus, w_true):
     assert sum(fit.weights.values()) == pytest.approx(1.0) and min(fit.weights.values()) >= 0
     assert fit.beta == pytest.approx(20.0, rel=0.2)  # the scale is recovered too
     assert fit.auc > fit.equal_weights_auc + 0.02 and fit.warning is None
-    assert fit.split == "pairs" and fit.folds == 5 and fit.n_heldout == sum(fit.n_pairs) == 7140
+    # judged pairs among many papers: folds by documents (a paper is never on both sides)
+    assert fit.split == "documents" and fit.folds == 5 and sum(fit.n_pairs) == 7140
+    assert 0 < fit.n_heldout < sum(fit.n_pairs)  # pairs across a train and a test paper are used in neither
 
 
 @pytest.mark.parametrize("w_true", [(0.6, 0.3, 0.1), (0.1, 0.0, 0.9)])
@@ -231,6 +233,7 @@ def test_few_pairs_warn_many_do_not(corpus):
     fit = fit_weights(emb, pairs=few, n_boot=200)
     assert fit.warning and "10 pairs are not enough" in fit.warning
     assert "warning" in fit.summary()
+    assert fit.split == "pairs"  # ten marked pairs cannot be split by papers with both kinds in every fold
     many = fit_weights(emb, pairs=pairs[:3000], n_boot=200)
     assert many.warning is None and many.auc_ci[1] - many.auc_ci[0] < 0.1
     assert fit.auc_ci[1] - fit.auc_ci[0] > 3 * (many.auc_ci[1] - many.auc_ci[0])
