@@ -7,7 +7,7 @@ export HF_HUB_OFFLINE ?= 1
 export TRANSFORMERS_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: setup demo test bench clean-runs
+.PHONY: setup demo test test-fast bench clean-runs
 
 setup:
 	@VENV=$(VENV) bash scripts/setup.sh
@@ -19,6 +19,10 @@ demo: setup
 # on one thread (tests/conftest.py). PYTEST_ARGS="-n 0" runs it in-process.
 test: setup
 	$(PY) -m pytest -q -n auto $(PYTEST_ARGS)
+
+# The inner loop: every test not marked slow (no packaged LM, server, pipeline or browser).
+test-fast: setup
+	$(PY) -m pytest -q -n auto -m "not slow" $(PYTEST_ARGS)
 
 bench: setup
 	$(PY) benchmarks/generate.py

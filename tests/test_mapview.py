@@ -139,6 +139,10 @@ def test_sliders_relayout_with_normalised_weights(pane, presets):
     np.testing.assert_allclose(pane.source.data["y"], presets["balanced"][:, 1] * 2 + 1)
     assert pane.label_source.data["text"] == []  # the old layout's labels no longer apply
 
+    # The sliders, the legend and the status line show the same, normalised weights.
+    assert pane.weights() == {"method": 0.6, "task": 0.4}
+    assert "method 0.60, task 0.40" in pane.legend.value and "method 0.60, task 0.40" in pane.detail.value
+
     pane.set_weights({"method": 1.0, "task": 0.0})  # as a notebook cell would; sliders follow
     assert pane.rec.calls["weights"][-1] == {"method": 1.0, "task": 0.0}
     assert len(pane.rec.calls["weights"]) == 2 and pane.sliders["task"].value == 0.0
@@ -250,7 +254,24 @@ def test_display_is_an_ipywidgets_layout(pane):
             yield from walk(child)
 
     kinds = [type(w) for w in walk(layout)]
-    assert BokehModel in kinds and kinds.count(ipywidgets.FloatSlider) == 4
+    assert kinds.count(ipywidgets.FloatSlider) == 4 and isinstance(pane.bokeh, BokehModel)
+    # The map shows inside an Output that first loads BokehJS (inline, no CDN), then the map's widget view:
+    # rendered in that order, also after a page reload (tests/test_jupyterlab.py checks it in a browser).
+    assert ipywidgets.Output in kinds
+    loader, view = pane.map_output.outputs
+    script = loader["data"]["application/vnd.bokehjs_load.v0+json"]
+    assert "window.Bokeh.version" in script and "cdn.bokeh.org" not in script and len(script) > 1_000_000
+    assert view["data"]["application/vnd.jupyter.widget-view+json"]["model_id"] == pane.bokeh.model_id
+
+
+def test_pane_without_bokehjs_only_for_the_negative_control(meta, presets, monkeypatch):
+    from workbench import mapview
+
+    monkeypatch.setattr(mapview, "LOAD_BOKEHJS", False)
+    pane = MapPane(presets["balanced"], meta, ["method", "task"], {"method": 1.0, "task": 3.0})
+    (view,) = pane.map_output.outputs
+    assert "application/vnd.jupyter.widget-view+json" in view["data"]
+    assert pane.weights() == {"method": 0.25, "task": 0.75}  # the sliders show the weights the map uses
 
 
 def test_marked_pairs_fit_the_weights_and_relayout(meta, presets):

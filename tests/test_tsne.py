@@ -189,9 +189,12 @@ def test_with_weights_moves_points_less_than_a_fresh_fit():
     move = lambda m: np.linalg.norm(m.coords - old.coords, axis=1).mean()  # noqa: E731
     assert warm.weights == pytest.approx(normalize_weights(new_weights, old.aspects))
     assert move(warm) < 0.25 * move(fresh)
-    # ... without giving up the fit: the warm map is about as good under the new weights.
+    # ... without giving up the fit: the warm map is about as good under the new weights as a fresh fit.
+    # A fresh fit's KL depends on the local optimum its seed finds (0.116 to 0.136 over seeds 0-3 here),
+    # so the reference is the median of three seeds, not one seed's luck.
     P = joint_probabilities(weighted_distance(emb, new_weights))
-    assert kl_divergence(P, warm.coords)[0] <= 1.1 * kl_divergence(P, fresh.coords)[0]
+    fresh_kl = [kl_divergence(P, AspectMap.fit(emb, new_weights, seed=s, n_iter=400).coords)[0] for s in (1, 2, 3)]
+    assert kl_divergence(P, warm.coords)[0] <= 1.1 * float(np.median(fresh_kl))
 
 
 # ---------------------------------------------------------------- placing

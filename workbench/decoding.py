@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
@@ -538,31 +539,134 @@ def decoding_report(decoder: AspectDecoder, embeddings, references: Sequence[Seq
     return metrics, examples
 
 
-def confidence_label(cosine: float, rank: int | None = None, corpus_size: int | None = None) -> str:
+# ---------------------------------------------------------------- confidence of a decoded text
+#
+# The rule: a decoded text's round-trip cosine (the text embedded again by the aspect model, against
+# the embedding it was decoded from) is compared with the round trips of the run's own validation
+# papers, decoded by stage 04 the same way a tap decodes a paper (its own statements hidden).
+# High: as close as the best third of those; low: as far as the worst third; medium between.
+# Fixed cosine cut-offs cannot work: how close a text can come back depends on the encoder, the
+# heads and the decoder, and with the retrieval decoder every tap on the demo read "low".
+
+CONFIDENCE_NAME = "confidence.json"
+LOW_MEANS = ("low confidence: the text, embedded again, lands farther from this point than two in three "
+             "decodings of the run's validation papers did; read it as a hint and check the nearest papers")
+
+
+def confidence_levels(cosines) -> dict:
+    """The cut-offs of the rule above from round-trip cosines of validation papers: {low_below, high_from, papers}."""
+    values = np.asarray(cosines, dtype=float)
+    values = values[np.isfinite(values)]
+    if len(values) < 3:
+        raise ValueError(f"calibrating the confidence needs at least 3 decoded papers, got {len(values)}")
+    low, high = np.quantile(values, [1 / 3, 2 / 3])
+    return {"low_below": float(low), "high_from": float(high), "papers": int(len(values))}
+
+
+def save_confidence(run_dir, cosines_by_aspect: Mapping[str, Sequence[float]]) -> dict:
+    """Write decoders/confidence.json from stage 04's round trips per aspect (aspects with fewer than 3 papers are left out)."""
+    levels = {}
+    for aspect, cosines in cosines_by_aspect.items():
+        try:
+            levels[aspect] = confidence_levels(cosines)
+        except ValueError as exc:
+            print(f"{aspect}: confidence not calibrated ({exc}); its decodings show the cosine only")
+    root = Path(run_dir) / DECODERS
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = root / (CONFIDENCE_NAME + f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps({"rule": "terciles of the validation papers' round-trip cosines", "aspects": levels},
+                              indent=1) + "\n")
+    os.replace(tmp, root / CONFIDENCE_NAME)
+    return levels
+
+
+def load_confidence(run_dir) -> dict:
+    """{aspect: levels} of decoders/confidence.json; {} for a run made before it existed (or without stage 04)."""
+    path = Path(run_dir) / DECODERS / CONFIDENCE_NAME
+    if not path.is_file():
+        return {}
+    try:
+        return dict(json.loads(path.read_text()).get("aspects", {}))
+    except (json.JSONDecodeError, UnicodeDecodeError, AttributeError) as exc:
+        raise ValueError(f"{path} is not a confidence calibration ({exc}); re-run stage 04") from exc
+
+
+def confidence_level(cosine: float, levels: Mapping | None) -> str | None:
+    """"high", "medium" or "low" by the calibrated cut-offs; None without a calibration."""
+    if not levels:
+        return None
+    return "high" if cosine >= levels["high_from"] else "low" if cosine < levels["low_below"] else "medium"
+
+
+def confidence_label(cosine: float, rank: int | None = None, corpus_size: int | None = None,
+                     levels: Mapping | None = None) -> str:
     """A short human reading of a round-trip score, shown next to a decoded text.
 
-    With a rank: how many of the corpus's papers the decoded text, embedded again, is nearer
-    to than to the embedding it was decoded from (none: it points straight back).
+    levels: the aspect's calibration (`load_confidence`); without one the cosine is shown with no
+    level. With a rank: how many of the corpus's papers the decoded text, embedded again, is
+    nearer to than to the embedding it was decoded from (none: it points straight back).
     """
     where = ""
     if rank is not None and corpus_size:
         nearer = int(rank) - 1
         where = (f"; no paper of {int(corpus_size)} is nearer the text" if nearer == 0 else
                  f"; {nearer} of {int(corpus_size)} papers {'is' if nearer == 1 else 'are'} nearer the text")
-    level = "high" if cosine >= 0.7 else "medium" if cosine >= 0.45 else "low"
+    level = confidence_level(cosine, levels)
+    if level is None:
+        return f"confidence not calibrated (round-trip cosine {cosine:.2f}{where}; re-run stage 04 to calibrate)"
     return f"{level} confidence (round-trip cosine {cosine:.2f}{where})"
+
+
+def confidence_check(examples: Mapping[str, pd.DataFrame], levels: Mapping[str, Mapping]) -> pd.DataFrame:
+    """Whether the calibrated levels mean something on held-out papers: per aspect and level, the papers and
+    their mean BERTScore against their human summaries (stage 06's decoding examples). Confident decodings
+    should score higher than low ones."""
+    rows = []
+    for aspect, frame in examples.items():
+        if aspect not in levels or "round-trip cosine" not in frame:
+            continue
+        level = frame["round-trip cosine"].map(lambda c: confidence_level(float(c), levels[aspect]))
+        for name in ("high", "medium", "low"):
+            picked = frame.loc[level == name, "bertscore"]
+            rows.append({"aspect": aspect, "level": name, "papers": int(len(picked)),
+                         "BERTScore vs human summary": float(picked.mean()) if len(picked) else float("nan")})
+    return pd.DataFrame(rows)
+
+
+def calibrate_confidence(run_dir, corpus, aspects: Sequence[str], doc_ids: Sequence[str] | None = None,
+                         max_new_tokens: int = 48) -> dict:
+    """Decode the given papers (default: the run's validation papers) from their unified embeddings, their own
+    statements hidden, and save the levels from the round trips. Stage 04 saves them from its own faithfulness
+    pass instead (`save_confidence`), which decodes the same way; this is for a run without that pass."""
+    from .distill import embed_corpus
+
+    run_dir = Path(run_dir)
+    doc_ids = [str(d) for d in (doc_ids if doc_ids is not None else _split(run_dir)[1])]
+    position = {str(d): i for i, d in enumerate(corpus.ids)}
+    rows = [position[d] for d in doc_ids]
+    emb = embed_corpus(run_dir / "unified_model", corpus, run_dir, progress=False)
+    decoders = load_decoders(run_dir, aspects)
+    cosines = {}
+    for a in aspects:
+        vectors = _unit(emb[a])[rows]
+        texts = [c[0] if c else "" for c in decoders[a].describe(vectors, exclude=doc_ids, greedy=True,
+                                                                  max_new_tokens=max_new_tokens)]
+        cosines[a] = round_trip(texts, vectors, aspect_model_dir(run_dir, a), a)["cosine"].tolist()
+    return save_confidence(run_dir, cosines)
 
 
 def describe_with_confidence(decoders: Mapping[str, AspectDecoder], embeddings: Mapping[str, np.ndarray],
                              aspect_models: Mapping[str, object] | None = None,
                              corpus_embeddings: Mapping[str, np.ndarray] | None = None,
-                             sampling: Mapping | None = None, exclude: str | None = None) -> pd.DataFrame:
+                             sampling: Mapping | None = None, exclude: str | None = None,
+                             levels: Mapping[str, Mapping] | None = None) -> pd.DataFrame:
     """Decode one embedding per aspect ({aspect: [D]}) and score each text by its round trip.
 
     The entry point for arbitrary points (a map inversion, a user's text): one row per
     aspect with the text, cosine, rank among the corpus and a readable confidence. A
     retrieval decoder also names the paper its statement comes from ("from paper");
-    exclude: a paper whose own statements may not be used (the paper being decoded).
+    exclude: a paper whose own statements may not be used (the paper being decoded);
+    levels: {aspect: calibration} (`load_confidence`) for the confidence's level.
     """
     rows = []
     settings = {"greedy": True, "max_new_tokens": 48, **(sampling or {})}
@@ -582,7 +686,8 @@ def describe_with_confidence(decoders: Mapping[str, AspectDecoder], embeddings: 
             rt = round_trip([text], vector, aspect_models[aspect], aspect, corpus).iloc[0]
             row.update({"round-trip cosine": float(rt["cosine"]),
                         "round-trip rank": int(rt["rank"]) if "rank" in rt else None,
-                        "confidence": confidence_label(rt["cosine"], rt.get("rank"), rt.get("corpus size"))})
+                        "confidence": confidence_label(rt["cosine"], rt.get("rank"), rt.get("corpus size"),
+                                                       (levels or {}).get(aspect))})
         rows.append(row)
     return pd.DataFrame(rows)
 

@@ -23,7 +23,7 @@ from typing import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from .decoding import _unit  # unit rows in float32, shared with stage 04
+from .decoding import LOW_MEANS, _unit  # unit rows in float32, shared with stage 04
 from .tsne import AspectMap, normalize_weights
 
 MAPS = "maps"
@@ -121,11 +121,13 @@ class Explorer:
         self._axes: dict | None = None  # question axes, loaded on first use (question_axes)
         self._inverted = None  # (map, (x, y), vectors) of the last inverted spot: a tap and its comparison share it
         self.decoders = None
+        self.confidence: dict = {}  # stage 04's calibration of the decoded texts' confidence, per aspect
         if decode:
-            from .decoding import load_decoders
+            from .decoding import load_confidence, load_decoders
 
             try:
                 self.decoders = load_decoders(self.run_dir, self.aspects, device=device)
+                self.confidence = load_confidence(self.run_dir)
             except FileNotFoundError as exc:  # a map without text is still a map
                 print(f"decoding off: {exc}")
 
@@ -228,7 +230,8 @@ class Explorer:
         if self.decoders is None:
             raise RuntimeError("this run has no decoders (stage 04), so points cannot be described in words")
         models = {a: m for a in vectors if (m := self.aspect_model(a)) is not None}
-        return describe_with_confidence(self.decoders, vectors, models, self.embeddings, self.sampling, exclude)
+        return describe_with_confidence(self.decoders, vectors, models, self.embeddings, self.sampling, exclude,
+                                        levels=self.confidence)
 
     def invert(self, x: float, y: float) -> dict[str, np.ndarray]:
         """An embedding per weighted aspect that the map would place at (x, y) (appendix A.10).
@@ -391,13 +394,16 @@ class Explorer:
         if self.decoders is None:
             return "<p><i>No decoders in this run (stage 04), so no description in words.</i></p>"
         rows = []
-        for _, r in self.describe(vectors, exclude).iterrows():
+        frame = self.describe(vectors, exclude)
+        for _, r in frame.iterrows():
             conf = f"<br><small>{html.escape(r['confidence'])}</small>" if isinstance(r.get("confidence"), str) else ""
             source = r.get("from paper")
             if isinstance(source, str) and source:
                 conf += f"<br><small>known statement of: {html.escape(self.titles.get(source, source)[:120])}</small>"
             rows.append(f"<li><b>{html.escape(r['aspect'])}</b>: {html.escape(r['decoded'])}{conf}</li>")
-        return "<ul>" + "".join(rows) + "</ul>"
+        low = any(str(c).startswith("low") for c in frame.get("confidence", []))
+        return "<ul>" + "".join(rows) + "</ul>" + (f"<p><small>{html.escape(LOW_MEANS.capitalize())}.</small></p>"
+                                                   if low else "")
 
     def on_tap(self, x: float, y: float, index: int | None) -> str:
         """HTML for a tapped spot: a paper (abstract and decoded aspects) or an empty spot (inverted, decoded).

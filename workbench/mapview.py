@@ -20,6 +20,7 @@ and Bokeh escapes `@field` tooltips; the few HTML snippets built here use `displ
 from __future__ import annotations
 
 import logging
+import re
 from pathlib import Path
 from typing import Callable
 
@@ -37,6 +38,9 @@ DIM_ALPHA = 0.08  # points not matching a title search: faint but still there fo
 POINT_SIZE = 8
 HIT_SIZE = 12
 TOOLTIP_CHARS = 200  # long summaries would make the tooltip cover the whole map
+# The pane's map and its readout side by side fit JupyterLab's notebook at 1,280 x 800 with the file
+# browser open (about 880 px for an output): 480 + 340 px and the gaps, no sideways scroll.
+MAP_WIDTH, MAP_HEIGHT, READOUT_WIDTH = 480, 420, 340
 QUESTIONS = "questions"  # optional meta column: a paper's likeliest yes-questions (Explorer.hover_questions)
 
 
@@ -346,6 +350,58 @@ def export_html(path, coords_by_preset: dict[str, np.ndarray], meta: pd.DataFram
 
 # --------------------------------------------------------------------------- Jupyter pane
 
+# A test-only switch: False leaves BokehJS out of the pane, so a browser test can check that it then
+# sees jupyter_bokeh's error view (a negative control: a test that passes on an empty page proves nothing).
+LOAD_BOKEHJS = True
+LOAD_MIME_TYPE = "application/vnd.bokehjs_load.v0+json"  # jupyter_bokeh's renderer runs it as a <script>
+WIDGET_MIME_TYPE = "application/vnd.jupyter.widget-view+json"
+_LOADER: dict[str, str] = {}
+
+
+def bokehjs_loader() -> dict[str, str]:
+    """The display data that loads BokehJS into the page, inline (no CDN) and without a banner.
+
+    jupyter_bokeh's view needs `window.Bokeh` when it is created and loads nothing itself. The
+    script is skipped when this BokehJS version is already in the page (a second pane, a second
+    notebook), so a page pays for the 4 MB once. Built once per process.
+    """
+    if not _LOADER:
+        from bokeh import __version__
+        from bokeh.core.templates import AUTOLOAD_NB_JS
+        from bokeh.embed.bundle import bundle_for_objs_and_resources
+        from bokeh.resources import INLINE
+
+        # What bokeh.io.output_notebook(INLINE, hide_banner=True) publishes for JupyterLab.
+        script = AUTOLOAD_NB_JS.render(bundle=bundle_for_objs_and_resources(None, INLINE), elementid=None,
+                                       force=True, timeout=5000, register_mime=False)
+        guarded = (f"if (typeof window.Bokeh === 'undefined' || window.Bokeh.version !== {__version__!r}) {{\n"
+                   f"{script}\n}}")
+        _LOADER.update({LOAD_MIME_TYPE: guarded, "application/javascript": guarded})
+    return dict(_LOADER)
+
+
+def map_output(bokeh_widget, width: str):
+    """An ipywidgets Output that first loads BokehJS, then shows `bokeh_widget` (a jupyter_bokeh BokehModel).
+
+    Why an Output and not `output_notebook()` in a cell: an Output's content lives in the
+    kernel's widget state and renders as trusted output, in order. So the loader runs before the
+    map's view is created, also after the browser page is reloaded, in a second tab or a second
+    view of the notebook, where a cell's saved script output would not run (or run too late).
+    """
+    import ipywidgets as widgets
+
+    outputs = []
+    if LOAD_BOKEHJS:
+        outputs.append({"output_type": "display_data", "data": bokehjs_loader(), "metadata": {}})
+    outputs.append({"output_type": "display_data", "metadata": {},
+                    "data": {WIDGET_MIME_TYPE: {"version_major": 2, "version_minor": 0,
+                                                "model_id": bokeh_widget.model_id},
+                             "text/plain": "the map (needs a live kernel in JupyterLab)"}})
+    out = widgets.Output(layout=widgets.Layout(width=width))
+    out.outputs = tuple(outputs)
+    return out
+
+
 
 def frame_html(frame: pd.DataFrame, max_rows: int = 50) -> str:
     """An HTML table of a DataFrame with every header and cell escaped."""
@@ -400,7 +456,7 @@ class MapPane:
                  on_tap: Callable[[float, float, int | None], str] | None = None,
                  on_place: Callable[[str], tuple[float, float, str]] | None = None,
                  on_search: Callable[[dict[str, tuple[str, float]]], pd.DataFrame] | None = None,
-                 labels=None, color_by=None, width: int = 700, height: int = 560,
+                 labels=None, color_by=None, width: int = MAP_WIDTH, height: int = MAP_HEIGHT,
                  hit_fraction: float = 0.015, on_labels: Callable[[], list] | None = None,
                  on_fit_weights: Callable[[list], object] | None = None,
                  on_compare: Callable[[int, int | tuple[float, float]], str] | None = None):
@@ -426,6 +482,8 @@ class MapPane:
         data = map_frame(self.coords, self.meta, color_by)
         self.figure, self.source, self.label_source = _build_figure(data, labels, _group_name(color_by),
                                                                     "", width, height)
+        self.figure.toolbar_location = "above"  # on the right it overlapped whatever stands beside the map
+        self.width = width
         self.tap_source = ColumnDataSource({"x": [], "y": []}, name="tap_marker")
         self.placed_source = ColumnDataSource({"x": [], "y": [], "text": []}, name="placed")
         self.figure.scatter("x", "y", source=self.tap_source, marker="x", size=18, line_width=3,
@@ -434,7 +492,10 @@ class MapPane:
                             fill_color="#ffd700", line_color="black", name="placed_glyph")
         self.figure.on_event(Tap, self._on_tap_event)
 
-        weights = dict(weights or {})
+        weights = {a: float(w) for a, w in dict(weights or {}).items()}
+        total = sum(w for w in weights.values() if w > 0)
+        if total > 0:  # the sliders show the weights as the map uses them: summing to 1
+            weights = {a: max(w, 0.0) / total for a, w in weights.items()}
         self.sliders = {
             a: widgets.FloatSlider(value=float(weights.get(a, 0.0)), min=0.0, max=1.0, step=0.05,
                                    description=a, continuous_update=False,  # recompute on release only
@@ -445,8 +506,10 @@ class MapPane:
         for slider in self.sliders.values():
             slider.observe(self._on_slider, names="value")
 
-        self.detail = widgets.HTML(value=_message_html("Tap the map to describe a spot."),
-                                   layout=widgets.Layout(width="100%"))
+        # The readout stands beside the map, so what a tap produced is in view where the tap was.
+        self.detail = widgets.HTML(value=_message_html("Tap a paper or an empty spot on the map to read it."),
+                                   layout=widgets.Layout(width=f"{READOUT_WIDTH}px", max_height=f"{height + 40}px",
+                                                         overflow="auto"))
         self.place_text = widgets.Textarea(placeholder="Paste an abstract to place it on the map",
                                            layout=widgets.Layout(width="100%", height="90px"),
                                            disabled=on_place is None)
@@ -460,8 +523,8 @@ class MapPane:
         self.search_button = widgets.Button(description="search", disabled=on_search is None)
         self.search_button.on_click(lambda _: self.search(self._queries()))
         self.results = widgets.HTML(value="")
-        self.legend = widgets.HTML(value=legend_html(labels, weights, _region_colors(labels, color_by)),
-                                   layout=widgets.Layout(width="300px"))
+        self.legend = widgets.HTML(value=legend_html(labels, self.weights(), _region_colors(labels, color_by)),
+                                   layout=widgets.Layout(width=f"{READOUT_WIDTH + width - 350}px"))
         self.mark_info = widgets.HTML(value=self._marks_html())
         self.similar_button = widgets.Button(description="similar")
         self.similar_button.on_click(lambda _: self.mark(True))
@@ -473,21 +536,42 @@ class MapPane:
         self.clear_marks_button = widgets.Button(description="clear marks")
         self.clear_marks_button.on_click(lambda _: self.clear_marks())
         self.bokeh = BokehModel(self.figure)
+        self._name_widgets()
         self.layout = self._layout(widgets)
+
+    def _name_widgets(self) -> None:
+        """CSS classes on the parts a user reaches for, so a browser test (or a user's CSS) can find them."""
+        named = {"wb-map": self.bokeh, "wb-readout": self.detail, "wb-legend": self.legend,
+                 "wb-place-text": self.place_text, "wb-place-button": self.place_button,
+                 "wb-similar": self.similar_button, "wb-not-similar": self.dissimilar_button,
+                 "wb-fit": self.fit_button, "wb-marks": self.mark_info, "wb-search": self.search_button}
+        named.update({"wb-weight-" + re.sub(r"[^A-Za-z0-9_-]", "-", a): s for a, s in self.sliders.items()})
+        for css, widget in named.items():
+            widget.add_class(css)
 
     # -- layout
 
     def _layout(self, widgets):
-        controls = widgets.VBox([widgets.HTML("<b>Aspect weights</b>"), *self.sliders.values(),
+        """Map and readout side by side; below them the weights, marks and legend; then place and search.
+
+        About 830 px wide at the default map size: no sideways scroll in JupyterLab at 1,280 px
+        with the file browser open.
+        """
+        self.map_output = map_output(self.bokeh, f"{self.width + 10}px")
+        controls = widgets.VBox([widgets.HTML("<b>Aspect weights</b> <small>(they sum to 1)</small>"),
+                                 *self.sliders.values(),
                                  widgets.HTML("<b>What I mean by similar</b>"), self.mark_info,
                                  widgets.HBox([self.similar_button, self.dissimilar_button]),
-                                 widgets.HBox([self.fit_button, self.clear_marks_button]),
-                                 widgets.HTML("<b>Place an abstract</b>"), self.place_text, self.place_button],
+                                 widgets.HBox([self.fit_button, self.clear_marks_button])],
                                 layout=widgets.Layout(width="340px"))
+        place = widgets.VBox([widgets.HTML("<b>Place an abstract</b>"), self.place_text, self.place_button],
+                             layout=widgets.Layout(width=f"{self.width + READOUT_WIDTH}px"))
         queries = widgets.VBox([widgets.HTML("<b>Search by aspect</b>")]
                                + [widgets.HBox([self.query_texts[a], self.query_weights[a]]) for a in self.aspects]
-                               + [self.search_button, self.results])
-        return widgets.VBox([widgets.HBox([controls, self.bokeh, self.legend]), self.detail, queries])
+                               + [self.search_button, self.results],
+                               layout=widgets.Layout(width=f"{self.width + READOUT_WIDTH}px"))
+        return widgets.VBox([widgets.HBox([self.map_output, self.detail]),
+                             widgets.HBox([controls, self.legend]), place, queries])
 
     def display(self):
         """The ipywidgets layout of the pane (what a notebook cell shows)."""
@@ -542,12 +626,7 @@ class MapPane:
             merged = {a: float(weights.get(a, self.sliders[a].value)) for a in self.aspects}
             if any(w < 0 or w != w for w in merged.values()):
                 raise ValueError("aspect weights must be non-negative")
-            self._syncing = True
-            try:
-                for a, w in merged.items():
-                    self.sliders[a].value = min(w, 1.0)
-            finally:
-                self._syncing = False
+            self._set_sliders(merged)
             total = sum(merged.values())
             if total <= 0:
                 self._show(_message_html("All aspect weights are zero: raise at least one to lay out the map."))
@@ -560,14 +639,29 @@ class MapPane:
             coords = _as_coords(self.on_weights(normalised))
             if len(coords) != len(self.coords):
                 raise ValueError(f"on_weights returned {len(coords)} points, the map has {len(self.coords)}")
+            self._set_sliders(normalised)  # one way to show weights: the sliders, legend and status agree
             self._set_coords(coords)
             if self.on_labels is not None:
                 self.set_labels(self.on_labels())
+            else:
+                self.legend.value = legend_html(None, normalised)
             self._show(_message_html("Layout: " + ", ".join(f"{a} {w:.2f}" for a, w in normalised.items())))
             return coords
         except Exception as exc:  # shown to the user, never raised into the kernel
             self._fail("Re-weighting", exc)
             return None
+
+    def weights(self) -> dict[str, float]:
+        """The aspect weights the sliders show (normalised to sum 1 once the map has been laid out with them)."""
+        return {a: float(s.value) for a, s in self.sliders.items()}
+
+    def _set_sliders(self, weights: dict[str, float]) -> None:
+        self._syncing = True
+        try:
+            for a, w in weights.items():
+                self.sliders[a].value = min(float(w), 1.0)
+        finally:
+            self._syncing = False
 
     def _set_coords(self, coords: np.ndarray) -> None:
         """Move the points; markers and region labels belong to the old layout and are cleared."""
@@ -584,8 +678,7 @@ class MapPane:
     def set_labels(self, labels) -> None:
         """Replace the region labels: [(x, y, text[, detail]), ...] (e.g. after a re-layout), and the legend."""
         self.label_source.data = _label_data(labels)
-        weights = {a: float(self.sliders[a].value) for a in self.aspects}
-        self.legend.value = legend_html(labels, weights, _region_colors(labels, self.color_by))
+        self.legend.value = legend_html(labels, self.weights(), _region_colors(labels, self.color_by))
 
     def _on_tap_event(self, event) -> None:
         if event.x is not None and event.y is not None:

@@ -1,0 +1,288 @@
+"""A real JupyterLab on loopback, driven by headless Chromium through Selenium (Debian's chromedriver).
+
+Used by tests/test_jupyterlab.py to open notebooks as a user does: `jupyter lab` from the
+project's venv (no token, a temporary root and config, `--allow-root` where CI runs as root),
+a 1,280 x 800 window, Run All, then clicks and typing as real input events.
+
+`tiny_map_run` makes the small run those notebooks build their pane on: frozen-mode heads
+with fresh weights (what stages 02-03 leave on a CPU; training is not under test here) and
+the retrieval decoder of stage 04 over ACLSum's human statements, with its confidence
+calibration, so a tap decodes real text.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+
+ASPECTS = ["challenge", "approach"]
+CORPUS = "aclsum:validation[:30]"
+WIDTH, HEIGHT = 1280, 800
+
+
+# --------------------------------------------------------------------------- the run
+
+
+def tiny_map_run(run: Path) -> Path:
+    """Stages 02-04's artifacts for 30 ACLSum papers: untrained frozen heads and a retrieval decoder."""
+    from workbench.corpus import load_corpus
+    from workbench.decoding import build_retrieval_decoders, calibrate_confidence, set_default_decoder
+    from workbench.distill import DistillConfig
+    from workbench.heads import PooledAspectModel
+    from workbench.train import SPLIT_NAME, TrainConfig
+
+    corpus = load_corpus(CORPUS)
+    ids = corpus.ids
+    models = run / "aspect_models"
+    for i, aspect in enumerate(ASPECTS):
+        PooledAspectModel("minilm", [aspect], hidden=384, pool=False, rank=TrainConfig().head_rank,
+                          seed=i).save_pretrained(models / aspect, extra={"aspect": aspect, "mode": "frozen"})
+    (models / SPLIT_NAME).write_text(json.dumps({"val_split": "validation", "train": ids[:20],
+                                                 "validation": ids[20:]}))
+    PooledAspectModel("minilm", ASPECTS, hidden=384, pool=True, rank=DistillConfig().head_rank).save_pretrained(
+        run / "unified_model", extra={"stage": "distill", "mode": "frozen"})
+    build_retrieval_decoders(run, corpus, ASPECTS)
+    set_default_decoder(run, "retrieval")
+    # The confidence levels of stage 04, from round trips of the validation papers' own statements.
+    calibrate_confidence(run, corpus, ASPECTS, doc_ids=ids[20:])
+    return run
+
+
+# --------------------------------------------------------------------------- JupyterLab
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class JupyterLab:
+    """`jupyter lab` on 127.0.0.1 with no token, serving `root`; its config, data and runtime kept apart."""
+
+    def __init__(self, root: Path, home: Path):
+        self.root, self.home, self.port = Path(root), Path(home), _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc = None
+
+    def __enter__(self):
+        env = dict(os.environ)
+        for name in ("JUPYTER_CONFIG_DIR", "JUPYTER_RUNTIME_DIR", "JUPYTERLAB_SETTINGS_DIR",
+                     "JUPYTERLAB_WORKSPACES_DIR", "IPYTHONDIR"):
+            path = self.home / name.lower()
+            path.mkdir(parents=True, exist_ok=True)
+            env[name] = str(path)
+        # No "get notified about Jupyter news?" toast over the notebook (it would cover the pane).
+        news = self.home / "jupyterlab_settings_dir" / "@jupyterlab" / "apputils-extension"
+        news.mkdir(parents=True, exist_ok=True)
+        (news / "notification.jupyterlab-settings").write_text(json.dumps({"fetchNews": "false"}))
+        # The kernel imports the workbench from this checkout (the venv has it installed in editable mode).
+        cmd = [str(Path(sys.executable).parent / "jupyter"), "lab", "--no-browser", f"--port={self.port}",
+               "--ip=127.0.0.1", f"--ServerApp.root_dir={self.root}", "--IdentityProvider.token=",
+               "--ServerApp.password=", "--ServerApp.disable_check_xsrf=True", "--LabApp.news_url=None",
+               "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+               "--LabApp.expose_app_in_browser=True"]  # window.jupyterapp: run commands as the menus do
+        if hasattr(os, "geteuid") and os.geteuid() == 0:
+            cmd.append("--allow-root")
+        self.log = open(self.home / "jupyter.log", "w")
+        self.proc = subprocess.Popen(cmd, cwd=self.root, env=env, stdout=self.log, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+        deadline = time.time() + 90
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"jupyter lab exited: {self.logs()[-2000:]}")
+            try:
+                with urllib.request.urlopen(f"{self.url}/api/status", timeout=2) as r:
+                    if r.status == 200:
+                        return self
+            except OSError:
+                time.sleep(0.5)
+        raise TimeoutError(f"jupyter lab did not answer in 90 s: {self.logs()[-2000:]}")
+
+    def logs(self) -> str:
+        return (self.home / "jupyter.log").read_text(errors="replace")
+
+    def __exit__(self, *exc):
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)  # the server and the kernels it started
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+        self.log.close()
+
+
+def notebook(path: Path, cells: list[str]) -> Path:
+    """Write a notebook of code cells (python3 kernel), as a user would have saved it."""
+    import nbformat
+
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.cells = [nbformat.v4.new_code_cell(c) for c in cells]
+    nbformat.write(nb, str(path))
+    return path
+
+
+# --------------------------------------------------------------------------- the browser
+
+
+def chromium_paths() -> tuple[str, str] | None:
+    """(browser, driver) of Debian's chromium and chromium-driver, or None."""
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    driver = shutil.which("chromedriver") or ("/usr/bin/chromedriver" if Path("/usr/bin/chromedriver").exists() else None)
+    return (browser, driver) if browser and driver else None
+
+
+# Finds the Bokeh plot view of the map (the figure whose data source is named "points") in the page.
+_PLOT_JS = """
+const plots = [];
+if (typeof Bokeh === 'undefined') { return null; }
+const roots = Bokeh.index.roots !== undefined ? [...Bokeh.index.roots] : Object.values(Bokeh.index);
+for (const root of roots) {
+  const stack = [root];
+  while (stack.length) {
+    const v = stack.pop();
+    if (v.frame !== undefined && v.model.renderers !== undefined) { plots.push(v); }
+    if (v.child_views !== undefined) { for (const c of v.child_views) { stack.push(c); } }
+  }
+}
+return plots;
+"""
+
+
+class Browser:
+    """Headless Chromium at 1,280 x 800 with console logging, and the gestures the tests need."""
+
+    def __init__(self, profile: Path):
+        from selenium import webdriver
+        from selenium.webdriver.chrome.service import Service
+
+        browser, driver = chromium_paths()
+        options = webdriver.ChromeOptions()
+        options.binary_location = browser
+        for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                    f"--window-size={WIDTH},{HEIGHT}", f"--user-data-dir={profile}", "--disable-extensions"):
+            options.add_argument(arg)
+        options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+        self.driver = webdriver.Chrome(service=Service(driver), options=options)
+        self.driver.set_window_size(WIDTH, HEIGHT)
+        self.console: list[dict] = []
+
+    def close(self):
+        self.driver.quit()
+
+    # -- JupyterLab
+
+    def open(self, url: str, timeout: float = 90):
+        self.driver.get(url)
+        self.wait(lambda: self.js("return !!(window.jupyterapp && document.querySelector('.jp-Notebook'))"),
+                  timeout, "JupyterLab did not show the notebook")
+        self.wait(lambda: self.js("return !!document.querySelector('.jp-Notebook .jp-Cell')"), timeout,
+                  "the notebook has no cells")
+        # The file browser stays open, as a user has it; only wait for the kernel.
+        self.wait_idle(timeout)
+
+    def command(self, name: str, args: dict | None = None):
+        self.js("window.jupyterapp.commands.execute(arguments[0], arguments[1] || {});", name, args or {})
+
+    def kernel_status(self) -> str:
+        return self.js("""
+            const w = window.jupyterapp.shell.currentWidget;
+            const k = w && w.sessionContext && w.sessionContext.session && w.sessionContext.session.kernel;
+            return k ? k.status : 'none';""")
+
+    def wait_idle(self, timeout: float = 120):
+        self.wait(lambda: self.kernel_status() == "idle", timeout, "the kernel did not become idle")
+
+    def run_all(self, timeout: float = 300):
+        self.command("notebook:run-all-cells")
+        time.sleep(1.0)
+        self.wait(lambda: self.kernel_status() == "idle" and not self.js(
+            "return [...document.querySelectorAll('.jp-InputPrompt')].some(p => p.textContent.includes('*'))"),
+            timeout, "Run All did not finish")
+
+    def save(self):
+        self.command("docmanager:save")
+        self.wait(lambda: not self.js("return window.jupyterapp.shell.currentWidget.context.model.dirty"), 30,
+                  "the notebook was not saved")
+
+    # -- plumbing
+
+    def js(self, script: str, *args):
+        return self.driver.execute_script(script, *args)
+
+    def wait(self, condition, timeout: float, what: str, every: float = 0.25):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            try:
+                if condition():
+                    return
+            except Exception:  # the page may be mid-render; try again
+                pass
+            time.sleep(every)
+        raise TimeoutError(f"{what} within {timeout:.0f} s")
+
+    def drain_console(self) -> list[dict]:
+        self.console += self.driver.get_log("browser")
+        return self.console
+
+    def screenshot(self, path: Path) -> Path:
+        self.driver.save_screenshot(str(path))
+        return path
+
+    def element_png(self, css: str) -> np.ndarray:
+        """The element's pixels as an RGB array (a real screenshot of what the page draws)."""
+        from PIL import Image
+
+        element = self.driver.find_element("css selector", css)
+        return np.asarray(Image.open(io.BytesIO(base64.b64decode(element.screenshot_as_base64))).convert("RGB"))
+
+    def click_at(self, x: float, y: float):
+        """A real left click at page coordinates (CSS pixels), through the browser's input pipeline."""
+        for kind in ("mouseMoved", "mousePressed", "mouseReleased"):
+            self.driver.execute_cdp_cmd("Input.dispatchMouseEvent", {
+                "type": kind, "x": float(x), "y": float(y), "button": "left" if kind != "mouseMoved" else "none",
+                "clickCount": 1})
+            time.sleep(0.05)
+
+    # -- the map
+
+    def map_points(self) -> dict | None:
+        """The map's points as drawn: data x, y, title and their page coordinates (None: no plot view)."""
+        return self.js(_PLOT_JS.replace("return plots;", """
+            const v = plots.find(p => p.model.renderers.some(r => r.data_source && r.data_source.name === 'points'));
+            if (!v) { return null; }
+            const src = v.model.renderers.find(r => r.data_source.name === 'points').data_source;
+            const box = v.el.getBoundingClientRect();
+            const xs = src.data.x, ys = src.data.y;
+            const px = [], py = [];
+            for (let i = 0; i < xs.length; i++) {
+              px.push(box.left + v.frame.x_scale.compute(xs[i]));
+              py.push(box.top + v.frame.y_scale.compute(ys[i]));
+            }
+            const f = v.frame.bbox;
+            return {x: Array.from(xs), y: Array.from(ys), title: Array.from(src.data.title), px: px, py: py,
+                    frame: [box.left + f.left, box.top + f.top, box.left + f.right, box.top + f.bottom]};"""))
+
+    def source_length(self, name: str) -> int:
+        return self.js(_PLOT_JS.replace("return plots;", """
+            for (const v of plots) { for (const r of v.model.renderers) {
+              if (r.data_source && r.data_source.name === arguments[0]) { return r.data_source.data.x.length; } } }
+            return -1;"""), name)
+
+
+def ink(pixels: np.ndarray, background=(255, 255, 255), tol: int = 30) -> int:
+    """How many pixels differ from the background: what a map with points draws and an empty box does not."""
+    return int((np.abs(pixels.astype(int) - np.array(background)).max(axis=2) > tol).sum())

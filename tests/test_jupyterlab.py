@@ -1,0 +1,294 @@
+"""The map pane in a real JupyterLab, in headless Chromium: what a user sees, not what Python objects hold.
+
+One JupyterLab on loopback serves three notebooks built on a small run (tests/lab_harness.py):
+the pane as the README shows it (`explorer.pane()`), the same with BokehJS loading switched off
+(the negative control: the test must see jupyter_bokeh's error there, or it could pass on a page
+that draws nothing), and notebook 05 itself with the small run's parameters, run with Run All.
+Every gesture is a real input event (clicks at page coordinates, typing); every check reads the
+page: pixels of the map, the readout's text, the data sources BokehJS draws from, the console.
+
+Screenshots of the pane after each interaction go to $WORKBENCH_SCREENSHOTS when it is set
+(docs/ keeps a set).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from lab_harness import ASPECTS, CORPUS, Browser, JupyterLab, chromium_paths, ink, notebook, tiny_map_run
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+
+ROOT = Path(__file__).resolve().parents[1]
+ABSTRACT = ("We present a dependency parser for low-resource languages that transfers syntax from related "
+            "high-resource languages through cross-lingual word embeddings, and report gains on ten treebanks.")
+# Console errors that are not the pane's, each with why it is allowed.
+ALLOWED = {
+    "favicon.ico": "the server has no favicon for a bare page",
+    "api/lsp/status": "no language server is installed",
+    "/lab/api/listings": "the extension manager's listing is not served offline",
+}
+WATCHED = ("bokeh", "jupyter_bokeh", "ipywidgets", "jupyter-widgets", "workbench", "Failed to create view")
+
+
+def _pane_cells(run: Path, load_bokehjs: bool = True) -> list[str]:
+    setup = (f"from workbench.corpus import load_corpus\nfrom workbench.explore import Explorer\n"
+             f"docs = load_corpus({CORPUS!r})\n"
+             f"explorer = Explorer({str(run)!r}, docs, {ASPECTS!r}, perplexity=5.0, seed=0)")
+    if not load_bokehjs:
+        setup = "import workbench.mapview\nworkbench.mapview.LOAD_BOKEHJS = False  # the negative control\n" + setup
+    return [setup, "pane = explorer.pane(labels=3)\npane"]
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    if chromium_paths() is None or not _has_selenium():
+        if os.environ.get("CI"):
+            pytest.fail("chromium, chromium-driver and selenium are required in CI (scripts/setup.sh installs them)")
+        pytest.skip("chromium, chromium-driver or selenium missing: run scripts/setup.sh as root")
+    base = tmp_path_factory.mktemp("lab")
+    run = tiny_map_run(base / "run")
+    root = base / "root"
+    root.mkdir()
+    notebook(root / "pane.ipynb", _pane_cells(run))
+    notebook(root / "no_bokehjs.ipynb", _pane_cells(run, load_bokehjs=False))
+    _notebook_05(root / "05_visualize.ipynb", run, base / "reports")
+    with JupyterLab(root, base / "home") as server:
+        browser = Browser(base / "profile")
+        try:
+            yield server, browser, run
+        finally:
+            browser.close()
+
+
+def _has_selenium() -> bool:
+    try:
+        import selenium  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _notebook_05(path: Path, run: Path, reports: Path) -> None:
+    """Notebook 05 as shipped, with the small run's parameters injected the way papermill injects them."""
+    import nbformat
+
+    nb = nbformat.read(str(ROOT / "notebooks" / "05_visualize.ipynb"), as_version=4)
+    params = {"run_dir": str(run), "report_dir": str(reports), "corpus": CORPUS, "aspect_names": ASPECTS,
+              "perplexity": 5.0, "n_labels": 3, "loo_docs": 0, "fit_summaries": None, "export": False}
+    at = next(i for i, c in enumerate(nb.cells) if "parameters" in c.get("metadata", {}).get("tags", []))
+    injected = nbformat.v4.new_code_cell("\n".join(f"{k} = {v!r}" for k, v in params.items()))
+    injected.metadata["tags"] = ["injected-parameters"]
+    nb.cells.insert(at + 1, injected)
+    nbformat.write(nb, str(path))
+
+
+def _url(server: JupyterLab, name: str) -> str:
+    """The notebook alone in a workspace of its own (`?reset`): no other notebook's pane loads BokehJS beside it."""
+    return f"{server.url}/lab/workspaces/{Path(name).stem.replace('_', '-')}/tree/{name}?reset"
+
+
+def _shots() -> Path | None:
+    folder = os.environ.get("WORKBENCH_SCREENSHOTS")
+    if folder:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        return Path(folder)
+    return None
+
+
+def _shot(browser: Browser, name: str) -> None:
+    folder = _shots()
+    if folder is not None:
+        browser.screenshot(folder / f"pane_{name}.png")
+
+
+def _scroll_to_map(browser: Browser) -> None:
+    """Bring the map into view, as a user scrolls back to it (a click outside the window reaches nothing)."""
+    browser.js("document.querySelector('.wb-map').scrollIntoView({block: 'center'})")
+    time.sleep(0.3)
+
+
+def _map_ink(browser: Browser) -> int:
+    _scroll_to_map(browser)
+    return ink(browser.element_png(".wb-map"))
+
+
+def _readout(browser: Browser) -> str:
+    return browser.js("const e = document.querySelector('.wb-readout'); return e ? e.innerText : '';")
+
+
+def _weights(browser: Browser) -> dict[str, float]:
+    return {a: float(browser.js(f"return document.querySelector('.wb-weight-{a} .widget-readout').innerText"))
+            for a in ASPECTS}
+
+
+def _watched_errors(browser: Browser) -> list[str]:
+    out = []
+    for entry in browser.drain_console():
+        text = entry.get("message", "")
+        if entry.get("level") != "SEVERE" or any(k in text for k in ALLOWED):
+            continue
+        if any(w.lower() in text.lower() for w in WATCHED):
+            out.append(text)
+    return out
+
+
+def _tap_paper(browser: Browser, index: int | None = None) -> tuple[int, str]:
+    """Tap the paper farthest from its nearest neighbour on screen (or paper `index`); returns (index, title)."""
+    _scroll_to_map(browser)
+    pts = browser.map_points()
+    px, py = np.array(pts["px"]), np.array(pts["py"])
+    if index is None:
+        d = np.hypot(px[:, None] - px[None], py[:, None] - py[None])
+        np.fill_diagonal(d, np.inf)
+        index = int(np.argmax(d.min(axis=1)))
+    browser.click_at(px[index], py[index])
+    return index, pts["title"][index]
+
+
+def _empty_spot(browser: Browser) -> tuple[float, float]:
+    """A spot inside the map's frame far from every point (page coordinates)."""
+    _scroll_to_map(browser)
+    pts = browser.map_points()
+    left, top, right, bottom = pts["frame"]
+    gx, gy = np.meshgrid(np.linspace(left + 15, right - 15, 40), np.linspace(top + 15, bottom - 15, 40))
+    grid = np.stack([gx.ravel(), gy.ravel()], axis=1)
+    points = np.stack([pts["px"], pts["py"]], axis=1)
+    far = np.min(np.hypot(*(grid[:, None, :] - points[None]).transpose(2, 0, 1)), axis=1)
+    return tuple(grid[int(np.argmax(far))])
+
+
+def _wait_readout(browser: Browser, *needles: str, timeout: float = 60) -> str:
+    _shot(browser, "waiting_for_" + "_".join(n.split()[0] for n in needles).lower())
+    browser.wait(lambda: all(n in _readout(browser) for n in needles), timeout,
+                 f"the readout did not show {needles}: {_readout(browser)[:300]!r}")
+    return _readout(browser)
+
+
+def _no_sideways_scroll(browser: Browser) -> None:
+    widths = browser.js("""
+        const p = document.querySelector('.jp-WindowedPanel-outer') || document.querySelector('.jp-Notebook');
+        return [p.scrollWidth, p.clientWidth];""")
+    assert widths[0] <= widths[1] + 1, f"the notebook scrolls sideways: {widths}"
+
+
+def test_the_pane_draws_and_every_interaction_works_in_jupyterlab(lab):
+    server, browser, run = lab
+    browser.open(_url(server, "pane.ipynb"))
+    browser.run_all()
+    browser.wait(lambda: browser.map_points() is not None, 60, "the map's Bokeh view did not appear")
+    browser.wait(lambda: _map_ink(browser) > 2000, 30, "the map drew no points")
+    drawn = browser.element_png(".wb-map")
+    _shot(browser, "01_opened")
+    _no_sideways_scroll(browser)
+    # The readout of a tap stands beside the map, inside a 1,280 x 800 window.
+    box = browser.js("const r = document.querySelector('.wb-readout').getBoundingClientRect();"
+                     "return [r.left, r.right, r.top];")
+    assert box[1] <= 1280 and box[2] < 800, box
+    assert _watched_errors(browser) == []
+
+    # A weight slider moved as a user does (its readout typed into): the map moves, weights stay normalised.
+    before = _weights(browser)
+    assert abs(sum(before.values()) - 1) < 0.02
+    readout = browser.driver.find_element("css selector", f".wb-weight-{ASPECTS[0]} .widget-readout")
+    readout.click()
+    browser.js("document.execCommand('selectAll', false, null)")
+    readout.send_keys("1.0\n")
+    browser.wait(lambda: abs(_weights(browser)[ASPECTS[0]] - before[ASPECTS[0]]) > 0.05, 60,
+                 "the weights did not change after the slider moved")
+    browser.wait(lambda: "Layout:" in _readout(browser), 60, "no new layout")
+    after = _weights(browser)
+    assert abs(sum(after.values()) - 1) < 0.02 and after[ASPECTS[0]] > before[ASPECTS[0]]
+    legend = browser.js("return document.querySelector('.wb-legend').innerText")
+    assert ", ".join(f"{a} {w:.2f}" for a, w in after.items()) in legend  # one way to show the weights
+    time.sleep(1.0)
+    moved = browser.element_png(".wb-map")
+    assert ink(np.abs(moved.astype(int) - drawn.astype(int)).astype(np.uint8), background=(0, 0, 0)) > 500
+    _shot(browser, "02_weights_moved")
+
+    # A tap on a paper: its title and its decoded aspects.
+    index, title = _tap_paper(browser)
+    text = _wait_readout(browser, "Decoded from its embedding")
+    assert title[:40] in text and all(f"{a}:" in text for a in ASPECTS) and "confidence" in text
+    _shot(browser, "03_paper_tapped")
+
+    # A tap on an empty spot: decoded text with its confidence.
+    browser.click_at(*_empty_spot(browser))
+    text = _wait_readout(browser, "Empty spot", "confidence")
+    assert all(f"{a}:" in text for a in ASPECTS)
+    _shot(browser, "04_empty_spot")
+
+    # Placing an abstract adds a marker.
+    area = browser.driver.find_element("css selector", ".wb-place-text textarea")
+    area.click()
+    area.send_keys(ABSTRACT)
+    browser.driver.find_element("css selector", ".wb-place-button").click()
+    _wait_readout(browser, "Placed at")
+    browser.wait(lambda: browser.source_length("placed") == 1, 30, "no marker for the placed abstract")
+    _shot(browser, "05_placed")
+
+    # Similar / not similar marks, then "fit weights to my marks": the weights change.
+    pts = browser.map_points()
+    order = np.argsort(pts["x"])  # left and right ends of the map: pairs a user would call alike or not
+    pairs = [(order[0], order[1], "similar"), (order[0], order[-1], "not-similar"),
+             (order[-1], order[-2], "similar"), (order[1], order[-1], "not-similar")]
+    for i, j, button in pairs:
+        for k in (i, j):
+            _tap_paper(browser, int(k))
+            time.sleep(0.3)
+            browser.wait(lambda: browser.kernel_status() == "idle", 60, "the tap was not answered")
+        browser.driver.find_element("css selector", f".wb-{button}").click()
+        time.sleep(0.5)
+    marks = browser.js("return document.querySelector('.wb-marks').innerText")
+    assert "2 similar, 2 not similar" in marks, marks
+    weights_before_fit = _weights(browser)
+    browser.driver.find_element("css selector", ".wb-fit").click()
+    browser.wait(lambda: _weights(browser) != weights_before_fit, 90, "fitting did not change the weights")
+    _shot(browser, "06_fitted")
+    assert _watched_errors(browser) == []
+
+    # After a page reload the map draws again (the widgets come back from the live kernel).
+    browser.save()
+    browser.driver.refresh()
+    browser.open(_url(server, "pane.ipynb"))
+    browser.wait(lambda: browser.map_points() is not None, 60, "after a reload the map's view did not appear")
+    browser.wait(lambda: _map_ink(browser) > 2000, 30, "after a reload the map drew no points")
+    _shot(browser, "07_reloaded")
+    assert _watched_errors(browser) == []
+
+
+def test_without_bokehjs_the_test_sees_jupyter_bokehs_error(lab):
+    """The negative control: with the loader switched off the same page shows the error the issue saw."""
+    server, browser, _ = lab
+    browser.driver.get("about:blank")
+    browser.drain_console()
+    browser.open(_url(server, "no_bokehjs.ipynb"))
+    browser.run_all()
+    browser.wait(lambda: any(e.get("level") == "SEVERE" and ("BokehView" in e.get("message", "")
+                                                               or "reading 'require'" in e.get("message", ""))
+                             for e in browser.drain_console()), 60,
+                 "no jupyter_bokeh error without BokehJS: the pane test could pass on a page that draws nothing")
+    assert browser.map_points() is None  # no Bokeh in the page, no plot view
+    browser.console.clear()
+    browser.command("kernelmenu:shutdown")
+
+
+def test_notebook_05_run_all_shows_the_map(lab):
+    server, browser, _ = lab
+    browser.driver.get("about:blank")
+    browser.drain_console()
+    browser.console.clear()
+    browser.open(_url(server, "05_visualize.ipynb"))
+    browser.run_all(timeout=600)
+    errors = browser.js("return [...document.querySelectorAll('.jp-OutputArea-output[data-mime-type="
+                        "\"application/vnd.jupyter.stderr\"]')].map(e => e.innerText).filter(t => /Error/.test(t))")
+    assert errors == [], errors
+    browser.wait(lambda: browser.map_points() is not None, 60, "notebook 05 showed no map view")
+    browser.wait(lambda: _map_ink(browser) > 2000, 30, "notebook 05's map drew no points")
+    assert _watched_errors(browser) == []
