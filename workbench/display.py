@@ -9,6 +9,17 @@ import numpy as np
 import pandas as pd
 
 
+# A pandas Styler renders cells, index and column labels as raw HTML unless told otherwise: a summary
+# or an aspect name holding `<img onerror=...>` ran in an exported report. Every notebook imports this
+# module, so every Styler it shows escapes its cells; `styled` escapes the labels as well.
+pd.set_option("styler.format.escape", "html")
+
+
+def styled(frame: pd.DataFrame):
+    """frame.style with every cell, index and column label HTML-escaped: the one way notebooks style a table."""
+    return frame.style.format(escape="html").format_index(escape="html", axis=0).format_index(escape="html", axis=1)
+
+
 def esc(value) -> str:
     """HTML-escape any value; None and NaN show as an empty cell."""
     if value is None or (isinstance(value, float) and value != value):
