@@ -70,12 +70,22 @@ def _free_port() -> int:
 
 
 class JupyterLab:
-    """`jupyter lab` on 127.0.0.1 with no token, serving `root`; its config, data and runtime kept apart."""
+    """`jupyter lab` (or, with app="notebook", Jupyter Notebook 7) on 127.0.0.1 with no token, serving
+    `root`; its config, data and runtime kept apart."""
 
-    def __init__(self, root: Path, home: Path):
-        self.root, self.home, self.port = Path(root), Path(home), _free_port()
+    def __init__(self, root: Path, home: Path, app: str = "lab"):
+        if app not in {"lab", "notebook"}:
+            raise ValueError(f"app must be lab or notebook, not {app!r}")
+        self.root, self.home, self.port, self.app = Path(root), Path(home), _free_port(), app
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc = None
+
+    def notebook_url(self, name: str) -> str:
+        """Where a notebook of the root opens: in Lab alone in a workspace of its own (`?reset`), so no
+        other notebook's pane loads BokehJS beside it; in Notebook 7 on a page of its own anyway."""
+        if self.app == "notebook":
+            return f"{self.url}/notebooks/{name}"
+        return f"{self.url}/lab/workspaces/{Path(name).stem.replace('_', '-')}/tree/{name}?reset"
 
     def __enter__(self):
         env = dict(os.environ)
@@ -89,11 +99,12 @@ class JupyterLab:
         news.mkdir(parents=True, exist_ok=True)
         (news / "notification.jupyterlab-settings").write_text(json.dumps({"fetchNews": "false"}))
         # The kernel imports the workbench from this checkout (the venv has it installed in editable mode).
-        cmd = [str(Path(sys.executable).parent / "jupyter"), "lab", "--no-browser", f"--port={self.port}",
+        cmd = [str(Path(sys.executable).parent / "jupyter"), self.app, "--no-browser", f"--port={self.port}",
                "--ip=127.0.0.1", f"--ServerApp.root_dir={self.root}", "--IdentityProvider.token=",
-               "--ServerApp.password=", "--ServerApp.disable_check_xsrf=True", "--LabApp.news_url=None",
-               "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
-               "--LabApp.expose_app_in_browser=True"]  # window.jupyterapp: run commands as the menus do
+               "--ServerApp.password=", "--ServerApp.disable_check_xsrf=True", "--expose-app-in-browser"]
+        # --expose-app-in-browser: window.jupyterapp, to run commands (Run All, save) as the menus do.
+        if self.app == "lab":
+            cmd += ["--LabApp.news_url=None", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
         if hasattr(os, "geteuid") and os.geteuid() == 0:
             cmd.append("--allow-root")
         self.log = open(self.home / "jupyter.log", "w")
@@ -102,14 +113,14 @@ class JupyterLab:
         deadline = time.time() + 90
         while time.time() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"jupyter lab exited: {self.logs()[-2000:]}")
+                raise RuntimeError(f"jupyter {self.app} exited: {self.logs()[-2000:]}")
             try:
                 with urllib.request.urlopen(f"{self.url}/api/status", timeout=2) as r:
                     if r.status == 200:
                         return self
             except OSError:
                 time.sleep(0.5)
-        raise TimeoutError(f"jupyter lab did not answer in 90 s: {self.logs()[-2000:]}")
+        raise TimeoutError(f"jupyter {self.app} did not answer in 90 s: {self.logs()[-2000:]}")
 
     def logs(self) -> str:
         return (self.home / "jupyter.log").read_text(errors="replace")

@@ -246,12 +246,14 @@ def test_reading_names_leaks_and_baselines():
 # ---------------------------------------------------------------- metrics.json and compare
 
 
-def test_metrics_round_trip_merge_and_compare(tmp_path):
+def test_metrics_round_trip_whole_file_and_compare(tmp_path):
     frame = pd.DataFrame({"x": [1.5, np.nan]}, index=["m1", "m2"])
-    ev.write_metrics(tmp_path, {"retrieval": {"mrr": np.float32(0.5), "n": np.int64(3), "ok": np.bool_(True),
-                                              "curve": np.array([1.0, np.nan])}})
-    path = ev.write_metrics(tmp_path, {"correlations": frame, "inf": float("inf")})
+    ev.write_metrics(tmp_path, {"decoding": {"ppl": 3.0}})  # an older run's section ...
+    path = ev.write_metrics(tmp_path, {"retrieval": {"mrr": np.float32(0.5), "n": np.int64(3), "ok": np.bool_(True),
+                                                     "curve": np.array([1.0, np.nan])},
+                                       "correlations": frame, "inf": float("inf")})
     loaded = ev.load_metrics(tmp_path)
+    assert "decoding" not in loaded and loaded["written"]["by"].startswith("stage 06")  # ... is not kept as current
     assert json.loads(path.read_text()) == loaded  # strict JSON: no NaN tokens
     assert loaded["retrieval"] == {"mrr": 0.5, "n": 3, "ok": True, "curve": [1.0, None]}
     assert loaded["correlations"] == {"m1": {"x": 1.5}, "m2": {"x": None}} and loaded["inf"] is None
@@ -266,8 +268,10 @@ def test_metrics_round_trip_merge_and_compare(tmp_path):
 def test_cli_compare(tmp_path, capsys):
     ev.write_metrics(tmp_path / "a", {"s": {"mrr": 0.5, "rank": 2}})
     ev.write_metrics(tmp_path / "b", {"s": {"mrr": 0.625, "rank": 2}})
+    ev.write_metrics(tmp_path / "b", {"s": {"mrr": 0.625, "rank": 2}, "decoding": {"ppl": 3.0}})
     assert main(["compare", str(tmp_path / "a"), str(tmp_path / "b" / "metrics.json")]) == 0
     out = capsys.readouterr().out
+    assert "only in B: decoding (not computed by A's run)" in out and out.count("(written 20") == 2
     row = next(line for line in out.splitlines() if line.startswith("s/mrr"))
     assert row.split() == ["s/mrr", "0.5", "0.625", "0.125"]
     assert main(["compare", str(tmp_path / "a"), str(tmp_path / "nothing")]) == 2

@@ -98,8 +98,16 @@ def cmd_compare(args) -> int:
 
     from .evaluation import compare_metrics, load_metrics
 
-    table = compare_metrics(load_metrics(args.run_a), load_metrics(args.run_b))
-    print(f"A: {args.run_a}\nB: {args.run_b}")
+    a, b = load_metrics(args.run_a), load_metrics(args.run_b)
+    table = compare_metrics(a, b)
+    for name, path, metrics in (("A", args.run_a, a), ("B", args.run_b, b)):
+        when = metrics.get("written", {}).get("at", "at an unknown time (a run made before files were stamped)")
+        print(f"{name}: {path} (written {when})")
+    for name, mine, theirs in (("A", a, b), ("B", b, a)):
+        only = sorted(set(mine) - set(theirs) - {"written"})
+        if only:
+            other = "B" if name == "A" else "A"
+            print(f"only in {name}: {', '.join(only)} (not computed by {other}'s run)")
     if table.empty:
         print("no numeric metrics in either run")
         return 0

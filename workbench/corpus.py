@@ -33,6 +33,7 @@ import math
 import os
 import re
 import unicodedata
+import warnings
 from collections.abc import Iterable, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -48,7 +49,9 @@ __all__ = [
     "CorpusError",
     "ValidationReport",
     "aclsum_splits",
+    "MAX_ABSTRACT_CHARS",
     "load_corpus",
+    "text_or",
 ]
 
 #: Suffix -> format name understood by `load_corpus(format=...)`.
@@ -90,6 +93,12 @@ _ACLSUM_SPLITS = {"train": "train", "validation": "val", "test": "test"}  # ours
 _ACLSUM_ALIASES = {"val": "validation", "dev": "validation"}
 _ACLSUM_ASPECTS = ("challenge", "approach", "outcome")
 _ACLSUM_SLICE = re.compile(r"^([\w-]+)(?:\[(\d*):(\d*)\])?$")  # "test", "test[:20]", "train[50:]"
+
+
+#: The longest abstract the stages read: `load_corpus` cuts a longer one to this many
+#: characters (with a warning naming the paper), and `Corpus.validate` reports it (very_long).
+#: A 1 MB "abstract" (a whole paper pasted into the cell) would otherwise reach the encoders.
+MAX_ABSTRACT_CHARS = 20000
 
 
 class CorpusError(ValueError):
@@ -427,7 +436,7 @@ class Corpus:
         # A comparison on a nullable column (year >= 2020) gives NA for unknown years: not kept.
         return self.docs[mask.fillna(False).to_numpy(dtype=bool)]
 
-    def validate(self, max_chars: int = 20000) -> ValidationReport:
+    def validate(self, max_chars: int = MAX_ABSTRACT_CHARS) -> ValidationReport:
         """Check every document; see `ValidationReport` for the problems looked for.
 
         Errors: missing_id, duplicate_id (every occurrence after the first),
@@ -435,6 +444,8 @@ class Corpus:
         placeholder_abstract ("[No abstract available]", "N/A"...), no_letters.
         Warnings: duplicate_text (same abstract, whitespace normalised, as an earlier row),
         very_long (more than `max_chars` characters), missing_title, non_text title.
+        `load_corpus` already cut abstracts longer than `MAX_ABSTRACT_CHARS`; its very_long
+        warning (with the original length) is among the loader's findings.
         The loader's findings (`load_issues`) come first for each row, e.g. the error
         malformed_row (a CSV row with the wrong number of fields) and the warnings
         missing_er, truncated_record, missing_ty, repeated_tag (RIS) and unparseable_year.
@@ -581,7 +592,7 @@ def load_corpus(
         if given or format is not None:
             raise CorpusError(f"{source}: format= and column arguments do not apply to ACLSum ({given})")
         splits = source.partition(":")[2]
-        return load_aclsum(splits.split(",") if splits else None, name=name)
+        return _cut_long_abstracts(load_aclsum(splits.split(",") if splits else None, name=name))
 
     path = Path(source)
     label = path.name
@@ -599,8 +610,58 @@ def load_corpus(
     for found in issues:
         found["doc_id"] = docs["doc_id"].iloc[found["row"]]
     load_issues = pd.DataFrame(issues, columns=_ISSUE_COLUMNS).astype({"row": "int64"})
-    return Corpus(docs, name=name or path.stem, source=str(path), load_issues=load_issues,
-                  notes=notes)
+    return _cut_long_abstracts(Corpus(docs, name=name or path.stem, source=str(path), load_issues=load_issues,
+                                      notes=notes))
+
+
+_NAMED_CUTS = 10  # long abstracts named in a warning each; the rest in one (all are in the report)
+
+
+def _cut_long_abstracts(corpus: Corpus, limit: int = MAX_ABSTRACT_CHARS) -> Corpus:
+    """Cut every abstract longer than `limit` characters to its first `limit`, in place.
+
+    Each cut is a very_long warning in `corpus.load_issues` (so `validate` keeps reporting
+    it, with the original length) and a Python warning naming the paper's id and title.
+    """
+    docs = corpus.docs
+    rows = [row for row, text in enumerate(docs["abstract"]) if isinstance(text, str) and len(text) > limit]
+    if not rows:
+        return corpus
+    label = Path(corpus.source).name if corpus.source else corpus.name
+    column = docs.columns.get_loc("abstract")
+    found = []
+    for n, row in enumerate(rows):
+        text, doc_id, title = docs.iat[row, column], str(docs["doc_id"].iloc[row]), docs["title"].iloc[row]
+        docs.iat[row, column] = text[:limit]
+        found.append(_issue(row, "abstract", "warning", "very_long",
+                            f"abstract has {len(text):,} characters (limit {limit:,}); the stages read its "
+                            f"first {limit:,}", doc_id=doc_id))
+        if n < _NAMED_CUTS:
+            warnings.warn(f"{label}: the abstract of doc_id {doc_id!r} (title {_clip(title, 80)!r}) has "
+                          f"{len(text):,} characters; cut to its first {limit:,} (the validator's limit), "
+                          "which every stage reads", stacklevel=3)
+    if len(rows) > _NAMED_CUTS:
+        warnings.warn(f"{label}: {len(rows) - _NAMED_CUTS} more abstracts over {limit:,} characters were cut "
+                      "to that length; Corpus.validate() lists them (very_long)", stacklevel=3)
+    parts = [frame for frame in (corpus.load_issues, pd.DataFrame(found, columns=_ISSUE_COLUMNS)) if len(frame)]
+    corpus.load_issues = (pd.concat(parts, ignore_index=True).astype({"row": "int64"})
+                          .sort_values("row", kind="stable").reset_index(drop=True))
+    return corpus
+
+
+def text_or(value: Any, fallback: Any) -> str:
+    """`value` as text, or `fallback` (as text) where it is missing: None, NaN, NA or blank.
+
+    For optional columns such as ``summary_<aspect>``: ``x or title`` keeps a NaN, which
+    is truthy and would become the text "nan".
+    """
+    if _is_missing(value) or (isinstance(value, np.floating) and np.isnan(value)):
+        value = None
+    elif not str(value).strip():
+        value = None
+    if value is None:
+        return "" if _is_missing(fallback) else str(fallback)
+    return str(value)
 
 
 def _option(name: str, example: str) -> str:

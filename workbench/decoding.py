@@ -539,6 +539,21 @@ def decoding_report(decoder: AspectDecoder, embeddings, references: Sequence[Seq
     return metrics, examples
 
 
+#: Columns of `faithfulness_table` that are counts (shown without decimals).
+FAITHFULNESS_COUNTS = ("documents", "summaries", "perplexity documents", "corpus size")
+
+
+def faithfulness_table(metrics: Mapping[tuple[str, str], Mapping]) -> pd.DataFrame:
+    """Stage 04's faithfulness table: one row per (aspect, decoder) of `decoding_report`'s metrics.
+
+    The index is named ("aspect", "decoder") also when `metrics` is empty (a small corpus where no
+    aspect has two validation papers): an empty frame with that index and no columns.
+    """
+    if not metrics:
+        return pd.DataFrame(index=pd.MultiIndex.from_tuples([], names=["aspect", "decoder"]), dtype=float)
+    return pd.DataFrame(metrics).T.rename_axis(["aspect", "decoder"])
+
+
 # ---------------------------------------------------------------- confidence of a decoded text
 #
 # The rule, two signals, each standardised on the run's own validation papers (decoded by stage 04

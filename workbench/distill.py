@@ -44,6 +44,7 @@ import torch
 from .accel import ConfigDict, adamw, make_accelerator
 from .embeddings import model_key
 from .features import FeatureCache, frozen_backbone
+from .files import strict, write_json
 from .headtrain import resolve_mode, train_unified_heads
 from .encoders import CONFIG_NAME, POOLINGS, AspectEncoder, load_model
 from .losses import info_nce, masked_mse
@@ -150,17 +151,6 @@ def _abstracts(corpus, doc_ids: Iterable[str]) -> dict[str, str]:
 def documents_with_targets(targets: Mapping[str, Mapping[str, np.ndarray]]) -> set[str]:
     """Documents that have a target in at least one aspect (the only ones the unified model trains on)."""
     return set().union(*[set(t) for t in targets.values()]) if targets else set()
-
-
-def _json_safe(value):
-    """NaN/inf -> None, recursively: json.dumps would write bare NaN, which is not JSON."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_safe(v) for v in value]
-    return value
 
 
 # --------------------------------------------------------------------------- teachers and targets
@@ -313,7 +303,7 @@ def compute_targets(
         os.replace(tmp, run_dir / TARGETS_NAME)
         index = {"format": "workbench-targets", "method": TARGETS_METHOD, "dim": int(dim),
                  "aspects": {a: entries[a] for a in keep}}
-        (run_dir / TARGETS_INDEX).write_text(json.dumps(index, indent=1) + "\n")
+        write_json(run_dir / TARGETS_INDEX, index, indent=1)
     return out
 
 
@@ -465,7 +455,7 @@ def _fit(*, kind: str, accelerator, model, optimizer, next_batch: Callable[[], d
     def save(step: int, metrics: dict) -> None:
         # Every process holds the same weights; one writes. The others wait, so nobody reads a half file.
         if main:
-            raw.save_pretrained(out_dir, extra=_json_safe({
+            raw.save_pretrained(out_dir, extra=strict({
                 "stage": kind, "step": step, "val_mean_rank": metrics["mean_rank"], "val_mrr": metrics["mrr"],
                 "distill_config": config.to_dict()}))
         accelerator.wait_for_everyone()
@@ -512,12 +502,12 @@ def _fit(*, kind: str, accelerator, model, optimizer, next_batch: Callable[[], d
     close_bar(bar)
     seconds = time.perf_counter() - t0
     if main:
-        (out_dir / "history.json").write_text(json.dumps(_json_safe(history), indent=1) + "\n")
+        write_json(out_dir / "history.json", history, indent=1)
         record = {"kind": kind, "config": config.to_dict(), "seed": config.seed, **meta, "steps": step,
                   "best_step": best_step, "stopped_early": stopped_early, "seconds": round(seconds, 1),
                   "num_processes": accelerator.num_processes, "device": str(accelerator.device),
                   "torch": torch.__version__}
-        (out_dir / "distill_config.json").write_text(json.dumps(_json_safe(record), indent=2) + "\n")
+        write_json(out_dir / "distill_config.json", record)
     accelerator.wait_for_everyone()
     return DistillResult(out_dir=out_dir, kind=kind, aspects=list(raw.aspects), best_step=best_step, best=best,
                          baseline=baseline, history=history, config=config, n_train=meta["n_train"],

@@ -12,7 +12,7 @@ The paper's evaluation (sections 3.3 and 4.2, appendices A.5, A.6, B.4), as plai
 * the cell-mixing permutation test of appendix A.6 (`permutation_test`), bootstrap
   confidence intervals over documents (`bootstrap_ci`), retrieval MRR (`retrieval_table`,
   Table 1) and a written reading of a correlation matrix (`reading`);
-* `<run_dir>/metrics.json`, which each stage extends by section (`write_metrics`), and a
+* `<run_dir>/metrics.json`, written whole by stage 06 (`write_metrics`), and a
   comparison of two runs' metrics (`compare_metrics`, `workbench compare`).
 """
 
@@ -21,12 +21,14 @@ from __future__ import annotations
 import json
 import math
 import os
+import time
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
+from .files import write_json
 from .metrics import _as_array, _unit_rows, mrr, retrieval_ranks
 
 METRICS_FILE = "metrics.json"
@@ -549,21 +551,17 @@ def _metrics_path(run_dir) -> Path:
 
 
 def write_metrics(run_dir, metrics: dict) -> Path:
-    """Merge `metrics` into `<run_dir>/metrics.json` by top-level section; returns the path.
+    """Write `<run_dir>/metrics.json` whole from `metrics` (stage 06's sections); returns the path.
 
-    Each stage writes its own sections (e.g. {"retrieval": ..., "correlations": ...});
-    a section written again replaces the old one, other sections stay. Values are made
-    JSON-safe (numpy types, DataFrames as {row: {column: value}}, NaN as null). The file
-    is replaced atomically, so a crash never leaves half a file.
+    The file is replaced, not merged: a section this run did not compute (no decoding, say)
+    is absent rather than left over from an older run, where `workbench compare` would show it
+    as current. A "written" section says when. Values are made JSON-safe (numpy types,
+    DataFrames as {row: {column: value}}, NaN as null); the file is replaced atomically.
     """
     path = _metrics_path(run_dir)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    merged = load_metrics(path) if path.is_file() else {}
-    merged.update(_jsonable(metrics))
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(merged, indent=2, allow_nan=False, ensure_ascii=False) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
-    return path
+    stamped = {**_jsonable(metrics), "written": {"at": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+                                                  "by": "stage 06 (evaluate)"}}
+    return write_json(path, stamped)
 
 
 def load_metrics(run_dir) -> dict:

@@ -127,9 +127,12 @@ class Explorer:
 
             try:
                 self.decoders = load_decoders(self.run_dir, self.aspects, device=device)
-                self.confidence = load_confidence(self.run_dir)
             except FileNotFoundError as exc:  # a map without text is still a map
                 print(f"decoding off: {exc}")
+            try:
+                self.confidence = load_confidence(self.run_dir)
+            except ValueError as exc:  # decoded text is still shown, with its round trip and no level
+                print(f"confidence levels off: {exc}")
 
     # ------------------------------------------------------------------ models, lazily
 

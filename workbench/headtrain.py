@@ -35,7 +35,6 @@ many steps (`head_refit`).
 
 from __future__ import annotations
 
-import json
 import math
 import random
 import time
@@ -47,6 +46,7 @@ import torch
 import torch.nn.functional as F
 
 from .features import DocumentFeatures, FeatureCache
+from .files import strict, write_json
 from .heads import PooledAspectModel
 from .metrics import mean_rank, mrr, retrieval_ranks
 from .progress import close_bar, progress_bar
@@ -66,12 +66,6 @@ def resolve_mode(mode: str, device: str | None = None) -> str:
     if mode != "auto":
         return mode
     return "frozen" if (device or best_device()) == "cpu" else "finetune"
-
-
-def _write_json(path: Path, data) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
-    tmp.replace(path)
 
 
 class _few_threads:
@@ -130,7 +124,7 @@ def train_view_head(views, train_ids, val_ids, out_dir, config, cache: FeatureCa
               "n_train_views": sum(len(views.views[d]) for d in train_docs),
               "data_fingerprint": views_fingerprint(views, train_docs, val_docs)}
     out_dir.mkdir(parents=True, exist_ok=True)
-    _write_json(out_dir / TRAIN_CONFIG_NAME, record)
+    write_json(out_dir / TRAIN_CONFIG_NAME, record)
     history, best, bad, losses = [], None, 0, []
     t0 = time.perf_counter()
     bar = progress_bar(config.head_steps, f"heads {aspect}", progress)
@@ -146,11 +140,11 @@ def train_view_head(views, train_ids, val_ids, out_dir, config, cache: FeatureCa
         losses = []
         if _better(metrics, best, config.select_by):
             best, bad = entry, 0
-            model.save_pretrained(out_dir, extra={"aspect": aspect, "step": step, **metrics, "mode": "frozen",
-                                                  "train_config": config.comparable()})
+            model.save_pretrained(out_dir, extra=strict({"aspect": aspect, "step": step, **metrics,
+                                                             "mode": "frozen", "train_config": config.comparable()}))
         else:
             bad += 1
-        _write_json(out_dir / HISTORY_NAME, history)
+        write_json(out_dir / HISTORY_NAME, history)
         bar.set_postfix(mrr=f"{metrics['val_mrr']:.3f}", best=f"{best['val_mrr']:.3f}@{best['step']}")
         return bad >= config.patience
 
@@ -168,7 +162,10 @@ def train_view_head(views, train_ids, val_ids, out_dir, config, cache: FeatureCa
 
         record.update(status="finished", untrained=True,
                       result={k: v for k, v in asdict(result).items() if k not in ("history", "model")})
-        _write_json(out_dir / TRAIN_CONFIG_NAME, record)
+        # An empty history, as the skip check of a re-run (`train._finished`) reads one: without it the
+        # frozen-encoder teacher was written anew on every run.
+        write_json(out_dir / HISTORY_NAME, [])
+        write_json(out_dir / TRAIN_CONFIG_NAME, record)  # last: "finished" only once everything is there
         return result
     validate(0)
     stopped_early, step = False, 0
@@ -197,7 +194,7 @@ def train_view_head(views, train_ids, val_ids, out_dir, config, cache: FeatureCa
                          n_train_docs=len(train_docs), n_val_docs=len(val_docs),
                          seconds=time.perf_counter() - t0, stopped_early=stopped_early)
     record.update(status="finished", result={k: v for k, v in asdict(result).items() if k not in ("history", "model")})
-    _write_json(out_dir / TRAIN_CONFIG_NAME, record)
+    write_json(out_dir / TRAIN_CONFIG_NAME, record)
     return result
 
 
@@ -310,7 +307,7 @@ def train_unified_heads(corpus, targets: Mapping[str, Mapping[str, np.ndarray]],
     LLM labels; see `sentence_supervision`). `config` is a `distill.DistillConfig` (its head_*
     and *_weight fields). Writes the best checkpoint, history.json and distill_config.json.
     """
-    from .distill import DistillResult, _abstracts, _json_safe, _stack_targets, documents_with_targets
+    from .distill import DistillResult, _abstracts, _stack_targets, documents_with_targets
 
     sentence_labels = sentence_labels or {}
     aspects = list(targets)
@@ -341,7 +338,7 @@ def train_unified_heads(corpus, targets: Mapping[str, Mapping[str, np.ndarray]],
     t0 = time.perf_counter()
 
     def save(step: int, metrics: dict) -> None:
-        model.save_pretrained(out_dir, extra=_json_safe({"stage": "distill", "mode": "frozen", "step": step,
+        model.save_pretrained(out_dir, extra=strict({"stage": "distill", "mode": "frozen", "step": step,
                                                          "refit_on_train_and_validation": bool(metrics.get("refit")),
                                                          "best_step_per_aspect": metrics.get("steps"),
                                                          "val_agreement": metrics["agreement"],
@@ -407,12 +404,12 @@ def train_unified_heads(corpus, targets: Mapping[str, Mapping[str, np.ndarray]],
             "refit_on_train_and_validation": refit, "best_step_per_aspect": best_steps,
             "base_model": cache.backbone.name, "corpus": getattr(corpus, "name", ""),
             "corpus_fingerprint": corpus.fingerprint() if hasattr(corpus, "fingerprint") else None}
-    (out_dir / "history.json").write_text(json.dumps(_json_safe(history), indent=1) + "\n")
+    write_json(out_dir / "history.json", history, indent=1)
     record = {"kind": "distill", "mode": "frozen", "config": config.to_dict(), "seed": config.seed, **meta,
               "validation": {"base encoder": reference, "step 0": baseline, "kept": best},
               "steps": step, "best_step": best_step, "stopped_early": stopped_early, "seconds": round(seconds, 2),
               "num_processes": 1, "device": "cpu", "torch": torch.__version__}
-    (out_dir / "distill_config.json").write_text(json.dumps(_json_safe(record), indent=2) + "\n")
+    write_json(out_dir / "distill_config.json", record)
     return DistillResult(out_dir=out_dir, kind="distill (frozen heads)", aspects=aspects, best_step=best_step,
                          best=best, baseline=baseline, history=history, config=config, n_train=len(train),
                          n_val=len(val), steps=step, stopped_early=stopped_early, seconds=seconds,

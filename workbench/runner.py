@@ -52,6 +52,8 @@ from pathlib import Path
 
 import yaml
 
+from .files import RunLock, replace_from, write_json, write_text
+
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
 PACKAGE = Path(__file__).resolve().parent
@@ -278,11 +280,20 @@ def _check_run_dir(run_path: Path, notebook_dir: Path, stages: list[str]) -> Non
         try:
             executed = old.exists() and "papermill" in json.loads(old.read_text()).get("metadata", {})
         except (OSError, ValueError, AttributeError):
-            executed = False
+            # Unreadable (cut off by a full disk, say) but written by papermill: a failed earlier run.
+            executed = _mentions_papermill(old)
         if old.exists() and not executed:
             raise RunConfigError(f"run_dir {run_path} holds {old.name}, which is not a notebook executed by an "
                                  f"earlier run (a copy of the source?); the run would overwrite it. Give another "
                                  f"run_dir, or move that file away.")
+
+
+def _mentions_papermill(path: Path) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return b'"papermill"' in f.read(4_000_000)
+    except OSError:
+        return False
 
 
 # --------------------------------------------------------------------------- progress
@@ -538,9 +549,6 @@ def run_pipeline(params_file: str | os.PathLike | None = None, *, run_dir: str |
     kernel: a `Kernel(keep=True)` to run the stages in and leave running for the caller's next
     run (the caller closes it); its own output stays in the log of the run that started it.
     """
-    import papermill
-    from nbclient.exceptions import DeadKernelError
-
     config = load_params(params_file, overrides)
     run_path = Path(run_dir or config.get("run_dir") or "runs/default").expanduser().resolve()
     report_path = Path(config.get("report_dir") or Path("reports") / run_path.name).expanduser().resolve()
@@ -558,7 +566,19 @@ def run_pipeline(params_file: str | os.PathLike | None = None, *, run_dir: str |
     _check_run_dir(run_path, notebook_dir, resolved)
 
     run_path.mkdir(parents=True, exist_ok=True)
-    (run_path / "params.yaml").write_text(yaml.safe_dump({**config, "run_dir": str(run_path)}, sort_keys=False))
+    # One run at a time in a run directory: a second one is refused here, before it writes anything.
+    with RunLock(run_path, "workbench run --stages " + ",".join(resolved)):
+        return _run_locked(config, run_path, report_path, resolved, declared, report, notebook_dir, log, progress,
+                           kernel_per_stage, kernel)
+
+
+def _run_locked(config, run_path, report_path, resolved, declared, report, notebook_dir, log, progress,
+                kernel_per_stage, kernel) -> dict:
+    """`run_pipeline` once its checks have passed and it holds the run directory's lock."""
+    import papermill
+    from nbclient.exceptions import DeadKernelError
+
+    write_text(run_path / "params.yaml", yaml.safe_dump({**config, "run_dir": str(run_path)}, sort_keys=False))
     engine = _register_engine()
     own_kernel = kernel is None
     if own_kernel:
@@ -577,6 +597,9 @@ def run_pipeline(params_file: str | os.PathLike | None = None, *, run_dir: str |
             if "report_dir" in declared[stage]:  # stages that write their own report files (05's standalone map)
                 params["report_dir"] = str(report_path)
             executed = run_path / f"{stage}.ipynb"
+            # papermill writes the notebook as it runs: under a temporary name, renamed once whole (a full
+            # disk or a kill leaves the earlier notebook, never a torn one).
+            running = run_path / f".{stage}.running.ipynb"
             log(f"[workbench] {stage}: executing {source.name} -> {_shown(executed)}")
             before, t0 = _snapshot(run_path), time.perf_counter()
             kernel.reset(run_path)
@@ -589,10 +612,20 @@ def run_pipeline(params_file: str | os.PathLike | None = None, *, run_dir: str |
             try:
                 with Progress(stage, sys.stdout if progress else None) as watch, warnings.catch_warnings():
                     warnings.filterwarnings("ignore", message="Cell is missing an id field")
-                    papermill.execute_notebook(str(source), str(executed), parameters=params, engine_name=engine,
+                    papermill.execute_notebook(str(source), str(running), parameters=params, engine_name=engine,
                                                kernel_name=config.get("kernel", "python3"), cwd=str(run_path),
                                                progress_bar=False, watch=watch, kernel_log=kernel_log, kernel=kernel)
+                replace_from(running, executed)
+            except OSError as exc:
+                running.unlink(missing_ok=True)
+                if results:
+                    log(summary(results, run_path))
+                raise RuntimeError(f"stage {stage} could not write {exc.filename or running}: {exc.strerror or exc}; "
+                                   f"free some space (or fix the folder's permissions), then go on with --stages "
+                                   f"{','.join(resolved[resolved.index(stage):])}") from None
             except (papermill.PapermillExecutionError, DeadKernelError) as exc:
+                if running.exists():  # the notebook with the failing cell marked, whole: keep it for the user
+                    replace_from(running, executed)
                 if results:
                     log(summary(results, run_path))
                 cell = f"cell {exc.exec_count}: {exc.ename}: {exc.evalue}" if hasattr(exc, "ename") else \
@@ -603,13 +636,18 @@ def run_pipeline(params_file: str | os.PathLike | None = None, *, run_dir: str |
             entry = {"notebook": str(executed), "seconds": round(time.perf_counter() - t0, 1),
                      "artifacts": _written(before, _snapshot(run_path), run_path, (executed, kernel_log))}
             if report:
-                entry["html"] = str(export_html(executed, report_path / f"{stage}.html"))
+                html_path = report_path / f"{stage}.html"
+                try:
+                    entry["html"] = str(export_html(executed, html_path))
+                except OSError as exc:
+                    raise RuntimeError(f"stage {stage} ran, but its report {exc.filename or html_path} could not be "
+                                       f"written: {exc.strerror or exc}") from None
             results[stage] = entry
             log(f"[workbench] {stage}: done in {_duration(entry['seconds'])}, {watch.done} cells")
     finally:
         if own_kernel:
             kernel.close()
-    (run_path / "run.json").write_text(json.dumps(results, indent=2))
+    write_json(run_path / "run.json", results)
     log(summary(results, run_path))
     return results
 
@@ -621,6 +659,4 @@ def export_html(notebook: Path, html_path: Path) -> Path:
 
     nb = nbformat.read(notebook, as_version=4)
     body, _ = HTMLExporter(template_name="lab").from_notebook_node(nb)
-    html_path.parent.mkdir(parents=True, exist_ok=True)
-    html_path.write_text(body, encoding="utf-8")
-    return html_path
+    return write_text(html_path, body)

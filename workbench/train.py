@@ -48,6 +48,7 @@ from typing import Any, Iterable, Sequence
 from .accel import ConfigDict, adamw, make_accelerator
 from .devices import best_device
 from .features import FeatureCache, frozen_backbone
+from .files import strict, write_json
 from .headtrain import resolve_mode, train_view_head
 from .losses import info_nce
 from .metrics import retrieval_report
@@ -270,12 +271,6 @@ def _better(metrics: dict, best: dict | None, select_by: str) -> bool:
     return metrics["val_mean_rank"] < best["val_mean_rank"] - 1e-12
 
 
-def _write_json(path: Path, data) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
-    tmp.replace(path)  # a reader never sees half a file
-
-
 # --------------------------------------------------------------------------- training
 
 
@@ -359,7 +354,7 @@ def train_aspect_model(views: AspectViews, train_ids, val_ids, out_dir, config: 
     }
     if main:
         out_dir.mkdir(parents=True, exist_ok=True)
-        _write_json(out_dir / TRAIN_CONFIG_NAME, record)  # "running": a killed run is not taken as finished
+        write_json(out_dir / TRAIN_CONFIG_NAME, record)  # "running": a killed run is not taken as finished
 
     history: list[dict] = []
     best: dict | None = None
@@ -384,12 +379,12 @@ def train_aspect_model(views: AspectViews, train_ids, val_ids, out_dir, config: 
         if improved:
             best, bad_evals = entry, 0
             if main:
-                core.save_pretrained(out_dir, extra={"aspect": aspect, "step": step, **metrics,
-                                                     "train_config": config.comparable()})
+                core.save_pretrained(out_dir, extra=strict({"aspect": aspect, "step": step, **metrics,
+                                                               "train_config": config.comparable()}))
         else:
             bad_evals += 1
         if main:
-            _write_json(out_dir / HISTORY_NAME, history)
+            write_json(out_dir / HISTORY_NAME, history)
             bar.set_postfix(loss=f"{mean_loss:.3f}" if mean_loss is not None else "-",
                             mrr=f"{metrics['val_mrr']:.3f}", best=f"{best['val_mrr']:.3f}@{best['step']}")
         accelerator.wait_for_everyone()  # nobody races ahead while the main process saves
@@ -420,7 +415,7 @@ def train_aspect_model(views: AspectViews, train_ids, val_ids, out_dir, config: 
     if main:
         record.update(status="finished", result={k: v for k, v in asdict(result).items()
                                                    if k not in ("history", "model")})
-        _write_json(out_dir / TRAIN_CONFIG_NAME, record)
+        write_json(out_dir / TRAIN_CONFIG_NAME, record)
     accelerator.wait_for_everyone()
     if keep_model:
         result.model = core
@@ -444,8 +439,18 @@ def _finished(out_dir: Path, config: TrainConfig, aspect: str, fingerprint: str)
     if (record.get("status") != "finished" or record.get("aspect") != aspect
             or record.get("params") != config.comparable() or record.get("data_fingerprint") != fingerprint):
         return None
-    stored = record["result"]
-    return TrainResult(**{**stored, "history": history, "skipped": True})
+    return _stored_result(record, history, skipped=True)
+
+
+def _stored_result(record: dict, history: list, **extra) -> TrainResult:
+    """The TrainResult of a train_config.json record: its nulls (NaN when written) read back as NaN."""
+    nan = float("nan")
+    stored = dict(record["result"])
+    for key in ("best_mrr", "best_mean_rank"):
+        if stored.get(key) is None:
+            stored[key] = nan
+    stored["baseline"] = {k: nan if v is None else v for k, v in (stored.get("baseline") or {}).items()}
+    return TrainResult(**{**stored, "history": history, **extra})
 
 
 class NoSupervisionError(ValueError):
@@ -490,7 +495,7 @@ def train_aspect_models(aspects: Sequence[str], run_dir, corpus=None, config: Tr
                                               include_human=include_human, seed=config.seed)
     root = run_dir / MODELS_DIR
     root.mkdir(parents=True, exist_ok=True)
-    _write_json(root / SPLIT_NAME, {"val_split": val_split, "train": train_ids, "validation": val_ids})
+    write_json(root / SPLIT_NAME, {"val_split": val_split, "train": train_ids, "validation": val_ids})
     check_supervision(views, aspects, corpus, run_dir, include_human)
     frozen = resolve_mode(config.mode, config.device) == "frozen"
     cache = FeatureCache.for_run(run_dir, frozen_backbone(config.base_model, config.pooling)) if frozen else None
@@ -500,8 +505,10 @@ def train_aspect_models(aspects: Sequence[str], run_dir, corpus=None, config: Tr
         fingerprint = views_fingerprint(views[aspect], train_ids, val_ids)
         done = None if overwrite else _finished(out_dir, config, aspect, fingerprint)
         if done is not None:
+            kept = (f"best MRR {done.best_mrr:.3f} at step {done.best_step}" if done.best_mrr == done.best_mrr
+                    else "the frozen encoder itself: too few documents to train")
             log(f"{aspect}: skipped, {out_dir} already holds a finished model trained with the same settings "
-                f"on the same views (best MRR {done.best_mrr:.3f} at step {done.best_step}); overwrite=True retrains")
+                f"on the same views ({kept}); overwrite=True retrains")
             results[aspect] = done
             continue
         n_train, n_val = len(eligible_docs(views[aspect], train_ids)), len(eligible_docs(views[aspect], val_ids))
@@ -640,7 +647,7 @@ def load_results(run_dir, aspects: Sequence[str] | None = None) -> dict[str, Tra
         except (OSError, json.JSONDecodeError):
             continue
         if record.get("status") == "finished":
-            out[name] = TrainResult(**{**record["result"], "history": history})
+            out[name] = _stored_result(record, history)
     return out
 
 
