@@ -123,3 +123,18 @@ def test_two_runs_at_once_one_refuses_and_changes_nothing(tmp_path):
     finally:
         if first.poll() is None:
             first.kill()
+
+
+def test_a_notice_of_a_stage_reaches_the_terminal_and_the_closing_summary(tmp_path, capsys):
+    """What a stage did not do (decoding off, a table skipped) is not found only inside its report."""
+    code = {"01_note": "from workbench.progress import notice\nnotice('decoding off: no decoders in this run')\n"
+                       "print('an ordinary line')"}
+    notebooks = _notebooks(tmp_path / "notebooks", code)
+    logged = []
+    results = run_pipeline(None, run_dir=str(tmp_path / "run"), notebook_dir=notebooks, report=False,
+                           log=logged.append)
+    printed = capsys.readouterr().out
+    assert "[workbench] 01_note: notice: decoding off: no decoders in this run" in printed
+    assert "ordinary line" not in printed
+    assert results["01_note"]["notices"] == ["decoding off: no decoders in this run"]
+    assert "notice: decoding off: no decoders in this run" in logged[-1]  # the closing summary

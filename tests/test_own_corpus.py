@@ -17,6 +17,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -37,11 +38,21 @@ ABSTRACT_COLUMN = "Zusammenfassung"
 SECRET = "sk-secret-test-key"
 
 
+# Hostile text in a paper and in the aspect file: an element, an attribute breakout, a javascript: URL in
+# Markdown, a script element, an svg handler. Each would set window.__pwned if a report rendered it as markup.
+PAYLOADS = ["<img src=x onerror=\"window.__pwned='img'\">", "\" onmouseover=\"window.__pwned='attr'\" data-x=\"",
+            "[read more](javascript:window.__pwned='url')", "<script>window.__pwned='script'</script>",
+            "**bold** <svg onload=\"window.__pwned='svg'\">"]
+
+
 def _as_latin1(path: Path) -> None:
     """Rewrite a UTF-8 export as latin-1 with the abstract under ABSTRACT_COLUMN, as an older tool writes it."""
     rows = list(csv.reader(path.open(newline="", encoding="utf-8")))
     rows[0] = [ABSTRACT_COLUMN if h == "Abstract" else h for h in rows[0]]
     rows[1][0] = "Übersetzung: " + rows[1][0]  # bytes that UTF-8 cannot read
+    for row in rows[2:4]:  # two papers carry the payloads, in their titles and abstracts
+        row[0] = f"{row[0]} {PAYLOADS[0]} {PAYLOADS[1]}"
+        row[1] = f"{row[1]} {' '.join(PAYLOADS)}"
     _write_latin1(path, rows)
 
 
@@ -64,6 +75,7 @@ def own_run(tmp_path_factory):
     aspects = yaml.safe_load((ROOT / "data" / "my_field.yaml").read_text())
     aspects["aspects"] = aspects["aspects"][:2]  # two aspects keep it quick; every table keeps an off-diagonal
     aspects["aspects"][1]["prompts"][0]["template"] = aspects["aspects"][0]["prompts"][0]["template"]
+    aspects["aspects"][0]["description"] = f"{aspects['aspects'][0].get('description', '')} {PAYLOADS[2]} {PAYLOADS[0]}"
     (home / "aspects.yaml").write_text(yaml.safe_dump(aspects, sort_keys=False))
     quick = yaml.safe_load((ROOT / "params" / "own-corpus-quick.yaml").read_text())  # every cell, smallest settings
     (home / "params.yaml").write_text(yaml.safe_dump({
@@ -151,3 +163,36 @@ def test_a_messy_ris_export_goes_through_generation(tmp_path, smollm, short_aspe
                        sampling=Sampling(max_new_tokens=8, seed=0, stop=SUMMARY_STOP), progress=False)
     records = [json.loads(line) for line in (tmp_path / "run" / "summaries.jsonl").read_text().splitlines()]
     assert len(records) == 6 and len({r["doc_id"] for r in records}) == 6
+
+
+def test_no_payload_runs_in_any_report_or_the_map(own_run, tmp_path):
+    """Every exported report and the standalone map, opened in headless Chromium, hovered and clicked:
+    the payloads of the corpus and the aspect file show as text and none runs."""
+    from lab_harness import Browser, chromium_paths
+
+    home, result = own_run
+    assert result.returncode == 0
+    if chromium_paths() is None:
+        pytest.fail("chromium and chromium-driver are required (scripts/setup.sh installs them)")
+    pages = sorted((home / "reports" / "run").glob("*.html"))
+    assert [p.name for p in pages] == ["01_generate.html", "02_train.html", "03_distill.html", "04_decode.html",
+                                       "05_map.html", "05_visualize.html", "06_evaluate.html"]
+    carrying = [p.name for p in pages if "__pwned" in p.read_text(encoding="utf-8")]
+    assert {"01_generate.html", "05_map.html"} <= set(carrying), carrying  # the payloads reached the pages
+    browser = Browser(tmp_path / "profile")
+    try:
+        for page in pages:
+            browser.driver.get(page.as_uri())
+            browser.wait(lambda: browser.js("return document.readyState") == "complete", 30, f"{page.name} loads")
+            time.sleep(0.5)
+            points = browser.map_points() if page.name == "05_map.html" else None
+            if points:  # hover over and click every paper of the map: tooltips render the payload titles
+                for x, y in list(zip(points["px"], points["py"]))[:12]:
+                    browser.driver.execute_cdp_cmd("Input.dispatchMouseEvent", {"type": "mouseMoved", "x": x, "y": y})
+                    time.sleep(0.15)
+                    browser.click_at(x, y)
+                assert browser.js("return document.body.innerHTML.length") > 1000
+            assert browser.js("return window.__pwned === undefined"), f"a payload ran in {page.name}"
+            assert browser.js("return document.querySelectorAll('a[href^=\"javascript:\" i]').length") == 0, page.name
+    finally:
+        browser.close()

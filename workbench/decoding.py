@@ -38,6 +38,7 @@ import numpy as np
 import pandas as pd
 
 from .decoder import CONFIG_NAME, HISTORY_NAME, DecoderConfig, DecoderTrainResult, EmbeddingDecoder, train_decoder
+from .progress import notice
 
 DECODERS = "decoders"
 SHARED = "shared"
@@ -611,7 +612,7 @@ def save_confidence(run_dir, signals_by_aspect: Mapping[str, tuple]) -> dict:
         try:
             levels[aspect] = confidence_levels(cosines, densities)
         except ValueError as exc:
-            print(f"{aspect}: confidence not calibrated ({exc}); its decodings show the round trip only")
+            notice(f"{aspect}: confidence not calibrated ({exc}); its decodings show the round trip only")
     root = Path(run_dir) / DECODERS
     root.mkdir(parents=True, exist_ok=True)
     tmp = root / (CONFIDENCE_NAME + f".{os.getpid()}.tmp")

@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from .decoding import LOW_MEANS, _unit  # unit rows in float32, shared with stage 04
+from .progress import notice
 from .tsne import AspectMap, normalize_weights
 
 MAPS = "maps"
@@ -128,11 +129,11 @@ class Explorer:
             try:
                 self.decoders = load_decoders(self.run_dir, self.aspects, device=device)
             except FileNotFoundError as exc:  # a map without text is still a map
-                print(f"decoding off: {exc}")
+                notice(f"decoding off: {exc}")
             try:
                 self.confidence = load_confidence(self.run_dir)
             except ValueError as exc:  # decoded text is still shown, with its round trip and no level
-                print(f"confidence levels off: {exc}")
+                notice(f"confidence levels off: {exc}")
 
     # ------------------------------------------------------------------ models, lazily
 

@@ -1,4 +1,4 @@
-"""Progress bars for long work: tqdm's, a widget in Jupyter and text in a terminal or a log.
+"""Progress bars for long work (tqdm's, a widget in Jupyter and text in a terminal or a log), and notices.
 
     bar = progress_bar(config.max_steps, "train challenge", enabled=progress)
     ...                       # bar.update(1) per step; early stopping may break out
@@ -10,6 +10,17 @@ failures where training simply stopped.
 """
 
 from __future__ import annotations
+
+NOTICE = "[notice] "  # `workbench run` picks these lines out of a stage's output (runner.Progress)
+
+
+def notice(text: str) -> None:
+    """Say that a stage does less than asked (decoding off, an aspect or a table skipped), and why.
+
+    Printed in the notebook as usual; `workbench run` also prints it on the terminal as the stage
+    runs and lists it in its closing summary, so it is not found only inside a report.
+    """
+    print(NOTICE + " ".join(str(text).split()), flush=True)
 
 
 def progress_bar(total: int, desc: str, enabled: bool = True):

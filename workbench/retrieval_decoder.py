@@ -396,7 +396,11 @@ def load_retrieval_decoders(folder, aspects: Sequence[str] | None = None, lm=Non
         raise CheckpointError(f"{meta_path} is not valid JSON: {exc}") from exc
     if meta.get("format") != FORMAT:
         raise CheckpointError(f"{meta_path} is not a retrieval decoder (format {meta.get('format')!r})")
-    arrays = load_file(str(folder / VECTORS_NAME))
+    try:
+        arrays = load_file(str(folder / VECTORS_NAME))
+    except Exception as exc:  # safetensors raises its own error types for a torn or foreign file
+        raise CheckpointError(f"{folder / VECTORS_NAME} cannot be read ({exc}); run stage 04 (decode) again "
+                              f"to rebuild the retrieval memory") from exc
     settings = meta.get("settings", {})
     names = list(aspects) if aspects is not None else list(meta["aspects"])
     unknown = [a for a in names if a not in meta["aspects"] or a not in arrays]

@@ -53,6 +53,7 @@ from pathlib import Path
 import yaml
 
 from .files import RunLock, replace_from, write_json, write_text
+from .progress import NOTICE
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
@@ -339,6 +340,7 @@ class Progress:
         self.fill = "█" if "utf" in (getattr(stream, "encoding", None) or "").lower() else "#"
         self.done = self.total = 0
         self.detail, self.bar = "", None
+        self.notices: list[str] = []
         self.t0 = time.perf_counter()
         self._stop = threading.Event()
         self._thread = None
@@ -354,6 +356,13 @@ class Progress:
 
     def write(self, text: str) -> None:
         lines = [s.strip() for s in re.split(r"[\r\n]", text) if s.strip()]
+        for line in lines:  # what the stage says it did not do (progress.notice): shown now and in the summary
+            if line.startswith(NOTICE) and line[len(NOTICE):] not in self.notices:
+                self.notices.append(line[len(NOTICE):])
+                if self.stream is not None:
+                    self.stream.write(("\r\x1b[K" if self.tty else "") + f"[workbench] {self.stage}: "
+                                      f"notice: {line[len(NOTICE):]}\n")
+                    self.stream.flush()
         if lines:
             self.detail = lines[-1]
 
@@ -527,6 +536,7 @@ def summary(results: dict, run_path: Path) -> str:
         lines.append(f"  {stage:<13} {_duration(r['seconds']):>7}  {wrote}")
         if r.get("html"):
             lines.append(f"  {'':<13} {'':>7}  report {_shown(Path(r['html']))}")
+        lines += [f"  {'':<13} {'':>7}  notice: {n}" for n in r.get("notices", [])]
     return "\n".join(lines)
 
 
@@ -634,7 +644,8 @@ def _run_locked(config, run_path, report_path, resolved, declared, report, noteb
                 raise RuntimeError(f"stage {stage} failed in {cell}\nThe executed notebook with the error is "
                                    f"{executed}; once fixed, go on with --stages {rest}") from None
             entry = {"notebook": str(executed), "seconds": round(time.perf_counter() - t0, 1),
-                     "artifacts": _written(before, _snapshot(run_path), run_path, (executed, kernel_log))}
+                     "artifacts": _written(before, _snapshot(run_path), run_path, (executed, kernel_log)),
+                     "notices": list(watch.notices)}
             if report:
                 html_path = report_path / f"{stage}.html"
                 try:
