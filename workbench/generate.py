@@ -20,6 +20,7 @@ default. The judge (appendix A.5 of the paper) scores pairs of abstracts per asp
 from __future__ import annotations
 
 import hashlib
+import inspect
 import itertools
 import json
 import os
@@ -28,7 +29,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .llm import Sampling
+from .llm import Sampling, request_seed
 from .parsing import Parsed, copies_instructions, parse_judgement, parse_sentence
 from .store import RecordStore
 
@@ -82,6 +83,30 @@ def _superseded(store: RecordStore, todo: list[dict]) -> int:
     return sum(tuple(t["record"][f] for f in task_of) in stored for t in todo)
 
 
+def request_seeds(store: RecordStore, tasks: list[dict], sampling: Sampling) -> list[int] | None:
+    """Each task's own sampling seed, from what names the task and the call's seed; None without a seed.
+
+    The parts are the task's key fields other than prompt hash and model (for a summary,
+    doc_id, prompt key and sample), then `sampling.seed`: `request_seed(doc_id, key, sample,
+    seed)`. So a task draws the same random numbers whichever other tasks share its call or
+    batch, and a resumed run stores what an uninterrupted one would. (Without a seed,
+    sampling is not meant to be reproduced: each call draws afresh.)
+    """
+    if sampling.seed is None:
+        return None
+    task_of = [f for f in store.key_fields if f not in ("prompt_hash", "model")]
+    return [request_seed(*(t["record"][f] for f in task_of), sampling.seed) for t in tasks]
+
+
+def _takes_seeds(backend) -> bool:
+    """Whether `backend.complete` accepts per-request `seeds` (a backend of one's own may not)."""
+    try:
+        parameters = inspect.signature(backend.complete).parameters
+    except (TypeError, ValueError):
+        return False
+    return "seeds" in parameters or any(p.kind is p.VAR_KEYWORD for p in parameters.values())
+
+
 def summary_store(run_dir: str | Path) -> RecordStore:
     """Open (or create) the run's summary store."""
     return RecordStore(Path(run_dir) / SUMMARIES, SUMMARY_KEY)
@@ -116,8 +141,11 @@ def _run(backend, store: RecordStore, tasks: list[dict], sampling: Sampling, pre
     streak = 0  # consecutive failures: a server that is down fails every request, so stop early
     patience = max(3, getattr(backend, "concurrency", 1) * 2)
     bar = _progress(len(todo), desc, progress)
+    seeds = request_seeds(store, todo, sampling)
+    options = {"seeds": seeds} if seeds is not None and _takes_seeds(backend) else {}
     try:
-        for index, completion in backend.complete([t["messages"] for t in todo], sampling, prefill=prefill):
+        for index, completion in backend.complete([t["messages"] for t in todo], sampling, prefill=prefill,
+                                                  **options):
             bar.update(1)
             if completion.error:
                 # Not stored: a re-run asks again. Keep going so one slow request does not stop the rest.

@@ -59,7 +59,20 @@ ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
 PACKAGE = Path(__file__).resolve().parent
 _SECRET = re.compile(r"(api_?key|token|secret|password)$", re.IGNORECASE)
-_KEY = re.compile(r"\b(?:sk|hf|ghp|gho|ghs|github_pat|glpat|xox[abprs])[-_][\w-]{16,}|\b(?:AKIA|AIza)[\w-]{16,}")
+# A key by its value (see `_check_secret`): a known prefix, or 32+ hex characters standing alone.
+_KEY = re.compile(r"\b(?P<prefixed>(?:(?:sk|glpat|pplx|pypi|xox[abprs])-"
+                  r"|(?:sk|hf|ghp|gho|ghs|ghu|ghr|github_pat|gsk|npm|r8)_)[\w-]{16,}|(?:AKIA|ASIA|AIza)[\w-]{16,})"
+                  r"|(?<![0-9A-Za-z])(?P<hex>[0-9a-fA-F]{32,})(?![0-9A-Za-z])")
+# Where 40 hex characters are a git/hub revision (a SHA-1), not a key: the parameter's name, or just before it.
+_REVISION_NAME = re.compile(r"revision|commit|(?:^|[._])(?:rev|sha1?|ref|git_?ref)(?:$|_)", re.IGNORECASE)
+_REVISION_BEFORE = re.compile(r"(?:@|/(?:commits?|tree|blob|resolve|raw)/|\b(?:revision|rev|commit|sha1?|ref)[=:]\s*)$",
+                              re.IGNORECASE)
+_TOKEN = re.compile(r"[A-Za-z0-9+/_=-]{24,}")  # a base64 / URL-safe run for `_looks_random` to judge
+# A credential in a URL's query or fragment, by its name there (?key=, &api_key=, access_token=, sig=, ...),
+# matched against the name lower-cased with its words joined by "_" (X-Amz-Signature: x_amz_signature).
+_QUERY = re.compile(r"[?&#]([A-Za-z][\w.\-\[\]]*)=([^&#\s]+)")
+_QUERY_SECRET = re.compile(r"(?:^|_)(?:\w*(?:key|token|secret|passw(?:or)?d)|pwd|pass|sig|signature|auth|authorization"
+                           r"|credentials?|session(?:_?id)?|jwt|hmac)(?:_|$)")
 _URL_LOGIN = re.compile(r"\b([a-z][a-z0-9+.-]*://)[^/\s@]+@", re.IGNORECASE)
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _SET_BY_RUNNER = ("run_dir", "report_dir")
@@ -177,21 +190,59 @@ def _strings(value):
             yield from _strings(v)
 
 
-def _key_in(text: str) -> str | None:
-    """The first part that looks like an API key: a known prefix (sk-, hf_, ...), then 16+ characters
-    with a digit among them ("sk-learn-compatible-pipelines" in an abstract is no key)."""
-    return next((m.group(0) for m in _KEY.finditer(text) if any(c.isdigit() for c in m.group(0))), None)
+def _key_in(text: str, name: str = "") -> str | None:
+    """The first part of `text` that looks like an API key, or None.
+
+    A known prefix (sk-, hf_, ...) then 16+ characters with a digit among them ("sk-learn-compatible-
+    pipelines" in an abstract is no key); 32+ hex characters, digits and letters, standing alone (a
+    UUID's runs are shorter), except exactly 40 where the parameter `name` or what stands just before
+    them says revision (`_REVISION_NAME`, `_REVISION_BEFORE`); a 24+ character base64 / URL-safe run
+    that `_looks_random`."""
+    for m in _KEY.finditer(text):
+        key = m.group(0)
+        if m.group("prefixed"):
+            if any(c.isdigit() for c in key):
+                return key
+        elif any(c.isdigit() for c in key) and any(c.isalpha() for c in key) and not (
+                len(key) == 40 and (_REVISION_NAME.search(name.rpartition(".")[2])
+                                    or _REVISION_BEFORE.search(text, 0, m.start()))):
+            return key
+    return next((m.group(0) for m in _TOKEN.finditer(text) if _looks_random(m.group(0))), None)
 
 
 def _looks_random(text: str) -> bool:
-    """A long token rather than a variable name: many digits, or digits in mixed case."""
-    digits = sum(c.isdigit() for c in text)
-    mixed = any(c.islower() for c in text) and any(c.isupper() for c in text) and digits > 0
-    return len(text) >= 20 and (digits >= 0.15 * len(text) or mixed)
+    """A long random token rather than a word, name, id or path.
+
+    Its letter/digit runs of 6+ characters (one of 10+; runs of 32+ hex are `_key_in`'s and set aside)
+    hold 20+ characters of at least two classes (upper, lower, digit; 2+ of each), not all hex (a UUID
+    is an id), and either 30% of neighbours switch class inside a run (aB, a1, 1a: "Meta-Llama-3-8B-
+    Instruct" has few) or 30% of the characters are in fragments that no word has: one or two letters,
+    or no vowel ("Fq", "Zrkt"). A heuristic: ~99% of random 24+ base62 tokens, ~88% of lower case and
+    digits ones; no hub model id, class name or corpus text seen in the tests."""
+    runs = [run for run in re.findall(r"[A-Za-z0-9]{6,}", text) if not re.fullmatch(r"[0-9a-fA-F]{32,}", run)]
+    joined = "".join(runs)
+    if len(joined) < 20 or max(map(len, runs)) < 10 or re.fullmatch(r"[0-9a-fA-F]+", joined):
+        return False
+    classes = (sum(map(str.isupper, joined)), sum(map(str.islower, joined)), sum(map(str.isdigit, joined)))
+    if sum(n >= 2 for n in classes) < 2:
+        return False
+    switches = sum(len(re.findall(r"[a-z](?=[A-Z])|[A-Za-z](?=[0-9])|[0-9](?=[A-Za-z])", run)) for run in runs)
+    words = [p for run in runs for p in re.findall(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|[0-9]+", run) if not p.isdigit()]
+    odd = sum(len(p) for p in words if len(p) <= 2 or not (re.search("[aeiouAEIOU]", p) or p.isupper() and len(p) < 5))
+    return switches >= 0.3 * (len(joined) - len(runs)) or odd >= 0.3 * len(joined)
 
 
 def _check_secret(name: str, value) -> None:
-    """Refuse keys in parameters (by name and by value) without echoing them."""
+    """Refuse keys in parameters (by name and by value) without echoing them.
+
+    By name: api_key, token, secret, password. By value, in every string: a URL with user[:password]@;
+    a URL query or fragment with a credential by its name there (key, api_key, access_token, sig,
+    X-Amz-Signature, ...); a known key prefix; 32+ hex characters (MD5 and SHA-256 lengths: Azure,
+    W&B, Together keys), except exactly 40 (a SHA-1: a git commit, a hub revision) in a parameter whose
+    name says revision/commit/sha/ref, or right after @, /commit/, /tree/, /blob/, /resolve/ or
+    revision=; a 24+ character base64 / URL-safe token that `_looks_random`. Ids pass: UUIDs (8-4-4-4-12,
+    as run names), DOIs, ACL Anthology, arXiv and PubMed ids, hub model ids, paths, URLs without keys.
+    """
     where = "; parameters are written to params.yaml, the executed notebooks and their HTML reports"
     how = "Run `export OPENAI_API_KEY=...` in your shell and pass the variable's NAME: api_key_env: OPENAI_API_KEY"
     if _SECRET.search(name) and value:
@@ -199,7 +250,8 @@ def _check_secret(name: str, value) -> None:
                              f"and pass its name instead (e.g. api_key_env: OPENAI_API_KEY).")
     if name.endswith("_env") and value is not None:
         text = str(value)
-        if not isinstance(value, str) or not _ENV_NAME.fullmatch(text) or _key_in(text) or _looks_random(text):
+        if (not isinstance(value, str) or not _ENV_NAME.fullmatch(text) or _key_in(text) or _looks_random(text)
+                or len(text) >= 20 and sum(map(str.isdigit, text)) >= 0.15 * len(text)):
             raise RunConfigError(f"parameter {name!r} must be the NAME of an environment variable that holds the key, "
                                  f"not the key itself (got {_mask(text)}){where}. {how}.")
     for text in _strings(value):
@@ -207,10 +259,20 @@ def _check_secret(name: str, value) -> None:
         if login:
             raise RunConfigError(f"parameter {name!r} is a URL with a login in it ({login.group(1)}…@…){where}. "
                                  f"Give the URL without user:password@ and the key through the environment. {how}.")
-        key = _key_in(text)
+        for m in _QUERY.finditer(text):
+            words = re.sub(r"[^a-z0-9]+", "_", re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", m.group(1)).lower())
+            if _QUERY_SECRET.search(words):
+                raise RunConfigError(f"parameter {name!r} is a URL with a credential in its query "
+                                     f"({m.group(1)}={_mask(m.group(2))}){where}. Give the URL without it and "
+                                     f"the key through the environment. {how}.")
+        key = _key_in(text, name)
         if key:
-            raise RunConfigError(f"parameter {name!r} holds what looks like a key ({_mask(key)}){where}. "
-                                 f"Put the key in an environment variable. {how}.")
+            hint = ""
+            if len(key) == 40 and re.fullmatch(r"[0-9a-fA-F]+", key):
+                hint = (" (a 40-hex git or hub revision is taken in a parameter named like revision or commit, "
+                        "or after @ or /commit/ in the value)")
+            raise RunConfigError(f"parameter {name!r} holds what looks like a key ({_mask(key)}, {len(key)} "
+                                 f"characters){hint}{where}. Put the key in an environment variable. {how}.")
 
 
 def _pathlike(text: str) -> bool:
