@@ -170,6 +170,7 @@ def test_notebook_04_says_faithfulness_was_skipped_when_no_aspect_has_two_valida
 
     from workbench.decoding import DecoderData, figure3_table, set_default_decoder
     from workbench.display import html_table, styled
+    from workbench.progress import notice
 
     shown = []
     data = {a: DecoderData(aspect=a, doc_ids=["d0", "d1"], embeddings=np.eye(2, dtype=np.float32),
@@ -179,7 +180,7 @@ def test_notebook_04_says_faithfulness_was_skipped_when_no_aspect_has_two_valida
                  "eval_docs": 50, "data": data, "titles": {}, "examples_per_aspect": 3,
                  "load_decoders": lambda *a, **k: {"x": None, "y": None}, "display": shown.append,
                  "HTML": str, "styled": styled, "html_table": html_table, "figure3_table": figure3_table,
-                 "set_default_decoder": set_default_decoder}
+                 "set_default_decoder": set_default_decoder, "notice": notice}
     for marker in ("metrics, examples = {}, {}", "if len(table):\n    fig, axes", "figure3_table(shown"):
         exec(cell_source("04_decode.ipynb", marker), namespace)
     out = capsys.readouterr().out

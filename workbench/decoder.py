@@ -51,6 +51,7 @@ from .accel import ConfigDict, adamw, make_accelerator
 from .encoders import CheckpointError
 from .models import cache_keyword
 from .progress import close_bar, progress_bar
+from .files import write_json
 
 WEIGHTS_NAME = "decoder.safetensors"
 CONFIG_NAME = "decoder_config.json"
@@ -425,7 +426,7 @@ class EmbeddingDecoder(nn.Module):
         save_file(tensors, str(tmp), metadata={"format": "pt"})
         os.replace(tmp, folder / WEIGHTS_NAME)
         # The config last: a folder without it is an unfinished save.
-        (folder / CONFIG_NAME).write_text(json.dumps(config, indent=2) + "\n")
+        write_json(folder / CONFIG_NAME, config)
         return folder
 
     @classmethod
@@ -509,12 +510,6 @@ def validation_loss(decoder: EmbeddingDecoder, embeddings: np.ndarray, texts: li
                                        aspect=aspect))
 
 
-def _write_json(path: Path, data) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
-    tmp.replace(path)  # a reader never sees half a file
-
-
 def train_decoder(embeddings: np.ndarray, texts: list[list[str]], train_idx, val_idx, out_dir,
                   config: DecoderConfig | None = None, aspect: str | None = None, lm=None,
                   progress: bool = True, item_aspects: Sequence[str] | None = None,
@@ -594,7 +589,7 @@ def train_decoder(embeddings: np.ndarray, texts: list[list[str]], train_idx, val
         else:
             bad_evals += 1
         if main:
-            _write_json(out_dir / HISTORY_NAME, history)
+            write_json(out_dir / HISTORY_NAME, history)
             bar.set_postfix(val=f"{val:.3f}", best=f"{best['val_loss']:.3f}@{best['step']}")
         accelerator.wait_for_everyone()
         return bad_evals >= config.patience

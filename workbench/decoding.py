@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
@@ -39,6 +38,7 @@ import pandas as pd
 
 from .decoder import CONFIG_NAME, HISTORY_NAME, DecoderConfig, DecoderTrainResult, EmbeddingDecoder, train_decoder
 from .progress import notice
+from .files import write_json
 
 DECODERS = "decoders"
 SHARED = "shared"
@@ -211,7 +211,7 @@ def train_decoders(run_dir, corpus, aspects: Sequence[str], config: DecoderConfi
         done = {"fingerprint": fingerprint, "config": config.to_dict(), "best_step": result.best_step,
                 "best_val_loss": result.best_val_loss, "stopped_early": result.stopped_early,
                 "seconds": result.seconds}
-        (folder / DONE_NAME).write_text(json.dumps(done, indent=2) + "\n")
+        write_json(folder / DONE_NAME, done)
         results[name] = result
     if shared:
         return {a: results[SHARED] for a in aspects}
@@ -239,7 +239,7 @@ def build_retrieval_decoders(run_dir, corpus, aspects: Sequence[str], lm: str = 
     if force or not done.is_file() or json.loads(done.read_text()).get("fingerprint") != fingerprint(memories, settings):
         done.unlink(missing_ok=True)  # a folder without done.json is incomplete, should this be killed
         written = save_memories(folder, memories, settings)
-        done.write_text(json.dumps({"fingerprint": written, "settings": settings}) + "\n")
+        write_json(done, {"fingerprint": written, "settings": settings}, indent=None)
     return {a: {"statements": len(m.texts), "papers": len(set(m.doc_ids)),
                 **{s: m.sources.count(s) for s in sorted(set(m.sources))}} for a, m in memories.items()}
 
@@ -250,7 +250,7 @@ def set_default_decoder(run_dir, kind: str) -> None:
         raise ValueError(f"kind must be retrieval, per_aspect or shared, not {kind!r}")
     root = Path(run_dir) / DECODERS
     root.mkdir(parents=True, exist_ok=True)
-    (root / DEFAULT_NAME).write_text(json.dumps({"kind": kind}) + "\n")
+    write_json(root / DEFAULT_NAME, {"kind": kind}, indent=None)
 
 
 # --------------------------------------------------------------------------- using decoders
@@ -613,12 +613,9 @@ def save_confidence(run_dir, signals_by_aspect: Mapping[str, tuple]) -> dict:
             levels[aspect] = confidence_levels(cosines, densities)
         except ValueError as exc:
             notice(f"{aspect}: confidence not calibrated ({exc}); its decodings show the round trip only")
-    root = Path(run_dir) / DECODERS
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = root / (CONFIDENCE_NAME + f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps({"rule": "z(round-trip cosine) + z(density of the 10 nearest papers), terciles "
-                                       "of the validation papers", "aspects": levels}, indent=1) + "\n")
-    os.replace(tmp, root / CONFIDENCE_NAME)
+    write_json(Path(run_dir) / DECODERS / CONFIDENCE_NAME,
+               {"rule": "z(round-trip cosine) + z(density of the 10 nearest papers), terciles of the validation "
+                        "papers", "aspects": levels}, indent=1)
     return levels
 
 

@@ -18,6 +18,7 @@ import numpy as np
 
 from .devices import use_free_cores
 from .encoders import CONFIG_NAME, WEIGHTS_NAME, is_model, load_model
+from .files import write_json
 
 EMBEDDINGS_DIR = "embeddings"
 
@@ -95,10 +96,10 @@ def embed_corpus(model_dir: str | os.PathLike, corpus, run_dir: str | os.PathLik
     save_file({a: np.ascontiguousarray(v) for a, v in vectors.items()}, str(tmp))
     os.replace(tmp, tensor_path)
     # The JSON is written last: a cache entry without it is incomplete and ignored.
-    meta_path.write_text(json.dumps({
+    write_json(meta_path, {
         "model_dir": str(Path(model_dir).resolve()), "model_key": model_key(model_dir), "corpus": corpus.name,
         "corpus_fingerprint": corpus.fingerprint(), "n_docs": len(corpus), "aspects": list(vectors),
         "dim": int(model.dim), "max_length": model.max_length, "normalized": True,
         "created": time.strftime("%Y-%m-%d %H:%M:%S"), "doc_ids": corpus.ids,
-    }, indent=1) + "\n")
+    }, indent=1)
     return vectors

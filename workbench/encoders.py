@@ -40,6 +40,7 @@ from torch import nn
 
 from .devices import best_device
 from .models import load_encoder
+from .files import write_json
 
 FORMAT = "workbench-aspect-encoder"
 VERSION = 1
@@ -324,7 +325,7 @@ class AspectEncoder(AspectModel):
         os.replace(tmp, folder / WEIGHTS_NAME)
         self.backbone.config.save_pretrained(folder)
         self.tokenizer.save_pretrained(folder)
-        (folder / CONFIG_NAME).write_text(json.dumps(config, indent=2) + "\n")
+        write_json(folder / CONFIG_NAME, config)
         return folder
 
     @classmethod

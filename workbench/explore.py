@@ -16,7 +16,6 @@ for a standalone page). Everything a callback returns as HTML is escaped here.
 from __future__ import annotations
 
 import html
-import json
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -26,6 +25,7 @@ import pandas as pd
 from .decoding import LOW_MEANS, _unit  # unit rows in float32, shared with stage 04
 from .progress import notice
 from .tsne import AspectMap, normalize_weights
+from .files import write_json
 
 MAPS = "maps"
 
@@ -529,7 +529,7 @@ class Explorer:
         """Store the current map under <run_dir>/maps/<name>/ (safetensors + JSON)."""
         folder = self.run_dir / MAPS / name
         self.map.save(folder)
-        (folder / "doc_ids.json").write_text(json.dumps(self.meta["doc_id"].tolist()))
+        write_json(folder / "doc_ids.json", self.meta["doc_id"].tolist(), indent=None)
         return folder
 
 

@@ -30,6 +30,7 @@ from typing import Sequence
 import numpy as np
 
 from .sentences import split_sentences
+from .files import write_json
 
 FEATURES_DIR = "features"
 # Frozen mode reads every text up to 256 tokens, whatever the stage: teachers (views) and the
@@ -189,7 +190,7 @@ class FeatureCache:
         save_file({"vectors": np.ascontiguousarray(vectors, dtype=np.float32)}, str(tmp))
         os.replace(tmp, f"{stem}.safetensors")
         # The keys last: a shard whose JSON is missing was interrupted and is ignored on load.
-        Path(f"{stem}.json").write_text(json.dumps({"backbone": repr(self.backbone), "keys": keys}) + "\n")
+        write_json(Path(f"{stem}.json"), {"backbone": repr(self.backbone), "keys": keys}, indent=None)
 
     def missing(self, texts: Sequence[str]) -> list[str]:
         """The texts not cached yet, each once, in order of first appearance."""

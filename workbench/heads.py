@@ -42,6 +42,7 @@ from torch import nn
 
 from .encoders import AspectModel, CheckpointError, _aspect_list
 from .features import N_POSITION, DocumentFeatures, FeatureCache, FrozenBackbone
+from .files import write_json
 
 FORMAT = "workbench-pooled-encoder"
 VERSION = 1
@@ -210,7 +211,7 @@ class PooledAspectModel(AspectModel):
         tmp = folder / (WEIGHTS_NAME + ".tmp")
         save_file(state, str(tmp), metadata={"format": "pt"})
         os.replace(tmp, folder / WEIGHTS_NAME)
-        (folder / CONFIG_NAME).write_text(json.dumps(config, indent=2) + "\n")
+        write_json(folder / CONFIG_NAME, config)
         return folder
 
     @classmethod

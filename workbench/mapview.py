@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from .display import esc
+from .files import write_text
 
 log = logging.getLogger(__name__)
 
@@ -341,11 +342,9 @@ def export_html(path, coords_by_preset: dict[str, np.ndarray], meta: pd.DataFram
     # Named so that page scripts (and the browser test) can find models with get_model_by_name.
     layout = column(header, row(select, search, status, name="controls"), row(fig, legend), name="page")
 
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # file_html escapes the <title>; INLINE embeds BokehJS so the page needs no network.
-    path.write_text(file_html(layout, resources=INLINE, title=title or "Map"), encoding="utf-8")
-    return path
+    # file_html escapes the <title>; INLINE embeds BokehJS so the page needs no network. Written whole or not
+    # at all: a full disk leaves the earlier page, not a torn one.
+    return write_text(Path(path), file_html(layout, resources=INLINE, title=title or "Map"))
 
 
 # --------------------------------------------------------------------------- Jupyter pane

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import time
 from pathlib import Path
@@ -51,6 +52,7 @@ from .decoding import _unit  # unit rows in float32, shared with stages 04-06
 from .llm import Sampling
 from .parsing import Parsed, _json_objects
 from .store import RecordStore
+from .files import write_json
 
 FOLDER = "questions"
 QUESTIONS = "questions.jsonl"
@@ -426,9 +428,10 @@ def save_mbqa(model, folder, config: dict) -> Path:
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    save_file({k: v.detach().contiguous() for k, v in model.state_dict().items()}, str(folder / WEIGHTS_NAME))
-    (folder / CONFIG_NAME).write_text(json.dumps({"format": FORMAT, "version": 1, **config}, indent=1,
-                                                 ensure_ascii=False) + "\n")
+    tmp = folder / f".{WEIGHTS_NAME}.{os.getpid()}.tmp"
+    save_file({k: v.detach().contiguous() for k, v in model.state_dict().items()}, str(tmp))
+    os.replace(tmp, folder / WEIGHTS_NAME)  # whole or not at all; the config last
+    write_json(folder / CONFIG_NAME, {"format": FORMAT, "version": 1, **config}, indent=1)
     return folder
 
 

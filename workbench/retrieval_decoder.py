@@ -38,6 +38,7 @@ from typing import Sequence
 import numpy as np
 
 from .decoding import _unit  # unit rows in float32, shared with the rest of stage 04
+from .files import write_json
 
 FOLDER = "retrieval"
 VECTORS_NAME = "memory.safetensors"
@@ -375,7 +376,7 @@ def save_memories(folder, memories: dict[str, StatementMemory], settings: dict) 
     meta = {"format": FORMAT, "settings": settings, "fingerprint": fingerprint(memories, settings),
             "aspects": {a: {"texts": m.texts, "doc_ids": m.doc_ids, "sources": m.sources}
                         for a, m in memories.items()}}
-    (folder / MEMORY_NAME).write_text(json.dumps(meta, indent=1) + "\n")
+    write_json(folder / MEMORY_NAME, meta, indent=1)
     return meta["fingerprint"]
 
 

@@ -47,11 +47,13 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import warnings
 from pathlib import Path
 from typing import Mapping, Sequence
 
 import numpy as np
+from .files import write_json
 
 FORMAT = "workbench-aspect-map"
 VERSION = 1
@@ -758,10 +760,12 @@ class AspectMap:
         # Keys by position, not by name: the names (any string) live in the config.
         for i, a in enumerate(self.aspects):
             tensors[f"embeddings/{i}"] = np.ascontiguousarray(self.embeddings[a])
-        save_file(tensors, str(folder / WEIGHTS_NAME))
+        tmp = folder / f".{WEIGHTS_NAME}.{os.getpid()}.tmp"
+        save_file(tensors, str(tmp))
+        os.replace(tmp, folder / WEIGHTS_NAME)  # whole or not at all; the config last
         config = {"format": FORMAT, "version": VERSION, "aspects": self.aspects, "weights": self.weights,
                   "perplexity": self.perplexity, "seed": self.seed, "method": self.method, "n": len(self)}
-        (folder / CONFIG_NAME).write_text(json.dumps(config, indent=2) + "\n")
+        write_json(folder / CONFIG_NAME, config)
         return folder
 
     @classmethod
