@@ -138,3 +138,20 @@ def test_a_notice_of_a_stage_reaches_the_terminal_and_the_closing_summary(tmp_pa
     assert "ordinary line" not in printed
     assert results["01_note"]["notices"] == ["decoding off: no decoders in this run"]
     assert "notice: decoding off: no decoders in this run" in logged[-1]  # the closing summary
+
+
+def test_reports_show_results_without_code_unless_asked(tmp_path, monkeypatch):
+    """A report is for a reader: no code, no counters, one parameters table, provenance at the end."""
+    code = {"01_show": "print('the result ' + 'is 42')"}
+    notebooks = _notebooks(tmp_path / "notebooks", code)
+    monkeypatch.chdir(tmp_path)  # reports go to reports/<run name> under the current directory
+    for keep, run in ((False, "plain"), (True, "with_code")):
+        run_pipeline(None, run_dir=str(tmp_path / run), notebook_dir=notebooks, progress=False, log=lambda *a: None,
+                     overrides={"size": 3}, report_code=keep)
+        page = (tmp_path / "reports" / run / "01_show.html").read_text()
+        assert "the result is 42" in page
+        assert ('jp-InputArea-editor' in page.split('<body')[1]) == keep  # the code cells themselves
+        assert ('[1]:' in page.split('<body')[1]) == keep  # their counters
+    plain = (tmp_path / "reports" / "plain" / "01_show.html").read_text()
+    assert plain.count("Parameters of this run") == 1 and "<code>size</code></td><td>3</td>" in plain
+    assert "Provenance" in plain and "torch " in plain

@@ -97,6 +97,8 @@ def test_every_stage_runs_on_an_own_corpus_from_relative_paths(own_run):
         assert (run / artifact).exists(), artifact
     # the end summary says what each stage wrote and where its report is
     assert "summaries.jsonl (" in result.stdout and "report reports/run/06_evaluate.html" in result.stdout
+    closing = result.stdout[result.stdout.index("[workbench] the map:"):]  # the map first in the closing summary
+    assert closing.startswith("[workbench] the map: reports/run/05_map.html") and "stage(s) in" in closing
     params = yaml.safe_load((run / "params.yaml").read_text())
     assert Path(params["parameters"]["corpus"]) == home / "papers.csv"  # resolved from where the user stands
     assert str(home / "papers.csv") in (run / "01_generate.ipynb").read_text()  # made absolute: the kernel runs in run/

@@ -30,7 +30,7 @@ def cmd_run(args) -> int:
 
     stages = args.stages.split(",") if args.stages else None
     run_pipeline(args.params, run_dir=args.run_dir, stages=stages, overrides=_overrides(args.param),
-                 report=not args.no_report, kernel_per_stage=args.kernel_per_stage)
+                 report=not args.no_report, kernel_per_stage=args.kernel_per_stage, report_code=args.report_code)
     return 0
 
 
@@ -128,6 +128,8 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("-p", "--param", action="append", default=[], metavar="KEY=VALUE",
                      help="override one notebook parameter (repeatable)")
     run.add_argument("--no-report", action="store_true", help="skip the HTML export")
+    run.add_argument("--report-code", action="store_true",
+                     help="keep the code cells in the HTML reports (by default they show results only)")
     run.add_argument("--kernel-per-stage", action="store_true",
                      help="a fresh kernel for each stage (by default the stages share one, each from an empty "
                           "namespace, and skip its start-up and imports)")

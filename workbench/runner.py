@@ -591,7 +591,11 @@ def _written(before: dict, after: dict, run_path: Path, skip: tuple) -> dict:
 def summary(results: dict, run_path: Path) -> str:
     """What each stage wrote (top-level artifacts and sizes), its time and its report."""
     total = sum(r["seconds"] for r in results.values())
-    lines = [f"[workbench] {len(results)} stage(s) in {_duration(total)}, run directory {_shown(run_path)}:"]
+    lines = []
+    maps = [Path(r["html"]).with_name("05_map.html") for r in results.values() if r.get("html")]
+    if any(m.is_file() for m in maps):  # the main output first: the map to open in a browser
+        lines.append(f"[workbench] the map: {_shown(next(m for m in maps if m.is_file()))} (open it in a browser)")
+    lines.append(f"[workbench] {len(results)} stage(s) in {_duration(total)}, run directory {_shown(run_path)}:")
     for stage, r in results.items():
         wrote = ", ".join(f"{name} ({_size(a['bytes'])}" + (f", {a['files']} files)" if name.endswith("/") else ")")
                           for name, a in r["artifacts"].items()) or "no new files"
@@ -608,7 +612,7 @@ def summary(results: dict, run_path: Path) -> str:
 def run_pipeline(params_file: str | os.PathLike | None = None, *, run_dir: str | None = None,
                  stages: list[str] | None = None, overrides: dict | None = None, report: bool = True,
                  notebook_dir: Path = NOTEBOOKS, log=print, progress: bool = True,
-                 kernel_per_stage: bool = False, kernel: Kernel | None = None) -> dict:
+                 kernel_per_stage: bool = False, kernel: Kernel | None = None, report_code: bool = False) -> dict:
     """Execute the chosen notebooks in order with papermill; returns {stage: {"notebook", "html", "seconds",
     "artifacts"}}, also written to run.json in the run directory.
 
@@ -641,11 +645,11 @@ def run_pipeline(params_file: str | os.PathLike | None = None, *, run_dir: str |
     # One run at a time in a run directory: a second one is refused here, before it writes anything.
     with RunLock(run_path, "workbench run --stages " + ",".join(resolved)):
         return _run_locked(config, run_path, report_path, resolved, declared, report, notebook_dir, log, progress,
-                           kernel_per_stage, kernel)
+                           kernel_per_stage, kernel, report_code)
 
 
 def _run_locked(config, run_path, report_path, resolved, declared, report, notebook_dir, log, progress,
-                kernel_per_stage, kernel) -> dict:
+                kernel_per_stage, kernel, report_code=False) -> dict:
     """`run_pipeline` once its checks have passed and it holds the run directory's lock."""
     import papermill
     from nbclient.exceptions import DeadKernelError
@@ -711,7 +715,7 @@ def _run_locked(config, run_path, report_path, resolved, declared, report, noteb
             if report:
                 html_path = report_path / f"{stage}.html"
                 try:
-                    entry["html"] = str(export_html(executed, html_path))
+                    entry["html"] = str(export_html(executed, html_path, code=report_code))
                 except OSError as exc:
                     raise RuntimeError(f"stage {stage} ran, but its report {exc.filename or html_path} could not be "
                                        f"written: {exc.strerror or exc}") from None
@@ -725,11 +729,59 @@ def _run_locked(config, run_path, report_path, resolved, declared, report, noteb
     return results
 
 
-def export_html(notebook: Path, html_path: Path) -> Path:
-    """Export an executed notebook as a standalone HTML report (images inlined)."""
+def export_html(notebook: Path, html_path: Path, code: bool = False) -> Path:
+    """Export an executed notebook as a standalone HTML report (images inlined).
+
+    For a reader, not a developer: by default no code and no cell counters, the run's parameters
+    as one table at the top and where the results came from at the end (package versions, the
+    corpus file's hash, the parameters). code=True (`workbench run --report-code`) keeps the code.
+    """
     import nbformat
     from nbconvert import HTMLExporter
 
     nb = nbformat.read(notebook, as_version=4)
-    body, _ = HTMLExporter(template_name="lab").from_notebook_node(nb)
+    params = nb.metadata.get("papermill", {}).get("parameters", {})
+    if not code:
+        nb.cells = [c for c in nb.cells if not (c.cell_type == "code" and {"parameters", "injected-parameters"}
+                                                & set(c.metadata.get("tags", [])))]
+        at = 1 if nb.cells and nb.cells[0].cell_type == "markdown" else 0  # after the notebook's title
+        nb.cells.insert(at, nbformat.v4.new_markdown_cell(_parameters_markdown(params)))
+        nb.cells.append(nbformat.v4.new_markdown_cell(_provenance_markdown(params)))
+    exporter = HTMLExporter(template_name="lab", exclude_input=not code, exclude_input_prompt=not code,
+                            exclude_output_prompt=not code)
+    body, _ = exporter.from_notebook_node(nb)
     return write_text(html_path, body)
+
+
+def _parameters_markdown(params: dict) -> str:
+    """The run's parameters as one table: an HTML block (no Markdown is read inside it), every value escaped."""
+    def shown(value):
+        return html.escape(value if isinstance(value, str) else json.dumps(value, ensure_ascii=False))
+
+    rows = "".join(f"<tr><td><code>{html.escape(str(k))}</code></td><td>{shown(v)}</td></tr>" for k, v in params.items())
+    table = f"<table><tr><th>parameter</th><th>value</th></tr>{rows}</table>" if rows else "<p>the notebook's defaults</p>"
+    return f"<div class=\"wb-parameters\"><p><b>Parameters of this run</b></p>{table}</div>"
+
+
+def _provenance_markdown(params: dict) -> str:
+    """Where the results came from: versions, the corpus file's hash, the platform (escaped Markdown)."""
+    import hashlib
+    import platform
+    from importlib import metadata
+
+    lines = []
+    for package in ("semcse-workbench", "torch", "transformers", "sentence-transformers", "scikit-learn",
+                    "openTSNE", "bokeh", "pandas", "numpy"):
+        try:
+            lines.append(f"{package} {metadata.version(package)}")
+        except metadata.PackageNotFoundError:
+            continue
+    corpus = params.get("corpus")
+    if isinstance(corpus, str) and Path(corpus).is_file():
+        digest = hashlib.sha256(Path(corpus).read_bytes()).hexdigest()[:16]
+        lines.append(f"corpus file {Path(corpus).name}, sha256 {digest}…")
+    elif corpus:
+        lines.append(f"corpus {corpus}")
+    lines.append(f"Python {platform.python_version()} on {platform.system()} {platform.machine()}")
+    return ("<div class=\"wb-provenance\"><p><b>Provenance</b>: " + "; ".join(html.escape(line) for line in lines)
+            + ".</p></div>")
