@@ -60,7 +60,8 @@ def test_map_frame_columns_colours_and_raw_text(meta, presets):
     venues = dict(zip(data["group"], data["color"]))
     assert len(venues) == 3 and len(set(venues.values())) == 3
     clusters = map_frame(coords, meta)
-    assert clusters["group"][0].startswith("cluster ")
+    assert clusters["group"][0].startswith("region ")  # numbered from 1, as the legend numbers regions
+    assert min(int(g.split()[1]) for g in clusters["group"]) == 1
     assert list(cluster_labels(coords, 6)) == list(cluster_labels(coords, 6))  # fixed seed
     assert len(set(cluster_labels(coords, 6))) == 6
     with pytest.raises(ValueError):

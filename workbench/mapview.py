@@ -107,7 +107,7 @@ def _by_cluster(color_by) -> bool:
 
 def _group_name(color_by) -> str:
     """What the colour means, for the tooltip."""
-    return "cluster" if _by_cluster(color_by) else str(color_by)
+    return "region" if _by_cluster(color_by) else str(color_by)
 
 
 def _colors(coords: np.ndarray, meta: pd.DataFrame, color_by) -> tuple[list[str], list[str], str]:
@@ -119,7 +119,8 @@ def _colors(coords: np.ndarray, meta: pd.DataFrame, color_by) -> tuple[list[str]
     if _by_cluster(color_by):
         ids = cluster_labels(coords, DEFAULT_CLUSTERS if color_by is None else int(color_by))
         colors = _palette(int(ids.max()) + 1 if len(ids) else 0)
-        return [colors[i] for i in ids], [f"cluster {i}" for i in ids], "cluster"
+        # Numbered from 1, as the legend and the map's labels number the regions.
+        return [colors[i] for i in ids], [f"region {i + 1}" for i in ids], "region"
     if color_by not in meta.columns:
         raise ValueError(f"color_by={color_by!r} is not a metadata column")
     groups = [_text(v) for v in meta[color_by]]
