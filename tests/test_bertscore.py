@@ -19,9 +19,9 @@ REFERENCES = [["The paper parses sentences with a graph parser.", "Dependency pa
 
 @pytest.fixture(autouse=True)
 def fresh_store():
-    bertscore._TOKENS.clear()
+    bertscore.TOKENS.clear()
     yield
-    bertscore._TOKENS.clear()
+    bertscore.TOKENS.clear()
 
 
 def test_f1_matches_the_bert_score_package():
@@ -42,12 +42,12 @@ def test_one_pass_gives_the_pooled_vector_and_keeps_the_tokens(monkeypatch):
     texts = [r for rs in REFERENCES[:3] for r in ([rs] if isinstance(rs, str) else rs)]
     pooled = bertscore.read("minilm", texts, 4, pooled=True)
     assert np.allclose(pooled, FrozenBackbone("minilm").embed(texts), atol=1e-5)  # what the truths need
-    kept = {k: v[0].copy() for k, v in bertscore._store("minilm", 4, 256).items()}
+    kept = {k: v[0].copy() for k, v in bertscore.token_store("minilm", 4, 256).items()}
     assert set(kept) == {text_key(t) for t in texts}
     # Reading only up to the layer gives the same token vectors as the whole pass.
-    bertscore._TOKENS.clear()
+    bertscore.TOKENS.clear()
     bertscore.read("minilm", texts, 4)
-    again = bertscore._store("minilm", 4, 256)
+    again = bertscore.token_store("minilm", 4, 256)
     assert all(np.allclose(again[k][0], kept[k], atol=1e-5) for k in kept)
     assert all(again[k][1][0] == 0 and again[k][1][-1] == 0 and again[k][1][1:-1].all() for k in kept)
     # Texts already read are not read again: scoring against them runs the encoder on the candidates only.
@@ -65,7 +65,7 @@ def test_stage_06_truths_keep_the_summaries_for_bertscore(tmp_path):
     texts = ["Parsing noisy tweets.", "Filtering summaries by entailment."]
     vectors = encode_texts("minilm", texts, run_dir=tmp_path, keep_layer=6)
     assert np.allclose(vectors, FrozenBackbone("minilm").embed(texts), atol=1e-5)
-    assert {text_key(t) for t in texts} <= set(bertscore._store("minilm", 6, 256))
+    assert {text_key(t) for t in texts} <= set(bertscore.token_store("minilm", 6, 256))
     assert np.allclose(encode_texts("minilm", texts, run_dir=tmp_path), vectors)  # cached in the run as usual
 
 
@@ -74,10 +74,10 @@ def test_kept_texts_are_bounded_and_scores_do_not_change(monkeypatch, tmp_path):
     from workbench import report
 
     full = bertscore.f1(CANDIDATES[:3], REFERENCES[:3], "minilm", 6)
-    bertscore._TOKENS.clear()
+    bertscore.TOKENS.clear()
     monkeypatch.setattr(bertscore, "MAX_KEPT", 3)
     first = bertscore.f1(CANDIDATES[:3], REFERENCES[:3], "minilm", 6)  # 7 texts: all needed, none dropped
-    store = bertscore._store("minilm", 6, 256)
+    store = bertscore.token_store("minilm", 6, 256)
     assert len(store) == 7 and np.allclose(first, full)
     bertscore.f1(["Another text."], ["And its reference."], "minilm", 6)
     assert len(store) == 3 and {text_key("Another text."), text_key("And its reference.")} <= set(store)
@@ -86,4 +86,4 @@ def test_kept_texts_are_bounded_and_scores_do_not_change(monkeypatch, tmp_path):
     # The off-the-shelf vectors of stage 06: one run directory's caches in memory at a time.
     report.encode_texts("minilm", ["Parsing noisy tweets."], run_dir=tmp_path / "a")
     report.encode_texts("minilm", ["Parsing noisy tweets."], run_dir=tmp_path / "b")
-    assert {key[0] for key in report._TEXT_CACHES} == {str(tmp_path / "b" / "features" / FrozenBackbone("minilm").key)}
+    assert {key[0] for key in report.TEXT_CACHES} == {str(tmp_path / "b" / "features" / FrozenBackbone("minilm").key)}

@@ -18,6 +18,7 @@ from workbench.distill import (DistillCollate, DistillConfig, MissingTeachersErr
                                check_teachers, compute_targets, distill_loss, embed_corpus, evaluate_distill,
                                load_targets, train_unified_baseline, train_unified_model)
 from workbench.encoders import AspectEncoder, CheckpointError
+from workbench.training import stack_targets
 
 ASPECTS = ["challenge", "approach", "outcome"]
 DIM = 16
@@ -191,7 +192,7 @@ def test_checkpoint_round_trip(distilled, aclsum_small):
     model = AspectEncoder.from_pretrained(result.out_dir, device="cpu")
     assert model.aspects == ASPECTS and model.dim == DIM and model.extra["step"] == result.best_step
     # The saved checkpoint reproduces the validation of the step it was kept at, exactly.
-    dense, masks = distill._stack_targets(targets, val, DIM)
+    dense, masks = stack_targets(targets, val, DIM)
     texts = [corpus[d]["abstract"] for d in val]
     again = evaluate_distill(model, texts, dense, masks)
     assert again["mean_rank"] == pytest.approx(result.best["mean_rank"])

@@ -446,7 +446,7 @@ def test_encode_texts_encodes_each_text_once_and_matches_the_encoder(tmp_path, m
         return embed(self, texts, **kwargs)
 
     monkeypatch.setattr(FrozenBackbone, "embed", counting)
-    monkeypatch.setattr(report, "_TEXT_CACHES", {})
+    monkeypatch.setattr(report, "TEXT_CACHES", {})
     texts = ["A parser for noisy tweets.", "Machine translation of low-resource languages.", "A parser for noisy tweets."]
     first = report.encode_texts("minilm", texts, run_dir=tmp_path)
     assert calls == [2]  # the repeated text once
@@ -455,7 +455,7 @@ def test_encode_texts_encodes_each_text_once_and_matches_the_encoder(tmp_path, m
     np.testing.assert_allclose(again, first[::-1])
     direct = AspectEncoder.from_base("minilm", ["base"], pooling="mean").encode_pooled(texts, max_length=256)
     np.testing.assert_allclose(first, direct, atol=1e-5)
-    monkeypatch.setattr(report, "_TEXT_CACHES", {})  # a new session reads the run's shards
+    monkeypatch.setattr(report, "TEXT_CACHES", {})  # a new session reads the run's shards
     np.testing.assert_allclose(report.encode_texts("minilm", texts, run_dir=tmp_path), first)
     assert calls == [2]
 

@@ -169,7 +169,8 @@ def test_distant_labels_mark_the_sentence_nearest_the_target():
 
 
 def test_checkpoint_round_trip_and_errors(tmp_path):
-    from workbench.encoders import CheckpointError, load_model
+    from workbench.checkpoints import load_model
+    from workbench.encoders import CheckpointError
 
     model = PooledAspectModel("bag-of-words", ["challenge", "outcome"], hidden=48, rank=4)
     with torch.no_grad():

@@ -8,14 +8,14 @@ import pytest
 
 from workbench.aspects import load_aspects
 from workbench.generate import SUMMARY_PREFILL, SUMMARY_STOP, generate_summaries, summaries_frame
-from workbench.llm import Completion, Sampling, _common_prefix, _cut_at_stop, plan_batches
+from workbench.llm import Completion, Sampling, common_prefix, cut_at_stop, plan_batches
 
 
 def test_common_prefix():
-    assert _common_prefix([[1, 2, 3], [1, 2, 4], [1, 2]]) == 2
-    assert _common_prefix([[5, 6]]) == 2
-    assert _common_prefix([[1], [2]]) == 0
-    assert _common_prefix([]) == 0
+    assert common_prefix([[1, 2, 3], [1, 2, 4], [1, 2]]) == 2
+    assert common_prefix([[5, 6]]) == 2
+    assert common_prefix([[1], [2]]) == 0
+    assert common_prefix([]) == 0
 
 
 def test_plan_batches_groups_long_common_starts_and_respects_the_row_limit():
@@ -36,8 +36,8 @@ def test_plan_batches_groups_long_common_starts_and_respects_the_row_limit():
 
 
 def test_cut_at_stop():
-    assert _cut_at_stop('Good."} trailing', ('"}', '"\n}')) == 'Good."}'
-    assert _cut_at_stop("no stop", ('"}',)) == "no stop"
+    assert cut_at_stop('Good."} trailing', ('"}', '"\n}')) == 'Good."}'
+    assert cut_at_stop("no stop", ('"}',)) == "no stop"
 
 
 class FakeBackend:
@@ -153,7 +153,7 @@ def greedy_references(smollm, short_aspects):
         out = model.generate(**enc, max_new_tokens=20, do_sample=False, stop_strings=list(SUMMARY_STOP),
                              tokenizer=tokenizer, pad_token_id=tokenizer.pad_token_id)
         text = tokenizer.decode(out[0, enc["input_ids"].shape[1]:], skip_special_tokens=True)
-        want.append(SUMMARY_PREFILL + _cut_at_stop(text, SUMMARY_STOP))
+        want.append(SUMMARY_PREFILL + cut_at_stop(text, SUMMARY_STOP))
     return conversations + conversations[:2], want  # repeated conversations (k samples) are read once
 
 
@@ -207,10 +207,10 @@ def test_llama_cpp_backend_samples_differ_and_end_like_transformers(tiny_corpus,
 
 
 def test_credentials_in_a_server_url_never_reach_messages():
-    from workbench.llm import OpenAIBackend, _without_credentials
+    from workbench.llm import OpenAIBackend, without_credentials
 
-    assert _without_credentials("http://user:sk-secret123@host:8000/v1") == "http://***@host:8000/v1"
-    assert _without_credentials("http://host/v1") == "http://host/v1"
+    assert without_credentials("http://user:sk-secret123@host:8000/v1") == "http://***@host:8000/v1"
+    assert without_credentials("http://host/v1") == "http://host/v1"
     backend = OpenAIBackend("m", base_url="http://user:sk-secret123@127.0.0.1:9/v1", retries=0, timeout=0.5)
     try:
         assert "sk-secret123" not in repr(backend)

@@ -65,14 +65,14 @@ def test_devices_are_detected_not_hard_coded(monkeypatch):
 
 def test_a_conversion_that_lost_the_race_keeps_the_winners_folder(tmp_path):
     """Two workers converting one model: the second rename finds the folder done and drops its copy."""
-    from workbench.models import _publish
+    from workbench.models import publish_folder
 
     folder = tmp_path / "converted"
     for pid in (1, 2):
         tmp = tmp_path / f"converted.tmp{pid}"
         tmp.mkdir()
         (tmp / "config.json").write_text(f'{{"by": {pid}}}')
-        _publish(tmp, folder)
+        publish_folder(tmp, folder)
         assert not tmp.exists()
     assert (folder / "config.json").read_text() == '{"by": 1}'
     # A folder in the way that is not a finished conversion is an error, not silently kept.
@@ -82,7 +82,7 @@ def test_a_conversion_that_lost_the_race_keeps_the_winners_folder(tmp_path):
     tmp.mkdir()
     (tmp / "config.json").write_text("{}")
     with pytest.raises(OSError):
-        _publish(tmp, broken)
+        publish_folder(tmp, broken)
 
 
 def test_thread_counts_come_from_the_free_cores_or_the_environment(monkeypatch):
@@ -141,9 +141,9 @@ def test_thread_counts_come_from_the_free_cores_or_the_environment(monkeypatch):
     monkeypatch.setenv("WORKBENCH_THREADS", "1")
     try:
         assert devices.use_free_cores() == 1 and torch.get_num_threads() == 1
-        assert tsne._n_jobs() == 1
+        assert tsne.thread_count() == 1
         monkeypatch.setattr(tsne, "N_JOBS", 2)
-        assert tsne._n_jobs() == 2
+        assert tsne.thread_count() == 2
     finally:
         torch.set_num_threads(before)
 

@@ -32,9 +32,9 @@ def test_a_bar_stopped_early_ends_at_its_count_not_in_red():
 def test_models_load_without_transformers_bars_and_leave_them_as_they_were():
     from transformers.utils import logging as hf_logging
 
-    from workbench.models import _no_loading_bars
+    from workbench.models import no_loading_bars
 
     assert hf_logging.is_progress_bar_enabled()
-    with _no_loading_bars():
+    with no_loading_bars():
         assert not hf_logging.is_progress_bar_enabled()  # no "Loading weights 0%" left in a report
     assert hf_logging.is_progress_bar_enabled()  # the user's own downloads still show theirs

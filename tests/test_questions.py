@@ -14,6 +14,7 @@ import torch
 from workbench import questions as Q
 from workbench.evaluation import correlation_table
 from workbench.llm import Completion, Sampling
+from workbench.vectors import unit_rows
 
 
 class Scripted:
@@ -251,7 +252,7 @@ def test_save_load_round_trip_is_safetensors_and_json(tmp_path):
 def test_question_embedding_correlation_uses_the_evaluation_table():
     rng = np.random.default_rng(0)
     head = rng.normal(size=(30, 8))
-    truth = Q._unit(head) @ Q._unit(head).T
+    truth = unit_rows(head) @ unit_rows(head).T
     np.fill_diagonal(truth, np.nan)
     probs = 1 / (1 + np.exp(-(head[:, :4] * 3)))
     out = Q.question_embedding_correlation(probs, head, truth)

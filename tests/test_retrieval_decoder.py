@@ -203,12 +203,12 @@ def test_perplexity_against_an_independent_log_softmax_and_the_controls():
 
 
 def test_legend_escapes_paper_text_and_states_the_weights():
-    from workbench.mapview import _label_data, legend_html
+    from workbench.mapview import label_source_data, legend_html
 
     labels = [(0.0, 1.0, "<script>alert(1)</script>", "from: <img src=x onerror=alert(2)>"), (2.0, 3.0, "plain")]
     html = legend_html(labels, {"method": 0.25, "task": 0.75}, ["#ff0000", "#00ff00"])
     assert "<script>" not in html and "<img" not in html and "&lt;script&gt;" in html
     assert "method 0.25" in html and "task 0.75" in html and "#00ff00" in html
-    data = _label_data(labels)
+    data = label_source_data(labels)
     assert data["number"] == ["1", "2"] and data["detail"][1] == "plain"
     assert pd.Series(data["text"]).str.len().gt(0).all()

@@ -315,7 +315,7 @@ def test_a_tiny_notebook_through_the_engine_shows_progress_and_sums_up(tmp_path,
     assert entry["html"] == str(tmp_path / "reports" / "run" / "01_tiny.html")  # from here, like run_dir
     assert "report reports/run/01_tiny.html" in printed
     assert json.loads((tmp_path / "run" / "run.json").read_text())["01_tiny"]["artifacts"] == entry["artifacts"]
-    runner._check_run_dir(tmp_path / "run", notebooks, ["01_tiny"])  # its own executed notebook may be rerun
+    runner.check_run_dir(tmp_path / "run", notebooks, ["01_tiny"])  # its own executed notebook may be rerun
     # What the kernel process writes itself (C libraries, its warnings) goes to a file, not over the line.
     assert "straight to the kernel process stderr" in (tmp_path / "run" / "kernel.log").read_text()
 

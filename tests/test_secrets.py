@@ -170,7 +170,7 @@ def test_a_forty_hex_revision_passes_where_its_name_or_context_says_revision(tmp
 @pytest.mark.parametrize("path", sorted((ROOT / "params").glob("*.yaml")), ids=lambda p: p.name)
 def test_every_shipped_params_file_passes_the_secret_check(path, monkeypatch):
     monkeypatch.chdir(ROOT)
-    monkeypatch.setattr(runner, "_check_inputs", lambda *args, **kwargs: None)  # data/my_papers.csv is made by a script
+    monkeypatch.setattr(runner, "check_inputs", lambda *args, **kwargs: None)  # data/my_papers.csv is made by a script
     config = load_params(path)
     raw = yaml.safe_load(path.read_text())
     assert set(config["parameters"]) == set(raw.get("parameters") or {})
@@ -205,7 +205,7 @@ def test_no_text_of_the_test_corpora_looks_like_a_key(source, monkeypatch):
     refused = []
     for text in texts:
         try:
-            runner._check_secret("new_abstract", text)
+            runner.check_secret("new_abstract", text)
         except RunConfigError:
             refused.append(text[:80])
     assert refused == []
@@ -216,4 +216,4 @@ def test_no_text_of_the_aspect_files_looks_like_a_key():
     texts = [t for f in files for t in _texts(yaml.safe_load(f.read_text()))]
     assert texts
     for text in texts:
-        runner._check_secret("aspects", text)
+        runner.check_secret("aspects", text)

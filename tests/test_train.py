@@ -155,7 +155,7 @@ def test_training_improves_validation_and_keeps_the_best_checkpoint(aclsum, tmp_
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_rerun_skips_a_finished_model_and_overwrite_retrains(aclsum, tmp_path):
-    from workbench.train import TrainConfig, _finished, train_aspect_models, views_fingerprint
+    from workbench.train import TrainConfig, finished_result, train_aspect_models, views_fingerprint
 
     small = aclsum.subset(ids=list(aclsum.docs.loc[aclsum.docs["split"] == "train", "doc_id"][:8])
                           + list(aclsum.docs.loc[aclsum.docs["split"] == "validation", "doc_id"][:6]))
@@ -183,13 +183,13 @@ def test_rerun_skips_a_finished_model_and_overwrite_retrains(aclsum, tmp_path):
     out = tmp_path / "aspect_models" / "challenge"
     views = collect_views(["challenge"], tmp_path, small)["challenge"]
     fingerprint = views_fingerprint(views, split["train"], split["validation"])
-    assert _finished(out, config, "challenge", fingerprint) is not None
-    assert _finished(out, TrainConfig(batch_size=4, max_steps=1, eval_every=1, max_length=32, lr=2e-5),
+    assert finished_result(out, config, "challenge", fingerprint) is not None
+    assert finished_result(out, TrainConfig(batch_size=4, max_steps=1, eval_every=1, max_length=32, lr=2e-5),
                      "challenge", fingerprint) is None
-    assert _finished(out, config, "challenge", "another") is None
+    assert finished_result(out, config, "challenge", "another") is None
     record = json.loads((out / "train_config.json").read_text())
     (out / "train_config.json").write_text(json.dumps({**record, "status": "running"}))
-    assert _finished(out, config, "challenge", fingerprint) is None
+    assert finished_result(out, config, "challenge", fingerprint) is None
 
 
 def _free_port() -> int:

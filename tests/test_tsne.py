@@ -118,9 +118,9 @@ def test_opentsne_euclidean_rows_are_ours_on_the_same_neighbours():
     f = weighted_features(emb).astype(np.float64)
     theirs = PerplexityBasedNN(f, perplexity=10, metric="euclidean", method="exact", symmetrize=False).P.toarray()
     theirs /= theirs.sum(axis=1, keepdims=True)
-    idx, d = tsne._knn_rows(f, 30)  # openTSNE's k = 3 x perplexity
+    idx, d = tsne.knn_rows(f, 30)  # openTSNE's k = 3 x perplexity
     ours = np.zeros_like(theirs)
-    np.put_along_axis(ours, idx, tsne._calibrate_rows(d, 10)[0], axis=1)
+    np.put_along_axis(ours, idx, tsne.calibrate_rows(d, 10)[0], axis=1)
     # openTSNE squares Euclidean distances, |f_i - f_j|^2 = 2 (1 - cos): the same rows as 1 - cos unsquared.
     assert np.allclose(ours, theirs, atol=1e-4)
 
@@ -220,7 +220,7 @@ def test_position_loss_is_the_full_kl_up_to_a_constant(loo):
     f = weighted_features(_rows(emb, out[:1]), amap.weights).astype(np.float64)
     d = np.clip(1 - f @ amap.features().astype(np.float64).T, 0, 2)
     p = amap._p_rows(d)
-    beta_new = tsne._calibrate_rows(d, 30.0)[1]
+    beta_new = tsne.calibrate_rows(d, 30.0)[1]
     betas = np.concatenate([amap._rows()[0], beta_new])
     rng = np.random.default_rng(0)
     ys = amap.coords[[0, 50, 100]] + rng.normal(size=(3, 2))
@@ -268,7 +268,7 @@ def test_inversion_objective_tracks_full_kl_and_its_gradient(loo):
     amap, _, _, _ = loo
     objective, c0 = amap._inversion_objective(amap.coords[7] + [0.5, -0.3])
     loss0, grad, x_hat = objective(c0)
-    beta = float(tsne._calibrate_rows(np.clip(1 - amap._features64() @ x_hat, 0, 2)[None], 30.0)[1][0])
+    beta = float(tsne.calibrate_rows(np.clip(1 - amap._features64() @ x_hat, 0, 2)[None], 30.0)[1][0])
     betas = np.append(amap._rows()[0], beta)
     rng = np.random.default_rng(1)
     losses, gaps = [], []

@@ -24,16 +24,17 @@ from typing import Sequence
 import numpy as np
 
 # (model path, layer, max_length) -> {text key: (unit token vectors [n, H], weights [n]: 0 for special tokens)}
-_TOKENS: dict[tuple, dict] = {}
+TOKENS: dict[tuple, dict] = {}
 # Texts kept per store: about 100 kB each (30 tokens x 768 floats), so at most about 400 MB. A
 # kernel kept from run to run would otherwise hold every text any run read; the oldest go first.
 MAX_KEPT = 4096
 
 
-def _store(model: str, layer: int, max_length: int) -> dict:
+def token_store(model: str, layer: int, max_length: int) -> dict:
+    """The token vectors kept this session for texts read with `model` at `layer`: {text key: (vectors, weights)}."""
     from .models import resolve_model
 
-    return _TOKENS.setdefault((resolve_model(model).path, int(layer), int(max_length)), {})
+    return TOKENS.setdefault((resolve_model(model).path, int(layer), int(max_length)), {})
 
 
 @contextlib.contextmanager
@@ -67,7 +68,7 @@ def read(model: str, texts: Sequence[str], layer: int, pooled: bool = False, max
     from .features import FrozenBackbone, text_key
 
     encoder = FrozenBackbone(model, max_length=max_length, device=device).encoder()  # loaded once per session
-    store = _store(model, layer, max_length)
+    store = token_store(model, layer, max_length)
     tok = encoder.tokenizer
     special = torch.tensor(sorted({i for i in (tok.cls_token_id, tok.sep_token_id, tok.bos_token_id,
                                                tok.eos_token_id) if i is not None}))
@@ -117,7 +118,7 @@ def f1(candidates: Sequence[str], references: Sequence[str | Sequence[str]], mod
         raise ValueError("every candidate needs at least one reference text")
     read(model, list(candidates) + [r for rs in refs for r in rs], layer, max_length=max_length,
          batch_size=batch_size, device=device)
-    store = _store(model, layer, max_length)
+    store = token_store(model, layer, max_length)
     scores = np.zeros(len(refs))
     for i, (candidate, rs) in enumerate(zip(candidates, refs)):
         cv, cw = store[text_key(candidate)]

@@ -38,7 +38,9 @@ import pandas as pd
 
 from .decoder import CONFIG_NAME, HISTORY_NAME, DecoderConfig, DecoderTrainResult, EmbeddingDecoder, train_decoder
 from .progress import notice
+from .rundir import aspect_model_dir, read_split
 from .files import write_json
+from .vectors import unit_rows
 
 DECODERS = "decoders"
 SHARED = "shared"
@@ -46,11 +48,6 @@ DONE_NAME = "done.json"
 DEFAULT_NAME = "default.json"  # which kind of decoder the later stages load: {"kind": "retrieval"}
 BERTSCORE_MODEL = "mpnet"  # the fixed reference encoder the workbench never trains
 BERTSCORE_LAYERS = {"mpnet": 9, "minilm": 6}  # OFFLINE_ASSETS: layers that bert-score uses for these
-
-
-def _unit(x: np.ndarray) -> np.ndarray:
-    x = np.asarray(x, dtype=np.float32)
-    return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
 
 
 @dataclass
@@ -84,16 +81,6 @@ class DecoderData:
                 "source": self.source}
 
 
-def _split(run_dir: Path) -> tuple[list[str], list[str]]:
-    from .train import SPLIT_NAME
-
-    path = run_dir / "aspect_models" / SPLIT_NAME
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} is missing: run stage 02 (train) for this run first")
-    split = json.loads(path.read_text())
-    return [str(d) for d in split["train"]], [str(d) for d in split["validation"]]
-
-
 def decoder_data(run_dir, corpus, aspects: Sequence[str], source: str = "unified",
                  batch_size: int = 32, max_val_docs: int | None = None) -> dict[str, DecoderData]:
     """(embedding, summaries) items per aspect for the train and validation documents of the run.
@@ -109,7 +96,7 @@ def decoder_data(run_dir, corpus, aspects: Sequence[str], source: str = "unified
     from .views import collect_views
 
     run_dir = Path(run_dir)
-    train_ids, val_ids = _split(run_dir)
+    train_ids, val_ids = read_split(run_dir)
     val_ids = val_ids[:max_val_docs] if max_val_docs else val_ids
     views = collect_views(list(aspects), run_dir, corpus)
     if source == "unified":
@@ -129,7 +116,8 @@ def decoder_data(run_dir, corpus, aspects: Sequence[str], source: str = "unified
         val = set(val_ids)
         out[aspect] = DecoderData(
             aspect=aspect, doc_ids=items,
-            embeddings=_unit(np.stack([vectors[aspect][d] for d in items])) if items else np.zeros((0, 1), np.float32),
+            embeddings=(unit_rows(np.stack([vectors[aspect][d] for d in items])) if items
+                        else np.zeros((0, 1), np.float32)),
             texts=[list(views[aspect].views[d]) for d in items],
             train_idx=[i for i, d in enumerate(items) if d not in val],
             val_idx=[i for i, d in enumerate(items) if d in val], source=source)
@@ -281,11 +269,11 @@ class AspectDecoder:
 
         exclude is accepted for the retrieval decoder's interface; this decoder has no memory to exclude from.
         """
-        return self.decoder.generate(_unit(np.atleast_2d(embeddings)), aspect=self._aspect(), **sampling)
+        return self.decoder.generate(unit_rows(np.atleast_2d(embeddings)), aspect=self._aspect(), **sampling)
 
     def perplexity(self, embeddings, texts: Sequence[str], batch_size: int = 8, exclude=None) -> float:
         """Perplexity of texts[i] given embeddings[i]; embeddings=None is the unconditioned control."""
-        emb = None if embeddings is None else _unit(np.atleast_2d(embeddings))
+        emb = None if embeddings is None else unit_rows(np.atleast_2d(embeddings))
         return self.decoder.perplexity(emb, texts, batch_size, aspect=self._aspect())
 
     def perplexities(self, requests, batch_size: int = 8) -> dict[str, float]:
@@ -411,35 +399,27 @@ def round_trip(texts: Sequence[str], targets, aspect_model, aspect: str,
     that is itself a corpus row ties with that row and does not count against itself.
     aspect_model: an AspectEncoder with a head for `aspect` (or a path to one).
     """
-    from .encoders import is_model, load_model
+    from .checkpoints import is_model, load_model
 
     if not is_model(aspect_model):
         aspect_model = load_model(aspect_model)
-    targets = _unit(np.atleast_2d(targets))
+    targets = unit_rows(np.atleast_2d(targets))
     if len(texts) != len(targets):
         raise ValueError(f"{len(texts)} texts but {len(targets)} targets")
     if not len(texts):
         return pd.DataFrame({"cosine": [], "rank": []})
     head = aspect if aspect in aspect_model.aspects else aspect_model.aspects[0]
-    emb = _unit(aspect_model.encode(list(texts), aspects=head)[head])
+    emb = unit_rows(aspect_model.encode(list(texts), aspects=head)[head])
     cosine = np.sum(emb * targets, axis=1)
     out = pd.DataFrame({"cosine": cosine})
     if corpus_embeddings is not None:
-        sims = emb @ _unit(corpus_embeddings).T
+        sims = emb @ unit_rows(corpus_embeddings).T
         out["rank"] = (sims > cosine[:, None] + 1e-6).sum(axis=1) + 1
         out["corpus size"] = len(corpus_embeddings)
     return out
 
 
-def aspect_model_dir(run_dir, aspect: str) -> Path:
-    """Folder of the stage-02 model of an aspect (used to re-embed decoded text)."""
-    folder = Path(run_dir) / "aspect_models" / aspect
-    if not folder.is_dir():
-        raise FileNotFoundError(f"{folder} is missing: the round trip needs the stage-02 aspect model")
-    return folder
-
-
-def _derangement(n: int, seed: int) -> np.ndarray:
+def derangement(n: int, seed: int) -> np.ndarray:
     """A permutation with no fixed point (each item gets another item's embedding)."""
     if n < 2:
         raise ValueError("the shuffled control needs at least two documents")
@@ -475,11 +455,11 @@ def decoding_report(decoder: AspectDecoder, embeddings, references: Sequence[Seq
     perplexity and BERTScore come with the matching embedding's on the same documents
     ("..., same papers"), the like-for-like comparison, in the same LM pass.
     """
-    emb = _unit(np.atleast_2d(embeddings))
+    emb = unit_rows(np.atleast_2d(embeddings))
     n = len(emb)
     if len(references) != n or any(not r for r in references):
         raise ValueError("each embedding needs a non-empty list of reference summaries")
-    perm = _derangement(n, seed)
+    perm = derangement(n, seed)
     m = n if perplexity_docs is None else max(2, min(n, perplexity_docs))
     # With a document limit, one reference per document (its first: the human summary where
     # there is one): each is an LM pass, and a validation paper can have a dozen highlights.
@@ -488,7 +468,7 @@ def decoding_report(decoder: AspectDecoder, embeddings, references: Sequence[Seq
     own = None if exclude is None else [exclude[i] for i in idx]
     # The shuffled control reads another scored paper's embedding (so the retrieval decoder reads
     # each context once for both); it must not read the true paper's own texts either.
-    shuffle = perm if m == n else _derangement(m, seed)
+    shuffle = perm if m == n else derangement(m, seed)
     shuffled_own = None if exclude is None else [[exclude[i], exclude[shuffle[i]]] for i in idx]
     requests = {"ppl matching": (emb[idx], texts, own), "ppl shuffled": (emb[shuffle[idx]], texts, shuffled_own)}
     if unconditioned is None:
@@ -502,7 +482,7 @@ def decoding_report(decoder: AspectDecoder, embeddings, references: Sequence[Seq
         rows_of, rebuilt_texts = [k for k, _ in pairs], [t for _, t in pairs]
         excluded = None if exclude is None else [exclude[picked[k]] for k in rows_of]
         # The matching rows of these papers ask the prompts "ppl matching" asks: read once for both.
-        requests["ppl reconstructed"] = (_unit(vectors)[rows_of], rebuilt_texts, excluded)
+        requests["ppl reconstructed"] = (unit_rows(vectors)[rows_of], rebuilt_texts, excluded)
         requests["ppl matching, same papers"] = (emb[[picked[k] for k in rows_of]], rebuilt_texts, excluded)
     metrics = {"documents": n, "summaries": sum(len(r) for r in references), "perplexity documents": m,
                "ppl unconditioned": float("nan"), **decoder.perplexities(requests)}
@@ -521,7 +501,7 @@ def decoding_report(decoder: AspectDecoder, embeddings, references: Sequence[Seq
     metrics.update({"bertscore matching": float(f1.mean()), "bertscore shuffled": float(f1_shuffled.mean())})
     if reconstructed is not None:
         rebuilt = [c[0] if c else "" for c in decoder.describe(
-            _unit(vectors), exclude=None if exclude is None else [exclude[i] for i in picked], **settings)]
+            unit_rows(vectors), exclude=None if exclude is None else [exclude[i] for i in picked], **settings)]
         metrics.update({"bertscore reconstructed": float(bertscore(rebuilt, [references[i] for i in picked],
                                                                    model=bertscore_model).mean()),
                         "bertscore matching, same papers": float(f1[picked].mean()),
@@ -577,7 +557,7 @@ LOW_MEANS = ("low confidence: the text, embedded again, lands far from this poin
 
 def neighbour_density(vectors, corpus, k: int = DENSITY_NEIGHBOURS) -> np.ndarray:
     """Mean cosine of each vector to its k nearest corpus rows; a row identical to the vector (the paper itself) is skipped."""
-    sims = _unit(np.atleast_2d(vectors)) @ _unit(np.atleast_2d(corpus)).T
+    sims = unit_rows(np.atleast_2d(vectors)) @ unit_rows(np.atleast_2d(corpus)).T
     sims[sims > 1 - 1e-4] = -np.inf  # a tapped paper is in the corpus: its own row says nothing
     k = max(1, min(k, sims.shape[1] - 1))
     top = -np.sort(-sims, axis=1)[:, :k]
@@ -687,14 +667,14 @@ def calibrate_confidence(run_dir, corpus, aspects: Sequence[str], doc_ids: Seque
     from .distill import embed_corpus
 
     run_dir = Path(run_dir)
-    doc_ids = [str(d) for d in (doc_ids if doc_ids is not None else _split(run_dir)[1])]
+    doc_ids = [str(d) for d in (doc_ids if doc_ids is not None else read_split(run_dir)[1])]
     position = {str(d): i for i, d in enumerate(corpus.ids)}
     rows = [position[d] for d in doc_ids]
     emb = embed_corpus(run_dir / "unified_model", corpus, run_dir, progress=False)
     decoders = load_decoders(run_dir, aspects)
     cosines = {}
     for a in aspects:
-        vectors = _unit(emb[a])[rows]
+        vectors = unit_rows(emb[a])[rows]
         texts = [c[0] if c else "" for c in decoders[a].describe(vectors, exclude=doc_ids, greedy=True,
                                                                   max_new_tokens=max_new_tokens)]
         cosines[a] = (round_trip(texts, vectors, aspect_model_dir(run_dir, a), a)["cosine"].to_numpy(),

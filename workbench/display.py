@@ -131,7 +131,7 @@ def plot_distill_curves(history, axes=None, title: str = ""):
     """Training loss (per step, and its mean between evaluations) and validation MRR per aspect vs step."""
     import matplotlib.pyplot as plt
 
-    if hasattr(history, "history"):  # a distill.DistillResult
+    if hasattr(history, "history"):  # a training.DistillResult
         title = title or history.kind
         history = history.history
     if axes is None:

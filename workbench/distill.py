@@ -36,7 +36,7 @@ import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -45,11 +45,13 @@ from .accel import ConfigDict, adamw, make_accelerator
 from .embeddings import model_key
 from .features import FeatureCache, frozen_backbone
 from .files import strict, write_json
+from .checkpoints import load_model
+from .encoders import CONFIG_NAME, POOLINGS, AspectEncoder
 from .headtrain import resolve_mode, train_unified_heads
-from .encoders import CONFIG_NAME, POOLINGS, AspectEncoder, load_model
 from .losses import info_nce, masked_mse
 from .metrics import mean_rank, mrr, retrieval_ranks
 from .progress import close_bar, progress_bar
+from .training import DistillResult, abstracts_of, documents_with_targets, stack_targets
 
 ASPECT_MODELS = "aspect_models"
 UNIFIED_DIR = "unified_model"
@@ -135,22 +137,6 @@ class DistillConfig(ConfigDict):
 def _views_of(views) -> dict[str, list[str]]:
     """{doc_id: [texts]} from an `AspectViews` or a plain dict."""
     return {str(d): list(v) for d, v in getattr(views, "views", views).items()}
-
-
-def _abstracts(corpus, doc_ids: Iterable[str]) -> dict[str, str]:
-    """The abstract of each requested document; every one must be in the corpus with a text abstract."""
-    table = {str(d): a for d, a in zip(corpus.docs["doc_id"], corpus.docs["abstract"]) if isinstance(a, str)}
-    wanted = list(dict.fromkeys(doc_ids))
-    missing = [d for d in wanted if d not in table]
-    if missing:
-        raise ValueError(f"{len(missing)} document(s) are not in corpus {corpus.name!r} or have no abstract: "
-                         f"{missing[:5]}; pass the corpus the targets were made for")
-    return {d: table[d] for d in wanted}
-
-
-def documents_with_targets(targets: Mapping[str, Mapping[str, np.ndarray]]) -> set[str]:
-    """Documents that have a target in at least one aspect (the only ones the unified model trains on)."""
-    return set().union(*[set(t) for t in targets.values()]) if targets else set()
 
 
 # --------------------------------------------------------------------------- teachers and targets
@@ -380,58 +366,7 @@ def evaluate_distill(model: AspectEncoder, texts: Sequence[str], targets: Mappin
     return _aggregate(per_aspect)
 
 
-def _stack_targets(targets, doc_ids, dim) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-    """Dense [n, dim] targets and [n] masks per aspect for a list of documents (NaN where none)."""
-    dense, masks = {}, {}
-    for aspect, table in targets.items():
-        dense[aspect] = np.full((len(doc_ids), dim), np.nan, dtype=np.float32)
-        masks[aspect] = np.array([d in table for d in doc_ids], dtype=bool)
-        for i, d in enumerate(doc_ids):
-            if d in table:
-                dense[aspect][i] = table[d]
-    return dense, masks
-
-
 # --------------------------------------------------------------------------- results and the loop
-
-
-@dataclass
-class DistillResult:
-    """What a training run of this stage leaves: where the best checkpoint is and how it got there.
-
-    `baseline` is the validation at step 0 (fresh heads), `best` the one of the kept
-    checkpoint; both have "mean_rank", "mrr" and per-aspect values under "aspects".
-    """
-
-    out_dir: Path
-    kind: str
-    aspects: list[str]
-    best_step: int
-    best: dict
-    baseline: dict
-    history: dict
-    config: DistillConfig
-    n_train: int
-    n_val: int
-    steps: int
-    stopped_early: bool
-    seconds: float
-    # Frozen mode: the base encoder's whole-abstract vectors scored like a head (the bar to beat).
-    reference: dict | None = None
-
-    def load(self, device: str | None = None) -> AspectEncoder:
-        """The best checkpoint, loaded."""
-        return load_model(self.out_dir, device=device)
-
-    def table(self):
-        """Per-aspect validation table: mean rank and MRR at step 0 and at the best step."""
-        return validation_table(self)
-
-    def __repr__(self) -> str:
-        return (f"DistillResult({self.kind}: best step {self.best_step}/{self.steps}, mean rank "
-                f"{self.baseline['mean_rank']:.2f} -> {self.best['mean_rank']:.2f}, MRR {self.baseline['mrr']:.3f} -> "
-                f"{self.best['mrr']:.3f}, {self.n_train} train / {self.n_val} val docs, {self.seconds:.0f}s, "
-                f"saved in {self.out_dir})")
 
 
 def _better(new: dict, old: dict) -> bool:
@@ -581,7 +516,7 @@ def train_unified_model(
         raise ValueError(f"{len(overlap)} documents are in both train_ids and val_ids, e.g. {sorted(overlap)[:3]}")
     if not train or not val:
         raise ValueError(f"need documents with targets for training and validation, got {len(train)} and {len(val)}")
-    texts = _abstracts(corpus, train + val)
+    texts = abstracts_of(corpus, train + val)
 
     accelerator = make_accelerator(config.device, config.mixed_precision)
     set_seed(config.seed)
@@ -594,7 +529,7 @@ def train_unified_model(
     model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
 
     val_texts = [texts[d] for d in val]
-    val_targets, val_masks = _stack_targets(targets, val, dim)
+    val_targets, val_masks = stack_targets(targets, val, dim)
     batches = _cycle(loader)
     counts = {a: {"train": sum(d in targets[a] for d in train), "val": sum(d in targets[a] for d in val)}
               for a in aspects}
@@ -639,7 +574,7 @@ def train_unified_baseline(
     aspects = list(views_by_aspect)
     views = {a: _views_of(views_by_aspect[a]) for a in aspects}
     train_set, val_set = set(map(str, train_ids)), set(map(str, val_ids))
-    texts = _abstracts(corpus, [d for a in aspects for d in views[a] if d in train_set | val_set])
+    texts = abstracts_of(corpus, [d for a in aspects for d in views[a] if d in train_set | val_set])
     pools = {a: {d: [texts[d]] + [v for v in views[a][d] if v != texts[d]]
                  for d in views[a] if d in train_set and views[a][d]} for a in aspects}
     empty = [a for a in aspects if not pools[a]]
@@ -701,38 +636,6 @@ def train_unified_baseline(
     return _fit(kind="unified-baseline", accelerator=accelerator, model=model, optimizer=optimizer,
                 next_batch=next_batch, loss_fn=loss_fn, evaluate=evaluate, out_dir=Path(out_dir), config=config,
                 meta=meta, progress=progress)
-
-
-# --------------------------------------------------------------------------- analysis and plots
-
-
-def validation_table(result: DistillResult):
-    """Per aspect: validation documents, chance MRR, mean rank and MRR at step 0 and at the best step.
-
-    Frozen mode adds the agreement (mean per-document Spearman x 1 with the teacher's
-    similarities, the selection score) of the base encoder's whole-abstract vectors, of the
-    untrained head and of the kept heads.
-    """
-    import pandas as pd
-
-    rows = []
-    for aspect in result.aspects:
-        before, after = result.baseline["aspects"][aspect], result.best["aspects"][aspect]
-        n = after["n"]
-        kept = "kept"  # may be step 0 itself, so the names must differ anyway
-        row = {"aspect": aspect, "val docs": n, "kept step": after.get("step", result.best_step),
-               "chance MRR": float(np.mean(1.0 / np.arange(1, n + 1))) if n else float("nan"),
-               "mean rank (step 0)": before["mean_rank"], f"mean rank ({kept})": after["mean_rank"],
-               "MRR (step 0)": before["mrr"], f"MRR ({kept})": after["mrr"]}
-        if "agreement" in after:  # frozen mode: agreement with the teacher's similarities, and the base encoder's
-            if result.reference:
-                row["agreement (base encoder)"] = result.reference["aspects"][aspect]["agreement"]
-            row["agreement (step 0)"] = before["agreement"]
-            row[f"agreement ({kept})"] = after["agreement"]
-        rows.append(row)
-    table = pd.DataFrame(rows).set_index("aspect")
-    table.loc["mean"] = table.mean(numeric_only=True)
-    return table
 
 
 # Moved to their own modules; imported here so that existing code and notebooks keep working.

@@ -17,7 +17,8 @@ from typing import Sequence
 import numpy as np
 
 from .devices import use_free_cores
-from .encoders import CONFIG_NAME, WEIGHTS_NAME, is_model, load_model
+from .checkpoints import is_model, load_model
+from .encoders import CONFIG_NAME, WEIGHTS_NAME
 from .files import write_json
 
 EMBEDDINGS_DIR = "embeddings"

@@ -53,14 +53,16 @@ class CheckpointError(ValueError):
     """A folder that cannot be loaded as a workbench aspect encoder; the message says why."""
 
 
-def _hidden_size(config) -> int:
+def config_hidden_size(config) -> int:
+    """The width of a transformers backbone's hidden states, read from its config (hidden_size, d_model or dim)."""
     for name in ("hidden_size", "d_model", "dim"):
         if isinstance(getattr(config, name, None), int):
             return getattr(config, name)
     raise ValueError(f"cannot tell the hidden size of a {type(config).__name__}")
 
 
-def _aspect_list(aspects: str | Iterable[str]) -> list[str]:
+def valid_aspects(aspects: str | Iterable[str]) -> list[str]:
+    """The aspect names as a list, after checking that there is one at least, none twice and none with a dot."""
     aspects = [aspects] if isinstance(aspects, str) else list(aspects)
     if not aspects:
         raise ValueError("an AspectEncoder needs at least one aspect")
@@ -151,9 +153,9 @@ class AspectEncoder(AspectModel):
         self.max_length = int(max_length)
         self.base_model = str(base_model)
         self.extra = dict(extra or {})
-        hidden = _hidden_size(backbone.config)
+        hidden = config_hidden_size(backbone.config)
         heads = {}
-        for name in _aspect_list(aspects):
+        for name in valid_aspects(aspects):
             head = nn.Linear(hidden, self.dim, bias=False)
             nn.init.normal_(head.weight, mean=0.0, std=head_std)
             heads[name] = head
@@ -290,7 +292,7 @@ class AspectEncoder(AspectModel):
             return {"pooled": F.normalize(v, dim=-1) if normalize else v}
 
         out = self._run_batched(texts, run, batch_size, max_length, progress, device, "encode")
-        return out.get("pooled", np.empty((0, _hidden_size(self.backbone.config)), dtype=np.float32))
+        return out.get("pooled", np.empty((0, config_hidden_size(self.backbone.config)), dtype=np.float32))
 
     # ---------------------------------------------------------------- checkpoints
 
@@ -419,48 +421,6 @@ class AspectEncoder(AspectModel):
             max_length=max_length, base_model=str(model_name),
         )
         return model.to(device or best_device())
-
-
-def load_model(folder: str | os.PathLike, device: str | None = None, aspects=None, run_dir=None,
-               trust_remote_code: bool = False):
-    """Load any workbench aspect model: a fine-tuned `AspectEncoder` or frozen-backbone `PooledAspectModel`.
-
-    Both have the same interface (`encode`, `aspects`, `dim`, ...), so the stages that
-    read models (03 targets, 04 round trips, 05 maps, 06 evaluation) need not know which
-    mode trained them. A frozen-backbone model reads and extends the feature cache of
-    `run_dir`, or of the run directory it lives in (``<run>/aspect_models/<aspect>`` or
-    ``<run>/unified_model``), so texts encoded once are not encoded again.
-    """
-    folder = Path(folder).expanduser()
-    config_path = folder / CONFIG_NAME
-    fmt = None
-    if config_path.is_file():
-        try:
-            fmt = json.loads(config_path.read_text()).get("format")
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise CheckpointError(f"{config_path} is not valid JSON: {exc}") from exc
-    from .heads import FORMAT as POOLED_FORMAT
-
-    if fmt != POOLED_FORMAT:
-        return AspectEncoder.from_pretrained(folder, device=device, aspects=aspects,
-                                             trust_remote_code=trust_remote_code)
-    from .features import FeatureCache
-    from .heads import PooledAspectModel
-
-    model = PooledAspectModel.from_pretrained(folder, device=device, aspects=aspects)
-    if run_dir is None:
-        if folder.parent.name == "aspect_models":
-            run_dir = folder.parent.parent
-        elif (folder.parent / "aspect_models").is_dir():
-            run_dir = folder.parent
-    if run_dir is not None:
-        model.cache = FeatureCache.for_run(run_dir, model.backbone())
-    return model
-
-
-def is_model(value) -> bool:
-    """True for a loaded aspect model of either kind (anything else is taken as a path)."""
-    return hasattr(value, "encode") and hasattr(value, "aspects")
 
 
 def _load_state_strict(model: nn.Module, state: dict[str, torch.Tensor], path: Path) -> None:

@@ -29,7 +29,8 @@ import numpy as np
 import pandas as pd
 
 from .files import write_json
-from .metrics import _as_array, _unit_rows, mrr, retrieval_ranks
+from .metrics import mrr, retrieval_ranks
+from .vectors import as_array, unit_rows
 
 METRICS_FILE = "metrics.json"
 COMBINED = "combined"
@@ -42,10 +43,10 @@ def cosine_similarity_matrix(emb) -> np.ndarray:
 
     A row holding NaN (e.g. a document without a summary) gives a NaN row and column.
     """
-    x = _as_array(emb)
+    x = as_array(emb)
     if x.ndim != 2:
         raise ValueError(f"cosine_similarity_matrix wants an (n, d) array, got shape {x.shape}")
-    return _unit_rows(x) @ _unit_rows(x).T
+    return unit_rows(x, np.float64) @ unit_rows(x, np.float64).T
 
 
 def _with_nan_diagonal(sim: np.ndarray) -> np.ndarray:
@@ -251,9 +252,9 @@ def summary_similarity(summary_embeddings) -> np.ndarray:
     (averaged first) or None. The caller runs the reference encoder. Diagonal NaN.
     """
     if isinstance(summary_embeddings, np.ndarray) or hasattr(summary_embeddings, "detach"):
-        emb = _as_array(summary_embeddings)
+        emb = as_array(summary_embeddings)
     else:
-        items = [None if e is None else _as_array(e) for e in summary_embeddings]
+        items = [None if e is None else as_array(e) for e in summary_embeddings]
         dims = {e.shape[-1] for e in items if e is not None and e.size}
         if len(dims) != 1:
             raise ValueError(f"summary embeddings need one common dimension, got {sorted(dims)}")
@@ -353,7 +354,7 @@ def retrieval_table(encoders: Mapping[str, Callable[[list[str]], np.ndarray] | M
                 row[aspect] = np.nan
                 continue
             # One call for both sides, so that a batching encoder embeds them the same way.
-            emb = _as_array(encode(list(queries) + list(candidates)))
+            emb = as_array(encode(list(queries) + list(candidates)))
             row[aspect] = mrr(retrieval_ranks(emb[:len(queries)], emb[len(queries):]))
         rows[name] = row
     table = pd.DataFrame.from_dict(rows, orient="index", dtype=float).reindex(columns=list(pairs))
@@ -520,18 +521,18 @@ def _listing(table: pd.DataFrame, rows: Iterable[str], column: str) -> str:
 # --------------------------------------------------------------------------- metrics.json
 
 
-def _jsonable(value):
+def jsonable(value):
     """Plain JSON types: numpy scalars and arrays, DataFrames and Series converted; NaN and inf -> None."""
     if isinstance(value, pd.DataFrame):
-        return {str(r): _jsonable(row) for r, row in value.to_dict(orient="index").items()}
+        return {str(r): jsonable(row) for r, row in value.to_dict(orient="index").items()}
     if isinstance(value, pd.Series):
-        return {str(k): _jsonable(v) for k, v in value.to_dict().items()}
+        return {str(k): jsonable(v) for k, v in value.to_dict().items()}
     if isinstance(value, Mapping):
-        return {str(k): _jsonable(v) for k, v in value.items()}
+        return {str(k): jsonable(v) for k, v in value.items()}
     if isinstance(value, np.ndarray):
-        return _jsonable(value.tolist())
+        return jsonable(value.tolist())
     if isinstance(value, (list, tuple, set)):
-        return [_jsonable(v) for v in value]
+        return [jsonable(v) for v in value]
     if isinstance(value, (bool, np.bool_)):
         return bool(value)
     if isinstance(value, (int, np.integer)):
@@ -559,7 +560,7 @@ def write_metrics(run_dir, metrics: dict) -> Path:
     DataFrames as {row: {column: value}}, NaN as null); the file is replaced atomically.
     """
     path = _metrics_path(run_dir)
-    stamped = {**_jsonable(metrics), "written": {"at": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+    stamped = {**jsonable(metrics), "written": {"at": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
                                                   "by": "stage 06 (evaluate)"}}
     return write_json(path, stamped)
 

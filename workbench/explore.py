@@ -22,10 +22,11 @@ from typing import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from .decoding import LOW_MEANS, _unit  # unit rows in float32, shared with stage 04
+from .decoding import LOW_MEANS
 from .progress import notice
 from .tsne import AspectMap, normalize_weights
 from .files import write_json
+from .vectors import unit_rows
 
 MAPS = "maps"
 
@@ -111,7 +112,7 @@ class Explorer:
         unknown = sorted(set(self.aspects) - set(emb))
         if unknown:
             raise ValueError(f"the unified model has no aspects {unknown}; it has {sorted(emb)}")
-        self.embeddings = {a: _unit(emb[a]) for a in self.aspects}
+        self.embeddings = {a: unit_rows(emb[a]) for a in self.aspects}
         self.meta = hover_meta(corpus, self.aspects, self.run_dir)
         # doc_id -> title: a decoded statement names its paper by id
         self.titles = dict(zip(self.meta["doc_id"].astype(str), self.meta["title"].fillna("").astype(str)))
@@ -150,7 +151,7 @@ class Explorer:
     def unified(self):
         """The unified model (loaded on first use)."""
         if self._unified is None:
-            from .encoders import load_model
+            from .checkpoints import load_model
 
             self._unified = load_model(self.model_dir, device=self.device, run_dir=self.run_dir)
         return self._unified
@@ -158,7 +159,7 @@ class Explorer:
     def aspect_model(self, aspect: str):
         """The stage-02 model of an aspect (loaded on first use), or None when the run has none."""
         if aspect not in self._aspect_models:
-            from .encoders import load_model
+            from .checkpoints import load_model
 
             folder = self.run_dir / "aspect_models" / aspect
             self._aspect_models[aspect] = load_model(folder, device=self.device, run_dir=self.run_dir) \
@@ -217,7 +218,7 @@ class Explorer:
         if not all(texts):
             raise ValueError("an abstract to place is empty")
         out = self.unified().encode(texts, aspects=self.aspects, max_length=512)
-        return {a: _unit(out[a]) for a in self.aspects}
+        return {a: unit_rows(out[a]) for a in self.aspects}
 
     def place_texts(self, texts: Sequence[str]) -> np.ndarray:
         """[m, 2] map positions of new abstracts (the map itself does not move)."""
@@ -270,7 +271,7 @@ class Explorer:
                 q = model.encode([text], aspects=head)[head][0]
             else:
                 q = self.unified().encode([text], aspects=aspect)[aspect][0]
-            cos = self.embeddings[aspect] @ _unit(q)
+            cos = self.embeddings[aspect] @ unit_rows(q)
             cols[f"{aspect} cosine"] = cos
             score += weight * cos
         score /= sum(abs(w) for _, w in active.values())
@@ -561,7 +562,7 @@ def leave_one_out_reconstruction(embeddings: Mapping[str, np.ndarray], index: in
     fitted = AspectMap.fit(held, weights, perplexity=perplexity, seed=seed, method=method)
     point = fitted.place({a: np.asarray(v)[[index]] for a, v in embeddings.items()})[0]
     rec = fitted.invert(point)
-    cos = {a: float(_unit(rec[a]) @ _unit(np.asarray(embeddings[a])[index])) for a in rec}
+    cos = {a: float(unit_rows(rec[a]) @ unit_rows(np.asarray(embeddings[a])[index])) for a in rec}
     return {"point": (float(point[0]), float(point[1])), "reconstructed": rec, "cosine": cos}
 
 

@@ -46,7 +46,7 @@ def text_key(text: str) -> str:
     return hashlib.sha1(" ".join(text.split()).encode("utf-8")).hexdigest()[:24]
 
 
-_LOADED: dict = {}  # backbones stay loaded for the session: a notebook re-run does not reload them
+LOADED: dict = {}  # backbones stay loaded for the session: a notebook re-run does not reload them
 
 
 class FrozenBackbone:
@@ -72,18 +72,18 @@ class FrozenBackbone:
         from .encoders import AspectEncoder
 
         memo = (self.name, self.pooling, self.max_length, self.device)
-        if memo not in _LOADED:
-            _LOADED[memo] = AspectEncoder.from_base(self.name, ["base"], pooling=self.pooling,
+        if memo not in LOADED:
+            LOADED[memo] = AspectEncoder.from_base(self.name, ["base"], pooling=self.pooling,
                                                     max_length=self.max_length, device=self.device,
                                                     trust_remote_code=self.trust_remote_code)
-        return _LOADED[memo]
+        return LOADED[memo]
 
     @property
     def hidden_size(self) -> int:
         """The width of the vectors."""
-        from .encoders import _hidden_size
+        from .encoders import config_hidden_size
 
-        return _hidden_size(self.encoder().backbone.config)
+        return config_hidden_size(self.encoder().backbone.config)
 
     def embed(self, texts: Sequence[str], batch_size: int = 32, progress: bool = False) -> np.ndarray:
         """Unit vectors [len(texts), H] in input order (length-sorted batches inside)."""

@@ -123,9 +123,9 @@ def _progress(total: int, desc: str, enabled: bool):
     return tqdm(total=total, desc=desc, unit="req", disable=not enabled, smoothing=0.1)
 
 
-def _run(backend, store: RecordStore, tasks: list[dict], sampling: Sampling, prefill: str | None,
-         to_record, desc: str, progress: bool, save_every: int | None) -> GenerationReport:
-    """Send the tasks not yet stored, parse and store answers in batches; shared by summaries and judge.
+def run_requests(backend, store: RecordStore, tasks: list[dict], sampling: Sampling, prefill: str | None,
+                 to_record, desc: str, progress: bool, save_every: int | None) -> GenerationReport:
+    """Send the tasks not yet stored, parse and store answers in batches; shared by every stage that asks an LLM.
 
     Answers are saved every `save_every` (by default the backend's batch, at most 16): a killed
     run loses at most that many, even when the backend samples 96 at once.
@@ -217,7 +217,8 @@ def generate_summaries(corpus, aspects, backend, run_dir: str | Path, k: int = 4
 
     _write_current(run_dir, {key: {"prompt_hash": h, "model": backend.model_id} for key, h in hashes.items()})
     try:
-        return _run(backend, store, tasks, sampling, SUMMARY_PREFILL, to_record, "summaries", progress, save_every)
+        return run_requests(backend, store, tasks, sampling, SUMMARY_PREFILL, to_record, "summaries", progress,
+                            save_every)
     finally:
         store.close()
 
@@ -297,7 +298,7 @@ def judge_pairs(corpus, aspects, backend, run_dir: str | Path, pairs: list[tuple
         return record
 
     try:
-        return _run(backend, store, tasks, sampling, JUDGE_PREFILL, to_record, "judge", progress, save_every)
+        return run_requests(backend, store, tasks, sampling, JUDGE_PREFILL, to_record, "judge", progress, save_every)
     finally:
         store.close()
 

@@ -40,7 +40,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .encoders import AspectModel, CheckpointError, _aspect_list
+from .encoders import AspectModel, CheckpointError, valid_aspects
 from .features import N_POSITION, DocumentFeatures, FeatureCache, FrozenBackbone
 from .files import write_json
 
@@ -113,7 +113,7 @@ class PooledAspectModel(AspectModel):
         self.pool, self.rank, self.extra = bool(pool), int(rank), dict(extra or {})
         self.dim = int(hidden)
         self.heads = nn.ModuleDict({a: SentencePoolingHead(hidden, pool=pool, rank=rank, seed=seed + i)
-                                    for i, a in enumerate(_aspect_list(aspects))})
+                                    for i, a in enumerate(valid_aspects(aspects))})
         self.cache: FeatureCache | None = None
 
     def backbone(self) -> FrozenBackbone:

@@ -50,6 +50,9 @@ from .files import strict, write_json
 from .heads import PooledAspectModel
 from .metrics import mean_rank, mrr, retrieval_ranks
 from .progress import close_bar, progress_bar
+from .training import (HISTORY_NAME, TRAIN_CONFIG_NAME, DistillResult, TrainResult, abstracts_of, better,
+                       documents_with_targets, evaluate, stack_targets)
+from .views import eligible_docs, views_fingerprint
 
 MODES = ("auto", "frozen", "finetune")
 
@@ -98,9 +101,6 @@ def train_view_head(views, train_ids, val_ids, out_dir, config, cache: FeatureCa
     temperature, eval_every, patience, seed). Writes the best checkpoint, history.json and
     train_config.json to `out_dir` exactly as the fine-tuning mode does; returns a TrainResult.
     """
-    from .train import (HISTORY_NAME, TRAIN_CONFIG_NAME, TrainResult, _better, eligible_docs, evaluate,
-                        views_fingerprint)
-
     aspect = views.aspect
     out_dir = Path(out_dir)
     train_docs, val_docs = eligible_docs(views, train_ids), eligible_docs(views, val_ids)
@@ -138,7 +138,7 @@ def train_view_head(views, train_ids, val_ids, out_dir, config, cache: FeatureCa
                  "seconds": round(time.perf_counter() - t0, 3)}
         history.append(entry)
         losses = []
-        if _better(metrics, best, config.select_by):
+        if better(metrics, best, config.select_by):
             best, bad = entry, 0
             model.save_pretrained(out_dir, extra=strict({"aspect": aspect, "step": step, **metrics,
                                                              "mode": "frozen", "train_config": config.comparable()}))
@@ -162,7 +162,7 @@ def train_view_head(views, train_ids, val_ids, out_dir, config, cache: FeatureCa
 
         record.update(status="finished", untrained=True,
                       result={k: v for k, v in asdict(result).items() if k not in ("history", "model")})
-        # An empty history, as the skip check of a re-run (`train._finished`) reads one: without it the
+        # An empty history, as the skip check of a re-run (`train.finished_result`) reads one: without it the
         # frozen-encoder teacher was written anew on every run.
         write_json(out_dir / HISTORY_NAME, [])
         write_json(out_dir / TRAIN_CONFIG_NAME, record)  # last: "finished" only once everything is there
@@ -300,15 +300,13 @@ def evaluate_base(features: DocumentFeatures, targets: Mapping[str, np.ndarray],
 def train_unified_heads(corpus, targets: Mapping[str, Mapping[str, np.ndarray]], train_ids, val_ids, out_dir,
                         config, cache: FeatureCache, sentence_labels: Mapping[str, Mapping[str, Sequence[float]]]
                         | None = None, progress: bool = True):
-    """Train the unified model's pooling heads (frozen mode of stage 03); returns a `distill.DistillResult`.
+    """Train the unified model's pooling heads (frozen mode of stage 03); returns a `training.DistillResult`.
 
     targets: {aspect: {doc_id: vector}} from `distill.compute_targets`; sentence_labels:
     {aspect: {doc_id: [label per sentence of split_sentences(abstract)]}} (human highlights,
     LLM labels; see `sentence_supervision`). `config` is a `distill.DistillConfig` (its head_*
     and *_weight fields). Writes the best checkpoint, history.json and distill_config.json.
     """
-    from .distill import DistillResult, _abstracts, _stack_targets, documents_with_targets
-
     sentence_labels = sentence_labels or {}
     aspects = list(targets)
     dim = cache.backbone.hidden_size
@@ -326,13 +324,13 @@ def train_unified_heads(corpus, targets: Mapping[str, Mapping[str, np.ndarray]],
     if not train or len(val) < 2:
         raise ValueError(f"need documents with targets or sentence labels for training and validation, got "
                          f"{len(train)} and {len(val)}")
-    texts = _abstracts(corpus, train + val)
+    texts = abstracts_of(corpus, train + val)
     features = cache.documents([texts[d] for d in train + val], progress=progress)
     train_features, val_features = features.subset(range(len(train))), features.subset(range(len(train), len(features)))
 
     model = _new_unified(cache, aspects, config)
     data = _supervision(train, train_features, targets, sentence_labels, aspects, dim)
-    val_dense, val_masks = _stack_targets(targets, val, dim)
+    val_dense, val_masks = stack_targets(targets, val, dim)
     optimizer = _head_optimizer(model, config)
     rng = np.random.default_rng(config.seed)
     t0 = time.perf_counter()
@@ -462,11 +460,9 @@ def _new_unified(cache: FeatureCache, aspects, config) -> PooledAspectModel:
 def _supervision(doc_ids: Sequence[str], features: DocumentFeatures, targets, sentence_labels, aspects,
                  dim: int) -> dict:
     """The training tensors of the given documents (features in the same order): inputs, labels, targets."""
-    from .distill import _stack_targets
-
     whole, sents, mask, pos = features.padded()
     m = sents.shape[1]
-    dense, present = _stack_targets(targets, doc_ids, dim)
+    dense, present = stack_targets(targets, doc_ids, dim)
     data = {"whole": whole, "sents": sents, "mask": mask, "pos": pos, "n": len(doc_ids), "counts": {},
             "labels": {}, "distant": {}, "target": {}, "has_target": {}}
     for a in aspects:

@@ -192,7 +192,7 @@ class TransformersBackend:
                 for row, answer in sample([[prompts[b] for b in group] for group in batch],
                                           [[repeats[b] for b in group] for group in batch], start, base, sampling,
                                           [seeds[i] for i in rows]):
-                    text = _cut_at_stop(self.tokenizer.decode(answer, skip_special_tokens=True), sampling.stop)
+                    text = cut_at_stop(self.tokenizer.decode(answer, skip_special_tokens=True), sampling.stop)
                     seconds = (time.perf_counter() - t0) / len(rows)  # the batch so far, shared by its answers
                     yield rows[row], Completion((prefill or "") + text, len(answer), seconds)
 
@@ -390,13 +390,13 @@ def draw(probs, uniform):
     return torch.minimum(index, last)
 
 
-def _cut_at_stop(text: str, stop: Sequence[str]) -> str:
+def cut_at_stop(text: str, stop: Sequence[str]) -> str:
     """The text up to and including the first stop string (a token may run past it)."""
     ends = [text.index(s) + len(s) for s in stop if s in text]
     return text[:min(ends)] if ends else text
 
 
-def _common_prefix(seqs: Sequence[Sequence[int]]) -> int:
+def common_prefix(seqs: Sequence[Sequence[int]]) -> int:
     """Length of the longest start that all sequences share."""
     if not seqs:
         return 0
@@ -411,7 +411,7 @@ def _common_prefix(seqs: Sequence[Sequence[int]]) -> int:
 def shared_start(prompts: Sequence[Sequence[int]]) -> int:
     """How many leading tokens the prompts share and can read once, each keeping at least its
     last token (whose logits predict what follows it)."""
-    return min(_common_prefix(prompts), min(map(len, prompts)) - 1)
+    return min(common_prefix(prompts), min(map(len, prompts)) - 1)
 
 
 def pack_groups(groups: Sequence[list[int]], repeats: Sequence[int], max_rows: int) -> list[list[list[int]]]:
@@ -442,7 +442,7 @@ def plan_batches(prompts: Sequence[Sequence[int]], repeats: Sequence[int], max_r
     for i in order:
         if batches:
             last = batches[-1]
-            shared = _common_prefix([prompts[last[-1]], prompts[i]])
+            shared = common_prefix([prompts[last[-1]], prompts[i]])
             fits = sum(repeats[j] for j in last) + repeats[i] <= max_rows
             if fits and shared * 2 >= min(len(prompts[last[-1]]), len(prompts[i])):
                 last.append(i)
@@ -474,7 +474,7 @@ class LlamaCppBackend:
         from transformers import AutoTokenizer
 
         from .devices import free_threads
-        from .models import _gguf_cache_folder, resolve_model
+        from .models import gguf_cache_folder, resolve_model
 
         resolved = resolve_model(model)
         if not resolved.is_gguf:
@@ -483,7 +483,7 @@ class LlamaCppBackend:
         self.model_id = str(model)
         self.batch_size = batch_size  # answers saved together; llama.cpp itself answers one at a time
         self.n_threads = n_threads or free_threads()
-        folder = _gguf_cache_folder(resolved)  # the converted folder's tokenizer loads in a blink, if there
+        folder = gguf_cache_folder(resolved)  # the converted folder's tokenizer loads in a blink, if there
         self.tokenizer = (AutoTokenizer.from_pretrained(folder) if (folder / "tokenizer_config.json").exists()
                           else AutoTokenizer.from_pretrained(resolved.path, gguf_file=resolved.gguf_file))
         if not self.tokenizer.chat_template:
@@ -533,7 +533,7 @@ class OpenAIBackend:
 
         self.model_id = model
         self.base_url = base_url.rstrip("/")
-        self.shown_url = _without_credentials(self.base_url)  # for messages: never the user:password part
+        self.shown_url = without_credentials(self.base_url)  # for messages: never the user:password part
         self.concurrency = max(1, int(concurrency))
         self.retries = int(retries)
         self.backoff = float(backoff)
@@ -669,7 +669,7 @@ class OpenAIBackend:
             return False
 
 
-def _without_credentials(url: str) -> str:
+def without_credentials(url: str) -> str:
     """The URL with any user:password@ part replaced by ***@ (for messages and logs)."""
     from urllib.parse import urlsplit, urlunsplit
 

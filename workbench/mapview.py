@@ -168,7 +168,7 @@ def map_frame(coords, meta: pd.DataFrame, color_by=None) -> dict[str, list]:
     return data
 
 
-def _label_data(labels) -> dict[str, list]:
+def label_source_data(labels) -> dict[str, list]:
     """Region labels [(x, y, text[, detail]), ...] as LabelSet source data (drawn on the canvas, not as HTML).
 
     The canvas shows only the region's number ("number"), so labels never cover the points;
@@ -194,7 +194,7 @@ def legend_html(labels, weights: dict | None = None, colors: list[str] | None = 
     if weights:
         parts.append("<p style='margin:2px 0'><b>Aspect weights of this map:</b> "
                      + ", ".join(f"{esc(a)} {float(w):.2f}" for a, w in weights.items()) + "</p>")
-    data = _label_data(labels)
+    data = label_source_data(labels)
     if data["number"]:
         parts.append("<p style='margin:2px 0'><b>Regions</b> (colours: clusters of the map; numbers: where each "
                      "region's description sits):</p><ol style='margin:2px 0;padding-left:1.6em'>")
@@ -225,7 +225,7 @@ def _build_figure(data: dict, labels, group_name: str, title: str, width: int, h
     from bokeh.plotting import figure
 
     source = ColumnDataSource(data, name="points")
-    label_source = ColumnDataSource(_label_data(labels), name="labels")
+    label_source = ColumnDataSource(label_source_data(labels), name="labels")
     fig = figure(title=title, width=width, height=height, tools="pan,wheel_zoom,box_zoom,reset,save",
                  active_scroll="wheel_zoom", match_aspect=True)
     points = fig.scatter("x", "y", source=source, size="size", fill_color="color", line_color="color",
@@ -321,7 +321,7 @@ def export_html(path, coords_by_preset: dict[str, np.ndarray], meta: pd.DataFram
     for i, frame in enumerate(frames):
         for c in columns:
             data[f"{c}__{i}"] = frame[c]
-    label_data = [_label_data(labels_by_preset.get(name)) for name in coords_by_preset]
+    label_data = [label_source_data(labels_by_preset.get(name)) for name in coords_by_preset]
     fig, source, label_source = _build_figure(data, labels_by_preset.get(names[0]), _group_name(color_by),
                                               "", width, height)
 
@@ -673,11 +673,11 @@ class MapPane:
         self.source.data.update(patch)
         self.tap_source.data = {"x": [], "y": []}
         self.placed_source.data = {"x": [], "y": [], "text": []}
-        self.label_source.data = _label_data(None)
+        self.label_source.data = label_source_data(None)
 
     def set_labels(self, labels) -> None:
         """Replace the region labels: [(x, y, text[, detail]), ...] (e.g. after a re-layout), and the legend."""
-        self.label_source.data = _label_data(labels)
+        self.label_source.data = label_source_data(labels)
         self.legend.value = legend_html(labels, self.weights(), _region_colors(labels, self.color_by))
 
     def _on_tap_event(self, event) -> None:

@@ -4,17 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-
-def _as_array(x) -> np.ndarray:
-    # Accept torch tensors too, without importing torch here.
-    if hasattr(x, "detach"):
-        x = x.detach().float().cpu().numpy()
-    return np.asarray(x, dtype=np.float64)
-
-
-def _unit_rows(x: np.ndarray) -> np.ndarray:
-    norms = np.linalg.norm(x, axis=1, keepdims=True)
-    return x / np.maximum(norms, 1e-12)  # a zero vector stays zero (similarity 0 to all)
+from .vectors import as_array, unit_rows
 
 
 def retrieval_ranks(queries, candidates, chunk: int = 2048) -> np.ndarray:
@@ -28,7 +18,7 @@ def retrieval_ranks(queries, candidates, chunk: int = 2048) -> np.ndarray:
     match does not push it down). Computed in float64, `chunk` queries at a time so
     that memory stays O(chunk x M).
     """
-    q, c = _unit_rows(_as_array(queries)), _unit_rows(_as_array(candidates))
+    q, c = unit_rows(as_array(queries), np.float64), unit_rows(as_array(candidates), np.float64)
     if q.ndim != 2 or c.ndim != 2 or q.shape[1] != c.shape[1] or c.shape[0] < q.shape[0]:
         raise ValueError(f"retrieval_ranks wants queries [N, D] and candidates [M>=N, D], got {q.shape} and {c.shape}")
     ranks = np.empty(q.shape[0], dtype=np.int64)

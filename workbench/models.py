@@ -91,12 +91,12 @@ def _mpnet() -> Path | None:
     # The archive holds one folder with the sentence-transformers layout.
     configs = list(tmp.rglob("config.json"))
     root = min(configs, key=lambda p: len(p.parts)).parent
-    _publish(root, target)
+    publish_folder(root, target)
     shutil.rmtree(tmp, ignore_errors=True)
     return target
 
 
-def _publish(tmp: Path, folder: Path) -> None:
+def publish_folder(tmp: Path, folder: Path) -> None:
     """Rename a finished `tmp` folder to `folder`, unless another process got there first.
 
     Two processes (two test workers, two notebooks) may convert the same model at once:
@@ -211,7 +211,8 @@ def resolve_model(name: str | os.PathLike) -> ResolvedModel:
     return ResolvedModel(text, text)
 
 
-def _gguf_cache_folder(resolved: ResolvedModel) -> Path:
+def gguf_cache_folder(resolved: ResolvedModel) -> Path:
+    """Where the dequantised copy of a GGUF model is kept: named by the file and keyed by its path, size and time."""
     gguf = Path(resolved.path) / resolved.gguf_file
     stat = gguf.stat()
     key = hashlib.sha256(f"{gguf.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:12]
@@ -228,7 +229,7 @@ def prepare_causal_lm(name: str | os.PathLike) -> str:
     resolved = resolve_model(name)
     if not resolved.is_gguf:
         return resolved.path
-    folder = _gguf_cache_folder(resolved)
+    folder = gguf_cache_folder(resolved)
     if (folder / "config.json").exists():
         return str(folder)
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -245,7 +246,7 @@ def prepare_causal_lm(name: str | os.PathLike) -> str:
         json.dumps({"gguf": str(Path(resolved.path) / resolved.gguf_file), "converted": time.time()})
     )
     # Rename last, so that a conversion killed half-way is never mistaken for a finished one.
-    _publish(tmp, folder)
+    publish_folder(tmp, folder)
     return str(folder)
 
 
@@ -261,7 +262,7 @@ def cache_keyword(model) -> str:
 
 
 @contextlib.contextmanager
-def _no_loading_bars():
+def no_loading_bars():
     """transformers draws a "Loading weights" bar for every model it loads: in a notebook the bar stays behind
     as a widget, and an exported report shows it at 0%. Loading takes a second or two; no bar is needed."""
     from transformers.utils import logging as hf_logging
@@ -289,7 +290,7 @@ def load_causal_lm(name: str | os.PathLike, device: str | None = None, dtype=Non
     tokenizer.padding_side = "left"
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    with _no_loading_bars():
+    with no_loading_bars():
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, trust_remote_code=trust_remote_code)
     model.to(device).eval()
     return model, tokenizer
@@ -302,7 +303,7 @@ def load_encoder(name: str | os.PathLike, device: str | None = None, trust_remot
     resolved = resolve_model(name)
     device = device or best_device()
     tokenizer = AutoTokenizer.from_pretrained(resolved.path, trust_remote_code=trust_remote_code)
-    with _no_loading_bars():
+    with no_loading_bars():
         model = AutoModel.from_pretrained(resolved.path, trust_remote_code=trust_remote_code)
     return model.to(device), tokenizer
 

@@ -33,7 +33,7 @@ def is_not_applicable(text: str) -> bool:
     return bool(_NA_RE.match(text.strip())) if isinstance(text, str) else False
 
 
-def _json_objects(text: str):
+def json_objects(text: str):
     """Yield every JSON object that parses in `text`, fenced ones first."""
     candidates = [m.group(1) for m in _FENCE_RE.finditer(text)] + [text]
     decoder = json.JSONDecoder()
@@ -75,7 +75,7 @@ def parse_sentence(text: str, field: str = "sentence") -> Parsed:
     if not isinstance(text, str) or not text.strip():
         return Parsed("unparsed", None, "empty answer")
     value = None
-    for obj in _json_objects(text):
+    for obj in json_objects(text):
         if isinstance(obj.get(field), str):
             value = obj[field]
             break
@@ -129,7 +129,7 @@ def parse_judgement(text: str, scale: tuple[int, int]) -> Parsed:
     if not isinstance(text, str) or not text.strip():
         return Parsed("unparsed", None, "empty answer")
     low, high = scale
-    for obj in _json_objects(text):
+    for obj in json_objects(text):
         if "score" in obj:
             score = obj["score"]
             break
@@ -197,7 +197,7 @@ def parse_sentence_labels(text: str, aspects, n_sentences: int, prefill: str = '
     found: dict | None = None
     texts = [text] + ([prefill + text] if prefill and not text.lstrip().startswith(prefill) else [])
     for candidate in texts:
-        for obj in _json_objects(candidate):
+        for obj in json_objects(candidate):
             hits = {wanted[_label_key(k)]: v for k, v in obj.items() if _label_key(k) in wanted}
             if hits:
                 found = hits

@@ -31,7 +31,7 @@ Files, under ``<run_dir>/questions/``:
     answers.jsonl       one record per (doc_id, question_id, model, prompt_hash), "unparsed" ones too
     <aspect>/mbqa.safetensors + mbqa.json   the classifier and its questions (never pickle)
 
-Both stores are `workbench.store.RecordStore`s driven like stage 01's (`generate._run`):
+Both stores are `workbench.store.RecordStore`s driven like stage 01's (`generate.run_requests`):
 a second run asks the backend nothing it has answered; a change of prompt (template,
 statement or question: the hash covers the whole conversation) or of model asks again.
 """
@@ -48,11 +48,11 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from .decoding import _unit  # unit rows in float32, shared with stages 04-06
 from .llm import Sampling
-from .parsing import Parsed, _json_objects
+from .parsing import Parsed, json_objects
 from .store import RecordStore
 from .files import write_json
+from .vectors import unit_rows
 
 FOLDER = "questions"
 QUESTIONS = "questions.jsonl"
@@ -123,7 +123,7 @@ def parse_questions(text: str) -> list[str]:
             continue
         if isinstance(value, list):
             found += [v for v in value if isinstance(v, str)]
-    for obj in _json_objects(text):  # {"questions": [...]}
+    for obj in json_objects(text):  # {"questions": [...]}
         for v in obj.values():
             if isinstance(v, list):
                 found += [x for x in v if isinstance(x, str)]
@@ -148,7 +148,7 @@ def parse_yes_no(text: str, prefill: str = ANSWER_PREFILL) -> Parsed:
     """
     if not isinstance(text, str) or not text.strip():
         return Parsed("unparsed", None, "empty answer")
-    for obj in _json_objects(text):
+    for obj in json_objects(text):
         value = obj.get("answer")
         if isinstance(value, bool):
             return Parsed("ok", value)
@@ -213,10 +213,10 @@ def cluster(vectors: np.ndarray, k: int = 8, seed: int = 0) -> tuple[np.ndarray,
     """KMeans of unit rows: (labels (n,), centres (k, d) as unit rows). k is cut to n // 3."""
     from sklearn.cluster import KMeans
 
-    x = _unit(vectors)
+    x = unit_rows(vectors)
     k = max(2, min(k, len(x) // 3))
     km = KMeans(n_clusters=k, n_init=10, random_state=seed).fit(x)
-    return km.labels_.astype(int), _unit(km.cluster_centers_)
+    return km.labels_.astype(int), unit_rows(km.cluster_centers_)
 
 
 def neighbours(centres: np.ndarray, n: int = 2) -> list[list[int]]:
@@ -229,7 +229,7 @@ def neighbours(centres: np.ndarray, n: int = 2) -> list[list[int]]:
 def representatives(vectors: np.ndarray, labels: np.ndarray, centres: np.ndarray, c: int, n: int) -> list[int]:
     """Indices of the n members of cluster c nearest its centre."""
     members = np.flatnonzero(labels == c)
-    return list(members[np.argsort(-(_unit(vectors[members]) @ centres[c]), kind="stable")[:n]])
+    return list(members[np.argsort(-(unit_rows(vectors[members]) @ centres[c]), kind="stable")[:n]])
 
 
 def question_messages(aspect: str, positives: Sequence[str], negatives: Sequence[str], n: int = 5) -> list[dict]:
@@ -281,9 +281,9 @@ def answer_store(run_dir) -> RecordStore:
 
 def _ask(backend, store: RecordStore, tasks: list[dict], sampling: Sampling, prefill: str, parse, desc: str,
          progress: bool):
-    """Ask what the store lacks and append parsed records: stage 01's runner (`generate._run`), so the
+    """Ask what the store lacks and append parsed records: stage 01's runner (`generate.run_requests`), so the
     locking, batching, saving on interrupt and retry-on-failure rules are the same."""
-    from .generate import GenerationReport, _run
+    from .generate import GenerationReport, run_requests
 
     store.lock()  # a second writer is refused here, before any work
     todo = [t for t in tasks if store.key_of(t["record"]) not in store]
@@ -299,8 +299,8 @@ def _ask(backend, store: RecordStore, tasks: list[dict], sampling: Sampling, pre
         return record
 
     try:
-        return _run(backend, store, tasks, sampling, prefill, to_record, desc, progress,
-                    getattr(backend, "batch_size", 8))
+        return run_requests(backend, store, tasks, sampling, prefill, to_record, desc, progress,
+                            getattr(backend, "batch_size", 8))
     finally:
         store.close()
 
@@ -408,7 +408,7 @@ def predict(model, x: np.ndarray) -> np.ndarray:
     """(n, q) yes-probabilities of the classifier for embeddings x (n, d)."""
     torch = _torch()
     with torch.no_grad():
-        return torch.sigmoid(model(torch.as_tensor(_unit(x)))).numpy()
+        return torch.sigmoid(model(torch.as_tensor(unit_rows(x)))).numpy()
 
 
 def agreement(probs: np.ndarray, targets: np.ndarray, mask: np.ndarray) -> dict:
@@ -533,7 +533,7 @@ def build_axes(run_dir, aspect: str, doc_ids: Sequence[str], vectors: np.ndarray
     papers' answers select questions and train it.
     """
     ids = [str(d) for d in doc_ids]
-    vectors = _unit(vectors)
+    vectors = unit_rows(vectors)
     ok = np.array([isinstance(s, str) and bool(s.strip()) for s in statements])
     usable = ok & (np.ones(len(ids), bool) if usable is None else np.asarray(usable, bool))
     docs = np.flatnonzero(usable)

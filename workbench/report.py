@@ -25,7 +25,7 @@ from typing import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from .decoding import _unit  # unit rows in float32, shared with stage 04
+from .vectors import unit_rows
 
 REFERENCE_ENCODER = "mpnet"
 
@@ -50,7 +50,7 @@ def evaluation_corpus(corpus, run_dir=None, split: str | None = "test"):
                      "nothing held out to evaluate on")
 
 
-_TEXT_CACHES: dict = {}  # (folder, backbone key, device) -> FeatureCache: a text is encoded once per run
+TEXT_CACHES: dict = {}  # (folder, backbone key, device) -> FeatureCache: a text is encoded once per run
 
 
 def encode_texts(model: str, texts: Sequence[str], pooling: str = "mean", max_length: int | None = None,
@@ -72,13 +72,13 @@ def encode_texts(model: str, texts: Sequence[str], pooling: str = "mean", max_le
     backbone = FrozenBackbone(str(model), pooling=pooling, max_length=max_length or FROZEN_MAX_LENGTH, device=device)
     folder = None if run_dir is None else Path(run_dir) / "features" / backbone.key
     key = (str(folder), backbone.key, device)
-    if key not in _TEXT_CACHES:
+    if key not in TEXT_CACHES:
         # One run's caches at a time: a kernel kept from run to run would otherwise hold every
         # run's vectors (they stay on disk in each run's features/ folder).
-        for other in [k for k in _TEXT_CACHES if k[0] != key[0]]:
-            del _TEXT_CACHES[other]
-        _TEXT_CACHES[key] = FeatureCache(folder, backbone, batch_size=batch_size)
-    cache = _TEXT_CACHES[key]
+        for other in [k for k in TEXT_CACHES if k[0] != key[0]]:
+            del TEXT_CACHES[other]
+        TEXT_CACHES[key] = FeatureCache(folder, backbone, batch_size=batch_size)
+    cache = TEXT_CACHES[key]
     if keep_layer is not None and pooling == "mean":
         from .bertscore import read
 
@@ -86,7 +86,7 @@ def encode_texts(model: str, texts: Sequence[str], pooling: str = "mean", max_le
         if new:
             cache.add(new, read(str(model), new, keep_layer, pooled=True, max_length=backbone.max_length,
                                 batch_size=batch_size, device=device))
-    return _unit(cache.vectors(list(texts)))
+    return unit_rows(cache.vectors(list(texts)))
 
 
 def ground_truths(eval_corpus, aspects: Sequence[str], run_dir=None, reference: str = REFERENCE_ENCODER,
@@ -168,7 +168,7 @@ def embedding_rows(run_dir, eval_corpus, aspects: Sequence[str], baselines: Sequ
     from .distill import embed_corpus
 
     emb = embed_corpus(Path(run_dir) / "unified_model", eval_corpus, run_dir, progress=False)
-    rows: dict = {"unified": {a: _unit(emb[a]) for a in aspects}}
+    rows: dict = {"unified": {a: unit_rows(emb[a]) for a in aspects}}
     texts = eval_corpus.texts()
     for name in baselines:
         rows[f"{name} (abstract)"] = encode_texts(name, texts, device=device, run_dir=run_dir)
@@ -203,7 +203,7 @@ def retrieval_pairs(eval_corpus, aspects: Sequence[str], run_dir=None) -> dict[s
 def retrieval_encoders(run_dir, aspects: Sequence[str], base_model: str | None = "minilm",
                        baselines: Sequence[str] = ("mpnet",), device: str | None = None) -> dict:
     """Encoders for Table 1: each aspect model (on every aspect), the untrained base encoder, baselines."""
-    from .encoders import load_model
+    from .checkpoints import load_model
 
     encoders: dict = {}
     for aspect in aspects:

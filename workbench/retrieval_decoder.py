@@ -37,8 +37,8 @@ from typing import Sequence
 
 import numpy as np
 
-from .decoding import _unit  # unit rows in float32, shared with the rest of stage 04
 from .files import write_json
+from .vectors import unit_rows
 
 FOLDER = "retrieval"
 VECTORS_NAME = "memory.safetensors"
@@ -63,7 +63,7 @@ class StatementMemory:
         if not (len(self.doc_ids) == len(self.sources) == n == len(self.vectors)):
             raise ValueError(f"memory of {self.aspect!r}: {n} texts, {len(self.doc_ids)} doc ids, "
                              f"{len(self.sources)} sources and {len(self.vectors)} vectors")
-        self.vectors = _unit(self.vectors) if n else np.zeros((0, 1), np.float32)
+        self.vectors = unit_rows(self.vectors) if n else np.zeros((0, 1), np.float32)
 
     def nearest(self, queries: np.ndarray, k: int, exclude: Sequence[Sequence[str] | str | None] | None = None):
         """(indices [Q, k], cosines [Q, k]) of the k statements nearest each query, best first.
@@ -72,7 +72,7 @@ class StatementMemory:
         """
         if not len(self.texts):
             raise ValueError(f"the {self.aspect!r} memory holds no statement: generate summaries (stage 01) first")
-        sims = _unit(np.atleast_2d(queries)) @ self.vectors.T
+        sims = unit_rows(np.atleast_2d(queries)) @ self.vectors.T
         if exclude is not None:
             doc_ids = np.asarray(self.doc_ids)
             for i, skip in enumerate(exclude):
@@ -105,7 +105,7 @@ class RetrievalDecoder:
 
     def encoder(self):
         """The aspect model that embeds texts into this aspect's space (loaded on first use)."""
-        from .encoders import is_model, load_model
+        from .checkpoints import is_model, load_model
 
         if self._encoder is None:
             raise ValueError(f"the {self.aspect!r} retrieval decoder has no aspect model to embed new text with")
@@ -117,7 +117,7 @@ class RetrievalDecoder:
         """Unit embeddings [N, D] of texts in this aspect's space."""
         model = self.encoder()
         head = self.aspect if self.aspect in model.aspects else model.aspects[0]
-        return _unit(model.encode(list(texts), aspects=head)[head])
+        return unit_rows(model.encode(list(texts), aspects=head)[head])
 
     def lm(self):
         """(model, tokenizer) of the LM that rewrites and scores text (loaded on first use)."""
@@ -136,7 +136,7 @@ class RetrievalDecoder:
         round trip). rewrite=True adds the LM's fusion of the `context` nearest statements
         as a candidate; it wins only where it lands nearer than every statement.
         """
-        q = _unit(np.atleast_2d(embeddings))
+        q = unit_rows(np.atleast_2d(embeddings))
         idx, cos = self.memory.nearest(q, max(self.k, self.context), exclude)
         out = []
         for row, (ii, cc) in enumerate(zip(idx, cos)):
@@ -329,13 +329,13 @@ def build_memories(run_dir, corpus, aspects: Sequence[str], doc_ids: Sequence[st
     doc_ids: the papers whose statements may enter (default: the run's train and
     validation papers, stage 02's split), so held-out papers never reach the memory.
     """
-    from .decoding import _split, aspect_model_dir
-    from .encoders import load_model
+    from .checkpoints import load_model
+    from .rundir import aspect_model_dir, read_split
     from .views import collect_views
 
     run_dir = Path(run_dir)
     if doc_ids is None:
-        train, val = _split(run_dir)
+        train, val = read_split(run_dir)
         doc_ids = train + val
     allowed = set(map(str, doc_ids))
     views = collect_views(list(aspects), run_dir, corpus)

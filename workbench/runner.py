@@ -59,7 +59,7 @@ ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
 PACKAGE = Path(__file__).resolve().parent
 _SECRET = re.compile(r"(api_?key|token|secret|password)$", re.IGNORECASE)
-# A key by its value (see `_check_secret`): a known prefix, or 32+ hex characters standing alone.
+# A key by its value (see `check_secret`): a known prefix, or 32+ hex characters standing alone.
 _KEY = re.compile(r"\b(?P<prefixed>(?:(?:sk|glpat|pplx|pypi|xox[abprs])-"
                   r"|(?:sk|hf|ghp|gho|ghs|ghu|ghr|github_pat|gsk|npm|r8)_)[\w-]{16,}|(?:AKIA|ASIA|AIza)[\w-]{16,})"
                   r"|(?<![0-9A-Za-z])(?P<hex>[0-9a-fA-F]{32,})(?![0-9A-Za-z])")
@@ -129,12 +129,12 @@ def load_params(path: str | os.PathLike | None, overrides: dict | None = None) -
             params[name] = value
     for where, given in [("", params), *((f"{stage}.", d) for stage, d in per_stage.items())]:
         for name, value in given.items():
-            _check_secret(f"{where}{name}", value)
+            check_secret(f"{where}{name}", value)
             if name in _SET_BY_RUNNER:
                 raise RunConfigError(f"parameter {where}{name} is set by the runner; give it as --run-dir "
                                      f"(or --params with a top-level {name}: key) instead")
         given.update({name: _absolute(value) for name, value in given.items()})
-        _check_inputs(given, where)
+        check_inputs(given, where)
     config["parameters"] = params
     config["stage_parameters"] = per_stage
     return config
@@ -232,7 +232,7 @@ def _looks_random(text: str) -> bool:
     return switches >= 0.3 * (len(joined) - len(runs)) or odd >= 0.3 * len(joined)
 
 
-def _check_secret(name: str, value) -> None:
+def check_secret(name: str, value) -> None:
     """Refuse keys in parameters (by name and by value) without echoing them.
 
     By name: api_key, token, secret, password. By value, in every string: a URL with user[:password]@;
@@ -292,7 +292,7 @@ def _absolute(value):
         return value
 
 
-def _check_inputs(params: dict, where: str) -> None:
+def check_inputs(params: dict, where: str) -> None:
     """A corpus or aspect file that is not there fails now, with the directory it was looked for in."""
     corpus, aspects = params.get("corpus"), params.get("aspects")
     for name, value, what in [("corpus", corpus, "corpus: aclsum"), ("aspects", aspects, "a preset: workbench aspects")]:
@@ -332,7 +332,7 @@ def _undeclared(names, declared: set[str], what: str) -> None:
         raise RunConfigError(f"{what} {name!r}{hint} Declared: {', '.join(sorted(declared - set(_SET_BY_RUNNER)))}")
 
 
-def _check_run_dir(run_path: Path, notebook_dir: Path, stages: list[str]) -> None:
+def check_run_dir(run_path: Path, notebook_dir: Path, stages: list[str]) -> None:
     """Never write executed notebooks or artifacts over the workbench's own source."""
     for source in (notebook_dir.resolve(), PACKAGE):
         if run_path == source or source in run_path.parents:
@@ -639,7 +639,7 @@ def run_pipeline(params_file: str | os.PathLike | None = None, *, run_dir: str |
     for name in sorted(set(config["parameters"]) - set().union(*(declared[s] for s in resolved))):
         users = [s for s in known if name in declared[s]]
         log(f"[workbench] note: {name} goes to no stage of this run (it is for {', '.join(users)})")
-    _check_run_dir(run_path, notebook_dir, resolved)
+    check_run_dir(run_path, notebook_dir, resolved)
 
     run_path.mkdir(parents=True, exist_ok=True)
     # One run at a time in a run directory: a second one is refused here, before it writes anything.

@@ -26,7 +26,7 @@ import json
 import time
 from pathlib import Path
 
-from .generate import GenerationReport, _run
+from .generate import GenerationReport, run_requests
 from .llm import Sampling
 from .parsing import parse_sentence_labels
 from .sentences import split_sentences
@@ -133,8 +133,8 @@ def label_sentences(corpus, aspect_set, backend, run_dir: str | Path, k: int = 1
         return record
 
     try:
-        result = _run(backend, store, tasks, sampling, LABEL_PREFILL, to_record, "sentence labels", progress,
-                      save_every or getattr(backend, "batch_size", 8))
+        result = run_requests(backend, store, tasks, sampling, LABEL_PREFILL, to_record, "sentence labels",
+                              progress, save_every or getattr(backend, "batch_size", 8))
     finally:
         store.close()
     if empty:

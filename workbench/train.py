@@ -37,13 +37,12 @@ Differences from the authors' code (REFERENCE_FACTS.md), on purpose:
 
 from __future__ import annotations
 
-import hashlib
 import json
 import random
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Sequence
 
 from .accel import ConfigDict, adamw, make_accelerator
 from .devices import best_device
@@ -53,12 +52,10 @@ from .headtrain import resolve_mode, train_view_head
 from .losses import info_nce
 from .metrics import retrieval_report
 from .progress import close_bar, progress_bar
-from .views import AspectViews, collect_views, split_documents
+from .rundir import MODELS_DIR, SPLIT_NAME
+from .training import HISTORY_NAME, TRAIN_CONFIG_NAME, TrainResult, better, evaluate
+from .views import AspectViews, collect_views, eligible_docs, split_documents, validation_pairs, views_fingerprint
 
-MODELS_DIR = "aspect_models"
-HISTORY_NAME = "history.json"
-TRAIN_CONFIG_NAME = "train_config.json"
-SPLIT_NAME = "split.json"
 BASE_COLUMN = "base encoder"
 
 # TrainConfig fields that do not change what is learned: a model trained on the GPU is
@@ -126,50 +123,7 @@ class TrainConfig(ConfigDict):
         return values
 
 
-@dataclass
-class TrainResult:
-    """What `train_aspect_model` returns; `history` has one dict per evaluation.
-
-    `baseline` is the step-0 evaluation (the untrained encoder with its random head).
-    `model` is the final in-memory model (last step, NOT necessarily the best one) and
-    is only set with keep_model=True; the best one is on disk in `out_dir`.
-    """
-
-    aspect: str
-    out_dir: str
-    best_step: int
-    best_mrr: float
-    best_mean_rank: float
-    baseline: dict
-    history: list[dict] = field(default_factory=list)
-    n_train_docs: int = 0
-    n_val_docs: int = 0
-    seconds: float = 0.0
-    stopped_early: bool = False
-    skipped: bool = False
-    model: Any = field(default=None, repr=False, compare=False)
-
-    def history_frame(self):
-        """The history as a DataFrame (step, train_loss, val_mean_rank, val_mrr, val_top1, seconds)."""
-        import pandas as pd
-
-        return pd.DataFrame(self.history)
-
-    def summary(self) -> dict:
-        """One row for a results table."""
-        return {"aspect": self.aspect, "train docs": self.n_train_docs, "val docs": self.n_val_docs,
-                "MRR step 0": self.baseline.get("val_mrr"), "best MRR": self.best_mrr,
-                "mean rank step 0": self.baseline.get("val_mean_rank"), "best mean rank": self.best_mean_rank,
-                "best step": self.best_step, "steps run": self.history[-1]["step"] if self.history else 0,
-                "seconds": round(self.seconds, 1), "skipped": self.skipped}
-
-
 # --------------------------------------------------------------------------- data
-
-
-def eligible_docs(views: AspectViews, doc_ids: Iterable[str]) -> list[str]:
-    """The given documents that have at least two views of the aspect, in the given order."""
-    return [d for d in doc_ids if len(views.views.get(d, ())) >= 2]
 
 
 def sample_batch(views: AspectViews, doc_ids: Sequence[str], batch_size: int, rng: random.Random,
@@ -190,23 +144,6 @@ def sample_batch(views: AspectViews, doc_ids: Sequence[str], batch_size: int, rn
     # Draw the views for the whole global batch in every process (same rng use everywhere).
     pairs = [(d, *rng.sample(views.views[d], 2)) for d in drawn]
     return pairs[process_index::num_processes]
-
-
-def validation_pairs(views: AspectViews, val_ids: Iterable[str]) -> tuple[list[str], list[str], list[str]]:
-    """(doc_ids, queries, candidates): the first view of each held-out document and its second view.
-
-    "First" and "second" are collection order (LLM summaries, then the human summary,
-    then highlights), so the pairs are the same at every evaluation and across runs.
-    """
-    docs = eligible_docs(views, val_ids)
-    return docs, [views.views[d][0] for d in docs], [views.views[d][1] for d in docs]
-
-
-def views_fingerprint(views: AspectViews, train_ids: Iterable[str], val_ids: Iterable[str]) -> str:
-    """A short hash of exactly the texts training and validation see (new summaries -> new hash)."""
-    data = {"train": {d: views.views[d] for d in eligible_docs(views, train_ids)},
-            "val": {d: views.views[d] for d in eligible_docs(views, val_ids)}}
-    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def prepare_views(aspects: Sequence[str], run_dir=None, corpus=None, val_split: str | None = None,
@@ -244,31 +181,6 @@ def views_table(views_by_aspect: dict[str, AspectViews], train_ids, val_ids):
         row["val docs"] = len(eligible_docs(views, val_ids))
         rows.append(row)
     return pd.DataFrame(rows).set_index("aspect").fillna(0)
-
-
-# --------------------------------------------------------------------------- helpers
-
-
-def evaluate(model, views: AspectViews, val_ids, batch_size: int = 64, aspect: str | None = None) -> dict:
-    """Validation retrieval: rank each held-out document's second view from its first -> mean rank, MRR, top-1.
-
-    Uses the model's projected, L2-normalised head output, the embedding that is trained
-    and later distilled. (The authors' code ranked the raw CLS vector here, which
-    ignores the head: a quirk we do not repeat.)
-    """
-    aspect = aspect or views.aspect
-    _, queries, candidates = validation_pairs(views, val_ids)
-    emb = model.encode(queries + candidates, aspects=[aspect], batch_size=batch_size)[aspect]
-    report = retrieval_report(emb[:len(queries)], emb[len(queries):])
-    return {"val_mean_rank": report["mean_rank"], "val_mrr": report["mrr"], "val_top1": report["top1"]}
-
-
-def _better(metrics: dict, best: dict | None, select_by: str) -> bool:
-    if best is None:
-        return True
-    if select_by == "mrr":
-        return metrics["val_mrr"] > best["val_mrr"] + 1e-12
-    return metrics["val_mean_rank"] < best["val_mean_rank"] - 1e-12
 
 
 # --------------------------------------------------------------------------- training
@@ -375,7 +287,7 @@ def train_aspect_model(views: AspectViews, train_ids, val_ids, out_dir, config: 
         metrics = broadcast_object_list(metrics)[0]
         entry = {"step": step, "train_loss": mean_loss, **metrics, "seconds": round(time.perf_counter() - t0, 2)}
         history.append(entry)
-        improved = _better(metrics, best, config.select_by)
+        improved = better(metrics, best, config.select_by)
         if improved:
             best, bad_evals = entry, 0
             if main:
@@ -425,7 +337,7 @@ def train_aspect_model(views: AspectViews, train_ids, val_ids, out_dir, config: 
     return result
 
 
-def _finished(out_dir: Path, config: TrainConfig, aspect: str, fingerprint: str) -> TrainResult | None:
+def finished_result(out_dir: Path, config: TrainConfig, aspect: str, fingerprint: str) -> TrainResult | None:
     """The stored result if out_dir holds a finished model of this aspect, config and data; else None."""
     from .encoders import CONFIG_NAME, WEIGHTS_NAME
 
@@ -503,7 +415,7 @@ def train_aspect_models(aspects: Sequence[str], run_dir, corpus=None, config: Tr
     for aspect in aspects:
         out_dir = root / aspect
         fingerprint = views_fingerprint(views[aspect], train_ids, val_ids)
-        done = None if overwrite else _finished(out_dir, config, aspect, fingerprint)
+        done = None if overwrite else finished_result(out_dir, config, aspect, fingerprint)
         if done is not None:
             kept = (f"best MRR {done.best_mrr:.3f} at step {done.best_step}" if done.best_mrr == done.best_mrr
                     else "the frozen encoder itself: too few documents to train")
@@ -551,7 +463,8 @@ def cross_aspect_mrr(run_dir, views_by_aspect: dict[str, AspectViews], val_ids, 
     """
     import pandas as pd
 
-    from .encoders import AspectEncoder, load_model
+    from .checkpoints import load_model
+    from .encoders import AspectEncoder
 
     root = Path(run_dir) / MODELS_DIR
     pairs = {}

@@ -53,7 +53,9 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 import numpy as np
+
 from .files import write_json
+from .vectors import unit_rows
 
 FORMAT = "workbench-aspect-map"
 VERSION = 1
@@ -112,16 +114,11 @@ def normalize_weights(weights, aspects: Sequence[str]) -> dict[str, float]:
     return {a: w / total for a, w in out.items()}
 
 
-def _unit_rows(x) -> np.ndarray:
-    x = np.asarray(x, dtype=np.float64)
-    return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
-
-
 def _unit32(e) -> np.ndarray:
     # float32 unit rows; rows that already are (a saved map, a refit) are kept bit for bit.
     if e.dtype == np.float32 and np.allclose(np.linalg.norm(e, axis=1), 1.0, atol=1e-6):
         return e
-    return _unit_rows(e).astype(np.float32)
+    return unit_rows(e, np.float64).astype(np.float32)
 
 
 def _check_embeddings(embeddings: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -152,7 +149,7 @@ def weighted_features(embeddings: Mapping[str, np.ndarray], weights=None) -> np.
     """
     embeddings = _check_embeddings(embeddings)
     alpha = normalize_weights(weights, list(embeddings))
-    blocks = [math.sqrt(alpha[a]) * _unit_rows(e) for a, e in embeddings.items()]
+    blocks = [math.sqrt(alpha[a]) * unit_rows(e, np.float64) for a, e in embeddings.items()]
     return np.concatenate(blocks, axis=1).astype(np.float32)
 
 
@@ -168,7 +165,7 @@ def weighted_distance(embeddings: Mapping[str, np.ndarray], weights=None) -> np.
     out = np.zeros((n, n))
     for a, e in embeddings.items():
         if alpha[a] > 0:
-            u = _unit_rows(e)
+            u = unit_rows(e, np.float64)
             out += alpha[a] * np.clip(1.0 - u @ u.T, 0.0, 2.0)
     np.fill_diagonal(out, 0.0)
     return out
@@ -191,8 +188,8 @@ def _effective_perplexity(perplexity: float, n: int) -> float:
     return perplexity
 
 
-def _calibrate_rows(distances: np.ndarray, perplexity: float, tol: float = 1e-5, max_steps: int = 200,
-                    beta0: np.ndarray | None = None):
+def calibrate_rows(distances: np.ndarray, perplexity: float, tol: float = 1e-5, max_steps: int = 200,
+                   beta0: np.ndarray | None = None):
     """Binary search, all rows at once, for beta_i such that p_{j|i} ∝ exp(-beta_i d_ij) has perplexity `perplexity`.
 
     distances: (m, k) float64, np.inf for excluded pairs (a point and itself). Returns
@@ -257,7 +254,7 @@ def conditional_probabilities(distances: np.ndarray, perplexity: float = 30.0) -
         raise ValueError(f"distances must be a square matrix, got shape {d.shape}")
     perplexity = _effective_perplexity(perplexity, d.shape[0])
     np.fill_diagonal(d, np.inf)
-    return _calibrate_rows(d, perplexity)[0]
+    return calibrate_rows(d, perplexity)[0]
 
 
 def joint_probabilities(distances: np.ndarray, perplexity: float = 30.0) -> np.ndarray:
@@ -326,7 +323,7 @@ def _gradient_descent(P, Y, n_iter, momentum, learning_rate, exaggeration=1.0, v
     return Y
 
 
-def _n_jobs() -> int:
+def thread_count() -> int:
     """openTSNE's threads: N_JOBS if set, else the cores free now (WORKBENCH_THREADS overrides).
 
     On a core another job keeps busy, openTSNE's threads wait for each other at every
@@ -355,7 +352,7 @@ def _pca_init(features: np.ndarray, seed: int) -> np.ndarray:
     return y + np.random.default_rng(seed).normal(scale=1e-6, size=y.shape)
 
 
-def _knn_rows(features: np.ndarray, k: int):
+def knn_rows(features: np.ndarray, k: int):
     """(n, k) indices and 1 - cos distances of each row's k nearest other rows (chunked matmul)."""
     f = np.asarray(features, dtype=np.float64)
     n = f.shape[0]
@@ -462,7 +459,7 @@ class AspectMap:
             from openTSNE.affinity import PerplexityBasedNN
 
             n_iter = (100 if warm else 500) if n_iter is None else int(n_iter)
-            n_jobs = _n_jobs()
+            n_jobs = thread_count()
             # Euclidean on unit features: |f_i - f_j|^2 = 2 d(i, j), and openTSNE squares
             # its distances, so its rows are the exact path's rows restricted to the k-NN.
             affinities = PerplexityBasedNN(features.astype(np.float64), perplexity=perplexity, metric="euclidean",
@@ -503,7 +500,7 @@ class AspectMap:
             if n < EXACT_MAX:
                 d = np.clip(1.0 - f @ f.T, 0.0, 2.0)
                 np.fill_diagonal(d, np.inf)
-                cond, beta, log_norm = _calibrate_rows(d, perplexity)
+                cond, beta, log_norm = calibrate_rows(d, perplexity)
                 P = (cond + cond.T) / (2.0 * n)
                 w = 1.0 / (1.0 + np.sum((y[:, None, :] - y[None, :, :]) ** 2, axis=-1))
                 np.fill_diagonal(w, 0.0)
@@ -512,8 +509,8 @@ class AspectMap:
             else:
                 from scipy import sparse
 
-                idx, d = _knn_rows(f, min(n - 1, int(3 * perplexity)))
-                cond, beta, log_norm = _calibrate_rows(d, perplexity)
+                idx, d = knn_rows(f, min(n - 1, int(3 * perplexity)))
+                cond, beta, log_norm = calibrate_rows(d, perplexity)
                 rows = np.repeat(np.arange(n), idx.shape[1])
                 C = sparse.csr_matrix((cond.ravel(), (rows, idx.ravel())), shape=(n, n))
                 P = (C + C.T) / (2.0 * n)
@@ -552,7 +549,7 @@ class AspectMap:
         # as in the (n + 1)-point map: (p_{j|new} + p_{new|j}) / 2(n + 1). The corpus rows keep
         # their precisions (one extra point barely moves a row of perplexity 30).
         n = d.shape[1]
-        cond = _calibrate_rows(d, _effective_perplexity(self.perplexity, n + 1))[0]
+        cond = calibrate_rows(d, _effective_perplexity(self.perplexity, n + 1))[0]
         beta, log_norm, _ = self._rows()
         reverse = 1.0 / (1.0 + np.exp(np.clip(beta * d + log_norm, -700, 700)))  # sigmoid(-(...))
         return (cond + reverse) / (2.0 * (n + 1))
@@ -685,7 +682,7 @@ class AspectMap:
                 x_hat[lo:hi] = s * x[lo:hi] / max(np.linalg.norm(x[lo:hi]), 1e-12)
             d = np.clip(1.0 - corpus @ x_hat, 0.0, 2.0)
             if beta is None:  # calibrate the new row here, warm-started from the previous call
-                last_beta[0] = _calibrate_rows(d[None], perplexity, beta0=last_beta[0])[1]
+                last_beta[0] = calibrate_rows(d[None], perplexity, beta0=last_beta[0])[1]
                 beta = float(last_beta[0][0])
             e = np.exp(-beta * (d - d.min()))
             cond = e / e.sum()
@@ -744,7 +741,7 @@ class AspectMap:
         for a in self.aspects:
             size = self.embeddings[a].shape[1]
             if self.weights[a] > 0:
-                out[a] = _unit_rows(x[start:start + size] / math.sqrt(self.weights[a]))
+                out[a] = unit_rows(x[start:start + size] / math.sqrt(self.weights[a]), np.float64)
             start += size
         return out
 

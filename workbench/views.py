@@ -13,10 +13,13 @@ the caller; `trainable(corpus)` is the part of a corpus stage 01 summarises.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import random
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterable
 
 import pandas as pd
 
@@ -179,3 +182,25 @@ def split_documents(doc_ids: list[str], corpus=None, val_split: str | None = Non
     n_val = min(max(n_val, 2 if len(ids) >= 4 else 1 if len(ids) > 1 else 0), max(len(ids) - 1, 0))
     held = set(random.Random(seed).sample(ids, n_val))
     return [d for d in ids if d not in held], [d for d in ids if d in held]
+
+
+def eligible_docs(views: AspectViews, doc_ids: Iterable[str]) -> list[str]:
+    """The given documents that have at least two views of the aspect, in the given order."""
+    return [d for d in doc_ids if len(views.views.get(d, ())) >= 2]
+
+
+def validation_pairs(views: AspectViews, val_ids: Iterable[str]) -> tuple[list[str], list[str], list[str]]:
+    """(doc_ids, queries, candidates): the first view of each held-out document and its second view.
+
+    "First" and "second" are collection order (LLM summaries, then the human summary,
+    then highlights), so the pairs are the same at every evaluation and across runs.
+    """
+    docs = eligible_docs(views, val_ids)
+    return docs, [views.views[d][0] for d in docs], [views.views[d][1] for d in docs]
+
+
+def views_fingerprint(views: AspectViews, train_ids: Iterable[str], val_ids: Iterable[str]) -> str:
+    """A short hash of exactly the texts training and validation see (new summaries -> new hash)."""
+    data = {"train": {d: views.views[d] for d in eligible_docs(views, train_ids)},
+            "val": {d: views.views[d] for d in eligible_docs(views, val_ids)}}
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]

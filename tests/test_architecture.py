@@ -1,0 +1,151 @@
+"""The package's shape, checked with `ast`: no import cycles, no private name of another module, a light import.
+
+* Import cycles: module A imports B (at the top or inside a function) and B, directly or
+  through others, imports A. Every import counts, since a function-level import only
+  hides a cycle until the function runs.
+* Private names: `from workbench.X import _name` and `X._name`, where X is another
+  workbench module, in the package, the tests, the scripts and the benchmarks. A helper two
+  modules need moves to where it belongs and gets a public name; a test checks a module
+  through its public names.
+* `import workbench` stays light: it does not pull in torch.
+"""
+
+import ast
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "workbench"
+MODULES = {p.stem for p in PACKAGE.glob("*.py")}
+FOLDERS = ["workbench", "tests", "scripts", "benchmarks"]
+FOLDERS.remove("benchmarks")  # benchmarks/: being converted
+
+
+def python_files(folders=FOLDERS) -> list[Path]:
+    """The .py files under the given folders of the repository."""
+    return sorted(p for folder in folders for p in (ROOT / folder).rglob("*.py"))
+
+
+def workbench_imports(path: Path) -> list[tuple[str, str | None, int]]:
+    """(module, imported name or None, line) for every import of a workbench module in a file, wherever it stands."""
+    in_package = path.parent == PACKAGE
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found += [(a.name.split(".")[1], None, node.lineno) for a in node.names
+                      if a.name.startswith("workbench.")]
+        elif isinstance(node, ast.ImportFrom):
+            module = node.module or ""
+            if node.level and in_package:
+                module = f"workbench.{module}" if module else "workbench"
+            if module == "workbench":  # from workbench import tsne / from . import tsne
+                found += [(a.name, None, node.lineno) for a in node.names if a.name in MODULES]
+            elif module.startswith("workbench."):
+                found += [(module.split(".")[1], a.name, node.lineno) for a in node.names]
+    return [(m, name, line) for m, name, line in found if m in MODULES]
+
+
+def import_graph() -> dict[str, dict[str, int]]:
+    """{module: {module it imports: line of the first such import}} over the package."""
+    graph = {}
+    for path in python_files(["workbench"]):
+        edges = graph.setdefault(path.stem, {})
+        for module, _, line in workbench_imports(path):
+            if module != path.stem:
+                edges.setdefault(module, line)
+    return graph
+
+
+def cycles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan's algorithm)."""
+    index, low, stack, on_stack, found = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph.get(v, {}):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def private_uses(path: Path) -> list[str]:
+    """Each use of another workbench module's private name in a file, as "path:line: what"."""
+    own = path.stem if path.parent == PACKAGE else None
+    where = path.relative_to(ROOT)
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    found = [f"{where}:{line}: from {module} import {name}" for module, name, line in workbench_imports(path)
+             if name and name.startswith("_") and not name.startswith("__") and module != own]
+    # The names a module is bound to in this file: `from workbench import tsne as T`, `import workbench.tsne as T`.
+    bound = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            bound.update({a.asname: a.name.split(".")[1] for a in node.names
+                          if a.asname and a.name.startswith("workbench.")})
+        elif isinstance(node, ast.ImportFrom) and (node.module == "workbench" or node.level and not node.module):
+            bound.update({a.asname or a.name: a.name for a in node.names if a.name in MODULES})
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")):
+            continue
+        value, module = node.value, None
+        if isinstance(value, ast.Name):
+            module = bound.get(value.id)
+        elif isinstance(value, ast.Attribute) and isinstance(value.value, ast.Name) and value.value.id == "workbench":
+            module = value.attr  # workbench.tsne._name
+        if module in MODULES and module != own:
+            found.append(f"{where}:{node.lineno}: {module}.{node.attr}")
+    return found
+
+
+def test_the_checks_find_what_they_look_for(tmp_path, monkeypatch):
+    """A cycle and each form of private use are found (so that a silent check cannot pass)."""
+    assert cycles({"a": {"b": 1}, "b": {"c": 1}, "c": {"a": 1}, "d": {"a": 1}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b": 1}, "b": {}}) == []
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    probe = tmp_path / "probe.py"
+    probe.write_text("from workbench import tsne as T\nimport workbench.llm\nfrom workbench.models import _x, y\n"
+                     "def f():\n    return T._a, workbench.llm._b, T.public, T.__name__\n")
+    assert private_uses(probe) == ["probe.py:3: from models import _x", "probe.py:5: tsne._a", "probe.py:5: llm._b"]
+
+
+def test_no_import_cycles_in_the_package():
+    graph = import_graph()
+    found = cycles(graph)
+    detail = ["  " + ", ".join(f"{a} -> {b} (line {graph[a][b]})" for a in c for b in graph[a] if b in c)
+              for c in found]
+    assert not found, "import cycles among workbench modules:\n" + "\n".join(detail)
+
+
+def test_no_private_name_of_another_module_is_used():
+    found = [use for path in python_files() for use in private_uses(path)]
+    assert not found, "private names of other workbench modules:\n" + "\n".join(found)
+
+
+def test_import_workbench_is_fast():
+    """`import workbench` in a fresh interpreter, best of three, takes under a second."""
+    best = float("inf")
+    for _ in range(3):
+        start = time.perf_counter()
+        subprocess.run([sys.executable, "-c", "import workbench"], check=True, cwd=ROOT)
+        best = min(best, time.perf_counter() - start)
+    assert best < 1.0, f"import workbench took {best:.2f} s"
