@@ -230,3 +230,21 @@ def test_examples_show_the_aspects_in_one_order_for_every_paper(tiny_corpus, tmp
     per_paper = [part.split("</table>")[0] for part in html.split("<h4>")[1:]]
     assert len(per_paper) == 3
     assert all(p.index(">approach<") < p.index(">challenge<") for p in per_paper)
+
+
+def test_a_long_prompt_does_not_size_the_batch_of_short_ones():
+    """Every answer of a batch holds the batch's longest prompt: a budget of cells (answers x columns)
+    keeps a 5,000-token abstract out of the short prompts' batch (stage 01 had reached 13.6 GB)."""
+    from workbench.llm import pack_groups
+
+    prompts = [[1, 2, 3] + [4] * 200 + [k] for k in range(6)] + [[1, 2, 3] + [4] * 200 + [9] * 4800]
+    repeats = [4] * 7
+    costs = [len(p) + 64 for p in prompts]
+    unlimited = plan_batches(prompts, repeats, 96)
+    assert len(unlimited) == 1  # all share a start: one batch of 28 answers x 5,067 columns
+    groups = plan_batches(prompts, repeats, 96, costs=costs, max_cells=30_000)
+    assert sorted(map(len, groups)) == [1, 6] and [6] in groups  # the long one alone
+    batches = pack_groups(groups, repeats, 96, costs=costs, max_cells=30_000)
+    assert all(sum(repeats[i] for g in b for i in g) * max(costs[i] for g in b for i in g) <= 30_000
+               or sum(len(g) for g in b) == 1 for b in batches)
+    assert len(batches) == 2

@@ -1,4 +1,4 @@
-"""Stage 05 numbers: how well embedding similarities follow aspect-specific ground truths.
+"""Stage 06 numbers: how well embedding similarities follow aspect-specific ground truths.
 
 The paper's evaluation (sections 3.3 and 4.2, appendices A.5, A.6, B.4), as plain numpy:
 

@@ -93,6 +93,12 @@ def _call_seeds(n: int, sampling: Sampling, seeds: Sequence[int] | None) -> list
     return [request_seed("call", base, index) for index in range(n)]
 
 
+# Keys and values a batch may hold (stage 01's peak memory, with the model's weights beside it), and the
+# tokens of a prompt read at once (attention while reading costs chunk x prompt length).
+KV_BUDGET_BYTES = 2_000_000_000
+READ_CHUNK = 512
+
+
 class TransformersBackend:
     """Local generation with a transformers causal LM, batched, left-padded.
 
@@ -173,11 +179,18 @@ class TransformersBackend:
         base = shared_start(prompts)
         repeats = [len(i) for i in indices]
         shared = cascade.supports(self.model)
+        # Every answer of a batch holds keys and values for the batch's longest prompt end plus its answer:
+        # one long abstract among short ones would size every row by it (a 20,000-character abstract
+        # among the demo's took stage 01 to 13.6 GB). A budget of cells (answers x columns) keeps it bounded.
+        cells = max(1, int(KV_BUDGET_BYTES // self._bytes_per_cell()))
+        costs = [len(p) - base + sampling.max_new_tokens for p in prompts]
         # the plain cache copies every row's whole prompt at each step: more than 24 rows only slow it down
-        groups = plan_batches(prompts, repeats, self.batch_size if shared else min(self.batch_size, 24))
+        groups = plan_batches(prompts, repeats, self.batch_size if shared else min(self.batch_size, 24),
+                              costs=costs, max_cells=cells)
         if shared:
             # cascade attention holds each group's start once, so groups can share a batch (fewer decoding steps)
-            batches, sample, context = pack_groups(groups, repeats, self.batch_size), self._sample_shared, cascade.cascade
+            batches = pack_groups(groups, repeats, self.batch_size, costs=costs, max_cells=cells)
+            sample, context = self._sample_shared, cascade.cascade
             with context(self.model):
                 start = cascade.read_prefix(self.model, self._tensor([prompts[0][:base]])) if base else None
         else:
@@ -195,6 +208,13 @@ class TransformersBackend:
                     text = cut_at_stop(self.tokenizer.decode(answer, skip_special_tokens=True), sampling.stop)
                     seconds = (time.perf_counter() - t0) / len(rows)  # the batch so far, shared by its answers
                     yield rows[row], Completion((prefill or "") + text, len(answer), seconds)
+
+    def _bytes_per_cell(self) -> int:
+        """Bytes of keys and values one token of one answer holds, over all layers (float32 on a CPU)."""
+        config = self.model.config
+        heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+        dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        return 2 * config.num_hidden_layers * heads * dim * self.model.dtype.itemsize
 
     def _tensor(self, rows):
         import torch
@@ -219,8 +239,12 @@ class TransformersBackend:
             prefixes.append(read_prefix(self.model, self._tensor([prompts[0][base:shared]]), start)
                             if shared > base else start)
             for prompt in prompts:  # each end alone: no work on padding
-                part = PromptStore(self.model.config.num_hidden_layers, 0, [prefixes[g]])
-                logits.append(part.read(self.model, self._tensor([prompt[shared:]]), logits=True))
+                end = prompt[shared:]
+                part = PromptStore(self.model.config.num_hidden_layers, len(end), [prefixes[g]])
+                # In chunks: attention over a long end costs chunk x length, not length x length.
+                for at in range(0, len(end), READ_CHUNK):
+                    last = part.read(self.model, self._tensor([end[at:at + READ_CHUNK]]), logits=True)
+                logits.append(last)
                 parts.append(part)
             group_of += [g] * len(prompts)
             counts += reps
@@ -414,36 +438,48 @@ def shared_start(prompts: Sequence[Sequence[int]]) -> int:
     return min(common_prefix(prompts), min(map(len, prompts)) - 1)
 
 
-def pack_groups(groups: Sequence[list[int]], repeats: Sequence[int], max_rows: int) -> list[list[list[int]]]:
-    """Consecutive groups of `plan_batches` packed into batches of at most `max_rows` answers."""
+def _within(rows: int, longest: int, max_rows: int, max_cells: int | None) -> bool:
+    """Whether a batch of `rows` answers, each holding `longest` columns, stays within both limits."""
+    return rows <= max_rows and (max_cells is None or rows * longest <= max_cells)
+
+
+def pack_groups(groups: Sequence[list[int]], repeats: Sequence[int], max_rows: int,
+                costs: Sequence[int] | None = None, max_cells: int | None = None) -> list[list[list[int]]]:
+    """Consecutive groups of `plan_batches` packed into batches of at most `max_rows` answers
+    (and, with `costs` per prompt, at most `max_cells` answers x the batch's largest cost)."""
+    costs = costs if costs is not None else [0] * len(repeats)
     batches: list[list[list[int]]] = []
-    rows = 0
+    rows = longest = 0
     for group in groups:
-        size = sum(repeats[i] for i in group)
-        if batches and rows + size <= max_rows:
+        size, cost = sum(repeats[i] for i in group), max(costs[i] for i in group)
+        if batches and _within(rows + size, max(longest, cost), max_rows, max_cells):
             batches[-1].append(group)
-            rows += size
+            rows, longest = rows + size, max(longest, cost)
         else:
             batches.append([group])
-            rows = size
+            rows, longest = size, cost
     return batches
 
 
-def plan_batches(prompts: Sequence[Sequence[int]], repeats: Sequence[int], max_rows: int) -> list[list[int]]:
+def plan_batches(prompts: Sequence[Sequence[int]], repeats: Sequence[int], max_rows: int,
+                 costs: Sequence[int] | None = None, max_cells: int | None = None) -> list[list[int]]:
     """Group prompt indices into batches of at most `max_rows` answers that share a long start.
 
     Prompts are sorted by their tokens, so that those with a common start become
     neighbours; a batch is cut where a neighbour shares less than half of the shorter
-    prompt, or where it would exceed `max_rows` answers (a prompt asked for more than
-    `max_rows` answers gets a batch of its own).
+    prompt, or where it would exceed `max_rows` answers, or, with `costs` (the columns an
+    answer to each prompt holds), `max_cells` answers x the batch's largest cost (a prompt
+    beyond either limit alone gets a batch of its own).
     """
+    costs = costs if costs is not None else [0] * len(prompts)
     order = sorted(range(len(prompts)), key=lambda i: list(prompts[i]))
     batches: list[list[int]] = []
     for i in order:
         if batches:
             last = batches[-1]
             shared = common_prefix([prompts[last[-1]], prompts[i]])
-            fits = sum(repeats[j] for j in last) + repeats[i] <= max_rows
+            fits = _within(sum(repeats[j] for j in last) + repeats[i], max(costs[j] for j in last + [i]),
+                           max_rows, max_cells)
             if fits and shared * 2 >= min(len(prompts[last[-1]]), len(prompts[i])):
                 last.append(i)
                 continue

@@ -1,4 +1,4 @@
-"""Fit the aspect weights to what the user means by "similar" (issue 13).
+"""Fit the aspect weights to what the user means by "similar".
 
 FLeW (Dou et al.) combines facet embeddings with weights found by a grid search on
 validation data. Here the user states what they mean - a label per document, a few marked
