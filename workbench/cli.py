@@ -1,4 +1,4 @@
-"""Command line: `workbench run`, `workbench models`, `workbench validate`, `workbench aspects`, `workbench compare`."""
+"""Command line: `workbench run`, `models`, `validate`, `aspects` (and `aspects new`), `runs`, `compare`."""
 
 from __future__ import annotations
 
@@ -80,9 +80,24 @@ def cmd_validate(args) -> int:
 
 
 def cmd_aspects(args) -> int:
-    """List the preset aspect sets, or show one (a preset name or a YAML path)."""
+    """List the preset aspect sets, show one (a preset name or a YAML path), or write a starter file (`new`)."""
     from .aspects import list_presets, load_aspects
 
+    if args.name == "new":
+        from .starter import parse_aspect_arguments, write_starter
+
+        if not args.file:
+            print("workbench aspects new: name the file to write, e.g. workbench aspects new my_field "
+                  "--aspect 'disease: the disease or condition studied'", file=sys.stderr)
+            return 2
+        try:
+            path = write_starter(args.file, parse_aspect_arguments(args.aspect), args.domain, args.force)
+        except (ValueError, FileExistsError) as exc:
+            print(f"workbench aspects new: {exc}", file=sys.stderr)
+            return 2
+        print(f"wrote {path}: edit its descriptions, include, exclude and examples; "
+              f"run it with -p aspects={path}")
+        return 0
     if not args.name:
         for name in list_presets():
             aspects = load_aspects(name)
@@ -113,6 +128,31 @@ def cmd_compare(args) -> int:
         return 0
     with pd.option_context("display.max_rows", None, "display.max_colwidth", 80, "display.width", 200):
         print(table.to_string(float_format=lambda v: f"{v:.4g}", na_rep="-"))
+    return 0
+
+
+def cmd_runs(args) -> int:
+    """List the run directories with their disk use, or clean one run's caches (--clean RUN)."""
+    from .files import RunLockedError
+    from .runs import clean_caches, human, run_table
+
+    if args.clean:
+        try:
+            freed = clean_caches(args.clean)
+        except (FileNotFoundError, RunLockedError) as exc:
+            print(f"workbench runs: {exc}", file=sys.stderr)
+            return 2
+        print(f"{args.clean}: removed its caches (features/, embeddings/), {human(freed)} freed; "
+              "the stages that need them encode again")
+        return 0
+    rows = run_table(args.root)
+    if not rows:
+        print(f"no run directories under {args.root}")
+        return 0
+    for r in rows:
+        print(f"{r['run']:<32} {human(r['bytes']):>9}  caches {human(r['cache bytes']):>9}  {r['changed']}  "
+              f"{', '.join(r['stages']) or 'no stage finished'}")
+    print("workbench runs --clean RUN removes a run's caches (rebuilt when needed); results stay.")
     return 0
 
 
@@ -147,8 +187,19 @@ def main(argv: list[str] | None = None) -> int:
     validate.add_argument("--ids", action="store_true", help="also print every doc_id with its title")
     validate.set_defaults(func=cmd_validate)
 
-    aspects = sub.add_parser("aspects", help="list aspect presets or show one")
-    aspects.add_argument("name", nargs="?")
+    runs = sub.add_parser("runs", help="list run directories with their disk use; --clean RUN removes its caches")
+    runs.add_argument("root", nargs="?", default="runs", help="the folder holding run directories (default runs)")
+    runs.add_argument("--clean", metavar="RUN", help="remove this run's caches (features/, embeddings/)")
+    runs.set_defaults(func=cmd_runs)
+
+    aspects = sub.add_parser("aspects", help="list aspect presets, show one, or write a starter file: "
+                                             "workbench aspects new FILE --aspect 'name: description' ...")
+    aspects.add_argument("name", nargs="?", help="a preset, a YAML file, or `new`")
+    aspects.add_argument("file", nargs="?", help="with `new`: the aspect file to write")
+    aspects.add_argument("--aspect", action="append", default=[], metavar="'NAME: DESCRIPTION'",
+                         help="with `new`: an aspect and its one-line description (repeatable)")
+    aspects.add_argument("--domain", default="scientific research", help="with `new`: the field, in words")
+    aspects.add_argument("--force", action="store_true", help="with `new`: replace an existing file")
     aspects.set_defaults(func=cmd_aspects)
 
     compare = sub.add_parser("compare", help="compare two runs' metrics.json (A, B, B - A)")
