@@ -5,7 +5,7 @@ otherwise), greedy decoding and exactly --new-tokens new tokens per description
 (min_new_tokens = max_new_tokens, so every method writes the same amount of text):
 
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/decode.py [--n 32] [--batch-size 16]
-        [--new-tokens 32] [--repeats 3] [--device cpu] [--lm smollm2-135m-instruct]
+        [--new-tokens 32] [--repeats 3] [--device cpu] [--lm smollm2-135m-instruct] [--spot-n 2000] [--smoke]
 
 (a) ours, batched: `EmbeddingDecoder.generate` on --batch-size embeddings per call; the
     prompt has the same length for every embedding, so a batch needs no padding;
@@ -23,6 +23,9 @@ invert the spot to one embedding per aspect (appendix A.10) and describe each as
 its round-trip confidence, (d) with the retrieval decoder (a memory of 3 statements per
 paper and aspect, MiniLM re-embedding the answer) against (e) the soft-prompt decoder
 writing --new-tokens tokens per aspect. Goal (issue 12): at most 2 s on 2 cores.
+
+--smoke (or WORKBENCH_BENCH_SMOKE=1): 3 embeddings in batches of 2, 2 new tokens, 1 round, a map
+of 100 papers, to check that it runs.
 """
 
 from __future__ import annotations
@@ -41,6 +44,8 @@ from workbench.decoder import DecoderConfig, EmbeddingDecoder  # noqa: E402
 from workbench.devices import best_device  # noqa: E402
 from workbench.models import load_causal_lm  # noqa: E402
 
+from _smoke import add_smoke  # noqa: E402
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -51,6 +56,7 @@ def main() -> None:
     parser.add_argument("--device", default=None, help="default: auto (cuda, mps or cpu)")
     parser.add_argument("--lm", default="smollm2-135m-instruct", help="frozen LM: packaged name, folder or hub id")
     parser.add_argument("--spot-n", type=int, default=2000, help="papers on the map for the empty-spot timing (0 skips)")
+    add_smoke(parser, n=3, batch_size=2, new_tokens=2, repeats=1, spot_n=100)
     args = parser.parse_args()
 
     import numpy as np

@@ -13,6 +13,10 @@ can check whether it states the test paper's own value of that aspect (chance: 1
 Also the round trip (MRR of the test paper among all test papers; chance about 5/n).
 
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/decode_synthetic.py [--seed 0] [--run-dir runs/synthetic-bench]
+        [--train 120] [--val 40] [--test 60] [--head-steps 300] [--unified-head-steps 400] [--smoke]
+
+--smoke (or WORKBENCH_BENCH_SMOKE=1): 8 train, 4 validation and 6 test papers, 2 head steps in
+stages 02 and 03, in a temporary run directory, to check that it runs.
 """
 
 from __future__ import annotations
@@ -21,19 +25,37 @@ import argparse
 import importlib.util
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
+from _smoke import add_smoke  # noqa: E402
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seed", type=int, default=0, help="corpus seed (default 0)")
-    parser.add_argument("--run-dir", default="runs/synthetic-bench", help="where stages 02-04 write")
+    parser.add_argument("--run-dir", default="runs/synthetic-bench",
+                        help="where stages 02-04 write (smoke mode: a temporary folder)")
+    parser.add_argument("--train", type=int, default=120, help="train papers (default 120)")
+    parser.add_argument("--val", type=int, default=40, help="validation papers (default 40)")
+    parser.add_argument("--test", type=int, default=60, help="test papers (default 60)")
+    parser.add_argument("--head-steps", type=int, default=None,
+                        help="stage 02's frozen head steps (default: TrainConfig's, 300)")
+    parser.add_argument("--unified-head-steps", type=int, default=None,
+                        help="stage 03's frozen head steps (default: DistillConfig's, 400)")
+    add_smoke(parser, run_dir=None, train=8, val=4, test=6, head_steps=2, unified_head_steps=2)
     args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="bench-synthetic-") as tmp:
+        if args.run_dir is None:  # smoke mode
+            args.run_dir = str(Path(tmp) / "run")
+        measure(args)
 
+
+def measure(args) -> None:
     import numpy as np
 
     from workbench.decoding import build_retrieval_decoders, load_decoders, round_trip
@@ -48,17 +70,22 @@ def main() -> None:
     syn = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(syn)
     aspects = syn.ASPECTS
-    corpus = syn.synthetic_corpus(n_train=120, n_val=40, n_test=60, seed=args.seed)
+    corpus = syn.synthetic_corpus(n_train=args.train, n_val=args.val, n_test=args.test, seed=args.seed)
     run = Path(args.run_dir)
-    print(f"load average {os.getloadavg()[0]:.1f}; corpus seed {args.seed}: 120 train, 40 validation, 60 test papers")
+    print(f"load average {os.getloadavg()[0]:.1f}; corpus seed {args.seed}: {args.train} train, {args.val} validation, "
+          f"{args.test} test papers")
+    steps02 = {} if args.head_steps is None else {"head_steps": args.head_steps}
+    steps03 = {} if args.unified_head_steps is None else {"head_steps": args.unified_head_steps}
     t0 = time.perf_counter()
-    train_aspect_models(aspects, run, corpus, TrainConfig(base_model="minilm", pooling="mean", mode="frozen"),
+    train_aspect_models(aspects, run, corpus, TrainConfig(base_model="minilm", pooling="mean", mode="frozen",
+                                                          **steps02),
                         val_split="validation", progress=False, log=lambda *_: None)
     views = collect_views(aspects, run, corpus)
     targets = compute_targets(run, views, aspects, progress=False)
     train_ids, val_ids = split_documents(sorted(documents_with_targets(targets)), corpus, "validation")
     result = train_unified_model(corpus, targets, train_ids, val_ids, run / "unified_model",
-                                 DistillConfig(base_model="minilm", pooling="mean", mode="frozen"), progress=False,
+                                 DistillConfig(base_model="minilm", pooling="mean", mode="frozen", **steps03),
+                                 progress=False,
                                  run_dir=run, sentence_labels=sentence_supervision(corpus, aspects, run))
     memory = build_retrieval_decoders(run, corpus, aspects)
     print(f"stages 02-04 in {time.perf_counter() - t0:.0f}s; memory: "

@@ -4,7 +4,7 @@ All three run the same backbone (the packaged all-MiniLM-L6-v2) on the same abst
 with the same batch size and maximum length, in one process and one run:
 
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/embed.py [--docs 64] [--batch-size 32]
-        [--max-length 256] [--repeats 3] [--device cpu]
+        [--max-length 256] [--repeats 3] [--device cpu] [--smoke]
 
 (a) unified: `AspectEncoder` with one head per aspect ("acl": challenge, approach,
     outcome), `encode` returns every aspect from one backbone pass per batch;
@@ -15,6 +15,9 @@ with the same batch size and maximum length, in one process and one run:
 Untrained heads: speed does not depend on the weights. The methods are timed in turn,
 `--repeats` rounds after a warm-up, rotating the order each round so that a noisy
 neighbour does not always hit the same one; the median time is reported.
+
+--smoke (or WORKBENCH_BENCH_SMOKE=1): 4 abstracts in batches of 2, max length 32, 1 round, to
+check that it runs.
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ from workbench.devices import best_device  # noqa: E402
 from workbench.encoders import AspectEncoder  # noqa: E402
 from workbench.models import resolve_model  # noqa: E402
 
+from _smoke import add_smoke  # noqa: E402
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -43,6 +48,7 @@ def main() -> None:
     parser.add_argument("--max-length", type=int, default=256, help="tokens per abstract at most (default 256)")
     parser.add_argument("--repeats", type=int, default=3, help="timed rounds (default 3)")
     parser.add_argument("--device", default=None, help="default: auto (cuda, mps or cpu)")
+    add_smoke(parser, docs=4, batch_size=2, max_length=32, repeats=1)
     args = parser.parse_args()
 
     import torch

@@ -19,6 +19,11 @@ Each pair runs in turn, --repeats rounds (order rotated), nothing cached between
 medians reported, with the largest difference between the two ways' numbers.
 
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/evaluate.py [--run runs/aclsum-demo] [--docs 10] [--repeats 2]
+        [--corpus aclsum] [--aspects challenge approach outcome] [--smoke]
+
+--smoke (or WORKBENCH_BENCH_SMOKE=1): a tiny run with untrained heads and retrieval decoders built
+in a temporary folder (3 known and 3 test papers, one aspect, one statement in the LM's prompt),
+perplexity of 2 papers, 1 round, to check that it runs.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import argparse
 import os
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -40,33 +46,46 @@ import numpy as np  # noqa: E402
 from workbench import bertscore as bs  # noqa: E402
 from workbench.aspects import load_aspects  # noqa: E402
 from workbench.corpus import load_corpus  # noqa: E402
-from workbench.decoding import _derangement, _unit, load_decoders  # noqa: E402
+from workbench.decoding import derangement, load_decoders  # noqa: E402
 from workbench.features import FrozenBackbone  # noqa: E402
 from workbench.models import resolve_model  # noqa: E402
 from workbench.report import embedding_rows, evaluation_corpus  # noqa: E402
+from workbench.vectors import unit_rows  # noqa: E402
+
+from _smoke import add_smoke, tiny_run  # noqa: E402
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--run", default="runs/aclsum-demo")
+    parser.add_argument("--run", default="runs/aclsum-demo",
+                        help="a finished run (smoke mode: a tiny run made in a temporary folder)")
+    parser.add_argument("--corpus", default="aclsum", help="the run's corpus (default aclsum)")
     parser.add_argument("--docs", type=int, default=10, help="papers whose perplexity is scored (make demo: 10)")
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--aspects", nargs="+", default=None, help="default: every aspect of the acl set")
+    add_smoke(parser, run=None, corpus="aclsum:validation[:3],test[:3]", aspects=["challenge"], docs=2, repeats=1)
     args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="bench-evaluate-") as tmp:
+        if args.run is None:  # smoke mode
+            args.run = str(tiny_run(Path(tmp) / "run", args.corpus, args.aspects, decoders=True, context=1))
+        measure(args)
 
+
+def measure(args) -> None:
     import bert_score
     import torch
 
     run = Path(args.run)
-    names = load_aspects("acl").names
-    docs, _ = load_corpus("aclsum").drop_invalid()
+    names = args.aspects or load_aspects("acl").names
+    docs, _ = load_corpus(args.corpus).drop_invalid()
     held = evaluation_corpus(docs, run, "test")
     frame = held.docs.reset_index(drop=True)
-    emb = {a: _unit(v) for a, v in embedding_rows(run, held, names, baselines=[])["unified"].items()}
+    emb = {a: unit_rows(v) for a, v in embedding_rows(run, held, names, baselines=[])["unified"].items()}
     decoders = load_decoders(run, names)
     refs = {a: frame[f"summary_{a}"].tolist() for a in names}
     decoded = {a: [c[0] for c in decoders[a].describe(emb[a], greedy=True, max_new_tokens=48)] for a in names}
     n = len(frame)
-    perm = _derangement(n, 0)
+    perm = derangement(n, 0)
     summaries = [t for a in names for t in refs[a]]
     cands = [t for a in names for t in decoded[a] + [decoded[a][j] for j in perm]]
     pair_refs = [t for a in names for t in refs[a] * 2]
@@ -83,12 +102,12 @@ def main() -> None:
         return scorer.score(cands, [[r] for r in pair_refs])[2].numpy()
 
     def shared_bertscore():
-        bs._TOKENS.clear()
+        bs.TOKENS.clear()
         bs.read("mpnet", summaries, 9, pooled=True)  # the truths' pass, keeping the token vectors
         return bs.f1(cands, pair_refs, "mpnet", 9)
 
     m = min(args.docs, n)
-    shuffle = _derangement(m, 0)
+    shuffle = derangement(m, 0)
 
     def requests(a):
         texts = refs[a][:m]

@@ -5,7 +5,7 @@ the "acl" aspect set's prompt keys, the summary prefill and stop strings, k samp
 each), generated in one process, one run, with the same sampling:
 
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/generate.py [--docs 4] [--k 4]
-        [--max-new-tokens 64] [--batch-size 96] [--generate-batch-size 24] [--no-llama-cpp]
+        [--max-new-tokens 64] [--batch-size 96] [--generate-batch-size 24] [--no-llama-cpp] [--smoke]
 
 Rows:
 * workbench transformers: `TransformersBackend` (each prompt token read once, each
@@ -22,7 +22,9 @@ Rows:
 
 llama-cpp-python is an optional extra that compiles llama.cpp; when it is missing this
 script installs it first (about 4 minutes on 2 cores; pip keeps the wheel), unless
-`--no-llama-cpp`.
+`--no-llama-cpp`. `--smoke` (or WORKBENCH_BENCH_SMOKE=1): 1 abstract, k = 1, 4 new tokens,
+batches of 2, to check that every row still runs; it uses llama.cpp only where it is already
+installed (it never installs it).
 """
 
 from __future__ import annotations
@@ -43,6 +45,8 @@ from workbench.corpus import load_corpus  # noqa: E402
 from workbench.generate import SUMMARY_PREFILL, SUMMARY_STOP  # noqa: E402
 from workbench.llm import Sampling, TransformersBackend  # noqa: E402
 
+from _smoke import add_smoke  # noqa: E402
+
 LLAMA_CPP = "llama-cpp-python==0.3.36"
 
 
@@ -54,13 +58,15 @@ def build_prompts(docs: int, k: int) -> list[list[dict]]:
             for _, key in aspects.prompt_keys() for _ in range(k)]
 
 
-def ensure_llama_cpp() -> bool:
-    """Import llama_cpp, installing it first when missing (it compiles llama.cpp from source)."""
+def ensure_llama_cpp(install: bool = True) -> bool:
+    """Import llama_cpp, installing it first when missing (it compiles llama.cpp from source) unless not `install`."""
     try:
         import llama_cpp  # noqa: F401
         return True
     except ImportError:
         pass
+    if not install:
+        return False
     print(f"llama_cpp is missing: installing {LLAMA_CPP} (compiles llama.cpp; about 4 minutes on 2 cores, "
           "instant when pip has the wheel cached) ...", flush=True)
     t0 = time.perf_counter()
@@ -129,6 +135,7 @@ def main(argv=None) -> None:
     parser.add_argument("--generate-batch-size", type=int, default=24,
                         help="answers per batch, transformers generate and the plain cache (default 24)")
     parser.add_argument("--no-llama-cpp", action="store_true", help="skip llama.cpp (do not install it)")
+    add_smoke(parser, argv, docs=1, k=1, max_new_tokens=4, batch_size=2, generate_batch_size=2)
     args = parser.parse_args(argv)
 
     import torch
@@ -143,7 +150,7 @@ def main(argv=None) -> None:
     print(f"machine: {platform.machine()}, {os.cpu_count()} CPU cores, torch {torch.__version__} "
           f"({torch.get_num_threads()} threads), free threads now {free_threads()}, load {os.getloadavg()[0]:.2f}, "
           f"python {platform.python_version()}, {datetime.datetime.now().isoformat(timespec='minutes')}")
-    have_llama = not args.no_llama_cpp and ensure_llama_cpp()
+    have_llama = not args.no_llama_cpp and ensure_llama_cpp(install=not args.smoke)
 
     backend = TransformersBackend("smollm2-135m-instruct", batch_size=args.batch_size)
     tokens = [len(backend.tokenizer(backend._prompt(m, SUMMARY_PREFILL), add_special_tokens=False)["input_ids"])
@@ -169,7 +176,8 @@ def main(argv=None) -> None:
         llm = Llama(model_path=llama.llm.model_path, n_ctx=2048, n_threads=llama.n_threads, verbose=False)
         timed("llama.cpp chat completion", lambda: llama_chat(llm, prompts, sampling), rows)
     elif not args.no_llama_cpp:
-        print("llama.cpp could not be installed: its rows are missing")
+        print("llama.cpp is not installed (smoke mode does not install it): its rows are missing" if args.smoke
+              else "llama.cpp could not be installed: its rows are missing")
 
     print()
     print(f"{'generator':34s} {'answers':>7s} {'tokens':>7s} {'seconds':>8s} {'tokens/s':>9s} {'s/(doc,aspect)':>15s}")

@@ -11,7 +11,11 @@ Also printed: the A.6 permutation p-value of each head against the whole-abstrac
 embedding on its own aspect, the seconds each stage took, and the goals of issue 10.
 
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/heads.py [--backbones minilm mpnet] [--permutations 200]
-        [--json results.json]
+        [--json results.json] [--corpus aclsum] [--head-steps 300] [--unified-head-steps 400] [--smoke]
+
+--smoke (or WORKBENCH_BENCH_SMOKE=1): 2 train, 2 validation and 4 test papers, mpnet as the backbone
+and the truth (the pair with goals), 2 head steps in stages 02 and 03, 2 permutations, to check that
+it runs.
 """
 
 from __future__ import annotations
@@ -40,14 +44,23 @@ from workbench.report import encode_texts, ground_truths  # noqa: E402
 from workbench.train import TrainConfig, train_aspect_models  # noqa: E402
 from workbench.views import collect_views, split_documents  # noqa: E402
 
+from _smoke import add_smoke  # noqa: E402
+
 ASPECTS = ["challenge", "approach", "outcome"]
 GOALS = {"mpnet": (55, 52, 40)}  # issue 10: the diagonal with an mpnet backbone
 
 
-def run_backbone(backbone: str, corpus, run_dir: Path) -> tuple[dict, dict]:
-    """Stages 02 + 03 in frozen mode; returns (test embeddings {aspect: [n, D]}, seconds per stage)."""
+def run_backbone(backbone: str, corpus, run_dir: Path, head_steps: int | None = None,
+                 unified_head_steps: int | None = None) -> tuple[dict, dict]:
+    """Stages 02 + 03 in frozen mode; returns (test embeddings {aspect: [n, D]}, seconds per stage).
+
+    head_steps, unified_head_steps: the frozen heads' step budgets (None: the configs' defaults).
+    """
+    steps02 = {} if head_steps is None else {"head_steps": head_steps}
+    steps03 = {} if unified_head_steps is None else {"head_steps": unified_head_steps}
     t0 = time.perf_counter()
-    train_aspect_models(ASPECTS, run_dir, corpus, TrainConfig(base_model=backbone, pooling="mean", mode="frozen"),
+    train_aspect_models(ASPECTS, run_dir, corpus,
+                        TrainConfig(base_model=backbone, pooling="mean", mode="frozen", **steps02),
                         val_split="validation", progress=False, log=lambda *_: None)
     t1 = time.perf_counter()
     views = collect_views(ASPECTS, run_dir, corpus)
@@ -55,15 +68,17 @@ def run_backbone(backbone: str, corpus, run_dir: Path) -> tuple[dict, dict]:
     train_ids, val_ids = split_documents(sorted(documents_with_targets(targets)), corpus, "validation")
     labels = sentence_supervision(corpus, ASPECTS, run_dir)
     result = train_unified_model(corpus, targets, train_ids, val_ids, run_dir / "unified_model",
-                                 DistillConfig(base_model=backbone, pooling="mean", mode="frozen"), progress=False,
+                                 DistillConfig(base_model=backbone, pooling="mean", mode="frozen", **steps03),
+                                 progress=False,
                                  run_dir=run_dir, sentence_labels=labels)
     t2 = time.perf_counter()
     test = corpus.subset(where=corpus.docs["split"] == "test")
     emb = embed_corpus(result.out_dir, test, run_dir, progress=False)
     t3 = time.perf_counter()
-    return emb, {"02 teachers": t1 - t0, "03 heads (targets + training)": t2 - t1, "embed 100 test papers": t3 - t2,
+    return emb, {"02 teachers": t1 - t0, "03 heads (targets + training)": t2 - t1,
+                 f"embed {len(test)} test papers": t3 - t2,
                  "best step": result.best_step, "gates": {a: round(float(__import__("torch").sigmoid(
-                     result.load(device="cpu").heads[a].gate)), 3) for a in ASPECTS}}
+                     result.load(device="cpu").heads[a].gate.detach())), 3) for a in ASPECTS}}
 
 
 def main() -> None:
@@ -72,16 +87,23 @@ def main() -> None:
     parser.add_argument("--truths", nargs="+", default=["mpnet", "minilm"])
     parser.add_argument("--permutations", type=int, default=200)
     parser.add_argument("--json", default=None)
+    parser.add_argument("--corpus", default="aclsum", help="default: ACLSum, all splits")
+    parser.add_argument("--head-steps", type=int, default=None,
+                        help="stage 02's frozen head steps (default: TrainConfig's, 300)")
+    parser.add_argument("--unified-head-steps", type=int, default=None,
+                        help="stage 03's frozen head steps (default: DistillConfig's, 400)")
+    add_smoke(parser, corpus="aclsum:train[:2],validation[:2],test[:4]", backbones=["mpnet"], truths=["mpnet"],
+              permutations=2, head_steps=2, unified_head_steps=2)
     args = parser.parse_args()
     print(f"load average before: {os.getloadavg()[0]:.2f}")
-    corpus = load_corpus("aclsum")
+    corpus = load_corpus(args.corpus)
     test = corpus.subset(where=corpus.docs["split"] == "test")
     truths = {ref: ground_truths(test, ASPECTS, reference=ref) for ref in args.truths}
     out = {}
     for backbone in args.backbones:
         run_dir = Path(tempfile.mkdtemp(prefix=f"heads-{backbone}-"))
         try:
-            emb, seconds = run_backbone(backbone, corpus, run_dir)
+            emb, seconds = run_backbone(backbone, corpus, run_dir, args.head_steps, args.unified_head_steps)
         finally:
             shutil.rmtree(run_dir, ignore_errors=True)
         whole = encode_texts(backbone, test.texts(), max_length=256)

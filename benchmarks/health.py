@@ -12,6 +12,10 @@ nothing into the run directory and every run pays the full encoding cost (the fi
 time a notebook would see).
 
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/health.py [--run runs/aclsum-demo] [--pairs 50] [--json out.json]
+        [--smoke]
+
+--smoke (or WORKBENCH_BENCH_SMOKE=1): a tiny run with untrained heads built in a temporary folder
+(10 test papers), 2 probe pairs per aspect, to check that it runs.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import argparse
 import json
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -28,21 +33,32 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+from workbench.checkpoints import load_model  # noqa: E402
 from workbench.corpus import load_corpus  # noqa: E402
 from workbench.embeddings import embed_corpus  # noqa: E402
-from workbench.encoders import load_model  # noqa: E402
 from workbench.health import (corpus_sentence_aspects, hard_negative_probe, health_reading,  # noqa: E402
                               health_report, probe_encoder)
 from workbench.report import backbone_of, evaluation_corpus  # noqa: E402
 
+from _smoke import SMOKE_CORPUS, add_smoke, tiny_run  # noqa: E402
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--run", default=str(Path(__file__).resolve().parents[1] / "runs" / "aclsum-demo"))
+    parser.add_argument("--run", default=str(Path(__file__).resolve().parents[1] / "runs" / "aclsum-demo"),
+                        help="a finished run (smoke mode: a tiny run made in a temporary folder)")
     parser.add_argument("--corpus", default="aclsum")
     parser.add_argument("--pairs", type=int, default=50, help="probe pairs per aspect")
     parser.add_argument("--json", help="also write the report here")
+    add_smoke(parser, run=None, corpus=SMOKE_CORPUS, pairs=2)
     args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="bench-health-") as tmp:
+        if args.run is None:  # smoke mode
+            args.run = str(tiny_run(Path(tmp) / "run", args.corpus))
+        check(args)
+
+
+def check(args) -> None:
     run_dir = Path(args.run)
     print(f"load average at start: {os.getloadavg()}")
 

@@ -34,7 +34,11 @@ among its 10 nearest papers in the weighted high-dimensional space (mean over 50
 of the map; for placed points over the held-out points).
 
     nice .venv/bin/python benchmarks/maps.py [--sizes 250 2000 10000] [--new 5]
-        [--baseline-steps 5] [--sklearn-full-max 10000] [--threads 1]
+        [--baseline-steps 5] [--sklearn-full-max 10000] [--threads 1] [--smoke]
+
+--smoke (or WORKBENCH_BENCH_SMOKE=1): maps of 100 and 120 points (sklearn's full run at the
+first, its 250-iteration extrapolation at the second), 2 placed points, 2 inversion steps, 1
+baseline step, to check that it runs.
 """
 
 from __future__ import annotations
@@ -54,7 +58,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 import numpy as np  # noqa: E402
 
 from workbench import tsne  # noqa: E402
-from workbench.tsne import AspectMap, _calibrate_rows, weighted_features  # noqa: E402
+from workbench.tsne import AspectMap, calibrate_rows, weighted_features  # noqa: E402
+
+from _smoke import add_smoke  # noqa: E402
 
 ASPECTS, DIM, CLUSTERS = ("task", "method", "outcome"), 64, 12
 W_OLD = {"task": 0.5, "method": 0.3, "outcome": 0.2}
@@ -140,7 +146,7 @@ def baseline_invert(amap: AspectMap, target, steps: int, n_components: int = 20)
         with torch.no_grad():
             d = distances().double().numpy()
         np.fill_diagonal(d, np.inf)
-        betas = [_calibrate_rows(d[s:s + 1000], amap.perplexity)[1] for s in range(0, len(d), 1000)]
+        betas = [calibrate_rows(d[s:s + 1000], amap.perplexity)[1] for s in range(0, len(d), 1000)]
         return torch.as_tensor(np.concatenate(betas), dtype=torch.float32)
 
     beta, t_refresh = timed(refresh)
@@ -262,6 +268,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="threads for every method (default 1)")
     parser.add_argument("--sklearn-full-max", type=int, default=10000,
                         help="largest n at which sklearn runs its full 1000 iterations (default 10000)")
+    add_smoke(parser, sizes=[100, 120], new=2, invert_iter=2, baseline_steps=1, sklearn_full_max=100)
     args = parser.parse_args()
 
     import openTSNE

@@ -1,7 +1,7 @@
 """Question axes (CQG-MBQA, `workbench.questions`) on a real run: questions, MBQA accuracy, cost, correlation.
 
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/questions.py [--run-dir runs/aclsum-demo]
-        [--k 6] [--per-cluster 5] [--pairs 150] [--aspects challenge approach outcome]
+        [--k 6] [--per-cluster 5] [--pairs 150] [--aspects challenge approach outcome] [--smoke]
 
 Per aspect of the run's unified model (its embeddings of ACLSum, cached by stage 03):
 
@@ -22,6 +22,10 @@ Per aspect of the run's unified model (its embeddings of ACLSum, cached by stage
 Everything the LLM answers is stored under `<run_dir>/questions/`, so a second run
 re-asks nothing and only retrains and re-scores (seconds). The test split is never read
 by a prompt. Prints `uptime` before and after: the figures depend on the machine's load.
+
+--smoke (or WORKBENCH_BENCH_SMOKE=1): a tiny run with untrained heads built in a temporary folder
+(8 known and 4 test papers), one aspect, 2 clusters of 2 questions, 1 short list each, about 24
+answers, the encoder timed on 2 abstracts, to check that it runs.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -41,6 +46,8 @@ from workbench.corpus import load_corpus  # noqa: E402
 from workbench.embeddings import embed_corpus  # noqa: E402
 from workbench.llm import Sampling, make_backend  # noqa: E402
 
+from _smoke import add_smoke, tiny_run  # noqa: E402
+
 
 def uptime() -> str:
     return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
@@ -48,33 +55,46 @@ def uptime() -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--run-dir", default="runs/aclsum-demo")
+    parser.add_argument("--run-dir", default="runs/aclsum-demo",
+                        help="a finished run (smoke mode: a tiny run made in a temporary folder)")
+    parser.add_argument("--corpus", default="aclsum", help="the run's corpus (default aclsum)")
     parser.add_argument("--aspects", nargs="*", default=None, help="default: every aspect of the unified model")
     parser.add_argument("--k", type=int, default=6, help="clusters per aspect (default 6)")
     parser.add_argument("--per-cluster", type=int, default=5, help="questions asked per cluster (default 5)")
     parser.add_argument("--samples", type=int, default=2, help="question lists sampled per cluster (default 2)")
     parser.add_argument("--pairs", type=int, default=200, help="(paper, question) answers per aspect (default 200)")
     parser.add_argument("--gen-tokens", type=int, default=70, help="new tokens per question list (default 70)")
+    parser.add_argument("--encode-docs", type=int, default=16,
+                        help="test abstracts the unified model's encoder is timed on (default 16)")
+    add_smoke(parser, run_dir=None, corpus="aclsum:validation[:8],test[:4]", aspects=["challenge"], k=2,
+              per_cluster=2, samples=1, pairs=24, gen_tokens=40, encode_docs=2)
     args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="bench-questions-") as tmp:
+        if args.run_dir is None:  # smoke mode
+            args.run_dir = str(tiny_run(Path(tmp) / "run", args.corpus, args.aspects))
+        measure(args)
+
+
+def measure(args) -> None:
     t_start = time.perf_counter()
     print("start:", uptime())
 
     run_dir = Path(args.run_dir)
-    corpus, _ = load_corpus("aclsum").drop_invalid()
+    corpus, _ = load_corpus(args.corpus).drop_invalid()
     emb = embed_corpus(run_dir / "unified_model", corpus, run_dir, progress=False)
     aspects = args.aspects or list(emb)
     test = (corpus.docs["split"] == "test").to_numpy()
     backend = make_backend("transformers", batch_size=32, device="cpu")  # one batch holds a paper's questions
 
-    from workbench.encoders import load_model
+    from workbench.checkpoints import load_model
     from workbench.report import summary_truths
 
     held = corpus.subset(where=corpus.docs["split"] == "test")
     unified = load_model(run_dir / "unified_model", run_dir=run_dir)
     if hasattr(unified, "cache"):
         unified.cache = None  # an empty in-memory cache, not the run's (nothing is written there)
-    texts = held.texts()[:16]
-    unified.encode(held.texts()[16:18], aspects=aspects)  # warm-up
+    texts = held.texts()[:args.encode_docs]
+    unified.encode(held.texts()[args.encode_docs:args.encode_docs + 2], aspects=aspects)  # warm-up
     encode_s = float("inf")
     for _ in range(2):  # the better of two rounds: the machine is shared
         if hasattr(unified, "cache"):

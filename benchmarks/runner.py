@@ -11,9 +11,13 @@ back in one process, alternating which goes first over --repeats rounds: an own 
 sentences of each), the aspect file `data/my_field.yaml` cut to two aspects, and the
 settings of `params/own-corpus-quick.yaml` (k = 2, decoders and evaluation on the smallest
 settings that run every cell, as `tests/test_own_corpus.py` runs them). It prints each stage's seconds, the totals, the
-ratio, and whether the two runs wrote the same metrics.json.
+ratio, and whether the two runs wrote the same metrics.json (but for its "written" time stamp).
 
-    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/runner.py [--docs 8] [--repeats 1]
+    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/runner.py [--docs 8] [--repeats 1] [--smoke]
+
+--smoke (or WORKBENCH_BENCH_SMOKE=1): one round of 8 abstracts. These are already the defaults: the
+quick settings are the smallest that run every cell, and stage 03 needs two validation papers,
+which fewer than 8 abstracts do not leave (about 80 s on 2 cores, most of it starting kernels).
 """
 
 from __future__ import annotations
@@ -34,6 +38,8 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
+from _smoke import add_smoke  # noqa: E402
+
 
 def _setup(home: Path, docs: int) -> Path:
     subprocess.run([sys.executable, str(ROOT / "scripts" / "export_aclsum.py"), str(home / "papers.csv"),
@@ -44,6 +50,7 @@ def _setup(home: Path, docs: int) -> Path:
     quick = yaml.safe_load((ROOT / "params" / "own-corpus-quick.yaml").read_text())
     params = home / "params.yaml"
     params.write_text(yaml.safe_dump({
+        "report_dir": str(home / "reports"),  # with the runs, not under the checkout's reports/
         "parameters": {"corpus": str(home / "papers.csv"), "aspects": str(home / "aspects.yaml"), "seed": 0},
         "stage_parameters": quick["stage_parameters"],
     }))
@@ -63,6 +70,7 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--docs", type=int, default=8, help="abstracts in the own corpus (default 8)")
     parser.add_argument("--repeats", type=int, default=1, help="rounds of both ways, alternating the order")
+    add_smoke(parser, argv, docs=8, repeats=1)
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -79,7 +87,9 @@ def main(argv=None) -> None:
                 name = "kernel per stage" if per_stage else "shared kernel"
                 run_dir = home / f"run-{round_}-{'per' if per_stage else 'shared'}"
                 total, stages = _run(params, run_dir, per_stage)
-                rows[name].append((total, stages, json.loads((run_dir / "metrics.json").read_text())))
+                metrics = json.loads((run_dir / "metrics.json").read_text())
+                metrics.pop("written", None)  # when and by which stage: a time stamp, not a result
+                rows[name].append((total, stages, metrics))
                 print(f"  round {round_ + 1}, {name}: {total:.1f} s  "
                       + "  ".join(f"{s[:2]} {v:.1f}" for s, v in stages.items()), flush=True)
     stages = list(rows["shared kernel"][0][1])

@@ -20,7 +20,10 @@ when WORKBENCH_THREADS is not set), and the table marks that column. Every timin
 the median of --repeats (2) runs after one untimed warm-up.
 
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/threads.py [--docs 64] [--points 1000]
-        [--repeats 2] [--busy 0 1 2]
+        [--repeats 2] [--busy 0 1 2] [--tsne-iter 500] [--smoke]
+
+--smoke (or WORKBENCH_BENCH_SMOKE=1): 1 abstract, 100 points, 10 t-SNE iterations after the 250
+of early exaggeration, 1 run per cell, quiet and beside one busy job, to check that it runs.
 """
 
 from __future__ import annotations
@@ -45,6 +48,8 @@ from workbench.corpus import load_corpus  # noqa: E402
 from workbench.devices import free_threads  # noqa: E402
 from workbench.features import FrozenBackbone  # noqa: E402
 from workbench.sentences import split_sentences  # noqa: E402
+
+from _smoke import add_smoke  # noqa: E402
 
 
 def spin() -> None:
@@ -105,6 +110,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2, help="timed runs per cell, median (default 2)")
     parser.add_argument("--busy", type=int, nargs="+", default=[0, 1, 2],
                         help="competing single-threaded jobs, one condition each (default 0 1 2)")
+    parser.add_argument("--tsne-iter", type=int, default=None,
+                        help="t-SNE iterations after the 250 of early exaggeration (default: openTSNE's 500)")
+    add_smoke(parser, docs=1, points=100, repeats=1, busy=[0, 1], tsne_iter=10)
     args = parser.parse_args()
     os.environ.pop("WORKBENCH_THREADS", None)  # measure what free_threads() picks by itself
     os.environ.pop("OMP_NUM_THREADS", None)
@@ -120,7 +128,7 @@ def main() -> None:
         f"encode {len(abstracts)} abstracts + {len(texts) - len(abstracts)} sentences (MiniLM)":
             lambda: backbone.embed(texts, batch_size=32),
         f"t-SNE of {args.points} points (openTSNE)": lambda: tsne.AspectMap.fit(embeddings, method="opentsne",
-                                                                                seed=0),
+                                                                                seed=0, n_iter=args.tsne_iter),
     }
     print(f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; {platform.machine()}, "
           f"{os.cpu_count()} CPU cores, torch {torch.__version__}, openTSNE {openTSNE.__version__}; "

@@ -47,7 +47,11 @@ the final refit on train + validation.
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/train.py [--batch 16] [--steps 10] [--warmup 2]
         [--max-length 128] [--rounds 3] [--skip-steps-per-second] [--no-modes]
         [--head-steps 300] [--head-eval-every 10] [--finetune-steps 60] [--eval-every 10]
-        [--unified-head-steps 400] [--distill-steps 40]
+        [--unified-head-steps 400] [--distill-steps 40] [--corpus aclsum] [--smoke]
+
+--smoke (or WORKBENCH_BENCH_SMOKE=1): part 1 with 1 warm-up and 1 timed step of 2 pairs at max
+length 16, 1 round; part 2 on 4 train and 4 validation papers with 2 steps per stage and mode,
+validation every step; to check that it runs.
 """
 
 from __future__ import annotations
@@ -79,12 +83,14 @@ from workbench.train import (TrainConfig, make_accelerator, prepare_training, pr
                              sample_batch, train_aspect_models, train_step)
 from workbench.views import collect_views, split_documents  # noqa: E402
 
+from _smoke import add_smoke  # noqa: E402
+
 ASPECT = "challenge"
 
 
-def make_batches(n_batches: int, batch: int, seed: int = 0) -> list[list[tuple[str, str, str]]]:
-    """n_batches batches of (doc_id, view_a, view_b) from ACLSum's train split, as our loop draws them."""
-    views, train_ids, _ = prepare_views([ASPECT], None, load_corpus("aclsum"), val_split="validation")
+def make_batches(n_batches: int, batch: int, seed: int = 0, corpus: str = "aclsum") -> list[list[tuple[str, str, str]]]:
+    """n_batches batches of (doc_id, view_a, view_b) from the corpus's (ACLSum's) train split, as our loop draws them."""
+    views, train_ids, _ = prepare_views([ASPECT], None, load_corpus(corpus), val_split="validation")
     rng = random.Random(seed)
     return [sample_batch(views[ASPECT], train_ids, batch, rng) for _ in range(n_batches)]
 
@@ -156,7 +162,7 @@ def machine_line(load_before: tuple[float, float, float]) -> str:
 def steps_per_second(args) -> None:
     """Part 1: steps per second of our loop and of sentence-transformers' fit, alternated for args.rounds."""
     config = TrainConfig(batch_size=args.batch, max_length=args.max_length, device="cpu")
-    batches = make_batches(args.warmup + args.steps, args.batch)
+    batches = make_batches(args.warmup + args.steps, args.batch, corpus=args.corpus)
     systems = {
         "ours (workbench.train.train_step: Accelerate, fused AdamW)":
             lambda: time_ours(batches, config, args.warmup),
@@ -197,7 +203,7 @@ MODES = ("frozen", "finetune")
 
 def forget_loaded_backbones() -> None:
     """Drop the frozen backbones `workbench.features` keeps loaded, so each frozen run loads its encoder again."""
-    features._LOADED.clear()
+    features.LOADED.clear()
 
 
 def timeline(rows: list[dict], best_step: int, wall: float, loop_seconds: float) -> dict:
@@ -335,7 +341,7 @@ def print_stage03(results: dict) -> None:
 def compare_modes(args) -> None:
     """Part 2: stages 02 and 03 in each mode, seconds to the best validation score."""
     load_before = os.getloadavg()
-    corpus = load_corpus("aclsum")
+    corpus = load_corpus(args.corpus)
     results = {mode: run_mode(mode, corpus, args) for mode in MODES}
     print()
     print(machine_line(load_before))
@@ -363,6 +369,10 @@ def main(argv=None) -> None:
     parser.add_argument("--eval-every", type=int, default=10, help="finetune stages 02 and 03 validation interval")
     parser.add_argument("--unified-head-steps", type=int, default=400, help="frozen stage 03 head steps")
     parser.add_argument("--distill-steps", type=int, default=40, help="finetune stage 03 steps")
+    parser.add_argument("--corpus", default="aclsum", help="ACLSum (default), or a part of it: aclsum:train[:50],...")
+    add_smoke(parser, argv, batch=2, steps=1, warmup=1, max_length=16, rounds=1, head_steps=2, head_eval_every=1,
+              finetune_steps=2, eval_every=1, unified_head_steps=2, distill_steps=2,
+              corpus="aclsum:train[:4],validation[:4]")
     args = parser.parse_args(argv)
 
     if not args.skip_steps_per_second:

@@ -1,7 +1,7 @@
 """Aspect weights fitted to a judgement (workbench/weights.py, issue 13): recovery, speed, and ACLSum.
 
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/weights.py [--trials 4] [--n 200] [--repeats 3]
-        [--run runs/aclsum-demo] [--corpus aclsum] [--split test] [--skip-aclsum]
+        [--run runs/aclsum-demo] [--corpus aclsum] [--split test] [--skip-aclsum] [--smoke]
 
 (a) Synthetic corpus with known weights: per aspect, n documents assigned at random to 6
     clusters, embedding = cluster centre + noise in 16-d; every pair judged similar with
@@ -16,6 +16,10 @@
     derived from the human summaries of ONE aspect (MiniLM cosine of `summary_<aspect>`,
     as stage 06's ground truth): pairs in the top 10% are similar, the bottom 50%
     dissimilar. The goal of the issue: most of the fitted weight lands on that aspect.
+
+--smoke (or WORKBENCH_BENCH_SMOKE=1): 1 trial of n = 30, 2 repeats, and (b) on a tiny run
+with untrained heads built in a temporary folder (10 test papers, the top 30% of their pairs
+similar), to check that it runs.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import argparse
 import os
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -32,6 +37,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from workbench import weights as W  # noqa: E402
+from workbench.devices import one_blas_thread  # noqa: E402
+
+from _smoke import SMOKE_CORPUS, add_smoke, tiny_run  # noqa: E402
 
 
 def synthetic(n, aspects=3, clusters=6, dim=16, noise=0.5, seed=0):
@@ -80,7 +88,7 @@ def part_a(args):
         for r in range(args.repeats):  # alternate the methods so a busy neighbour hits both alike
             for name in (("fit", "grid", "plain") if r % 2 == 0 else ("plain", "grid", "fit")):
                 start = time.perf_counter()
-                with W.threadpool_limits(1, user_api="blas"):
+                with one_blas_thread():
                     if name == "fit":
                         W.fit_logistic(cos, y)
                     elif name == "grid":
@@ -144,17 +152,22 @@ def main():
     parser.add_argument("--n", type=int, default=200)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--run", default=str(Path(__file__).resolve().parents[1] / "runs" / "aclsum-demo"))
+    parser.add_argument("--run", default=str(Path(__file__).resolve().parents[1] / "runs" / "aclsum-demo"),
+                        help="a finished run (smoke mode: a tiny run made in a temporary folder)")
     parser.add_argument("--corpus", default="aclsum")
     parser.add_argument("--split", default="test")
     parser.add_argument("--top", type=float, default=0.10)
     parser.add_argument("--bottom", type=float, default=0.50)
     parser.add_argument("--skip-aclsum", action="store_true")
+    add_smoke(parser, trials=1, n=30, repeats=2, run=None, corpus=SMOKE_CORPUS, top=0.3)
     args = parser.parse_args()
     print(f"load average {os.getloadavg()}, {os.cpu_count()} cores")
     part_a(args)
     if not args.skip_aclsum:
-        part_b(args)
+        with tempfile.TemporaryDirectory(prefix="bench-weights-") as tmp:
+            if args.run is None:  # smoke mode
+                args.run = str(tiny_run(Path(tmp) / "run", args.corpus))
+            part_b(args)
     print(f"load average {os.getloadavg()}")
 
 

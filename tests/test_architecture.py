@@ -1,4 +1,4 @@
-"""The package's shape, checked with `ast`: no import cycles, no private name of another module, a light import.
+"""The package's shape, checked with `ast`: no import cycles, no private name of another module, a light import, short documented modules.
 
 * Import cycles: module A imports B (at the top or inside a function) and B, directly or
   through others, imports A. Every import counts, since a function-level import only
@@ -8,6 +8,8 @@
   modules need moves to where it belongs and gets a public name; a test checks a module
   through its public names.
 * `import workbench` stays light: it does not pull in torch.
+* A module a newcomer can read: at most 600 lines, and a docstring whose first line names
+  the concern the module serves. A module that grows past that splits by concern.
 """
 
 import ast
@@ -17,6 +19,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+MAX_LINES = 600
 PACKAGE = ROOT / "workbench"
 MODULES = {p.stem for p in PACKAGE.glob("*.py")}
 FOLDERS = ["workbench", "tests", "scripts", "benchmarks"]
@@ -149,3 +152,18 @@ def test_import_workbench_is_fast():
         subprocess.run([sys.executable, "-c", "import workbench"], check=True, cwd=ROOT)
         best = min(best, time.perf_counter() - start)
     assert best < 1.0, f"import workbench took {best:.2f} s"
+
+
+def test_every_module_is_short_and_says_what_it_is_for():
+    """No module of the package over MAX_LINES lines, and each opens with a docstring (its first line: the concern)."""
+    too_long, undocumented = [], []
+    for path in python_files(["workbench"]):
+        text = path.read_text(encoding="utf-8")
+        where = path.relative_to(ROOT)
+        if len(text.splitlines()) > MAX_LINES:
+            too_long.append(f"{where}: {len(text.splitlines())} lines")
+        doc = ast.get_docstring(ast.parse(text))
+        if not doc or not doc.splitlines()[0].strip():
+            undocumented.append(f"{where}: no module docstring with a first line")
+    assert not too_long, f"modules over {MAX_LINES} lines (split them by concern):\n" + "\n".join(too_long)
+    assert not undocumented, "modules without a docstring that names their concern:\n" + "\n".join(undocumented)

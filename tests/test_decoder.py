@@ -14,8 +14,8 @@ import pytest
 import torch
 from torch import nn
 
-from workbench.decoder import (CONFIG_NAME, HISTORY_NAME, WEIGHTS_NAME, DecoderConfig, EmbeddingDecoder,
-                               train_decoder)
+from workbench.decoder import CONFIG_NAME, HISTORY_NAME, WEIGHTS_NAME, DecoderConfig, EmbeddingDecoder
+from workbench.decodertrain import train_decoder
 from workbench.encoders import CheckpointError
 
 EMB_DIM = 16

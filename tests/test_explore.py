@@ -142,10 +142,10 @@ def test_compare_html_agrees_and_disagrees_with_hand_computed_answers(tmp_path):
 
 def _pane_arguments(explorer, monkeypatch, **options) -> dict:
     """What Explorer.pane hands MapPane (a stub: building the widgets is test_mapview's business, and slow)."""
-    from workbench import mapview
+    from workbench import pane
 
     seen = {}
-    monkeypatch.setattr(mapview, "MapPane", lambda *args, **kwargs: seen.update(kwargs, meta=args[1]))
+    monkeypatch.setattr(pane, "MapPane", lambda *args, **kwargs: seen.update(kwargs, meta=args[1]))
     explorer.pane(**options)
     return seen
 

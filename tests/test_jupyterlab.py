@@ -42,7 +42,7 @@ def _pane_cells(run: Path, load_bokehjs: bool = True) -> list[str]:
              f"docs = load_corpus({CORPUS!r})\n"
              f"explorer = Explorer({str(run)!r}, docs, {ASPECTS!r}, perplexity=5.0, seed=0)")
     if not load_bokehjs:
-        setup = "import workbench.mapview\nworkbench.mapview.LOAD_BOKEHJS = False  # the negative control\n" + setup
+        setup = "import workbench.pane\nworkbench.pane.LOAD_BOKEHJS = False  # the negative control\n" + setup
     return [setup, "pane = explorer.pane(labels=3)\npane"]
 
 

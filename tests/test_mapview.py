@@ -14,7 +14,8 @@ import pandas as pd
 import pytest
 
 from workbench import mapview
-from workbench.mapview import MapPane, cluster_labels, export_html, map_figure, map_frame
+from workbench.mapview import cluster_labels, export_html, map_figure, map_frame
+from workbench.pane import MapPane
 
 N = 60
 XSS_TITLE = "<script>alert(1)</script><script>document.title='PWNED'</script>"
@@ -266,9 +267,9 @@ def test_display_is_an_ipywidgets_layout(pane):
 
 
 def test_pane_without_bokehjs_only_for_the_negative_control(meta, presets, monkeypatch):
-    from workbench import mapview
+    from workbench import pane as pane_module
 
-    monkeypatch.setattr(mapview, "LOAD_BOKEHJS", False)
+    monkeypatch.setattr(pane_module, "LOAD_BOKEHJS", False)
     pane = MapPane(presets["balanced"], meta, ["method", "task"], {"method": 1.0, "task": 3.0})
     (view,) = pane.map_output.outputs
     assert "application/vnd.jupyter.widget-view+json" in view["data"]

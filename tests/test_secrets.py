@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from workbench import runner
+from workbench import runconfig, runner
 from workbench.runner import RunConfigError, load_params, run_pipeline
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -170,7 +170,7 @@ def test_a_forty_hex_revision_passes_where_its_name_or_context_says_revision(tmp
 @pytest.mark.parametrize("path", sorted((ROOT / "params").glob("*.yaml")), ids=lambda p: p.name)
 def test_every_shipped_params_file_passes_the_secret_check(path, monkeypatch):
     monkeypatch.chdir(ROOT)
-    monkeypatch.setattr(runner, "check_inputs", lambda *args, **kwargs: None)  # data/my_papers.csv is made by a script
+    monkeypatch.setattr(runconfig, "check_inputs", lambda *args, **kwargs: None)  # data/my_papers.csv is made by a script
     config = load_params(path)
     raw = yaml.safe_load(path.read_text())
     assert set(config["parameters"]) == set(raw.get("parameters") or {})

@@ -33,6 +33,8 @@ from typing import Any, Iterator, Mapping
 
 import yaml
 
+from .safeyaml import AliasError, BlockDumper, StrictLoader
+
 PRESET_DIR = Path(__file__).with_name("presets")
 
 # The exact answer a generator gives when the abstract does not state an aspect;
@@ -100,7 +102,6 @@ _IDENTIFIER = re.compile(r"[a-z][a-z0-9_]*\Z")
 # What a file may expand to through YAML aliases (nodes plus characters of text). The
 # presets share one template through &generation / *generation, a few kB; a nested
 # "billion laughs" alias chain of 500 bytes would expand to gigabytes.
-MAX_ALIAS_EXPANSION = 1_000_000
 
 _REPR = reprlib.Repr()
 _REPR.maxlevel = 3
@@ -332,7 +333,7 @@ class AspectSet:
 
     def to_yaml(self) -> str:
         """The set as YAML in the file schema, multi-line texts as block literals."""
-        return yaml.dump(self.to_dict(), Dumper=_BlockDumper, sort_keys=False,
+        return yaml.dump(self.to_dict(), Dumper=BlockDumper, sort_keys=False,
                          allow_unicode=True, width=100)
 
     def _repr_html_(self) -> str:
@@ -390,13 +391,13 @@ def load_aspects(name_or_path: str | os.PathLike) -> AspectSet:
 def parse_aspects_yaml(text: str, source: str = "<string>") -> AspectSet:
     """Parse and validate an aspect set from YAML text (e.g. edited in a notebook)."""
     try:
-        data = yaml.load(text, Loader=_StrictLoader)
+        data = yaml.load(text, Loader=StrictLoader)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "unknown position"
         problem = "; ".join(x for x in (exc.context, exc.problem) if x)
         raise AspectConfigError(source, "", f"YAML syntax error at {where}: {problem}") from None
-    except _AliasError as exc:
+    except AliasError as exc:
         raise AspectConfigError(source, "", str(exc)) from None
     except yaml.YAMLError as exc:
         raise AspectConfigError(source, "", f"YAML error: {exc}") from None
@@ -431,91 +432,6 @@ def _is_file(path: Path) -> bool:
         return path.is_file()
     except OSError:  # e.g. a name too long for the file system: no such file
         return False
-
-
-class _AliasError(yaml.YAMLError):
-    """Aliases that expand too far (or into themselves); parse_aspects_yaml turns it into AspectConfigError."""
-
-
-class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that rejects duplicate keys, which plain YAML silently overwrites, and alias bombs.
-
-    An alias (``*name``) repeats the value of an anchor (``&name``). The presets use that
-    to share one template, which is harmless; but aliases of lists that hold aliases of
-    lists multiply ("billion laughs": 500 bytes that expand to a billion items, gigabytes
-    of memory once anything walks or prints them). Before any value is built, the
-    document's size with every alias written out is counted (each shared node once, so
-    the count itself is cheap) and a document over MAX_ALIAS_EXPANSION, or an alias
-    inside its own anchor, is refused.
-    """
-
-    def compose_node(self, parent, index):
-        if self.check_event(yaml.AliasEvent) and not hasattr(self, "_first_alias"):
-            self._first_alias = self.peek_event().start_mark
-        return super().compose_node(parent, index)
-
-    def compose_document(self):
-        node = super().compose_document()
-        mark = getattr(self, "_first_alias", None)
-        if mark is not None:
-            where = f"first alias at line {mark.line + 1}"
-            try:
-                size = _expanded_size(node, {}, set())
-            except _AliasError:
-                raise _AliasError(f"uses a YAML alias (*name) inside the value of its own anchor (&name) "
-                                  f"({where}); write the values out") from None
-            if size > MAX_ALIAS_EXPANSION:
-                raise _AliasError(
-                    f"uses YAML aliases (&name / *name, {where}) that expand to {size:,} nodes and characters, "
-                    f"more than the {MAX_ALIAS_EXPANSION:,} an aspect file may have (nested aliases, a "
-                    "'billion laughs' document); write the values out instead of repeating them through aliases")
-        return node
-
-    def construct_mapping(self, node, deep=False):
-        seen = set()
-        for key_node, _ in node.value:
-            if key_node.tag == "tag:yaml.org,2002:merge":
-                continue
-            key = self.construct_object(key_node, deep=True)
-            try:
-                duplicate = key in seen
-            except TypeError:  # unhashable key; SafeLoader reports it itself
-                continue
-            if duplicate:
-                raise yaml.constructor.ConstructorError(
-                    "while constructing a mapping", node.start_mark,
-                    f"found duplicate key {_short(key)}", key_node.start_mark)
-            seen.add(key)
-        return super().construct_mapping(node, deep)
-
-
-def _expanded_size(node: yaml.Node, memo: dict[int, int], active: set[int]) -> int:
-    """Nodes plus characters of text of ``node`` with every alias written out; _AliasError on a cycle."""
-    key = id(node)
-    if key in memo:
-        return memo[key]
-    if key in active:
-        raise _AliasError("recursive alias")
-    if isinstance(node, yaml.ScalarNode):
-        size = 1 + len(node.value)
-    else:
-        active.add(key)
-        children = node.value if isinstance(node, yaml.SequenceNode) else [n for pair in node.value for n in pair]
-        size = 1 + sum(_expanded_size(child, memo, active) for child in children)
-        active.discard(key)
-    memo[key] = size
-    return size
-
-
-class _BlockDumper(yaml.SafeDumper):
-    """Dumps multi-line strings as ``|`` blocks so prompts stay readable."""
-
-
-_BlockDumper.add_representer(
-    str,
-    lambda dumper, s: dumper.represent_scalar(
-        "tag:yaml.org,2002:str", s, style="|" if "\n" in s else None),
-)
 
 
 # ---------------------------------------------------------------- validation

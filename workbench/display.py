@@ -244,3 +244,53 @@ def plot_head_validation(result, ax=None):
     ax.legend(fontsize=8, loc="lower right")
     ax.figure.tight_layout()
     return ax
+
+
+def _row_aspect(row: str) -> str:
+    return str(row).rsplit(":", 1)[-1]
+
+
+def plot_matrix(frame: pd.DataFrame, ax=None, title: str = "", diagonal: bool = True):
+    """Heatmap of a correlation table with the values written in; cells where the row's
+    aspect (the part after the last ":") equals the column are outlined."""
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Rectangle
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(1.1 * len(frame.columns) + 3, 0.45 * len(frame) + 1.5))
+    values = frame.to_numpy(dtype=float)
+    image = ax.imshow(np.ma.masked_invalid(values), cmap="viridis", aspect="auto")
+    ax.figure.colorbar(image, ax=ax, fraction=0.04)
+    ax.set_xticks(range(len(frame.columns)), [str(c) for c in frame.columns], rotation=35, ha="right")
+    ax.set_yticks(range(len(frame.index)), [str(r) for r in frame.index])
+    finite = values[np.isfinite(values)]
+    middle = (finite.min() + finite.max()) / 2 if finite.size else 0.0
+    for i in range(values.shape[0]):
+        for j in range(values.shape[1]):
+            if np.isfinite(values[i, j]):
+                ax.text(j, i, f"{values[i, j]:.1f}", ha="center", va="center", fontsize="small",
+                        color="black" if values[i, j] > middle else "white")
+    if diagonal:
+        columns = [str(c) for c in frame.columns]
+        for i, row in enumerate(frame.index):
+            if _row_aspect(row) in columns:
+                j = columns.index(_row_aspect(row))
+                ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="red", linewidth=2))
+    ax.set_xlabel("ground truth")
+    ax.set_title(title)
+    return ax
+
+
+def plot_headline_bars(frame_of_mean_low_high: pd.DataFrame, ax=None):
+    """Bars of `mean` with error bars from `low` to `high` (e.g. rows of `bootstrap_ci`), one per index entry."""
+    import matplotlib.pyplot as plt
+
+    frame = frame_of_mean_low_high
+    if ax is None:
+        _, ax = plt.subplots(figsize=(0.6 * len(frame) + 3, 3))
+    mean = frame["mean"].to_numpy(dtype=float)
+    errors = np.vstack([mean - frame["low"].to_numpy(dtype=float), frame["high"].to_numpy(dtype=float) - mean])
+    ax.bar(range(len(frame)), mean, yerr=errors, capsize=4, color="#4c72b0")
+    ax.set_xticks(range(len(frame)), [str(i) for i in frame.index], rotation=35, ha="right")
+    ax.set_ylabel("mean (bootstrap CI)")
+    return ax

@@ -12,27 +12,29 @@ The paper's evaluation (sections 3.3 and 4.2, appendices A.5, A.6, B.4), as plai
 * the cell-mixing permutation test of appendix A.6 (`permutation_test`), bootstrap
   confidence intervals over documents (`bootstrap_ci`), retrieval MRR (`retrieval_table`,
   Table 1) and a written reading of a correlation matrix (`reading`);
-* `<run_dir>/metrics.json`, written whole by stage 06 (`write_metrics`), and a
-  comparison of two runs' metrics (`compare_metrics`, `workbench compare`).
+* the aspect spaces' agreement (`aspect_space_correlations`, stage 03).
+
+`<run_dir>/metrics.json` (`write_metrics`, `load_metrics`, `compare_metrics`) is in
+`runmetrics.py`, the heatmaps of these tables (`plot_matrix`) in `display.py`.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import os
-import time
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
-from .files import write_json
 from .metrics import mrr, retrieval_ranks
 from .vectors import as_array, unit_rows
 
-METRICS_FILE = "metrics.json"
+# Kept importable from here (they moved to runmetrics.py and display.py).
+from .display import plot_headline_bars, plot_matrix  # noqa: F401
+from .runmetrics import METRICS_FILE, compare_metrics, jsonable, load_metrics, write_metrics  # noqa: F401
+
 COMBINED = "combined"
 
 # --------------------------------------------------------------------------- similarities
@@ -516,147 +518,6 @@ def reading(spearman_table: pd.DataFrame, truth_names: Sequence[str], model_pref
 
 def _listing(table: pd.DataFrame, rows: Iterable[str], column: str) -> str:
     return ", ".join(f"{r} {table.at[r, column]:.1f}" for r in rows)
-
-
-# --------------------------------------------------------------------------- metrics.json
-
-
-def jsonable(value):
-    """Plain JSON types: numpy scalars and arrays, DataFrames and Series converted; NaN and inf -> None."""
-    if isinstance(value, pd.DataFrame):
-        return {str(r): jsonable(row) for r, row in value.to_dict(orient="index").items()}
-    if isinstance(value, pd.Series):
-        return {str(k): jsonable(v) for k, v in value.to_dict().items()}
-    if isinstance(value, Mapping):
-        return {str(k): jsonable(v) for k, v in value.items()}
-    if isinstance(value, np.ndarray):
-        return jsonable(value.tolist())
-    if isinstance(value, (list, tuple, set)):
-        return [jsonable(v) for v in value]
-    if isinstance(value, (bool, np.bool_)):
-        return bool(value)
-    if isinstance(value, (int, np.integer)):
-        return int(value)
-    if isinstance(value, (float, np.floating)):
-        return float(value) if math.isfinite(value) else None  # strict JSON has no NaN
-    if isinstance(value, os.PathLike):
-        return str(value)
-    if value is None or isinstance(value, str):
-        return value
-    raise TypeError(f"cannot write {type(value).__name__} to metrics.json: {value!r:.100}")
-
-
-def _metrics_path(run_dir) -> Path:
-    path = Path(run_dir)
-    return path if path.suffix == ".json" else path / METRICS_FILE
-
-
-def write_metrics(run_dir, metrics: dict) -> Path:
-    """Write `<run_dir>/metrics.json` whole from `metrics` (stage 06's sections); returns the path.
-
-    The file is replaced, not merged: a section this run did not compute (no decoding, say)
-    is absent rather than left over from an older run, where `workbench compare` would show it
-    as current. A "written" section says when. Values are made JSON-safe (numpy types,
-    DataFrames as {row: {column: value}}, NaN as null); the file is replaced atomically.
-    """
-    path = _metrics_path(run_dir)
-    stamped = {**jsonable(metrics), "written": {"at": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
-                                                  "by": "stage 06 (evaluate)"}}
-    return write_json(path, stamped)
-
-
-def load_metrics(run_dir) -> dict:
-    """The metrics of a run: a run directory or the metrics.json path itself."""
-    path = _metrics_path(run_dir)
-    if not path.is_file():
-        raise FileNotFoundError(f"no metrics file at {path}; run the evaluation stage for that run first")
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{path} is not valid JSON ({exc.msg}, line {exc.lineno})") from None
-
-
-def _numeric_leaves(value, prefix: str = "") -> dict:
-    """Flatten to {"a/b/c": number}; list items get [i]; null (a NaN written out) reads as NaN."""
-    out = {}
-    if isinstance(value, Mapping):
-        for key, v in value.items():
-            out.update(_numeric_leaves(v, f"{prefix}/{key}" if prefix else str(key)))
-    elif isinstance(value, list):
-        for i, v in enumerate(value):
-            out.update(_numeric_leaves(v, f"{prefix}[{i}]"))
-    elif value is None:
-        out[prefix] = np.nan
-    elif isinstance(value, (int, float)) and not isinstance(value, bool):
-        out[prefix] = float(value)
-    return out
-
-
-def compare_metrics(a: dict, b: dict) -> pd.DataFrame:
-    """Two runs' metrics side by side: one row per numeric leaf (key path), columns A, B, difference.
-
-    difference = B - A. A key found in one run only shows NaN for the other; strings
-    and booleans are left out.
-    """
-    left, right = _numeric_leaves(a), _numeric_leaves(b)
-    keys = list(left) + [k for k in right if k not in left]
-    frame = pd.DataFrame({"A": [left.get(k, np.nan) for k in keys], "B": [right.get(k, np.nan) for k in keys]},
-                         index=pd.Index(keys, name="metric"), dtype=float)
-    frame["difference"] = frame["B"] - frame["A"]
-    return frame
-
-
-# --------------------------------------------------------------------------- plots
-
-
-def _row_aspect(row: str) -> str:
-    return str(row).rsplit(":", 1)[-1]
-
-
-def plot_matrix(frame: pd.DataFrame, ax=None, title: str = "", diagonal: bool = True):
-    """Heatmap of a correlation table with the values written in; cells where the row's
-    aspect (the part after the last ":") equals the column are outlined."""
-    import matplotlib.pyplot as plt
-    from matplotlib.patches import Rectangle
-
-    if ax is None:
-        _, ax = plt.subplots(figsize=(1.1 * len(frame.columns) + 3, 0.45 * len(frame) + 1.5))
-    values = frame.to_numpy(dtype=float)
-    image = ax.imshow(np.ma.masked_invalid(values), cmap="viridis", aspect="auto")
-    ax.figure.colorbar(image, ax=ax, fraction=0.04)
-    ax.set_xticks(range(len(frame.columns)), [str(c) for c in frame.columns], rotation=35, ha="right")
-    ax.set_yticks(range(len(frame.index)), [str(r) for r in frame.index])
-    finite = values[np.isfinite(values)]
-    middle = (finite.min() + finite.max()) / 2 if finite.size else 0.0
-    for i in range(values.shape[0]):
-        for j in range(values.shape[1]):
-            if np.isfinite(values[i, j]):
-                ax.text(j, i, f"{values[i, j]:.1f}", ha="center", va="center", fontsize="small",
-                        color="black" if values[i, j] > middle else "white")
-    if diagonal:
-        columns = [str(c) for c in frame.columns]
-        for i, row in enumerate(frame.index):
-            if _row_aspect(row) in columns:
-                j = columns.index(_row_aspect(row))
-                ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="red", linewidth=2))
-    ax.set_xlabel("ground truth")
-    ax.set_title(title)
-    return ax
-
-
-def plot_headline_bars(frame_of_mean_low_high: pd.DataFrame, ax=None):
-    """Bars of `mean` with error bars from `low` to `high` (e.g. rows of `bootstrap_ci`), one per index entry."""
-    import matplotlib.pyplot as plt
-
-    frame = frame_of_mean_low_high
-    if ax is None:
-        _, ax = plt.subplots(figsize=(0.6 * len(frame) + 3, 3))
-    mean = frame["mean"].to_numpy(dtype=float)
-    errors = np.vstack([mean - frame["low"].to_numpy(dtype=float), frame["high"].to_numpy(dtype=float) - mean])
-    ax.bar(range(len(frame)), mean, yerr=errors, capsize=4, color="#4c72b0")
-    ax.set_xticks(range(len(frame)), [str(i) for i in frame.index], rotation=35, ha="right")
-    ax.set_ylabel("mean (bootstrap CI)")
-    return ax
 
 
 # --------------------------------------------------------------------------- aspect spaces

@@ -9,7 +9,7 @@
     question axes  yes/no questions answered from an aspect embedding (stage 07, optional):
                  why two papers are close, region labels, hover questions
 
-and hands plain callbacks to the view (`mapview.MapPane` in JupyterLab, `mapview.export_html`
+and hands plain callbacks to the view (`pane.MapPane` in JupyterLab, `mapview.export_html`
 for a standalone page). Everything a callback returns as HTML is escaped here.
 """
 
@@ -22,11 +22,14 @@ from typing import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from .decoding import LOW_MEANS
+from .faithfulness import LOW_MEANS
 from .progress import notice
 from .tsne import AspectMap, normalize_weights
 from .files import write_json
 from .vectors import unit_rows
+
+# Kept importable from here (they moved to tsne.py).
+from .tsne import empty_spot, leave_one_out_reconstruction  # noqa: F401
 
 MAPS = "maps"
 
@@ -174,7 +177,7 @@ class Explorer:
         question was kept); axes of another embedding size (an older model) are skipped.
         """
         if self._axes is None:
-            from .questions import CONFIG_NAME, FOLDER, WEIGHTS_NAME, QuestionAxes
+            from .mbqa import CONFIG_NAME, FOLDER, WEIGHTS_NAME, QuestionAxes
 
             self._axes = {}
             for a in self.aspects:
@@ -230,7 +233,7 @@ class Explorer:
         exclude: a paper of the corpus whose own statements the retrieval decoder may not use
         (when that paper is the one decoded, so the text is read from its embedding alone).
         """
-        from .decoding import describe_with_confidence
+        from .faithfulness import describe_with_confidence
 
         if self.decoders is None:
             raise RuntimeError("this run has no decoders (stage 04), so points cannot be described in words")
@@ -476,7 +479,7 @@ class Explorer:
         label_source: "statements" (decoded) or "questions" (question axes) region labels.
         With question axes, two tapped papers (or a paper and then an empty spot) are compared.
         """
-        from .mapview import MapPane
+        from .pane import MapPane
 
         k = labels if isinstance(labels, int) and labels > 1 else 8
         relabel = (lambda: self.region_labels(k, by=label_source)) if labels else None
@@ -532,38 +535,6 @@ class Explorer:
         self.map.save(folder)
         write_json(folder / "doc_ids.json", self.meta["doc_id"].tolist(), indent=None)
         return folder
-
-
-def empty_spot(coords, groups) -> np.ndarray:
-    """A spot between two regions of a map with no paper on it: of the midpoints between every two
-    region centres, the one farthest from its nearest paper (the midpoint of the two largest regions
-    can fall inside a third region, and then reading it only repeats a paper's neighbours)."""
-    coords, groups = np.asarray(coords, dtype=float), np.asarray(groups)
-    centres = np.stack([coords[groups == g].mean(axis=0) for g in np.unique(groups)])
-    i, j = np.triu_indices(len(centres), k=1)
-    if not len(i):
-        return centres[0]
-    candidates = (centres[i] + centres[j]) / 2
-    gap = np.linalg.norm(candidates[:, None, :] - coords[None, :, :], axis=-1).min(axis=1)
-    return candidates[int(np.argmax(gap))]
-
-
-def leave_one_out_reconstruction(embeddings: Mapping[str, np.ndarray], index: int, weights=None,
-                                 perplexity: float = 30.0, seed: int = 42, method: str = "auto") -> dict:
-    """The paper's appendix A.11 round trip for one document.
-
-    Fit a map without document `index`, place it from its embeddings, invert its map
-    position back into an embedding. Returns {"point": (x, y), "reconstructed":
-    {aspect: [D]}, "cosine": {aspect: cosine to the original}}.
-    """
-    n = len(next(iter(embeddings.values())))
-    rest = np.array([i for i in range(n) if i != index])
-    held = {a: np.asarray(v)[rest] for a, v in embeddings.items()}
-    fitted = AspectMap.fit(held, weights, perplexity=perplexity, seed=seed, method=method)
-    point = fitted.place({a: np.asarray(v)[[index]] for a, v in embeddings.items()})[0]
-    rec = fitted.invert(point)
-    cos = {a: float(unit_rows(rec[a]) @ unit_rows(np.asarray(embeddings[a])[index])) for a in rec}
-    return {"point": (float(point[0]), float(point[1])), "reconstructed": rec, "cosine": cos}
 
 
 def plot_map(coords, labels=None, groups=None, ax=None, title: str = "", marks: Mapping[str, tuple] | None = None,

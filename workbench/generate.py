@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .llm import Sampling, request_seed
+from .sampling import Sampling, request_seed
 from .parsing import Parsed, copies_instructions, parse_judgement, parse_sentence
 from .store import RecordStore
 

@@ -443,7 +443,7 @@ def health_report(embeddings: Mapping[str, np.ndarray], base=None, probe: dict |
             report["ridge_r2"] = _nested(shared_variance(emb, "ridge", seed=seed))
         if probe is not None:
             report["probe"] = probe
-    from .evaluation import jsonable  # plain JSON types, NaN as null: metrics.json is strict JSON
+    from .runmetrics import jsonable  # plain JSON types, NaN as null: metrics.json is strict JSON
 
     return jsonable(report)
 

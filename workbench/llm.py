@@ -15,85 +15,36 @@ Three backends, one interface (`complete`):
 
 `complete` yields `(index, Completion)` pairs as answers arrive, so the caller can save
 each batch as soon as it is done (the stores are resumable; see `workbench.store`).
+
+What a request asks and gets (`Sampling`, `Completion`, seeds, drawing a token) is in
+`sampling.py`; how the local backend groups prompts into batches, in `batching.py`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import random
 import time
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterator, Sequence
 
+from .batching import pack_groups, plan_batches, shared_start
 from .models import cache_keyword
+from .sampling import Completion, Sampling, call_seeds, cut_at_stop, draw, filtered_probs
+
+# Kept importable from here (they moved to sampling.py and batching.py).
+from .batching import common_prefix  # noqa: F401
+from .sampling import request_seed  # noqa: F401
 
 Messages = list[dict]
-
-
-@dataclass
-class Sampling:
-    """Sampling parameters. Defaults follow the authors' generator (temperature 0.7, top-k 50, top-p 0.95)."""
-
-    temperature: float = 0.7
-    top_p: float = 0.95
-    top_k: int = 50
-    max_new_tokens: int = 64
-    seed: int | None = None
-    stop: tuple[str, ...] = ()
-
-    def to_dict(self) -> dict:
-        """Plain dict, for provenance records."""
-        d = asdict(self)
-        d["stop"] = list(self.stop)
-        return d
-
-    @property
-    def greedy(self) -> bool:
-        """Temperature 0 means greedy decoding."""
-        return self.temperature <= 0
-
-
-@dataclass
-class Completion:
-    """One answer: its text (prefill included), generated token count, and seconds it took."""
-
-    text: str
-    tokens: int = 0
-    seconds: float = 0.0
-    error: str = ""  # non-empty when the request failed for good (after retries)
 
 
 class BackendError(RuntimeError):
     """The backend could not answer (server unreachable, timed out after retries, bad reply)."""
 
 
-def request_seed(*parts) -> int:
-    """A stable seed for one request, from what names it: e.g. (doc_id, prompt key, sample, seed).
-
-    sha256 of the parts joined by "|", cut to 31 bits (a non-negative int every backend takes:
-    torch, llama.cpp's uint32, an OpenAI-compatible server's "seed"). The same parts give the
-    same seed in every process and Python version, whatever else the call asks.
-    """
-    digest = hashlib.sha256("|".join(map(str, parts)).encode("utf-8")).digest()
-    return int.from_bytes(digest[:8], "big") & 0x7FFFFFFF
-
-
-def _call_seeds(n: int, sampling: Sampling, seeds: Sequence[int] | None) -> list[int]:
-    """The per-request seeds of one call: `seeds` as given, else derived from the call's seed
-    and each request's position (reproducible only for this very call), else random."""
-    if seeds is not None:
-        if len(seeds) != n:
-            raise ValueError(f"{len(seeds)} seeds for {n} conversations")
-        return [int(s) for s in seeds]
-    base = sampling.seed if sampling.seed is not None else random.randrange(2**31)
-    return [request_seed("call", base, index) for index in range(n)]
-
-
-# Keys and values a batch may hold (stage 01's peak memory, with the model's weights beside it), and the
 # tokens of a prompt read at once (attention while reading costs chunk x prompt length).
 KV_BUDGET_BYTES = 2_000_000_000
 READ_CHUNK = 512
@@ -170,7 +121,7 @@ class TransformersBackend:
             return
         if self.model.device.type == "cpu":
             use_free_cores()  # two threads on a core another job holds run several times slower than one
-        seeds = _call_seeds(len(conversations), sampling, seeds)
+        seeds = call_seeds(len(conversations), sampling, seeds)
         rows_of: dict[str, list[int]] = {}
         for index, messages in enumerate(conversations):
             rows_of.setdefault(self._prompt(messages, prefill), []).append(index)
@@ -379,114 +330,6 @@ class TransformersBackend:
         return bool(stop) and any(s in self.tokenizer.decode(answer[-4:]) for s in stop)
 
 
-def filtered_probs(logits, sampling: Sampling):
-    """Sampling probabilities after temperature, top-k and top-p, over each row's candidate tokens.
-
-    Returns (probs, candidates), both (rows, n): the same distribution as transformers'
-    Temperature, TopK and TopP warpers, but top-p sorts only the k candidates, not the
-    whole vocabulary (49k tokens per row and step, a third of a small model's step).
-    """
-    import torch
-
-    logits = logits.float() / sampling.temperature
-    k = min(sampling.top_k or logits.shape[-1], logits.shape[-1])
-    values, candidates = logits.topk(k, dim=-1)  # sorted, largest first
-    if sampling.top_p < 1:
-        probs = torch.softmax(values, -1)
-        above = probs.cumsum(-1) - probs  # mass of the candidates ranked higher
-        values = values.masked_fill(above >= sampling.top_p, float("-inf"))  # the first always stays
-    return torch.softmax(values, -1), candidates
-
-
-def draw(probs, uniform):
-    """Index per row drawn from `probs` (rows, n) with one uniform number in [0, 1) per row.
-
-    Inverse transform sampling: the first candidate whose cumulative probability exceeds
-    `uniform` times the row's total. Row by row, so a row's draw depends on its own
-    probabilities and number only.
-    """
-    import torch
-
-    cdf = probs.double().cumsum(-1)
-    index = (cdf <= uniform[:, None] * cdf[:, -1:]).sum(-1)
-    # never a candidate of probability 0 (top-p masked): the last one with mass at most
-    last = (probs > 0).sum(-1) - 1
-    return torch.minimum(index, last)
-
-
-def cut_at_stop(text: str, stop: Sequence[str]) -> str:
-    """The text up to and including the first stop string (a token may run past it)."""
-    ends = [text.index(s) + len(s) for s in stop if s in text]
-    return text[:min(ends)] if ends else text
-
-
-def common_prefix(seqs: Sequence[Sequence[int]]) -> int:
-    """Length of the longest start that all sequences share."""
-    if not seqs:
-        return 0
-    n = min(map(len, seqs))
-    first = seqs[0]
-    for i in range(n):
-        if any(s[i] != first[i] for s in seqs[1:]):
-            return i
-    return n
-
-
-def shared_start(prompts: Sequence[Sequence[int]]) -> int:
-    """How many leading tokens the prompts share and can read once, each keeping at least its
-    last token (whose logits predict what follows it)."""
-    return min(common_prefix(prompts), min(map(len, prompts)) - 1)
-
-
-def _within(rows: int, longest: int, max_rows: int, max_cells: int | None) -> bool:
-    """Whether a batch of `rows` answers, each holding `longest` columns, stays within both limits."""
-    return rows <= max_rows and (max_cells is None or rows * longest <= max_cells)
-
-
-def pack_groups(groups: Sequence[list[int]], repeats: Sequence[int], max_rows: int,
-                costs: Sequence[int] | None = None, max_cells: int | None = None) -> list[list[list[int]]]:
-    """Consecutive groups of `plan_batches` packed into batches of at most `max_rows` answers
-    (and, with `costs` per prompt, at most `max_cells` answers x the batch's largest cost)."""
-    costs = costs if costs is not None else [0] * len(repeats)
-    batches: list[list[list[int]]] = []
-    rows = longest = 0
-    for group in groups:
-        size, cost = sum(repeats[i] for i in group), max(costs[i] for i in group)
-        if batches and _within(rows + size, max(longest, cost), max_rows, max_cells):
-            batches[-1].append(group)
-            rows, longest = rows + size, max(longest, cost)
-        else:
-            batches.append([group])
-            rows, longest = size, cost
-    return batches
-
-
-def plan_batches(prompts: Sequence[Sequence[int]], repeats: Sequence[int], max_rows: int,
-                 costs: Sequence[int] | None = None, max_cells: int | None = None) -> list[list[int]]:
-    """Group prompt indices into batches of at most `max_rows` answers that share a long start.
-
-    Prompts are sorted by their tokens, so that those with a common start become
-    neighbours; a batch is cut where a neighbour shares less than half of the shorter
-    prompt, or where it would exceed `max_rows` answers, or, with `costs` (the columns an
-    answer to each prompt holds), `max_cells` answers x the batch's largest cost (a prompt
-    beyond either limit alone gets a batch of its own).
-    """
-    costs = costs if costs is not None else [0] * len(prompts)
-    order = sorted(range(len(prompts)), key=lambda i: list(prompts[i]))
-    batches: list[list[int]] = []
-    for i in order:
-        if batches:
-            last = batches[-1]
-            shared = common_prefix([prompts[last[-1]], prompts[i]])
-            fits = _within(sum(repeats[j] for j in last) + repeats[i], max(costs[j] for j in last + [i]),
-                           max_rows, max_cells)
-            if fits and shared * 2 >= min(len(prompts[last[-1]]), len(prompts[i])):
-                last.append(i)
-                continue
-        batches.append([i])
-    return batches
-
-
 class LlamaCppBackend:
     """llama.cpp in process (llama-cpp-python) on a GGUF file: the fastest generator on a CPU.
 
@@ -534,7 +377,7 @@ class LlamaCppBackend:
 
         `seeds`: one per conversation, passed to llama.cpp's sampler (see `TransformersBackend.complete`).
         """
-        seeds = _call_seeds(len(conversations), sampling, seeds)
+        seeds = call_seeds(len(conversations), sampling, seeds)
         for index, messages in enumerate(conversations):
             text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
             ids = self.tokenizer(text + (prefill or ""), add_special_tokens=False)["input_ids"]
@@ -550,7 +393,6 @@ class LlamaCppBackend:
                 answer += sampling.stop[0]
             yield index, Completion((prefill or "") + answer, int(out["usage"]["completion_tokens"]),
                                     time.perf_counter() - t0)
-
 
 
 class OpenAIBackend:

@@ -118,7 +118,7 @@ def summary_truths(eval_corpus, aspects: Sequence[str], reference: str = REFEREN
 
     Only aspects whose summary column is filled for every evaluation document.
     """
-    from .decoding import BERTSCORE_LAYERS
+    from .faithfulness import BERTSCORE_LAYERS
     from .evaluation import summary_similarity
     from .models import resolve_model
 
@@ -251,7 +251,7 @@ def decoding_table(decoders, embeddings: Mapping[str, np.ndarray], references: M
     by the appendix A.11 leave-one-out path through the map. perplexity_docs: score
     perplexity on the first that many documents only (decoding and the round trip use all).
     """
-    from .decoding import decoding_report
+    from .faithfulness import decoding_report
 
     rows, examples = {}, {}
     for aspect, emb in embeddings.items():
@@ -382,7 +382,7 @@ def plot_correlation_tables(corr: dict, title: str = ""):
     """The Table 2 and Table 7 heatmaps of a `correlation_table` result side by side; returns the figure."""
     import matplotlib.pyplot as plt
 
-    from .evaluation import plot_matrix
+    from .display import plot_matrix
 
     spearman, top = corr["spearman"], corr["top10"]
     fig, axes = plt.subplots(1, 2, figsize=(12, 0.45 * len(spearman) + 2))

@@ -249,7 +249,7 @@ class RetrievalDecoder:
         from torch.nn import functional as F
 
         from .cascade import PromptStore, cascade, read_prefix
-        from .llm import shared_start
+        from .batching import shared_start
 
         model, tok = self.lm()
         layers, device = model.config.num_hidden_layers, model.device

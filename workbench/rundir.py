@@ -1,9 +1,11 @@
-"""The run directory's layout that later stages read: where stage 02 leaves its aspect models and its split.
+"""The run directory's layout that later stages read: stage 02's aspect models and split, stage 04's decoders.
 
     <run_dir>/aspect_models/split.json       {"val_split": ..., "train": [doc ids], "validation": [doc ids]}
     <run_dir>/aspect_models/<aspect>/        the stage-02 model of each aspect
+    <run_dir>/decoders/                      stage 04's decoders and their confidence calibration
 
-Stage 02 (`train.py`) writes them; stages 04-06 read them here, whichever module they are in.
+Stage 02 (`train.py`) writes the first two, stage 04 (`decoding.py`) the decoders; the later
+stages read them here, whichever module they are in.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import json
 from pathlib import Path
 
 MODELS_DIR = "aspect_models"
+DECODERS = "decoders"
 SPLIT_NAME = "split.json"
 
 

@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 from .generate import GenerationReport, run_requests
-from .llm import Sampling
+from .sampling import Sampling
 from .parsing import parse_sentence_labels
 from .sentences import split_sentences
 from .store import RecordStore

@@ -1,0 +1,83 @@
+"""Smoke mode shared by every benchmark: `--smoke` or WORKBENCH_BENCH_SMOKE=1.
+
+Smoke mode shrinks every size of a benchmark (documents, points, steps, repetitions) to the
+smallest that still runs each of its code paths, and changes nothing else: the script prints
+its usual tables, with meaningless numbers. tests/test_benchmarks.py runs every script this
+way, so that none breaks unseen. Sizes given on the command line still win.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+ENV = "WORKBENCH_BENCH_SMOKE"
+
+
+def smoke_requested(argv: Sequence[str] | None = None) -> bool:
+    """True for `--smoke` among the arguments or WORKBENCH_BENCH_SMOKE set to anything but "" or "0"."""
+    argv = sys.argv[1:] if argv is None else argv
+    return "--smoke" in argv or os.environ.get(ENV, "") not in ("", "0")
+
+
+def add_smoke(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None, **sizes) -> bool:
+    """Add --smoke to `parser`; in smoke mode make `sizes` its defaults (explicit arguments still win).
+
+    Returns whether smoke mode is on; `args.smoke` says the same after parsing.
+    """
+    parser.add_argument("--smoke", action="store_true",
+                        help=f"tiny sizes, seconds: check that the script runs (also {ENV}=1)")
+    on = smoke_requested(argv)
+    if on:
+        parser.set_defaults(smoke=True, **sizes)
+    return on
+
+
+# ACLSum papers of a smoke run: 6 validation papers stand in for stage 02's train (4) and validation (2)
+# split, the first 10 test papers (what a health check needs at least) are the held-out ones.
+SMOKE_CORPUS = "aclsum:validation[:6],test[:10]"
+
+
+def tiny_run(run_dir, corpus_spec: str = SMOKE_CORPUS, aspects: Sequence[str] | None = None, decoders: bool = False,
+             context: int = 3):
+    """A run directory as a CPU run of stages 02-03 (and 04's retrieval decoders) leaves it, with untrained heads.
+
+    What the benchmarks that read a finished run (runs/aclsum-demo) need, in seconds: frozen-
+    backbone MiniLM aspect models and unified model (`PooledAspectModel`, untrained) and stage
+    02's split of the corpus's non-test papers (as tests/test_stages_04_06.py makes it), for
+    `aspects` (default: the "acl" set's); with
+    `decoders`, stage 04's retrieval decoders built from the human views of those papers (`context`:
+    statements in the LM's prompt, stage 04's default 3).
+    Returns the run directory.
+    """
+    import json
+    from pathlib import Path
+
+    from workbench.aspects import load_aspects
+    from workbench.corpus import load_corpus
+    from workbench.distill import DistillConfig
+    from workbench.heads import PooledAspectModel
+    from workbench.train import SPLIT_NAME, TrainConfig
+
+    run = Path(run_dir)
+    aspects = list(aspects or load_aspects("acl").names)
+    corpus = load_corpus(corpus_spec)
+    known = corpus.docs.loc[corpus.docs["split"] != "test", "doc_id"].astype(str).tolist()
+    cut = max(1, (2 * len(known)) // 3)
+    hidden = 384  # MiniLM's width: frozen-mode aspect vectors are backbone-sized
+    models = run / "aspect_models"
+    for i, aspect in enumerate(aspects):
+        PooledAspectModel("minilm", [aspect], hidden=hidden, pool=False, rank=TrainConfig().head_rank,
+                          seed=i).save_pretrained(models / aspect, extra={"aspect": aspect, "mode": "frozen"})
+    (models / SPLIT_NAME).write_text(json.dumps({"val_split": "validation", "train": known[:cut],
+                                                 "validation": known[cut:]}))
+    PooledAspectModel("minilm", aspects, hidden=hidden, pool=True, rank=DistillConfig().head_rank).save_pretrained(
+        run / "unified_model", extra={"stage": "distill", "mode": "frozen"})
+    if decoders:
+        from workbench.decoding import build_retrieval_decoders, set_default_decoder
+
+        build_retrieval_decoders(run, corpus, aspects, context=context)
+        set_default_decoder(run, "retrieval")
+    return run

@@ -1,0 +1,222 @@
+"""From a file's columns to a corpus's standard ones: doc_id, title, abstract, year, labels.
+
+A reader hands over what it found in the file (`Raw`); `standardise` picks the source column
+of each standard column (by the names exports use, or the one the user named), derives ids
+from the text where the file has none (`content_ids`), reads years and labels, and keeps
+every other column as metadata. What it finds wrong (a year that is not a year) becomes an
+issue row, as the readers' findings do.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import unicodedata
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from .validation import CorpusError, is_missing, make_issue, option_hint, short
+
+# Candidate column names, compared after `_norm` (lower case, letters and digits only), in
+# order of preference. Ids that every row of an export has (EID, UT) come before DOI,
+# which is often blank.
+_ID_NAMES = ["doc_id", "docid", "id", "paper_id", "corpusid", "eid", "ut", "pmid", "pubmed id",
+             "accession number", "key", "citation key", "doi", "di"]
+_TITLE_NAMES = ["title", "ti", "article title", "document title", "primary_title", "paper title"]
+_ABSTRACT_NAMES = ["abstract", "ab", "abstract note", "paper abstract", "summary", "text"]
+_YEAR_NAMES = ["year", "py", "publication year", "pub year", "date", "publication date"]
+_LABEL_NAMES = ["labels", "label"]  # keywords are metadata unless label_column= says otherwise
+
+_STANDARD = ["doc_id", "title", "abstract", "year", "labels"]
+
+
+@dataclass
+class Raw:
+    """What a reader found in a file: its records, and what was wrong with them.
+
+    frame: one row per record, columns as in the file.
+    where: per row, where it starts in the file ("line 3", "record starting on line 9"),
+        for messages; empty for formats without lines (JSON list, Parquet).
+    issues: `make_issue` dicts, ``row`` being the position in `frame`.
+    notes: sentences about the file as a whole.
+    """
+
+    frame: pd.DataFrame
+    where: list[str] = field(default_factory=list)
+    issues: list[dict] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def _norm(name: Any) -> str:
+    return re.sub(r"[^a-z0-9]", "", str(name).lower())
+
+
+def _pick(columns: list, given: str | None, candidates: list[str], role: str, label: str) -> Any:
+    """The source column for `role`: the given name (exact, then case-insensitive) or the
+    first candidate present."""
+    by_norm: dict[str, Any] = {}
+    for column in columns:
+        by_norm.setdefault(_norm(column), column)
+    if given is not None:
+        if given in columns:
+            return given
+        if _norm(given) in by_norm:
+            return by_norm[_norm(given)]
+        raise CorpusError(f"{label}: {role}_column={given!r} not found; columns are {list(columns)}")
+    for candidate in candidates:
+        if _norm(candidate) in by_norm:
+            return by_norm[_norm(candidate)]
+    return None
+
+
+def standardise(raw: Raw, label: str, *, id_column, title_column, abstract_column,
+                 year_column, label_column) -> tuple[pd.DataFrame, list[dict], list[str]]:
+    """The corpus frame (standard columns first, then the rest), with the reader's issues
+    and notes plus those found here (unparseable years, derived ids)."""
+    frame = raw.frame
+    columns = list(frame.columns)
+    abstract_src = _pick(columns, abstract_column, _ABSTRACT_NAMES, "abstract", label)
+    if abstract_src is None:
+        raise CorpusError(f"{label}: no abstract column found; columns are {columns}; pass the "
+                          f"column's name, e.g. {option_hint('abstract_column', 'NAME')}")
+    id_src = _pick(columns, id_column, _ID_NAMES, "id", label)
+    title_src = _pick(columns, title_column, _TITLE_NAMES, "title", label)
+    year_src = _pick(columns, year_column, _YEAR_NAMES, "year", label)
+    label_src = _pick(columns, label_column, _LABEL_NAMES, "label", label)
+
+    n = len(frame)
+    issues, notes = list(raw.issues), list(raw.notes)
+    titles = ["" if is_missing(v) else v for v in frame[title_src]] if title_src is not None else [""] * n
+    # Raw values on purpose: validate() must be able to see numbers, lists and holes.
+    abstracts = [None if is_missing(v) else v for v in frame[abstract_src]]
+    if id_src is not None:
+        ids = [_id_str(v) for v in frame[id_src]]
+    else:
+        ids = content_ids(titles, abstracts)
+        notes.append(f"{label} has no id column, so each document's {DERIVED_IDS}")
+    standard: dict[str, pd.Series] = {
+        "doc_id": pd.Series(ids, dtype=str),
+        "title": pd.Series(titles, dtype=object),
+        "abstract": pd.Series(abstracts, dtype=object),
+    }
+    if year_src is not None:
+        years, year_issues = _years(frame[year_src], raw.where, year_src)
+        standard["year"] = pd.Series(years, dtype="Int64")
+        # The values of a row that was not read right are not worth a second complaint.
+        misread = {found["row"] for found in raw.issues if found["severity"] == "error"}
+        issues += [found for found in year_issues if found["row"] not in misread]
+    if label_src is not None:
+        standard["labels"] = pd.Series([_to_labels(v) for v in frame[label_src]], dtype=object)
+
+    used = {id_src, title_src, abstract_src, label_src}
+    if year_src is not None and "date" not in _norm(year_src):
+        used.add(year_src)  # a date says more than its year, so it stays
+    rest = frame[[c for c in columns if c not in used]].reset_index(drop=True)
+    # A leftover column that happens to carry a standard name must not be overwritten.
+    rest = rest.rename(columns={c: f"{c}_original" for c in rest.columns if c in _STANDARD})
+    return pd.concat([pd.DataFrame(standard), rest], axis=1), issues, notes
+
+
+def _id_str(value: Any) -> str:
+    if is_missing(value):
+        return ""
+    if isinstance(value, (float, np.floating)) and float(value).is_integer():
+        return str(int(value))  # ids read as floats (a column with holes) lose the ".0"
+    return str(value).strip()
+
+
+DERIVED_IDS = ("doc_id is derived from title and abstract ('h' + 12 hex digits of a SHA-1, "
+                "case, spacing and punctuation ignored), which stays the same when records are "
+                "added, removed or reordered in a new export; Corpus.id_table() lists doc_id and "
+                f"title. To use a column of the file instead, pass {option_hint('id_column', 'NAME')}")
+
+
+# Punctuation and spaces become one space: ASCII by a table (a regex with a match per
+# space is slow on long abstracts), other characters by a regex that rarely matches.
+_ASCII_NON_WORD = {c: " " for c in range(128) if not chr(c).isalnum()}
+_OTHER_NON_WORD = re.compile(r"[^\w\x00-\x7f]+")
+
+
+def _content_text(value: Any) -> str:
+    """Text for a content id: NFKC, case-folded, letters and digits separated by single spaces."""
+    if is_missing(value):
+        return ""
+    text = unicodedata.normalize("NFKC", str(value)).casefold().translate(_ASCII_NON_WORD)
+    if not text.isascii():
+        text = _OTHER_NON_WORD.sub(" ", text)
+    return " ".join(text.split())
+
+
+def content_ids(titles: Sequence[Any], abstracts: Sequence[Any]) -> list[str]:
+    """``h`` + 12 hex digits of SHA-1(title, abstract) per document; repeats get -2, -3..."""
+    seen: dict[str, int] = {}
+    ids = []
+    for title, abstract in zip(titles, abstracts):
+        key = f"{_content_text(title)}\x1f{_content_text(abstract)}"
+        base = "h" + hashlib.sha1(key.encode("utf-8")).hexdigest()[:12]
+        seen[base] = seen.get(base, 0) + 1
+        ids.append(base if seen[base] == 1 else f"{base}-{seen[base]}")
+    return ids
+
+
+# A clean year: 2019; an ISO date 2019-05, 2019-05-01, 2019-05-01T10:00:00Z; an RIS date
+# 2019/05, 2019/05/01/Spring, 2020///; or a year written from a float column, 2019.0.
+_YEAR_TEXT = re.compile(r"""(\d{4})(?:
+      -\d{1,2}(?:-\d{1,2}(?:[T\ ][0-9:.]+(?:Z|[+-][0-9:]+)?)?)?
+    | /\d{0,2}(?:/\d{0,2}(?:/.*)?)?
+    | \.0
+)?""", re.VERBOSE)
+
+
+def _to_year(value: Any) -> int | None:
+    """The year of a clean value (see `_YEAR_TEXT`; ints, whole floats and dates too),
+    None for a missing one; ValueError for anything else ("circa 1990s", 95, 2019.5)."""
+    if is_missing(value) or (isinstance(value, str) and not value.strip()):
+        return None
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        year = int(value)
+    elif isinstance(value, (float, np.floating)):
+        if not float(value).is_integer():
+            raise ValueError(value)
+        year = int(value)
+    elif isinstance(getattr(value, "year", None), int):  # date, datetime, Timestamp
+        year = value.year
+    else:
+        match = _YEAR_TEXT.fullmatch(str(value).strip())
+        if not match:
+            raise ValueError(value)
+        year = int(match.group(1))
+    if not 1000 <= year <= 9999:
+        raise ValueError(value)
+    return year
+
+
+def _years(values: Iterable[Any], where: list[str], column: Any) -> tuple[list[Any], list[dict]]:
+    """Years (pd.NA where missing or not clean) and an unparseable_year warning per value
+    that is there but is not a clean year."""
+    years, issues = [], []
+    for row, value in enumerate(values):
+        try:
+            year = _to_year(value)
+        except ValueError:
+            at = f"{where[row]}: " if where else ""
+            issues.append(make_issue(row, "year", "warning", "unparseable_year",
+                                 f"{at}{column} {short(value)} is not a clean year (such as 2019, "
+                                 "2019-05-01 or 2019/05), so the year is left empty; correct it "
+                                 f"in the file, or pass {option_hint('year_column', 'NAME')}"))
+            year = None
+        years.append(pd.NA if year is None else year)
+    return years, issues
+
+
+def _to_labels(value: Any) -> list[str]:
+    if isinstance(value, (list, tuple, np.ndarray)):
+        return [str(v) for v in value if not is_missing(v)]
+    if is_missing(value):
+        return []
+    # Exports join several keywords into one cell with ";".
+    return [part.strip() for part in str(value).split(";") if part.strip()]
