@@ -23,7 +23,6 @@ MAX_LINES = 600
 PACKAGE = ROOT / "workbench"
 MODULES = {p.stem for p in PACKAGE.glob("*.py")}
 FOLDERS = ["workbench", "tests", "scripts", "benchmarks"]
-FOLDERS.remove("benchmarks")  # benchmarks/: being converted
 
 
 def python_files(folders=FOLDERS) -> list[Path]:
