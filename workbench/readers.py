@@ -62,6 +62,7 @@ def read_file(path: Path, fmt: str, encoding: str) -> Raw:
 
 
 def format_from_suffix(path: Path) -> str:
+    """The corpus format of a file by its suffix (.csv, .ris, .bib, ...); a CorpusError lists the supported ones."""
     suffix = path.suffix.lower()
     if suffix not in SUPPORTED_FORMATS:
         raise CorpusError(

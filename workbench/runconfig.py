@@ -297,6 +297,7 @@ def check_inputs(params: dict, where: str) -> None:
 
 
 def declared_parameters(notebook: Path) -> set[str]:
+    """The parameters a notebook declares in its cell tagged `parameters` (papermill's reading of it)."""
     import papermill
 
     with warnings.catch_warnings():  # nbformat's note that the cells have no ids: noise on every run
@@ -314,6 +315,7 @@ def resolve_stage(stage, known: list[str]) -> str:
 
 
 def refuse_undeclared(names, declared: set[str], what: str) -> None:
+    """Refuse the first of `names` no notebook declares, with the close matches and what is declared."""
     for name in sorted(set(names) - declared):
         close = difflib.get_close_matches(name, declared, n=3)
         hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else "."

@@ -63,6 +63,7 @@ def normalize_weights(weights, aspects: Sequence[str]) -> dict[str, float]:
 
 
 def unit32(e) -> np.ndarray:
+    """Rows of unit length in float32; rows that already are (a saved map, a refit) are kept bit for bit."""
     # float32 unit rows; rows that already are (a saved map, a refit) are kept bit for bit.
     if e.dtype == np.float32 and np.allclose(np.linalg.norm(e, axis=1), 1.0, atol=1e-6):
         return e
@@ -70,6 +71,7 @@ def unit32(e) -> np.ndarray:
 
 
 def check_embeddings(embeddings: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """{aspect: (n, d) float32 unit rows} from arrays or tensors; a ValueError names what is wrong."""
     if not isinstance(embeddings, Mapping) or not embeddings:
         raise ValueError("embeddings must be a non-empty mapping aspect -> (n, d) array")
     out, n = {}, None
@@ -123,6 +125,7 @@ def weighted_distance(embeddings: Mapping[str, np.ndarray], weights=None) -> np.
 
 
 def effective_perplexity(perplexity: float, n: int) -> float:
+    """The perplexity a map of n points can have: at most (n - 1) / 3, with a warning when it is lowered."""
     perplexity = float(perplexity)
     if not perplexity > 0:
         raise ValueError(f"perplexity must be positive, got {perplexity}")
@@ -250,6 +253,7 @@ def kl_divergence(P: np.ndarray, Y: np.ndarray) -> tuple[float, np.ndarray]:
 
 
 def gradient_descent(P, Y, n_iter, momentum, learning_rate, exaggeration=1.0, verbose=False, label=""):
+    """Exact t-SNE optimisation of layout Y against affinities P (sklearn's scheme, see the comment)."""
     # sklearn's gradient_descent: momentum plus per-coordinate gains that grow while the
     # gradient keeps its sign and shrink when it flips (delta-bar-delta, min gain 0.01).
     Y = Y.copy()
@@ -272,6 +276,7 @@ def gradient_descent(P, Y, n_iter, momentum, learning_rate, exaggeration=1.0, ve
 
 
 def pca_init(features: np.ndarray, seed: int) -> np.ndarray:
+    """A starting layout from the top two principal components of the features (sklearn's init="pca")."""
     # sklearn's init="pca": the top two principal components, scaled so that the first has
     # standard deviation 1e-4 (a tiny start lets early exaggeration form the clusters).
     # A seeded jitter of 1% of that scale separates duplicate points and makes `seed` mean

@@ -31,10 +31,12 @@ ISSUE_COLUMNS = ["row", "doc_id", "field", "severity", "problem", "detail"]
 
 
 def empty_issues() -> pd.DataFrame:
+    """A frame of no issues with the issue columns (so an empty report still has its columns)."""
     return pd.DataFrame(columns=ISSUE_COLUMNS).astype({"row": "int64"})
 
 
 def make_issue(row: int, field: str, severity: str, problem: str, detail: str, doc_id: str = "") -> dict:
+    """One problem of a corpus, as a row of a ValidationReport."""
     return {"row": row, "doc_id": doc_id, "field": field, "severity": severity,
             "problem": problem, "detail": detail}
 
@@ -119,6 +121,7 @@ class ValidationReport:
 
 
 def plural(n: int, word: str) -> str:
+    """`3 papers`, `1 paper`."""
     return f"{n} {word}" + ("" if n == 1 else "s")
 
 
@@ -134,11 +137,13 @@ def is_missing(value: Any) -> bool:
 
 
 def short(value: Any, n: int = 40) -> str:
+    """repr(value) cut to at most n characters, for messages."""
     text = repr(value)
     return text if len(text) <= n else text[: n - 3] + "..."
 
 
 def validate_docs(docs: pd.DataFrame, max_chars: int) -> list[dict]:
+    """Every problem of the standard columns (ids, titles, abstracts, years), one issue dict each."""
     issues: list[dict] = []
 
     def add(row: int, doc_id: str, field: str, severity: str, problem: str, detail: str) -> None:
