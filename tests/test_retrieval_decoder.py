@@ -212,3 +212,26 @@ def test_legend_escapes_paper_text_and_states_the_weights():
     data = label_source_data(labels)
     assert data["number"] == ["1", "2"] and data["detail"][1] == "plain"
     assert pd.Series(data["text"]).str.len().gt(0).all()
+
+
+def test_both_decoder_kinds_offer_the_one_decoder_interface(memory):
+    """Callers rely on `decoding.Decoder` (statements, describe, perplexities), not on sniffing for methods."""
+    from workbench.decoding import AspectDecoder, Decoder
+
+    retrieval = RetrievalDecoder(memory, None, lm=None)
+    assert isinstance(retrieval, Decoder) and retrieval.names_sources
+    found = retrieval.statements(memory.vectors[10], exclude=[["p3"]], greedy=True)[0]
+    assert found["doc_id"] != "p3" and found["text"] == retrieval.describe(memory.vectors[10], [["p3"]])[0][0]
+    everything = [[d for d in set(memory.doc_ids)]]
+    assert retrieval.statements(memory.vectors[10], exclude=everything)[0]["cosine"] == float("-inf")
+
+    class Generator:  # a stand-in for the soft-prompt decoder's EmbeddingDecoder: one text per embedding
+        aspects, chat = None, True
+
+        def generate(self, emb, aspect=None, **sampling):
+            return [[f"text {i} ({sampling.get('max_new_tokens')})"] for i in range(len(emb))]
+
+    soft = AspectDecoder("method", Generator())
+    assert isinstance(soft, Decoder) and not soft.names_sources
+    rows = soft.statements(memory.vectors[:2], max_new_tokens=7)
+    assert [r["text"] for r in rows] == ["text 0 (7)", "text 1 (7)"] and all(r["doc_id"] is None for r in rows)

@@ -29,7 +29,7 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Mapping, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 import pandas as pd
@@ -246,6 +246,29 @@ def set_default_decoder(run_dir, kind: str) -> None:
 # --------------------------------------------------------------------------- using decoders
 
 
+@runtime_checkable
+class Decoder(Protocol):
+    """What every decoder of one aspect offers the stages after 04 (maps, evaluation): the one interface.
+
+    `statements` gives, per embedding, {"text", "doc_id", "cosine"}: doc_id is the paper the
+    text is taken from where the decoder takes known statements (`names_sources`), else None
+    (written by the LM); cosine is the text's similarity to the embedding where the decoder
+    knows it, else NaN (-inf: every candidate was excluded). `describe` is the same as text
+    lists, `perplexities` scores reference texts given embeddings (Table 3).
+    """
+
+    aspect: str
+    reports_unconditioned: bool
+    names_sources: bool
+
+    def statements(self, embeddings, exclude=None, rewrite: bool = False, max_new_tokens: int = 48,
+                   **sampling) -> list[dict]: ...
+
+    def describe(self, embeddings, exclude=None, **sampling) -> list[list[str]]: ...
+
+    def perplexities(self, requests, batch_size: int = 8) -> dict[str, float]: ...
+
+
 @dataclass
 class AspectDecoder:
     """A decoder bound to one aspect (a per-aspect decoder, or a shared one with its aspect token)."""
@@ -266,12 +289,20 @@ class AspectDecoder:
         """Whether Table 3's unconditioned control applies (a base LM; a chat LM without soft tokens is off its path)."""
         return not self.decoder.chat
 
+    names_sources = False  # the LM writes the text; no paper speaks for it
+
     def describe(self, embeddings, exclude=None, **sampling) -> list[list[str]]:
         """Decode embeddings [N, D] (or one [D]) into text: candidates per embedding (see EmbeddingDecoder.generate).
 
         exclude is accepted for the retrieval decoder's interface; this decoder has no memory to exclude from.
         """
         return self.decoder.generate(unit_rows(np.atleast_2d(embeddings)), aspect=self._aspect(), **sampling)
+
+    def statements(self, embeddings, exclude=None, rewrite: bool = False, max_new_tokens: int = 48,
+                   **sampling) -> list[dict]:
+        """The first candidate per embedding as {"text", "doc_id": None, "cosine": NaN} (the `Decoder` interface)."""
+        found = self.describe(embeddings, exclude, max_new_tokens=max_new_tokens, **sampling)
+        return [{"text": c[0] if c else "", "doc_id": None, "cosine": float("nan")} for c in found]
 
     def perplexity(self, embeddings, texts: Sequence[str], batch_size: int = 8, exclude=None) -> float:
         """Perplexity of texts[i] given embeddings[i]; embeddings=None is the unconditioned control."""

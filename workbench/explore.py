@@ -315,18 +315,14 @@ class Explorer:
             members = groups == g
             centre = self.coords[members].mean(axis=0)
             mean = self.embeddings[aspect][members].mean(axis=0)
-            if hasattr(decoder, "decode"):
-                # Only the region's own papers may speak for it (the others are excluded), unless
-                # none of them has a known statement.
-                found = decoder.decode(mean, exclude=[list(ids[~members])])[0]
-                if not np.isfinite(found["cosine"]):
-                    found = decoder.decode(mean)[0]
-                title = self.titles.get(str(found["doc_id"]), "") if found["doc_id"] else ""
-                detail = found["text"] + (f" (from: {title})" if title else "")
-                texts.append((centre, found["text"], detail))
-            else:
-                text = decoder.describe(mean, **{**self.sampling, "max_new_tokens": 32})[0][0]
-                texts.append((centre, text, text))
+            settings = {**self.sampling, "max_new_tokens": 32}
+            # Only the region's own papers may speak for it (the others are excluded), unless
+            # none of them has a known statement.
+            found = decoder.statements(mean, exclude=[list(ids[~members])], **settings)[0]
+            if decoder.names_sources and found["cosine"] == float("-inf"):
+                found = decoder.statements(mean, **settings)[0]
+            title = self.titles.get(str(found["doc_id"]), "") if found["doc_id"] else ""
+            texts.append((centre, found["text"], found["text"] + (f" (from: {title})" if title else "")))
         split = [t.split() for _, t, _ in texts]
         # Soft-prompt decodings often open with the same boilerplate ("The main challenge of the
         # paper is that ..."); drop the words every label shares at the start so the labels show

@@ -147,13 +147,10 @@ def decoding_report(decoder, embeddings, references: Sequence[Sequence[str]], as
     metrics = {"documents": n, "summaries": sum(len(r) for r in references), "perplexity documents": m,
                "ppl unconditioned": float("nan"), **decoder.perplexities(requests)}
     settings = {"greedy": True, "max_new_tokens": 48, **(sampling or {})}
-    sources = None
-    if hasattr(decoder, "decode"):  # the retrieval decoder also names the paper each statement is taken from
-        found = decoder.decode(emb, exclude=exclude, rewrite=bool(settings.get("rewrite", False)),
-                               max_new_tokens=settings["max_new_tokens"])
-        decoded, sources = [f["text"] for f in found], [f["doc_id"] for f in found]
-    else:
-        decoded = [c[0] if c else "" for c in decoder.describe(emb, exclude=exclude, **settings)]
+    found = decoder.statements(emb, exclude=exclude, **settings)
+    decoded = [f["text"] for f in found]
+    # A decoder that takes known statements names the paper each is taken from.
+    sources = [f["doc_id"] for f in found] if decoder.names_sources else None
     # The shuffled control pairs the same decodings with the same references; `bertscore.py`
     # reads each distinct text once per session, so it costs no further encoder pass.
     both = bertscore(decoded + [decoded[j] for j in perm], list(references) * 2, model=bertscore_model)
@@ -338,12 +335,10 @@ def describe_with_confidence(decoders: Mapping, embeddings: Mapping[str, np.ndar
         if aspect not in decoders:
             raise KeyError(f"no decoder for aspect {aspect!r} (have {sorted(decoders)})")
         decoder = decoders[aspect]
-        if hasattr(decoder, "decode"):  # the retrieval decoder says where its text comes from
-            found = decoder.decode(vector, exclude=[exclude], max_new_tokens=settings["max_new_tokens"],
-                                   rewrite=bool(settings.get("rewrite", False)))[0]
-            row = {"aspect": aspect, "decoded": found["text"], "from paper": found["doc_id"]}
-        else:
-            row = {"aspect": aspect, "decoded": decoder.describe(vector, **settings)[0][0]}
+        found = decoder.statements(vector, exclude=[exclude], **settings)[0]
+        row = {"aspect": aspect, "decoded": found["text"]}
+        if decoder.names_sources:  # say where the text comes from
+            row["from paper"] = found["doc_id"]
         text = row["decoded"]
         if aspect_models is not None and aspect in aspect_models:
             corpus = corpus_embeddings.get(aspect) if corpus_embeddings else None

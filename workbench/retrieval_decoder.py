@@ -92,6 +92,7 @@ class RetrievalDecoder:
     """
 
     reports_unconditioned = True  # Table 3's unconditioned control: the LM reads the instruction alone
+    names_sources = True  # each text is a known statement of a named paper (or, rewritten, None)
 
     def __init__(self, memory: StatementMemory, encoder=None, lm="smollm2-135m-instruct", k: int = 8,
                  context: int = 3, device: str | None = None):
@@ -153,6 +154,11 @@ class RetrievalDecoder:
                 if text and c > o["cosine"]:
                     o.update(text=text, doc_id=None, source="rewritten", cosine=c, rewritten=True)
         return out
+
+    def statements(self, embeddings, exclude=None, rewrite: bool = False, max_new_tokens: int = 40,
+                   **_sampling) -> list[dict]:
+        """`decode` under the `decoding.Decoder` interface (sampling settings accepted, without effect)."""
+        return self.decode(embeddings, exclude, rewrite, max_new_tokens)
 
     def describe(self, embeddings, exclude=None, rewrite: bool = False, max_new_tokens: int = 40,
                  **_sampling) -> list[list[str]]:
