@@ -376,7 +376,9 @@ def pages(tmp_path_factory, meta, presets):
     labels = {"balanced": [(0.0, 0.0, "<b>parsing</b>")], "method only": [(1.0, 2.0, "translation")]}
     questions = {name: [f"{name} Q{i}?" for i in range(N)] for name in presets}
     questions["balanced"][3] = XSS_SUMMARY  # question text is LLM text: data, never markup
-    full = export_html(out / "map.html", presets, meta, labels, title=PAGE_TITLE, questions_by_preset=questions)
+    weights = {"balanced": {"method": 0.5, "task": 0.5}, "method only": {"method": 1.0, "task": 0.0}}
+    full = export_html(out / "map.html", presets, meta, labels, title=PAGE_TITLE, questions_by_preset=questions,
+                       weights_by_preset=weights)
     empty = export_html(out / "empty.html", {k: np.zeros((0, 2)) for k in presets}, meta.iloc[:0], title=PAGE_TITLE)
     return out, full, empty
 
@@ -414,9 +416,11 @@ const pause = () => new Promise(resolve => setTimeout(resolve, 300));
     const search = doc.get_model_by_name("search"), status = doc.get_model_by_name("search_status");
     out.x0_before = src.data.x[0];
     out.questions_before = [src.data.questions[0], src.data.questions[3]];
+    out.caption_before = doc.get_model_by_name("caption").text;
     doc.get_model_by_name("preset").value = "method only";
     await pause();
     out.x0_after = src.data.x[0];
+    out.caption_after = doc.get_model_by_name("caption").text;
     out.labels_after = Array.from(labels.data.text);
     out.questions_after = src.data.questions[0];
     search.value_input = "PAPER 1";
@@ -455,6 +459,13 @@ def test_exported_page_escapes_text_and_runs_its_widgets(pages, tmp_path, preset
     assert out["x0_before"] == pytest.approx(presets["balanced"][0, 0])
     assert out["x0_after"] == pytest.approx(presets["method only"][0, 0])  # preset switched on the client
     assert out["labels_after"] == ["translation"]
+    # The caption says what a dot, a colour and a distance are, under the preset's weights.
+    assert "Each dot is a paper" in out["caption_before"] and "method 0.50, task 0.50" in out["caption_before"]
+    assert "(method 1.00)" in out["caption_after"] and "colours are regions" in out["caption_after"]
+    from workbench.mapview import legend_html
+
+    legend = legend_html([(0, 0, "a <b>region</b>")], {"method": 0.3, "task": 0.7})
+    assert "described in their <i>task</i> aspect" in legend and "a &lt;b&gt;region&lt;/b&gt;" in legend
     # Raw text in the data (Bokeh escapes the tooltip); the dumped <pre> escapes it once more.
     assert [html.unescape(q) for q in out["questions_before"]] == ["balanced Q0?", XSS_SUMMARY]
     assert out["questions_after"] == "method only Q0?"  # hover questions follow the preset

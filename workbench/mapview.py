@@ -177,20 +177,35 @@ def label_source_data(labels) -> dict[str, list]:
     }
 
 
+def caption_html(weights: dict | None, color_by=None, n: int | None = None) -> str:
+    """One line under a map's title saying what it shows: a dot, a colour, a distance, and the weights (escaped)."""
+    colour = ("regions of this map (clusters of the layout, numbered as in the legend)" if by_cluster(color_by)
+              else f"the papers' {esc(color_by)}")
+    weighted = (", ".join(f"{esc(a)} {float(w):.2f}" for a, w in weights.items() if float(w) > 0)
+                if weights else "")
+    return ("<p style='margin:4px 0;color:#333'>Each dot is a paper" + (f" ({int(n)} in all)" if n else "")
+            + f"; colours are {colour}. Papers close together are similar in the weighted aspects"
+            + (f" ({weighted})" if weighted else "") + "; between distant groups, distance means little "
+            "(t-SNE keeps neighbours, not far distances).</p>")
+
+
 def legend_html(labels, weights: dict | None = None, colors: list[str] | None = None) -> str:
     """What the map shows, as escaped HTML: the weights that made it and each region's colour and label.
 
     labels: [(x, y, text[, detail]), ...] in region order; colors[i]: region i's colour
-    (the map's cluster colours when it is coloured by its regions).
+    (the map's cluster colours when it is coloured by its regions). The regions are described in
+    the most heavily weighted aspect (`Explorer.region_labels`' default), which the header names.
     """
     parts = []
+    described = max(weights, key=weights.get) if weights else None
     if weights:
         parts.append("<p style='margin:2px 0'><b>Aspect weights of this map:</b> "
                      + ", ".join(f"{esc(a)} {float(w):.2f}" for a, w in weights.items()) + "</p>")
     data = label_source_data(labels)
     if data["number"]:
-        parts.append("<p style='margin:2px 0'><b>Regions</b> (colours: clusters of the map; numbers: where each "
-                     "region's description sits):</p><ol style='margin:2px 0;padding-left:1.6em'>")
+        aspect = f", described in their <i>{esc(described)}</i> aspect" if described else ""
+        parts.append(f"<p style='margin:2px 0'><b>Regions</b>{aspect} (colours: clusters of the map; numbers: "
+                     "where each region's description sits):</p><ol style='margin:2px 0;padding-left:1.6em'>")
         for i, (short, detail) in enumerate(zip(data["text"], data["detail"])):
             swatch = ""
             if colors and i < len(colors):
@@ -261,6 +276,7 @@ for (const c of columns) { d[c] = d[c + "__" + i]; }
 source.data = d;
 labels.data = label_data[i];
 legend.text = legends[i];
+caption.text = captions[i];
 """
 
 # The query is never echoed into HTML (the Div renders markup); only a count is shown.
@@ -322,10 +338,12 @@ def export_html(path, coords_by_preset: dict[str, np.ndarray], meta: pd.DataFram
     legends = [legend_html(labels_by_preset.get(name), weights_by_preset.get(name),
                            region_colors(labels_by_preset.get(name), color_by)) for name in coords_by_preset]
     legend = Div(text=legends[0], name="legend", width=360)
+    captions = [caption_html(weights_by_preset.get(name), color_by, len(meta)) for name in coords_by_preset]
+    caption = Div(text=captions[0], name="caption", width=width + 360)
     select = Select(title="Weight preset", value=names[0], options=names, name="preset", width=220)
     select.js_on_change("value", CustomJS(args=dict(source=source, labels=label_source, names=names,
                                                     columns=columns, label_data=label_data, legend=legend,
-                                                    legends=legends),
+                                                    legends=legends, caption=caption, captions=captions),
                                           code=_PRESET_JS))
     status = Div(text="", name="search_status", width=200, render_as_text=True)
     search = TextInput(title="Search by title", placeholder="substring, any case", name="search", width=300)
@@ -334,7 +352,7 @@ def export_html(path, coords_by_preset: dict[str, np.ndarray], meta: pd.DataFram
         point_size=POINT_SIZE, hit_size=HIT_SIZE), code=_SEARCH_JS))
     header = Div(text=f"<h2 style='margin:4px 0'>{esc(title)}</h2>" if title else "", name="header")
     # Named so that page scripts (and the browser test) can find models with get_model_by_name.
-    layout = column(header, row(select, search, status, name="controls"), row(fig, legend), name="page")
+    layout = column(header, row(select, search, status, name="controls"), caption, row(fig, legend), name="page")
 
     # file_html escapes the <title>; INLINE embeds BokehJS so the page needs no network. Written whole or not
     # at all: a full disk leaves the earlier page, not a torn one.
