@@ -283,6 +283,8 @@ def test_plots_draw(tmp_path):
 
     matplotlib.use("Agg")
     table = pd.DataFrame({"x": [50.0, 10.0], "y": [5.0, np.nan]}, index=["M:x", "M:y"])
+    mrr = ev.plot_matrix(pd.DataFrame({"x": [0.86, 0.94]}, index=["M:x", "M:y"]))
+    assert [t.get_text() for t in mrr.texts] == ["0.86", "0.94"]  # both read "0.9" with one decimal
     ax = ev.plot_matrix(table, title="t")
     assert len(ax.patches) == 2  # both diagonal cells outlined
     bars = ev.plot_headline_bars(pd.DataFrame({"mean": [1.0, 2.0], "low": [0.5, 1.5], "high": [1.5, 2.5]},
