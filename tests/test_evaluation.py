@@ -241,6 +241,11 @@ def test_reading_names_leaks_and_baselines():
     assert lines[0].startswith("- **hyp**: 44.0") and "leaks into rq (45.5)" in lines[0]
     assert "above every baseline (SPECTER 26.1)" in lines[0]
     assert "the ground truth it follows best in its row" in lines[1] and "hyp embedding (45.5) does better" in lines[1]
+    # Each reading ends with what it means for the next step.
+    assert "*Next:* the hyp head also follows rq" in lines[0] and "exclude list of hyp" in lines[0]
+    assert "*Next:* another aspect's embedding reads rq" in lines[1]
+    loses = ev.reading(table.assign(hyp=[20.0, 38.2, 26.1]), ["hyp", "rq"], "M", ["SPECTER"]).splitlines()[0]
+    assert "not above SPECTER" in loses and "*Next:* for maps weighted by hyp, the baseline" in loses
 
 
 # ---------------------------------------------------------------- metrics.json and compare
@@ -466,10 +471,13 @@ def test_table3_compares_the_reconstructed_papers_with_the_matching_embedding_of
     """The reconstructed columns cover a few papers; their 'same papers' columns are the matching ones on those."""
     from workbench.report import decoding_table
 
-    class Decoder:
-        aspect, reports_unconditioned = "a", False
+    class Decoder:  # the decoding.Decoder interface
+        aspect, reports_unconditioned, names_sources = "a", False, False
 
         calls = 0
+
+        def statements(self, embeddings, exclude=None, **_):
+            return [{"text": c[0], "doc_id": None, "cosine": float("nan")} for c in self.describe(embeddings)]
 
         def perplexities(self, requests, batch_size=8):  # a stand-in: the mean first coordinate of the rows
             Decoder.calls += 1

@@ -512,8 +512,23 @@ def reading(spearman_table: pd.DataFrame, truth_names: Sequence[str], model_pref
                 parts.append("above " + _listing(spearman_table, beats, aspect))
             if loses:
                 parts.append("not above " + _listing(spearman_table, loses, aspect))
-        lines.append("; ".join(parts) + ".")
+        lines.append("; ".join(parts) + "." + _next_step(aspect, higher, better, loses))
     return "\n".join(lines)
+
+
+def _next_step(aspect: str, leaks, better, loses) -> str:
+    """What the reading means for the user's next step, in one sentence (empty when all is well)."""
+    if loses:
+        return (f" *Next:* for maps weighted by {aspect}, the baseline embedding of the whole abstract serves as "
+                f"well as this head; sharper {aspect} summaries (a capable generator, a clearer aspect description "
+                "and examples) or more papers are what would let the head beat it.")
+    if better:
+        return (f" *Next:* another aspect's embedding reads {aspect} at least as well: its description may overlap "
+                "that aspect's; make the two descriptions and their exclude lists tell them apart.")
+    if len(leaks):
+        return (f" *Next:* the {aspect} head also follows {', '.join(leaks.index)}: a weight on {aspect} moves those "
+                f"papers too; the exclude list of {aspect} can name what it should ignore.")
+    return ""
 
 
 def _listing(table: pd.DataFrame, rows: Iterable[str], column: str) -> str:
