@@ -2,7 +2,7 @@
 
 A messy CSV export (no id column, quoted commas and line breaks, years written several
 ways, latin-1 bytes, the abstract under a column name the loader does not know) and an
-aspect file of one's own go through all six stages with `workbench run`, started from the
+aspect file of one's own go through all seven stages with `workbench run`, started from the
 folder the files are in and named by relative paths, as the README shows, with an API key
 in the environment that must not reach any notebook or report. A messy RIS export (a
 record without ER, an abstract over two AB tags) goes through `workbench validate` and
@@ -81,10 +81,13 @@ def own_run(tmp_path_factory):
     (home / "params.yaml").write_text(yaml.safe_dump({
         "run_dir": "run",
         "parameters": {"corpus": "papers.csv", "aspects": "aspects.yaml", "seed": 0},
-        "stage_parameters": quick["stage_parameters"],
+        # The optional stage 07 too, at its smallest: every report of a run is under test (the payloads below).
+        "stage_parameters": {**quick["stage_parameters"], "07_questions": {
+            "k": 2, "per_cluster": 2, "samples": 1, "question_tokens": 24, "pairs": 12, "truth_encoders": ["minilm"],
+            "n_regions": 2, "region_top": 1, "time_encoder": False}},
     }))
     result = _workbench(home, "run", "--params", "params.yaml", "-p", "encoding=latin-1",
-                        "-p", f"abstract_column={ABSTRACT_COLUMN}")
+                        "-p", f"abstract_column={ABSTRACT_COLUMN}", "--stages", "01,02,03,04,05,06,07")
     return home, result
 
 
@@ -178,7 +181,7 @@ def test_no_payload_runs_in_any_report_or_the_map(own_run, tmp_path):
         pytest.fail("chromium and chromium-driver are required (scripts/setup.sh installs them)")
     pages = sorted((home / "reports" / "run").glob("*.html"))
     assert [p.name for p in pages] == ["01_generate.html", "02_train.html", "03_distill.html", "04_decode.html",
-                                       "05_map.html", "05_visualize.html", "06_evaluate.html"]
+                                       "05_map.html", "05_visualize.html", "06_evaluate.html", "07_questions.html"]
     carrying = [p.name for p in pages if "__pwned" in p.read_text(encoding="utf-8")]
     assert {"01_generate.html", "05_map.html"} <= set(carrying), carrying  # the payloads reached the pages
     browser = Browser(tmp_path / "profile")

@@ -50,6 +50,7 @@ import numpy as np
 from .sampling import Sampling
 from .mbqa import CONFIG_NAME, FOLDER, WEIGHTS_NAME, QuestionAxes, agreement, predict, save_mbqa, train_mbqa
 from .parsing import Parsed, json_objects
+from .progress import notice
 from .store import RecordStore
 from .vectors import unit_rows
 
@@ -65,6 +66,7 @@ ANSWER_KEY = ("doc_id", "question_id", "model", "prompt_hash")
 # Rewordings ("Does the paper address NER?" / "Is the challenge about NER?") score about
 # 0.85-0.95; two different questions in the same "Does the paper ...?" mould about 0.5-0.8.
 DEDUPE_THRESHOLD = 0.85
+MIN_PAPERS = 2  # papers with a statement an aspect needs for clusters to contrast
 
 GEN_SYSTEM = "You write yes/no questions about research papers."
 GEN_PREFILL = "1. Does the paper"  # a tiny model that is not pushed into the list writes prose or wh-questions
@@ -213,7 +215,7 @@ def cluster(vectors: np.ndarray, k: int = 8, seed: int = 0) -> tuple[np.ndarray,
     from sklearn.cluster import KMeans
 
     x = unit_rows(vectors)
-    k = max(2, min(k, len(x) // 3))
+    k = min(max(2, min(k, len(x) // 3)), len(x))  # never more clusters than points
     km = KMeans(n_clusters=k, n_init=10, random_state=seed).fit(x)
     return km.labels_.astype(int), unit_rows(km.cluster_centers_)
 
@@ -381,6 +383,11 @@ def build_axes(run_dir, aspect: str, doc_ids: Sequence[str], vectors: np.ndarray
     usable = ok & (np.ones(len(ids), bool) if usable is None else np.asarray(usable, bool))
     docs = np.flatnonzero(usable)
     report: dict = {"aspect": aspect, "papers": int(len(docs))}
+    if len(docs) < MIN_PAPERS:  # no clusters to contrast: say so, as when no question is kept
+        notice(f"{aspect}: no question axes: {len(docs)} paper(s) with a statement of it may be read "
+               f"(at least {MIN_PAPERS} are needed)")
+        report.update(clusters=0, generation="skipped: too few papers", generated=0, unique=0, kept=0, questions=[])
+        return None, report
 
     # 1. CQG: clusters of the usable papers, one prompt per cluster.
     sub_labels, centres = cluster(vectors[docs], k, seed)
