@@ -14,7 +14,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from .display import esc
+from .display import esc, html_table
 from .mapview import (MAP_HEIGHT, MAP_WIDTH, READOUT_WIDTH, as_coords, as_text, build_figure, by_cluster,
                       group_title, label_source_data, legend_html, map_frame, point_colors, region_colors)
 
@@ -23,6 +23,7 @@ log = logging.getLogger(__name__)
 # A test-only switch: False leaves BokehJS out of the pane, so a browser test can check that it then
 # sees jupyter_bokeh's error view (a negative control: a test that passes on an empty page proves nothing).
 LOAD_BOKEHJS = True
+MAX_RESULT_ROWS = 50  # search results shown in the pane
 LOAD_MIME_TYPE = "application/vnd.bokehjs_load.v0+json"  # jupyter_bokeh's renderer runs it as a <script>
 WIDGET_MIME_TYPE = "application/vnd.jupyter.widget-view+json"
 _LOADER: dict[str, str] = {}
@@ -70,19 +71,6 @@ def map_output(bokeh_widget, width: str):
     out = widgets.Output(layout=widgets.Layout(width=width))
     out.outputs = tuple(outputs)
     return out
-
-
-def frame_html(frame: pd.DataFrame, max_rows: int = 50) -> str:
-    """An HTML table of a DataFrame with every header and cell escaped."""
-    if frame is None or len(frame) == 0:
-        return "<p><em>No results.</em></p>"
-    head = "".join(f"<th style='text-align:left'>{esc(c)}</th>" for c in frame.columns)
-    body = "".join(
-        "<tr>" + "".join(f"<td style='text-align:left;vertical-align:top'>{esc(v)}</td>" for v in values) + "</tr>"
-        for values in frame.head(max_rows).itertuples(index=False, name=None)
-    )
-    more = f"<p><small>{len(frame) - max_rows} more rows not shown</small></p>" if len(frame) > max_rows else ""
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{more}"
 
 
 def _error_html(action: str, exc: BaseException) -> str:
@@ -425,7 +413,9 @@ class MapPane:
             frame = self.on_search(active)
             if not isinstance(frame, pd.DataFrame):
                 raise TypeError(f"on_search returned {type(frame).__name__}, not a DataFrame")
-            self.results.value = frame_html(frame)
+            shown = html_table(frame.head(MAX_RESULT_ROWS)) if len(frame) else "<p><em>No results.</em></p>"
+            more = len(frame) - MAX_RESULT_ROWS
+            self.results.value = shown + (f"<p><small>{more} more rows not shown</small></p>" if more > 0 else "")
             self._show(_message_html(f"{len(frame)} results."))
             return frame
         except Exception as exc:
