@@ -6,7 +6,6 @@ notebook cells under test run from their JSON with the slow calls stubbed.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import warnings
@@ -15,6 +14,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+
+from stand_ins import BagOfWords
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 
@@ -68,22 +69,6 @@ def test_long_abstract_is_cut_at_load_and_still_reported(tmp_path, capsys):
 
 
 # --------------------------------------------------------------------------- 2 and 3: stage 02's files
-
-
-class BagOfWords:
-    """A frozen 'encoder': the unit sum of a fixed random vector per word."""
-
-    name, pooling, max_length, hidden_size = "bag-of-words", "mean", 256, 16
-    key = "bow"
-
-    def embed(self, texts, batch_size=32, progress=False):
-        out = np.zeros((len(texts), self.hidden_size), dtype=np.float32)
-        for i, text in enumerate(texts):
-            for word in text.lower().replace(".", " ").split():
-                seed = int(hashlib.sha1(word.encode()).hexdigest()[:8], 16)
-                out[i] += np.random.default_rng(seed).standard_normal(self.hidden_size)
-            out[i] /= max(np.linalg.norm(out[i]), 1e-12)
-        return out
 
 
 def _small_corpus():
