@@ -52,14 +52,14 @@ def tiny_run(run_dir, corpus_spec: str = SMOKE_CORPUS, aspects: Sequence[str] | 
     statements in the LM's prompt, stage 04's default 3).
     Returns the run directory.
     """
-    import json
     from pathlib import Path
 
     from workbench.aspects import load_aspects
     from workbench.corpus import load_corpus
     from workbench.distill import DistillConfig
     from workbench.heads import PooledAspectModel
-    from workbench.train import SPLIT_NAME, TrainConfig
+    from workbench.rundir import RunDir
+    from workbench.train import TrainConfig
 
     run = Path(run_dir)
     aspects = list(aspects or load_aspects("acl").names)
@@ -67,14 +67,13 @@ def tiny_run(run_dir, corpus_spec: str = SMOKE_CORPUS, aspects: Sequence[str] | 
     known = corpus.docs.loc[corpus.docs["split"] != "test", "doc_id"].astype(str).tolist()
     cut = max(1, (2 * len(known)) // 3)
     hidden = 384  # MiniLM's width: frozen-mode aspect vectors are backbone-sized
-    models = run / "aspect_models"
+    models = RunDir(run).aspect_models
     for i, aspect in enumerate(aspects):
         PooledAspectModel("minilm", [aspect], hidden=hidden, pool=False, rank=TrainConfig().head_rank,
                           seed=i).save_pretrained(models / aspect, extra={"aspect": aspect, "mode": "frozen"})
-    (models / SPLIT_NAME).write_text(json.dumps({"val_split": "validation", "train": known[:cut],
-                                                 "validation": known[cut:]}))
+    RunDir(run).write_split(known[:cut], known[cut:])
     PooledAspectModel("minilm", aspects, hidden=hidden, pool=True, rank=DistillConfig().head_rank).save_pretrained(
-        run / "unified_model", extra={"stage": "distill", "mode": "frozen"})
+        RunDir(run).unified_model, extra={"stage": "distill", "mode": "frozen"})
     if decoders:
         from workbench.decoding import build_retrieval_decoders, set_default_decoder
 

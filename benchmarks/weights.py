@@ -108,7 +108,8 @@ def part_a(args):
 def part_b(args):
     from workbench.aspects import load_aspects
     from workbench.corpus import load_corpus
-    from workbench.embeddings import EMBEDDINGS_DIR, embed_corpus, embeddings_key
+    from workbench.embeddings import embed_corpus, embeddings_key
+    from workbench.rundir import RunDir
     from workbench.evaluation import summary_similarity
     from workbench.report import encode_texts, evaluation_corpus
 
@@ -117,9 +118,9 @@ def part_b(args):
     docs, _ = load_corpus(args.corpus).drop_invalid()
     held = evaluation_corpus(docs, run, args.split)
     names = load_aspects("acl").names
-    cached = (run / EMBEDDINGS_DIR / f"{embeddings_key(model_dir, held)}.safetensors")
+    cached = (RunDir(run).embeddings / f"{embeddings_key(model_dir, held)}.safetensors")
     if not cached.is_file():
-        print(f"(b) no cached embeddings of the {args.split} split under {run / EMBEDDINGS_DIR}: computing them")
+        print(f"(b) no cached embeddings of the {args.split} split under {RunDir(run).embeddings}: computing them")
     emb = embed_corpus(model_dir, held, run, progress=False)
     emb = {a: emb[a] for a in names}
     frame = held.docs.reset_index(drop=True)

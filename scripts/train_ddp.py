@@ -64,7 +64,8 @@ def main(argv=None) -> int:
         parser.add_argument(f"--{name}", type=kind, default=None)
     args = parser.parse_args(argv)
 
-    from workbench.train import MODELS_DIR, TrainConfig, prepare_views, train_aspect_model
+    from workbench.rundir import RunDir
+    from workbench.train import TrainConfig, prepare_views, train_aspect_model
 
     settings = json.loads(Path(args.config).read_text()) if args.config else {}
     for key, value in vars(args).items():
@@ -77,7 +78,7 @@ def main(argv=None) -> int:
                                               seed=config.seed)
     train_ids = train_ids[:args.max_train_docs] if args.max_train_docs else train_ids
     val_ids = val_ids[:args.max_val_docs] if args.max_val_docs else val_ids
-    out = Path(args.out or Path(args.run_dir) / MODELS_DIR / args.aspect)
+    out = Path(args.out or RunDir(args.run_dir).aspect_model(args.aspect))
 
     result = train_aspect_model(views[args.aspect], train_ids, val_ids, out, config, keep_model=True)
 

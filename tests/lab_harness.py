@@ -41,18 +41,18 @@ def tiny_map_run(run: Path) -> Path:
     from workbench.decoding import build_retrieval_decoders, calibrate_confidence, set_default_decoder
     from workbench.distill import DistillConfig
     from workbench.heads import PooledAspectModel
-    from workbench.train import SPLIT_NAME, TrainConfig
+    from workbench.rundir import RunDir
+    from workbench.train import TrainConfig
 
     corpus = load_corpus(CORPUS)
     ids = corpus.ids
-    models = run / "aspect_models"
+    models = RunDir(run).aspect_models
     for i, aspect in enumerate(ASPECTS):
         PooledAspectModel("minilm", [aspect], hidden=384, pool=False, rank=TrainConfig().head_rank,
                           seed=i).save_pretrained(models / aspect, extra={"aspect": aspect, "mode": "frozen"})
-    (models / SPLIT_NAME).write_text(json.dumps({"val_split": "validation", "train": ids[:20],
-                                                 "validation": ids[20:]}))
+    RunDir(run).write_split(ids[:20], ids[20:])
     PooledAspectModel("minilm", ASPECTS, hidden=384, pool=True, rank=DistillConfig().head_rank).save_pretrained(
-        run / "unified_model", extra={"stage": "distill", "mode": "frozen"})
+        RunDir(run).unified_model, extra={"stage": "distill", "mode": "frozen"})
     build_retrieval_decoders(run, corpus, ASPECTS)
     set_default_decoder(run, "retrieval")
     # The confidence levels of stage 04, from round trips of the validation papers' own statements.

@@ -26,20 +26,20 @@ def _untrained_stages_02_03(run: Path) -> None:
     from workbench.corpus import load_corpus
     from workbench.distill import DistillConfig
     from workbench.heads import PooledAspectModel
-    from workbench.train import SPLIT_NAME, TrainConfig
+    from workbench.rundir import RunDir
+    from workbench.train import TrainConfig
 
     hidden = 384  # MiniLM's width: frozen-mode aspect vectors are backbone-sized
     # 30 of ACLSum's validation papers stand in for train and validation.
     val = load_corpus(KNOWN).ids
     train_ids, val_ids = val[:20], val[20:]
-    models = run / "aspect_models"
+    models = RunDir(run).aspect_models
     for i, aspect in enumerate(ASPECTS):
         PooledAspectModel("minilm", [aspect], hidden=hidden, pool=False, rank=TrainConfig().head_rank,
                           seed=i).save_pretrained(models / aspect, extra={"aspect": aspect, "mode": "frozen"})
-    (models / SPLIT_NAME).write_text(json.dumps({"val_split": "validation", "train": train_ids,
-                                                 "validation": val_ids}))
+    RunDir(run).write_split(train_ids, val_ids)
     PooledAspectModel("minilm", ASPECTS, hidden=hidden, pool=True, rank=DistillConfig().head_rank).save_pretrained(
-        run / "unified_model", extra={"stage": "distill", "mode": "frozen"})
+        RunDir(run).unified_model, extra={"stage": "distill", "mode": "frozen"})
 
 
 @pytest.fixture(scope="module")

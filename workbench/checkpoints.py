@@ -5,7 +5,7 @@ Stage 02 and 03 save a fine-tuned `encoders.AspectEncoder` or, in the CPU-first 
 whose "format" says which. `load_model` reads it and returns the right model, so stages
 03-06 need not know which mode trained it:
 
-    model = load_model(run_dir / "unified_model", run_dir=run_dir)
+    model = load_model(RunDir(run_dir).unified_model, run_dir=run_dir)
     vectors = model.encode(["an abstract"])            # {aspect: [1, dim]}
 """
 

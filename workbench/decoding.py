@@ -9,6 +9,7 @@ soft tokens for a frozen LM). This module is the stage:
     train_decoders(run_dir, corpus, aspects)  -> <run_dir>/decoders/<aspect>/ (or shared/)
     set_default_decoder(run_dir, kind)        which kind stages 05 and 06 load
     load_decoders(run_dir)                    {aspect: decoder}, ready to .describe()
+    evaluate_decoders(run_dir, data, ...)     faithfulness (Table 3) -> decoders/metrics.json, confidence.json
     calibrate_confidence(run_dir, ...)        the confidence levels, for a run without stage 04's own pass
 
 Which embedding the decoder learns from. The paper trains on the mean of the aspect
@@ -37,12 +38,12 @@ import pandas as pd
 from .decoder import CONFIG_NAME, HISTORY_NAME, DecoderConfig, EmbeddingDecoder
 from .decodertrain import DecoderTrainResult, train_decoder
 from .faithfulness import neighbour_density, round_trip, save_confidence
-from .rundir import DECODERS, aspect_model_dir, read_split
+from .rundir import RunDir, aspect_model_dir, read_split
 from .files import write_json
 from .vectors import unit_rows
 
 # Kept importable from here (they moved to faithfulness.py).
-from .faithfulness import (BERTSCORE_LAYERS, BERTSCORE_MODEL, CONFIDENCE_NAME, DENSITY_NEIGHBOURS,  # noqa: F401
+from .faithfulness import (BERTSCORE_LAYERS, BERTSCORE_MODEL, DENSITY_NEIGHBOURS,  # noqa: F401
                            FAITHFULNESS_COUNTS, LOW_MEANS, bertscore, confidence_check, confidence_label,
                            confidence_level, confidence_levels, confidence_score, decoding_report, derangement,
                            describe_with_confidence, faithfulness_table, figure3_table, load_confidence)
@@ -102,7 +103,7 @@ def decoder_data(run_dir, corpus, aspects: Sequence[str], source: str = "unified
     val_ids = val_ids[:max_val_docs] if max_val_docs else val_ids
     views = collect_views(list(aspects), run_dir, corpus)
     if source == "unified":
-        model_dir = run_dir / "unified_model"
+        model_dir = RunDir(run_dir).unified_model
         if not model_dir.is_dir():
             raise FileNotFoundError(f"{model_dir} is missing: run stage 03 (distill) first")
         emb = embed_corpus(model_dir, corpus, run_dir, batch_size=batch_size, progress=False)
@@ -170,9 +171,9 @@ def train_decoders(run_dir, corpus, aspects: Sequence[str], config: DecoderConfi
     jobs: list[tuple[str, Path, str, dict]] = []
     if shared:
         fingerprint = hashlib.sha256("".join(data[a].fingerprint() for a in aspects).encode()).hexdigest()[:16]
-        jobs.append((SHARED, run_dir / DECODERS / SHARED, fingerprint, {}))
+        jobs.append((SHARED, RunDir(run_dir).decoders / SHARED, fingerprint, {}))
     else:
-        jobs += [(a, run_dir / DECODERS / a, data[a].fingerprint(), {}) for a in aspects]
+        jobs += [(a, RunDir(run_dir).decoders / a, data[a].fingerprint(), {}) for a in aspects]
     results: dict[str, DecoderTrainResult] = {}
     for name, folder, fingerprint, _ in jobs:
         if not force and _finished(folder, fingerprint, config):
@@ -218,7 +219,7 @@ def build_retrieval_decoders(run_dir, corpus, aspects: Sequence[str], lm: str = 
     """
     from .retrieval_decoder import FOLDER, build_memories, fingerprint, save_memories
 
-    folder = Path(run_dir) / DECODERS / FOLDER
+    folder = RunDir(run_dir).decoders / FOLDER
     memories = build_memories(run_dir, corpus, aspects, progress=progress)
     empty = [a for a, m in memories.items() if not m.texts]
     if empty:
@@ -238,7 +239,7 @@ def set_default_decoder(run_dir, kind: str) -> None:
     """Record which kind of decoder the later stages (05 maps, 06 evaluation) load by default."""
     if kind not in {"retrieval", "per_aspect", "shared"}:
         raise ValueError(f"kind must be retrieval, per_aspect or shared, not {kind!r}")
-    root = Path(run_dir) / DECODERS
+    root = RunDir(run_dir).decoders
     root.mkdir(parents=True, exist_ok=True)
     write_json(root / DEFAULT_NAME, {"kind": kind}, indent=None)
 
@@ -328,7 +329,7 @@ def load_decoders(run_dir, aspects: Sequence[str] | None = None, device: str | N
     from .models import load_causal_lm
     from .retrieval_decoder import FOLDER, load_retrieval_decoders
 
-    root = Path(run_dir) / DECODERS
+    root = RunDir(run_dir).decoders
     if kind == "auto" and (root / DEFAULT_NAME).is_file():
         kind = json.loads((root / DEFAULT_NAME).read_text()).get("kind", "auto")
     if kind == "retrieval":
@@ -369,7 +370,7 @@ def load_decoders(run_dir, aspects: Sequence[str] | None = None, device: str | N
 
 def history_frame(run_dir, aspects: Sequence[str] | None = None) -> pd.DataFrame:
     """Validation history of every trained decoder (decoder, step, train_loss, val_loss, ...)."""
-    root = Path(run_dir) / DECODERS
+    root = RunDir(run_dir).decoders
     rows = []
     for folder in sorted(root.iterdir()) if root.is_dir() else []:
         if (folder / HISTORY_NAME).is_file() and (aspects is None or folder.name in aspects or folder.name == SHARED):
@@ -408,7 +409,7 @@ def calibrate_confidence(run_dir, corpus, aspects: Sequence[str], doc_ids: Seque
     doc_ids = [str(d) for d in (doc_ids if doc_ids is not None else read_split(run_dir)[1])]
     position = {str(d): i for i, d in enumerate(corpus.ids)}
     rows = [position[d] for d in doc_ids]
-    emb = embed_corpus(run_dir / "unified_model", corpus, run_dir, progress=False)
+    emb = embed_corpus(RunDir(run_dir).unified_model, corpus, run_dir, progress=False)
     decoders = load_decoders(run_dir, aspects)
     cosines = {}
     for a in aspects:
@@ -418,3 +419,55 @@ def calibrate_confidence(run_dir, corpus, aspects: Sequence[str], doc_ids: Seque
         cosines[a] = (round_trip(texts, vectors, aspect_model_dir(run_dir, a), a)["cosine"].to_numpy(),
                       neighbour_density(vectors, emb[a]))
     return save_confidence(run_dir, cosines)
+
+
+@dataclass
+class DecodingEvaluation:
+    """What `evaluate_decoders` measured: the Table 3 rows, the decoded examples and the confidence levels."""
+    table: pd.DataFrame                              # faithfulness_table: one row per (aspect, kind)
+    examples: dict = field(default_factory=dict)     # {(aspect, kind): per-paper DataFrame of decode_report}
+    levels: dict = field(default_factory=dict)       # {aspect: confidence levels}, {} when too few papers
+    skipped: list = field(default_factory=list)      # aspects with fewer than two validation papers
+
+
+def evaluate_decoders(run_dir, data: Mapping[str, DecoderData], aspects: Sequence[str], kinds: Sequence[str],
+                      default_kind: str, eval_docs: int = 50, perplexity_docs: int = 10,
+                      bertscore_model: str = "mpnet", max_new_tokens: int = 48, seed: int = 0,
+                      device: str | None = None, shared: bool = False) -> DecodingEvaluation:
+    """Stage 04's faithfulness pass over each kind of decoder, and what it leaves in the run directory.
+
+    Each decoder describes up to `eval_docs` validation papers of each aspect from their
+    embeddings, their own statements hidden (`decoding_report`: BERTScore against a shuffled
+    control, the round trip, perplexities). Writes `decoders/metrics.json` and calibrates the
+    confidence shown beside decoded texts from the round trips of the default kind
+    (`save_confidence`). An aspect with fewer than two validation papers is skipped with a notice
+    (the shuffled control needs two).
+    """
+    from .progress import notice
+
+    run = RunDir(run_dir)
+    corpus_vectors = {a: data[a].embeddings for a in aspects}
+    metrics, examples, skipped = {}, {}, []
+    for kind in kinds:
+        found = load_decoders(run, aspects, device=device,
+                              kind=kind if kind == "retrieval" else (SHARED if shared else "per_aspect"))
+        for a in aspects:
+            d = data[a]
+            picked = d.val_idx[:eval_docs]
+            if len(picked) < 2:
+                if a not in skipped:
+                    notice(f"{a}: {len(picked)} validation paper(s) with summaries; faithfulness needs two or more, "
+                           "skipped")
+                    skipped.append(a)
+                continue
+            metrics[(a, kind)], examples[(a, kind)] = decoding_report(
+                found[a], d.embeddings[picked], [d.texts[i] for i in picked], aspect_model_dir(run, a),
+                corpus_embeddings=corpus_vectors[a], names=[d.doc_ids[i] for i in picked],
+                sampling={"max_new_tokens": max_new_tokens}, bertscore_model=bertscore_model, seed=seed,
+                exclude=[d.doc_ids[i] for i in picked], perplexity_docs=perplexity_docs)
+    write_json(run.decoder_metrics, {f"{a}/{k}": m for (a, k), m in metrics.items()}, indent=2)
+    levels = save_confidence(run, {
+        a: (ex["round-trip cosine"], neighbour_density(data[a].embeddings[data[a].val_idx[:eval_docs]],
+                                                       corpus_vectors[a]))
+        for (a, k), ex in examples.items() if k == default_kind and "round-trip cosine" in ex})
+    return DecodingEvaluation(faithfulness_table(metrics), examples, levels, skipped)

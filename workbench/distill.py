@@ -52,12 +52,11 @@ from .training import DistillResult, abstracts_of, documents_with_targets, stack
 
 # Moved to their own modules; imported here so that existing code and notebooks keep working.
 from .display import plot_aspect_correlations, plot_distill_curves  # noqa: F401
-from .embeddings import EMBEDDINGS_DIR, embed, embed_corpus, embeddings_key  # noqa: F401
+from .embeddings import embed, embed_corpus, embeddings_key  # noqa: F401
 from .evaluation import aspect_space_correlations, mean_off_diagonal  # noqa: F401
-from .targets import (ASPECT_MODELS, TARGETS_INDEX, TARGETS_METHOD, TARGETS_NAME,  # noqa: F401
-                      MissingTeachersError, check_teachers, compute_targets, load_targets)
+from .targets import (TARGETS_METHOD, MissingTeachersError, check_teachers, compute_targets,  # noqa: F401
+                      load_targets)
 
-UNIFIED_DIR = "unified_model"
 BASELINE_DIR = "unified_baseline"
 
 

@@ -20,8 +20,8 @@ from .devices import use_free_cores
 from .checkpoints import is_model, load_model
 from .encoders import CONFIG_NAME, WEIGHTS_NAME
 from .files import write_json
+from .rundir import RunDir
 
-EMBEDDINGS_DIR = "embeddings"
 
 
 def _file_digest(path: Path, _memo: dict = {}) -> str:  # noqa: B006 - the default is the memo on purpose
@@ -76,7 +76,7 @@ def embed_corpus(model_dir: str | os.PathLike, corpus, run_dir: str | os.PathLik
     """
     from safetensors.numpy import load_file, save_file
 
-    folder = Path(run_dir) / EMBEDDINGS_DIR
+    folder = RunDir(run_dir).embeddings
     key = embeddings_key(model_dir, corpus)
     tensor_path, meta_path = folder / f"{key}.safetensors", folder / f"{key}.json"
     if tensor_path.is_file() and meta_path.is_file():

@@ -33,7 +33,7 @@ from .vectors import as_array, unit_rows
 
 # Kept importable from here (they moved to runmetrics.py and display.py).
 from .display import plot_headline_bars, plot_matrix  # noqa: F401
-from .runmetrics import METRICS_FILE, compare_metrics, jsonable, load_metrics, write_metrics  # noqa: F401
+from .runmetrics import compare_metrics, jsonable, load_metrics, write_metrics  # noqa: F401
 
 COMBINED = "combined"
 
@@ -202,7 +202,8 @@ def _judge_frame(source) -> pd.DataFrame:
     if isinstance(source, pd.DataFrame):
         return source
     if isinstance(source, (str, os.PathLike)):
-        from .generate import JUDGEMENT_KEY, JUDGEMENTS
+        from .generate import JUDGEMENT_KEY
+        from .rundir import JUDGEMENTS
         from .store import RecordStore
 
         path = Path(source)

@@ -26,12 +26,12 @@ from .faithfulness import LOW_MEANS
 from .progress import notice
 from .tsne import AspectMap, normalize_weights
 from .files import write_json
+from .rundir import RunDir
 from .vectors import unit_rows
 
 # Kept importable from here (they moved to tsne.py).
 from .tsne import empty_spot, leave_one_out_reconstruction  # noqa: F401
 
-MAPS = "maps"
 
 
 def compare_html(axes: Mapping, a: Mapping[str, np.ndarray], b: Mapping[str, np.ndarray],
@@ -103,10 +103,10 @@ class Explorer:
                  device: str | None = None, sampling: Mapping | None = None):
         from .distill import embed_corpus
 
-        self.run_dir = Path(run_dir)
+        self.run_dir = RunDir(run_dir)
         self.corpus = corpus
         self.device = device
-        model_dir = self.run_dir / "unified_model"
+        model_dir = self.run_dir.unified_model
         if not model_dir.is_dir():
             raise FileNotFoundError(f"{model_dir} is missing: run stage 03 (distill) first")
         self.model_dir = model_dir
@@ -164,7 +164,7 @@ class Explorer:
         if aspect not in self._aspect_models:
             from .checkpoints import load_model
 
-            folder = self.run_dir / "aspect_models" / aspect
+            folder = self.run_dir.aspect_model(aspect)
             self._aspect_models[aspect] = load_model(folder, device=self.device, run_dir=self.run_dir) \
                 if folder.is_dir() else None
         return self._aspect_models[aspect]
@@ -177,11 +177,11 @@ class Explorer:
         question was kept); axes of another embedding size (an older model) are skipped.
         """
         if self._axes is None:
-            from .mbqa import CONFIG_NAME, FOLDER, WEIGHTS_NAME, QuestionAxes
+            from .mbqa import CONFIG_NAME, WEIGHTS_NAME, QuestionAxes
 
             self._axes = {}
             for a in self.aspects:
-                folder = self.run_dir / FOLDER / a
+                folder = self.run_dir.questions(a)
                 if not ((folder / CONFIG_NAME).is_file() and (folder / WEIGHTS_NAME).is_file()):
                     continue
                 axes = QuestionAxes.load(self.run_dir, a)
@@ -527,7 +527,7 @@ class Explorer:
 
     def save_map(self, name: str = "current") -> Path:
         """Store the current map under <run_dir>/maps/<name>/ (safetensors + JSON)."""
-        folder = self.run_dir / MAPS / name
+        folder = self.run_dir.map(name)
         self.map.save(folder)
         write_json(folder / "doc_ids.json", self.meta["doc_id"].tolist(), indent=None)
         return folder

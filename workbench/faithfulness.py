@@ -23,7 +23,7 @@ from .bertscore import f1 as bertscore_f1
 from .files import write_json
 from .models import resolve_model
 from .progress import notice
-from .rundir import DECODERS
+from .rundir import RunDir
 from .vectors import unit_rows
 
 BERTSCORE_MODEL = "mpnet"  # the fixed reference encoder the workbench never trains
@@ -205,7 +205,6 @@ def faithfulness_table(metrics: Mapping[tuple[str, str], Mapping]) -> pd.DataFra
 # the demo read "low"). On ACLSum's held-out papers the decodings marked high are nearer their human
 # summaries (BERTScore) than those marked low for every aspect (docs/results.md; stage 06 checks it).
 
-CONFIDENCE_NAME = "confidence.json"
 DENSITY_NEIGHBOURS = 10
 LOW_MEANS = ("low confidence: the text, embedded again, lands far from this point, or the point lies away from "
              "the papers, compared with decodings of the run's validation papers; read it as a hint and check the "
@@ -250,7 +249,7 @@ def save_confidence(run_dir, signals_by_aspect: Mapping[str, tuple]) -> dict:
             levels[aspect] = confidence_levels(cosines, densities)
         except ValueError as exc:
             notice(f"{aspect}: confidence not calibrated ({exc}); its decodings show the round trip only")
-    write_json(Path(run_dir) / DECODERS / CONFIDENCE_NAME,
+    write_json(RunDir(run_dir).confidence,
                {"rule": "z(round-trip cosine) + z(density of the 10 nearest papers), terciles of the validation "
                         "papers", "aspects": levels}, indent=1)
     return levels
@@ -258,7 +257,7 @@ def save_confidence(run_dir, signals_by_aspect: Mapping[str, tuple]) -> dict:
 
 def load_confidence(run_dir) -> dict:
     """{aspect: levels} of decoders/confidence.json; {} for a run made before it existed (or without stage 04)."""
-    path = Path(run_dir) / DECODERS / CONFIDENCE_NAME
+    path = RunDir(run_dir).confidence
     if not path.is_file():
         return {}
     try:

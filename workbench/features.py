@@ -31,8 +31,8 @@ import numpy as np
 
 from .sentences import split_sentences
 from .files import write_json
+from .rundir import RunDir
 
-FEATURES_DIR = "features"
 # Frozen mode reads every text up to 256 tokens, whatever the stage: teachers (views) and the
 # unified model (abstracts, sentences) then share one cache, and MiniLM was trained at 256.
 FROZEN_MAX_LENGTH = 256
@@ -162,7 +162,7 @@ class FeatureCache:
     @classmethod
     def for_run(cls, run_dir: str | os.PathLike, backbone: FrozenBackbone, **kwargs) -> "FeatureCache":
         """The cache of `backbone` in a run directory: ``<run_dir>/features/<backbone.key>/``."""
-        return cls(Path(run_dir) / FEATURES_DIR / backbone.key, backbone, **kwargs)
+        return cls(RunDir(run_dir).features(backbone.key), backbone, **kwargs)
 
     def __len__(self) -> int:
         return len(self._vectors)

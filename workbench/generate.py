@@ -32,9 +32,8 @@ from pathlib import Path
 from .sampling import Sampling, request_seed
 from .parsing import Parsed, copies_instructions, parse_judgement, parse_sentence
 from .store import RecordStore
+from .rundir import RunDir
 
-SUMMARIES = "summaries.jsonl"
-JUDGEMENTS = "judgements.jsonl"
 CURRENT = "summaries.current.json"
 SUMMARY_KEY = ("doc_id", "key", "prompt_hash", "model", "sample")
 JUDGEMENT_KEY = ("aspect", "doc_a", "doc_b", "prompt_hash", "model", "sample")
@@ -109,12 +108,12 @@ def _takes_seeds(backend) -> bool:
 
 def summary_store(run_dir: str | Path) -> RecordStore:
     """Open (or create) the run's summary store."""
-    return RecordStore(Path(run_dir) / SUMMARIES, SUMMARY_KEY)
+    return RecordStore(RunDir(run_dir).summaries, SUMMARY_KEY)
 
 
 def judgement_store(run_dir: str | Path) -> RecordStore:
     """Open (or create) the run's LLM-judge store."""
-    return RecordStore(Path(run_dir) / JUDGEMENTS, JUDGEMENT_KEY)
+    return RecordStore(RunDir(run_dir).judgements, JUDGEMENT_KEY)
 
 
 def _progress(total: int, desc: str, enabled: bool):

@@ -17,8 +17,8 @@ import numpy as np
 
 from .files import write_json
 from .vectors import unit_rows
+from .rundir import RunDir
 
-FOLDER = "questions"
 
 FORMAT = "workbench-mbqa"
 WEIGHTS_NAME, CONFIG_NAME = "mbqa.safetensors", "mbqa.json"
@@ -148,7 +148,7 @@ class QuestionAxes:
     @classmethod
     def load(cls, run_dir, aspect: str) -> "QuestionAxes":
         """The axes saved under `<run_dir>/questions/<aspect>/`."""
-        model, config = load_mbqa(Path(run_dir) / FOLDER / aspect)
+        model, config = load_mbqa(RunDir(run_dir).questions(aspect))
         return cls(aspect, config["questions"], model, config)
 
     def answer(self, vectors) -> np.ndarray:

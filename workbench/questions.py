@@ -48,7 +48,7 @@ from typing import Sequence
 import numpy as np
 
 from .sampling import Sampling
-from .mbqa import CONFIG_NAME, FOLDER, WEIGHTS_NAME, QuestionAxes, agreement, predict, save_mbqa, train_mbqa
+from .mbqa import CONFIG_NAME, WEIGHTS_NAME, QuestionAxes, agreement, predict, save_mbqa, train_mbqa
 from .parsing import Parsed, json_objects
 from .progress import notice
 from .store import RecordStore
@@ -56,6 +56,7 @@ from .vectors import unit_rows
 
 # Kept importable from here (they moved to mbqa.py).
 from .mbqa import FORMAT, balance_weights, load_mbqa, make_mbqa, masked_bce  # noqa: F401
+from .rundir import RunDir
 
 QUESTIONS = "questions.jsonl"
 ANSWERS = "answers.jsonl"
@@ -257,7 +258,7 @@ def aspect_statements(corpus, aspect: str, run_dir=None) -> list[str | None]:
     column = f"summary_{aspect}"
     human = docs[column].tolist() if column in docs else [None] * len(docs)
     llm = {}
-    if run_dir is not None and (Path(run_dir) / "summaries.jsonl").is_file():
+    if run_dir is not None and RunDir(run_dir).summaries.is_file():
         from .generate import summaries_frame
 
         frame = summaries_frame(run_dir, status="ok")
@@ -272,12 +273,12 @@ def aspect_statements(corpus, aspect: str, run_dir=None) -> list[str | None]:
 
 def question_store(run_dir) -> RecordStore:
     """`<run_dir>/questions/questions.jsonl`: one record per CQG request."""
-    return RecordStore(Path(run_dir) / FOLDER / QUESTIONS, QUESTION_KEY)
+    return RecordStore(RunDir(run_dir).questions() / QUESTIONS, QUESTION_KEY)
 
 
 def answer_store(run_dir) -> RecordStore:
     """`<run_dir>/questions/answers.jsonl`: one record per (paper, question) asked."""
-    return RecordStore(Path(run_dir) / FOLDER / ANSWERS, ANSWER_KEY)
+    return RecordStore(RunDir(run_dir).questions() / ANSWERS, ANSWER_KEY)
 
 
 def _ask(backend, store: RecordStore, tasks: list[dict], sampling: Sampling, prefill: str, parse, desc: str,
@@ -461,7 +462,7 @@ def build_axes(run_dir, aspect: str, doc_ids: Sequence[str], vectors: np.ndarray
     report["kept"] = len(cols)
     report["questions"] = qs
     report["yes_rate"] = float(Y[M > 0].mean()) if M.any() else float("nan")
-    folder = Path(run_dir) / FOLDER / aspect
+    folder = RunDir(run_dir).questions(aspect)
     if not cols:
         for name in (WEIGHTS_NAME, CONFIG_NAME):  # axes of an earlier build would no longer match this one
             (folder / name).unlink(missing_ok=True)

@@ -7,6 +7,7 @@
     truths_by_encoder(...)                  the same truths under several reference encoders
     backbone_of / head_vs_backbone          does each head beat the encoder it starts from?
     decoding_table(...)                     Table 3: matching, reconstructed, shuffled, unconditioned
+    held_out_decoding(...)                  Table 3 on the held-out papers, reconstructed points, confidence
 
 Ground truths, in order of preference for a corpus:
 * human aspect summaries (ACLSum test split): two papers are similar in an aspect as
@@ -26,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from .vectors import unit_rows
+from .rundir import RunDir
 
 REFERENCE_ENCODER = "mpnet"
 
@@ -36,7 +38,7 @@ def evaluation_corpus(corpus, run_dir=None, split: str | None = "test"):
     Never the training documents: with no split column and no stage-02 split, this raises.
     """
     docs = corpus.docs
-    path = Path(run_dir) / "aspect_models" / "split.json" if run_dir is not None else None
+    path = RunDir(run_dir).split_file if run_dir is not None else None
     run_split = json.loads(path.read_text()) if path is not None and path.is_file() else None
     if split and "split" in docs and (docs["split"] == split).any():
         # A corpus made only of that split (aclsum:test) that stage 02 trained on has nothing held out
@@ -70,7 +72,7 @@ def encode_texts(model: str, texts: Sequence[str], pooling: str = "mean", max_le
     from .features import FROZEN_MAX_LENGTH, FeatureCache, FrozenBackbone
 
     backbone = FrozenBackbone(str(model), pooling=pooling, max_length=max_length or FROZEN_MAX_LENGTH, device=device)
-    folder = None if run_dir is None else Path(run_dir) / "features" / backbone.key
+    folder = None if run_dir is None else RunDir(run_dir).features(backbone.key)
     key = (str(folder), backbone.key, device)
     if key not in TEXT_CACHES:
         # One run's caches at a time: a kernel kept from run to run would otherwise hold every
@@ -102,7 +104,7 @@ def ground_truths(eval_corpus, aspects: Sequence[str], run_dir=None, reference: 
     docs = eval_corpus.docs.reset_index(drop=True)
     ids = docs["doc_id"].astype(str).tolist()
     out: dict[str, np.ndarray] = summary_truths(eval_corpus, aspects, reference, run_dir)
-    if run_dir is not None and (Path(run_dir) / "judgements.jsonl").is_file():
+    if run_dir is not None and RunDir(run_dir).judgements.is_file():
         for aspect in aspects:
             truth = judge_similarity(run_dir, ids, aspect)
             if np.isfinite(truth).sum() // 2 >= min_judged_pairs:
@@ -167,7 +169,7 @@ def embedding_rows(run_dir, eval_corpus, aspects: Sequence[str], baselines: Sequ
     """
     from .distill import embed_corpus
 
-    emb = embed_corpus(Path(run_dir) / "unified_model", eval_corpus, run_dir, progress=False)
+    emb = embed_corpus(RunDir(run_dir).unified_model, eval_corpus, run_dir, progress=False)
     rows: dict = {"unified": {a: unit_rows(emb[a]) for a in aspects}}
     texts = eval_corpus.texts()
     for name in baselines:
@@ -207,7 +209,7 @@ def retrieval_encoders(run_dir, aspects: Sequence[str], base_model: str | None =
 
     encoders: dict = {}
     for aspect in aspects:
-        folder = Path(run_dir) / "aspect_models" / aspect
+        folder = RunDir(run_dir).aspect_model(aspect)
         if folder.is_dir():
             model = load_model(folder, device=device)
             head = aspect if aspect in model.aspects else model.aspects[0]
@@ -296,7 +298,7 @@ def backbone_of(run_dir) -> str:
     """
     from .encoders import CONFIG_NAME
 
-    path = Path(run_dir) / "unified_model" / CONFIG_NAME
+    path = RunDir(run_dir).unified_model / CONFIG_NAME
     if not path.is_file():
         raise FileNotFoundError(f"no unified model config at {path}; run stage 03 first")
     base = json.loads(path.read_text()).get("base_model")
@@ -391,3 +393,64 @@ def plot_correlation_tables(corr: dict, title: str = ""):
     plot_matrix(top, ax=axes[1], title=f"{prefix}top-{corr['k']} overlap x100", diagonal=True)
     fig.tight_layout()
     return fig
+
+
+def held_out_decoding(decoders, unified: Mapping[str, np.ndarray], held, aspects: Sequence[str], run_dir,
+                      all_embeddings: Mapping[str, np.ndarray] | None = None, eval_docs: int = 100,
+                      reconstruct_docs: int = 5, perplexity_docs: int | None = 20, bertscore_model: str = "mpnet",
+                      seed: int = 0) -> dict:
+    """Table 3 on the held-out papers, the reconstructed points of appendix A.11 and the confidence check.
+
+    unified[aspect]: the unified model's [n, D] embeddings of `held`'s papers (embedding_rows'
+    "unified" row). Papers with a human summary of every aspect (`summary_<aspect>` columns)
+    among the first `eval_docs` are decoded; fewer than two gives {"skipped": reason}. The
+    first `reconstruct_docs` of them are each left out of a map of the others, placed and
+    inverted (leave_one_out_reconstruction). The confidence a map shows beside a decoded text
+    is checked against the human summaries, with each paper's density taken among
+    `all_embeddings` (every paper of the run, where a map's points lie).
+
+    Returns {"table", "examples", "reconstruction_cosine", "confidence"} (the last two may be absent).
+    """
+    from .faithfulness import confidence_check, load_confidence, neighbour_density
+    from .tsne import leave_one_out_reconstruction
+
+    docs = held.docs.reset_index(drop=True)
+    use = np.arange(min(eval_docs, len(docs)))
+    refs = {a: [[docs.at[i, f"summary_{a}"]] if f"summary_{a}" in docs and isinstance(docs.at[i, f"summary_{a}"], str)
+                else [] for i in use] for a in aspects}
+    keep = [i for i in range(len(use)) if all(refs[a][i] for a in aspects)]
+    if len(keep) < 2:
+        return {"skipped": f"{len(keep)} held-out paper(s) have a human summary of every aspect (summary_<aspect> "
+                           "columns); it needs two or more"}
+    emb = {a: unified[a][use][keep] for a in aspects}
+    refs = {a: [refs[a][i] for i in keep] for a in aspects}
+    out, reconstructed = {}, {}
+    if reconstruct_docs:
+        picked = list(range(min(reconstruct_docs, len(keep))))
+        outs = [leave_one_out_reconstruction(unified, int(use[keep[i]]), None, seed=seed) for i in picked]
+        reconstructed = {a: (np.stack([o["reconstructed"][a] for o in outs]), picked) for a in aspects}
+        out["reconstruction_cosine"] = {a: float(np.mean([o["cosine"][a] for o in outs])) for a in aspects}
+    models = {a: RunDir(run_dir).aspect_model(a, must_exist=True) for a in aspects}
+    out["table"], out["examples"] = decoding_table(decoders, emb, refs, models, reconstructed,
+                                                   bertscore_model=bertscore_model, seed=seed,
+                                                   perplexity_docs=perplexity_docs)
+    everyone = all_embeddings if all_embeddings is not None else unified
+    check = confidence_check(out["examples"], {a: neighbour_density(emb[a], everyone[a]) for a in aspects},
+                             load_confidence(run_dir))
+    if len(check):
+        out["confidence"] = check
+    return out
+
+
+def decoding_reading(decoding: pd.DataFrame) -> str:
+    """Markdown lines that read Table 3: per aspect, is its own embedding's text likelier than another paper's?"""
+    lines = []
+    for a, r in decoding.iterrows():
+        better = r["ppl matching"] < r["ppl shuffled"]
+        lines.append(f"- **{a}** decoding: perplexity {r['ppl matching']:.2f} matching against "
+                     f"{r['ppl shuffled']:.2f} shuffled over {int(r['perplexity documents'])} papers "
+                     f"({'lower with its own embedding' if better else 'no better than another paper embedding'}); "
+                     f"BERTScore {r['bertscore matching']:.3f} against {r['bertscore shuffled']:.3f}.")
+    lines.append("- The perplexities are over a few papers each, without a significance test: a small gap may be "
+                 "chance.")
+    return "\n".join(lines)

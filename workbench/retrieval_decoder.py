@@ -39,6 +39,7 @@ import numpy as np
 
 from .files import write_json
 from .vectors import unit_rows
+from .rundir import RunDir
 
 FOLDER = "retrieval"
 VECTORS_NAME = "memory.safetensors"
@@ -421,7 +422,7 @@ def load_retrieval_decoders(folder, aspects: Sequence[str] | None = None, lm=Non
     for a in names:
         m = meta["aspects"][a]
         memory = StatementMemory(a, m["texts"], m["doc_ids"], m["sources"], arrays[a])
-        model_dir = run_dir / "aspect_models" / a
+        model_dir = RunDir(run_dir).aspect_model(a)
         out[a] = RetrievalDecoder(memory, model_dir if model_dir.is_dir() else None, lm=lm,
                                   k=settings.get("k", 8), context=settings.get("context", 3), device=device)
     return out

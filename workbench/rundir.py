@@ -1,35 +1,205 @@
-"""The run directory's layout that later stages read: stage 02's aspect models and split, stage 04's decoders.
+"""The run directory: one object that names every artifact a stage writes and the next one reads.
 
-    <run_dir>/aspect_models/split.json       {"val_split": ..., "train": [doc ids], "validation": [doc ids]}
-    <run_dir>/aspect_models/<aspect>/        the stage-02 model of each aspect
-    <run_dir>/decoders/                      stage 04's decoders and their confidence calibration
+    params.yaml, run.json                 the parameters of the run, what each stage did (runner.py)
+    summaries.jsonl, judgements.jsonl     01 generate: the views and the LLM's judgements
+    aspect_models/split.json              02 train: {"val_split", "train": [doc ids], "validation": [doc ids]}
+    aspect_models/<aspect>/               02 train: the model of each aspect
+    features/<backbone>/                  02-03 frozen mode: the backbone's cached sentence vectors
+    targets.json, targets.safetensors     03 distill: the aspect models' embeddings of the training views
+    unified_model/                        03 distill: one model for every aspect
+    embeddings/                           the unified model's embeddings of a corpus, cached
+    decoders/                             04 decode: the decoders, metrics.json (their faithfulness)
+                                          and confidence.json (the confidence calibration)
+    maps/<name>/                          05 visualize: saved maps
+    metrics.json                          06 evaluate: every number of the run
+    questions/<aspect>/                   07 questions: the question axes of an aspect
 
-Stage 02 (`train.py`) writes the first two, stage 04 (`decoding.py`) the decoders; the later
-stages read them here, whichever module they are in.
+Every stage, notebook, benchmark and test takes its paths from here, so the layout is stated
+once. `RunDir` is a path (`os.PathLike`, and it answers what a `Path` answers): functions that
+take a run directory accept either.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
+from .files import write_json
+
+# The folder and file names, for code that needs the name rather than the path.
 MODELS_DIR = "aspect_models"
-DECODERS = "decoders"
 SPLIT_NAME = "split.json"
+UNIFIED_DIR = "unified_model"
+EMBEDDINGS_DIR = "embeddings"
+FEATURES_DIR = "features"
+DECODERS = "decoders"
+CONFIDENCE_NAME = "confidence.json"
+MAPS = "maps"
+QUESTIONS_DIR = "questions"
+SUMMARIES = "summaries.jsonl"
+JUDGEMENTS = "judgements.jsonl"
+TARGETS_INDEX = "targets.json"
+TARGETS_NAME = "targets.safetensors"
+METRICS_FILE = "metrics.json"
+PARAMS_FILE = "params.yaml"
+RUN_FILE = "run.json"
+# Folders that can be deleted and are rebuilt when needed (`workbench runs --clean`).
+CACHES = (FEATURES_DIR, EMBEDDINGS_DIR)
+
+# What each stage leaves behind: the stage counts as done when its artifact exists.
+STAGE_ARTIFACTS = {
+    "01_generate": SUMMARIES,
+    "02_train": f"{MODELS_DIR}/{SPLIT_NAME}",
+    "03_distill": UNIFIED_DIR,
+    "04_decode": DECODERS,
+    "05_visualize": MAPS,
+    "06_evaluate": METRICS_FILE,
+    "07_questions": QUESTIONS_DIR,
+}
+
+
+class RunDir(os.PathLike):
+    """A run directory and the path of each of its artifacts.
+
+    >>> run = RunDir("runs/demo")
+    >>> run.unified_model, run.aspect_model("method"), run.split()
+    """
+
+    def __init__(self, path):
+        self.path = Path(path)
+
+    def __fspath__(self) -> str:
+        return str(self.path)
+
+    def __truediv__(self, other) -> Path:
+        return self.path / other
+
+    def __str__(self) -> str:
+        return str(self.path)
+
+    def __repr__(self) -> str:
+        return f"RunDir({str(self.path)!r})"
+
+    def __getattr__(self, name):
+        # Everything else a path offers (exists, mkdir, glob, name, ...) is the folder's.
+        if name.startswith("__") or name == "path":
+            raise AttributeError(name)
+        return getattr(self.path, name)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, (RunDir, Path, str)) and Path(self) == Path(other)
+
+    def __hash__(self) -> int:
+        return hash(self.path)
+
+    # 01 generate
+    @property
+    def summaries(self) -> Path:
+        return self.path / SUMMARIES
+
+    @property
+    def judgements(self) -> Path:
+        return self.path / JUDGEMENTS
+
+    # 02 train
+    @property
+    def aspect_models(self) -> Path:
+        return self.path / MODELS_DIR
+
+    @property
+    def split_file(self) -> Path:
+        return self.path / MODELS_DIR / SPLIT_NAME
+
+    def aspect_model(self, aspect: str, must_exist: bool = False) -> Path:
+        """Folder of the stage-02 model of an aspect."""
+        folder = self.aspect_models / aspect
+        if must_exist and not folder.is_dir():
+            raise FileNotFoundError(f"{folder} is missing: run stage 02 (train) for aspect {aspect!r} first")
+        return folder
+
+    def split(self) -> tuple[list[str], list[str]]:
+        """The run's (train ids, validation ids), as stage 02 split the documents."""
+        if not self.split_file.is_file():
+            raise FileNotFoundError(f"{self.split_file} is missing: run stage 02 (train) for this run first")
+        split = json.loads(self.split_file.read_text())
+        return [str(d) for d in split["train"]], [str(d) for d in split["validation"]]
+
+    def write_split(self, train_ids, val_ids, val_split: str = "validation") -> Path:
+        """Record stage 02's split of the documents (read back by `split`)."""
+        write_json(self.split_file, {"val_split": val_split, "train": [str(d) for d in train_ids],
+                                     "validation": [str(d) for d in val_ids]})
+        return self.split_file
+
+    def features(self, backbone_key: str) -> Path:
+        """Cached sentence vectors of a frozen backbone (frozen mode)."""
+        return self.path / FEATURES_DIR / backbone_key
+
+    # 03 distill
+    @property
+    def unified_model(self) -> Path:
+        return self.path / UNIFIED_DIR
+
+    @property
+    def targets(self) -> Path:
+        return self.path / TARGETS_NAME
+
+    @property
+    def targets_index(self) -> Path:
+        return self.path / TARGETS_INDEX
+
+    @property
+    def embeddings(self) -> Path:
+        return self.path / EMBEDDINGS_DIR
+
+    # 04 decode
+    @property
+    def decoders(self) -> Path:
+        return self.path / DECODERS
+
+    @property
+    def decoder_metrics(self) -> Path:
+        """Stage 04's faithfulness numbers, {"aspect/kind": {...}}."""
+        return self.path / DECODERS / METRICS_FILE
+
+    @property
+    def confidence(self) -> Path:
+        return self.path / DECODERS / CONFIDENCE_NAME
+
+    # 05-07
+    def map(self, name: str = "current") -> Path:
+        return self.path / MAPS / name
+
+    @property
+    def metrics(self) -> Path:
+        return self.path / METRICS_FILE
+
+    def questions(self, aspect: str | None = None) -> Path:
+        return self.path / QUESTIONS_DIR if aspect is None else self.path / QUESTIONS_DIR / aspect
+
+    @property
+    def params(self) -> Path:
+        return self.path / PARAMS_FILE
+
+    @property
+    def run_record(self) -> Path:
+        return self.path / RUN_FILE
+
+    def stages_done(self) -> dict[str, bool]:
+        """{stage: whether its artifact is in the run directory}, in stage order."""
+        return {stage: (self.path / artifact).exists() for stage, artifact in STAGE_ARTIFACTS.items()}
+
+    def is_run(self) -> bool:
+        """Whether this folder looks like a run directory (parameters, a record or any stage's artifact)."""
+        return self.path.is_dir() and (self.params.exists() or self.run_record.exists()
+                                       or any(self.stages_done().values()))
 
 
 def read_split(run_dir) -> tuple[list[str], list[str]]:
     """The run's (train ids, validation ids), as stage 02 split the documents."""
-    path = Path(run_dir) / MODELS_DIR / SPLIT_NAME
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} is missing: run stage 02 (train) for this run first")
-    split = json.loads(path.read_text())
-    return [str(d) for d in split["train"]], [str(d) for d in split["validation"]]
+    return RunDir(run_dir).split()
 
 
 def aspect_model_dir(run_dir, aspect: str) -> Path:
-    """Folder of the stage-02 model of an aspect (used to re-embed decoded text)."""
-    folder = Path(run_dir) / MODELS_DIR / aspect
-    if not folder.is_dir():
-        raise FileNotFoundError(f"{folder} is missing: the round trip needs the stage-02 aspect model")
-    return folder
+    """Folder of the stage-02 model of an aspect (used to re-embed decoded text); it must exist."""
+    return RunDir(run_dir).aspect_model(aspect, must_exist=True)

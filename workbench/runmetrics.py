@@ -1,8 +1,10 @@
 """A run's `metrics.json`: stage 06's numbers written whole as strict JSON, read back, and two runs compared.
 
-`write_metrics` replaces the file atomically (values made JSON-safe by `jsonable`: numpy types,
-DataFrames, NaN as null), `load_metrics` reads a run's (or the file itself), and
-`compare_metrics` puts two runs side by side (`workbench compare`).
+`RunMetrics` is what stage 06 fills section by section: each section is on disk as soon as it
+is computed, so a later section that fails loses nothing before it. `write_metrics` replaces
+the file atomically (values made JSON-safe by `jsonable`: numpy types, DataFrames, NaN as
+null), `load_metrics` reads a run's (or the file itself), and `compare_metrics` puts two runs
+side by side (`workbench compare`).
 """
 
 from __future__ import annotations
@@ -18,8 +20,7 @@ import numpy as np
 import pandas as pd
 
 from .files import write_json
-
-METRICS_FILE = "metrics.json"
+from .rundir import METRICS_FILE
 
 
 def jsonable(value):
@@ -52,17 +53,46 @@ def _metrics_path(run_dir) -> Path:
     return path if path.suffix == ".json" else path / METRICS_FILE
 
 
-def write_metrics(run_dir, metrics: dict) -> Path:
+class RunMetrics(dict):
+    """Stage 06's sections of `metrics.json`, written whole each time a section is set.
+
+        metrics = RunMetrics(run_dir)              # this evaluation's file, replacing an older one
+        metrics["spearman"] = table                # on disk now, marked incomplete
+        metrics.save(complete=True)                # the last write: every section is there
+
+    A section changed in place (metrics["evaluation"]["backbone"] = ...) is written by the next
+    assignment or `save`.
+    """
+
+    def __init__(self, run_dir, sections: Mapping | None = None):
+        super().__init__(sections or {})
+        self.run_dir = run_dir
+        self.path = _metrics_path(run_dir)
+
+    def __setitem__(self, key, value):
+        super().__setitem__(key, value)
+        self.save(complete=False)
+
+    def update(self, *args, **kwargs):
+        super().update(*args, **kwargs)
+        self.save(complete=False)
+
+    def save(self, complete: bool = True) -> Path:
+        """Write every section now; `complete` says whether the evaluation has finished."""
+        return write_metrics(self.run_dir, dict(self), complete=complete)
+
+
+def write_metrics(run_dir, metrics: dict, complete: bool = True) -> Path:
     """Write `<run_dir>/metrics.json` whole from `metrics` (stage 06's sections); returns the path.
 
     The file is replaced, not merged: a section this run did not compute (no decoding, say)
     is absent rather than left over from an older run, where `workbench compare` would show it
-    as current. A "written" section says when. Values are made JSON-safe (numpy types,
+    as current. A "written" section says when, and whether the evaluation had finished. Values are made JSON-safe (numpy types,
     DataFrames as {row: {column: value}}, NaN as null); the file is replaced atomically.
     """
     path = _metrics_path(run_dir)
     stamped = {**jsonable(metrics), "written": {"at": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
-                                                  "by": "stage 06 (evaluate)"}}
+                                                  "by": "stage 06 (evaluate)", "complete": complete}}
     return write_json(path, stamped)
 
 

@@ -14,9 +14,8 @@ import time
 from pathlib import Path
 
 from .files import RunLock
+from .rundir import CACHES, RunDir
 
-CACHES = ("features", "embeddings")
-_MARKERS = ("params.yaml", "run.json", "summaries.jsonl", "aspect_models", "unified_model")
 
 
 def _size(path: Path) -> int:
@@ -27,7 +26,7 @@ def _size(path: Path) -> int:
 
 def is_run(folder: Path) -> bool:
     """Whether `folder` looks like a run directory (one of the files a stage leaves)."""
-    return folder.is_dir() and any((folder / m).exists() for m in _MARKERS)
+    return RunDir(folder).is_run()
 
 
 def run_table(root="runs") -> list[dict]:

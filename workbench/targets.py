@@ -21,10 +21,8 @@ from .checkpoints import load_model
 from .embeddings import model_key
 from .encoders import CONFIG_NAME
 from .files import write_json
+from .rundir import TARGETS_INDEX, TARGETS_NAME, RunDir
 
-ASPECT_MODELS = "aspect_models"
-TARGETS_NAME = "targets.safetensors"
-TARGETS_INDEX = "targets.json"
 # Bump when the way targets are computed changes, so old caches are not reused.
 TARGETS_METHOD = "mean-of-unit-views-v1"
 
@@ -45,7 +43,7 @@ def check_teachers(run_dir: str | os.PathLike, aspects: Sequence[str]) -> dict[s
     ``<run_dir>/aspect_models`` or an aspect's model is missing, and ValueError when the
     models' sizes differ. Only the small config files are read.
     """
-    root = Path(run_dir) / ASPECT_MODELS
+    root = RunDir(run_dir).aspect_models
     if not root.is_dir():
         raise MissingTeachersError(
             f"{root} does not exist. The unified model is distilled from the aspect models of stage 02: "

@@ -52,7 +52,7 @@ from .headtrain import resolve_mode, train_view_head
 from .losses import info_nce
 from .metrics import retrieval_report
 from .progress import close_bar, progress_bar
-from .rundir import MODELS_DIR, SPLIT_NAME
+from .rundir import RunDir
 from .training import HISTORY_NAME, TRAIN_CONFIG_NAME, TrainResult, better, evaluate
 from .views import AspectViews, collect_views, eligible_docs, split_documents, validation_pairs, views_fingerprint
 
@@ -405,9 +405,8 @@ def train_aspect_models(aspects: Sequence[str], run_dir, corpus=None, config: Tr
     run_dir = Path(run_dir)
     views, train_ids, val_ids = prepare_views(aspects, run_dir, corpus, val_split=val_split, val_docs=val_docs,
                                               include_human=include_human, seed=config.seed)
-    root = run_dir / MODELS_DIR
-    root.mkdir(parents=True, exist_ok=True)
-    write_json(root / SPLIT_NAME, {"val_split": val_split, "train": train_ids, "validation": val_ids})
+    root = RunDir(run_dir).aspect_models
+    RunDir(run_dir).write_split(train_ids, val_ids, val_split)
     check_supervision(views, aspects, corpus, run_dir, include_human)
     frozen = resolve_mode(config.mode, config.device) == "frozen"
     cache = FeatureCache.for_run(run_dir, frozen_backbone(config.base_model, config.pooling)) if frozen else None
@@ -466,7 +465,7 @@ def cross_aspect_mrr(run_dir, views_by_aspect: dict[str, AspectViews], val_ids, 
     from .checkpoints import load_model
     from .encoders import AspectEncoder
 
-    root = Path(run_dir) / MODELS_DIR
+    root = RunDir(run_dir).aspect_models
     pairs = {}
     for aspect, views in views_by_aspect.items():
         docs, queries, candidates = validation_pairs(views, val_ids)
@@ -549,7 +548,7 @@ def plot_cross_aspect(table, ax=None):
 
 def load_results(run_dir, aspects: Sequence[str] | None = None) -> dict[str, TrainResult]:
     """The stored results of finished aspect models in `<run_dir>/aspect_models/` (e.g. for a later notebook)."""
-    root = Path(run_dir) / MODELS_DIR
+    root = RunDir(run_dir).aspect_models
     if aspects is None:
         aspects = sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
     out = {}
@@ -567,5 +566,5 @@ def load_results(run_dir, aspects: Sequence[str] | None = None) -> dict[str, Tra
 __all__ = [
     "TrainConfig", "TrainResult", "train_aspect_model", "train_aspect_models", "cross_aspect_mrr",
     "sample_batch", "train_step", "prepare_training", "validation_pairs", "prepare_views", "views_table", "evaluate", "make_accelerator",
-    "plot_training_curves", "plot_cross_aspect", "load_results", "MODELS_DIR",
+    "plot_training_curves", "plot_cross_aspect", "load_results",
 ]

@@ -23,7 +23,8 @@ from typing import Iterable
 
 import pandas as pd
 
-from .generate import SUMMARIES, summaries_frame
+from .generate import summaries_frame
+from .rundir import RunDir
 
 HELD_OUT_SPLITS = ("test",)
 HUMAN_EXCLUDED_SPLITS = HELD_OUT_SPLITS  # the former name
@@ -155,7 +156,7 @@ def _only_corpus_documents(views: dict[str, AspectViews], corpus, run_dir,
     ids = list(unknown)
     shown = ", ".join(ids[:5]) + (f" and {len(ids) - 5} more" if len(ids) > 5 else "")
     n = sum(unknown.values())
-    store = Path(run_dir) / SUMMARIES if run_dir is not None else "the summary store"
+    store = RunDir(run_dir).summaries if run_dir is not None else "the summary store"
     warnings.warn(
         f"{store}: left out {n} {'summary' if n == 1 else 'summaries'} of {len(ids)} "
         f"{'document' if len(ids) == 1 else 'documents'} that are not in the corpus {corpus.name!r}: {shown}. "
