@@ -33,6 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
 from _smoke import add_smoke  # noqa: E402
+from workbench.rundir import RunDir
 
 
 def main() -> None:
@@ -83,7 +84,7 @@ def measure(args) -> None:
     views = collect_views(aspects, run, corpus)
     targets = compute_targets(run, views, aspects, progress=False)
     train_ids, val_ids = split_documents(sorted(documents_with_targets(targets)), corpus, "validation")
-    result = train_unified_model(corpus, targets, train_ids, val_ids, run / "unified_model",
+    result = train_unified_model(corpus, targets, train_ids, val_ids, RunDir(run).unified_model,
                                  DistillConfig(base_model="minilm", pooling="mean", mode="frozen", **steps03),
                                  progress=False,
                                  run_dir=run, sentence_labels=sentence_supervision(corpus, aspects, run))
@@ -108,7 +109,7 @@ def measure(args) -> None:
         ours = np.mean([value[a][o["doc_id"]] == docs.at[i, a] for o, i in zip(found, test)])
         base_texts = [docs.at[j, f"summary_{a}"] for j in nearest_paper]
         base = np.mean([docs.at[j, a] == docs.at[i, a] for j, i in zip(nearest_paper, test)])
-        model = run / "aspect_models" / a
+        model = RunDir(run).aspect_model(a)
         mrr = {}
         for name, texts in (("r", [o["text"] for o in found]), ("b", base_texts)):
             rt = round_trip(texts, heads[a][test], model, a, heads[a][test])

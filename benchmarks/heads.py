@@ -45,6 +45,7 @@ from workbench.train import TrainConfig, train_aspect_models  # noqa: E402
 from workbench.views import collect_views, split_documents  # noqa: E402
 
 from _smoke import add_smoke  # noqa: E402
+from workbench.rundir import RunDir
 
 ASPECTS = ["challenge", "approach", "outcome"]
 GOALS = {"mpnet": (55, 52, 40)}  # issue 10: the diagonal with an mpnet backbone
@@ -67,7 +68,7 @@ def run_backbone(backbone: str, corpus, run_dir: Path, head_steps: int | None = 
     targets = compute_targets(run_dir, views, ASPECTS, progress=False)
     train_ids, val_ids = split_documents(sorted(documents_with_targets(targets)), corpus, "validation")
     labels = sentence_supervision(corpus, ASPECTS, run_dir)
-    result = train_unified_model(corpus, targets, train_ids, val_ids, run_dir / "unified_model",
+    result = train_unified_model(corpus, targets, train_ids, val_ids, RunDir(run_dir).unified_model,
                                  DistillConfig(base_model=backbone, pooling="mean", mode="frozen", **steps03),
                                  progress=False,
                                  run_dir=run_dir, sentence_labels=labels)

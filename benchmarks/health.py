@@ -41,6 +41,7 @@ from workbench.health import (corpus_sentence_aspects, hard_negative_probe, heal
 from workbench.report import backbone_of, evaluation_corpus  # noqa: E402
 
 from _smoke import SMOKE_CORPUS, add_smoke, tiny_run  # noqa: E402
+from workbench.rundir import RunDir
 
 
 def main() -> None:
@@ -65,9 +66,9 @@ def check(args) -> None:
     t0 = time.perf_counter()
     docs, _ = load_corpus(args.corpus).drop_invalid()
     held = evaluation_corpus(docs, run_dir, "test")
-    model = load_model(run_dir / "unified_model", run_dir=run_dir)
+    model = load_model(RunDir(run_dir).unified_model, run_dir=run_dir)
     names = model.aspects
-    embeddings = embed_corpus(run_dir / "unified_model", held, run_dir, progress=False)
+    embeddings = embed_corpus(RunDir(run_dir).unified_model, held, run_dir, progress=False)
     backbone = backbone_of(run_dir)
     if getattr(model, "cache", None) is not None:
         model.cache.folder = None  # keep the probe's new texts in memory: write nothing into the run

@@ -47,6 +47,7 @@ from workbench.embeddings import embed_corpus  # noqa: E402
 from workbench.llm import Sampling, make_backend  # noqa: E402
 
 from _smoke import add_smoke, tiny_run  # noqa: E402
+from workbench.rundir import RunDir
 
 
 def uptime() -> str:
@@ -81,7 +82,7 @@ def measure(args) -> None:
 
     run_dir = Path(args.run_dir)
     corpus, _ = load_corpus(args.corpus).drop_invalid()
-    emb = embed_corpus(run_dir / "unified_model", corpus, run_dir, progress=False)
+    emb = embed_corpus(RunDir(run_dir).unified_model, corpus, run_dir, progress=False)
     aspects = args.aspects or list(emb)
     test = (corpus.docs["split"] == "test").to_numpy()
     backend = make_backend("transformers", batch_size=32, device="cpu")  # one batch holds a paper's questions
@@ -90,7 +91,7 @@ def measure(args) -> None:
     from workbench.report import summary_truths
 
     held = corpus.subset(where=corpus.docs["split"] == "test")
-    unified = load_model(run_dir / "unified_model", run_dir=run_dir)
+    unified = load_model(RunDir(run_dir).unified_model, run_dir=run_dir)
     if hasattr(unified, "cache"):
         unified.cache = None  # an empty in-memory cache, not the run's (nothing is written there)
     texts = held.texts()[:args.encode_docs]

@@ -84,6 +84,7 @@ from workbench.train import (TrainConfig, make_accelerator, prepare_training, pr
 from workbench.views import collect_views, split_documents  # noqa: E402
 
 from _smoke import add_smoke  # noqa: E402
+from workbench.rundir import RunDir
 
 ASPECT = "challenge"
 
@@ -266,7 +267,7 @@ def run_stage03(mode: str, run_dir: Path, corpus, args) -> dict:
     train_ids, val_ids = split_documents(sorted(documents_with_targets(targets)), corpus, "validation")
     labels = sentence_supervision(corpus, [ASPECT], run_dir) if mode == "frozen" else None
     before_call = time.perf_counter() - start
-    result = train_unified_model(corpus, targets, train_ids, val_ids, run_dir / "unified_model", config,
+    result = train_unified_model(corpus, targets, train_ids, val_ids, RunDir(run_dir).unified_model, config,
                                  progress=False, run_dir=run_dir, sentence_labels=labels)
     wall = time.perf_counter() - start
     metric = "agreement" if mode == "frozen" else "mean_rank"

@@ -114,7 +114,7 @@ def part_b(args):
     from workbench.report import encode_texts, evaluation_corpus
 
     run = Path(args.run)
-    model_dir = run / "unified_model"
+    model_dir = RunDir(run).unified_model
     docs, _ = load_corpus(args.corpus).drop_invalid()
     held = evaluation_corpus(docs, run, args.split)
     names = load_aspects("acl").names

@@ -8,6 +8,7 @@ import pytest
 
 from workbench.decoding import (confidence_check, confidence_label, confidence_level, confidence_levels,
                                 load_confidence, neighbour_density, save_confidence)
+from workbench.rundir import RunDir
 
 
 def test_neighbour_density_skips_the_point_itself_and_averages_the_k_nearest():
@@ -39,8 +40,8 @@ def test_calibration_file_round_trips_and_a_broken_one_is_refused(tmp_path):
     assert load_confidence(tmp_path) == {}
     saved = save_confidence(tmp_path, {"a": ([0.1, 0.5, 0.9, 0.3], [0.2, 0.4, 0.6, 0.8]), "b": ([0.5], [0.5])})
     assert set(saved) == {"a"} and load_confidence(tmp_path) == saved  # b had too few papers: left out
-    assert not list((tmp_path / "decoders").glob("*.tmp"))
-    (tmp_path / "decoders" / "confidence.json").write_text(json.dumps({"aspects": {"a": {"cosine": 1}}}))
+    assert not list((RunDir(tmp_path).decoders).glob("*.tmp"))
+    (RunDir(tmp_path).confidence).write_text(json.dumps({"aspects": {"a": {"cosine": 1}}}))
     with pytest.raises(ValueError, match="re-run stage 04"):
         load_confidence(tmp_path)
 

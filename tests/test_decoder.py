@@ -17,6 +17,7 @@ from torch import nn
 from workbench.decoder import CONFIG_NAME, HISTORY_NAME, WEIGHTS_NAME, DecoderConfig, EmbeddingDecoder
 from workbench.decodertrain import train_decoder
 from workbench.encoders import CheckpointError
+from workbench.rundir import RunDir
 
 EMB_DIM = 16
 SENTENCES = [
@@ -273,19 +274,19 @@ def test_train_decoders_resume_and_load(lm, tmp_path):
     data = {"a": _data("a", emb), "b": _data("b", emb[::-1].copy())}
     config = DecoderConfig(max_steps=1, eval_every=1, device="cpu")  # what is trained is not under test here
     first = train_decoders(tmp_path, None, ["a", "b"], config, data=data, lm=lm, progress=False)
-    assert set(first) == {"a", "b"} and (tmp_path / "decoders" / "a" / DONE_NAME).is_file()
-    stamp = (tmp_path / "decoders" / "a" / WEIGHTS_NAME).stat().st_mtime_ns
+    assert set(first) == {"a", "b"} and (RunDir(tmp_path).decoders / "a" / DONE_NAME).is_file()
+    stamp = (RunDir(tmp_path).decoders / "a" / WEIGHTS_NAME).stat().st_mtime_ns
     again = train_decoders(tmp_path, None, ["a", "b"], config, data=data, lm=lm, progress=False)
-    assert (tmp_path / "decoders" / "a" / WEIGHTS_NAME).stat().st_mtime_ns == stamp  # not retrained
+    assert (RunDir(tmp_path).decoders / "a" / WEIGHTS_NAME).stat().st_mtime_ns == stamp  # not retrained
     assert again["a"].best_val_loss == pytest.approx(first["a"].best_val_loss)
     # Changed data retrains only that aspect.
     data["b"].texts[0] = ["Something else entirely."]
     train_decoders(tmp_path, None, ["a", "b"], config, data=data, lm=lm, progress=False)
-    assert (tmp_path / "decoders" / "a" / WEIGHTS_NAME).stat().st_mtime_ns == stamp
+    assert (RunDir(tmp_path).decoders / "a" / WEIGHTS_NAME).stat().st_mtime_ns == stamp
     # A half-finished decoder (no done.json) is trained again.
-    (tmp_path / "decoders" / "a" / DONE_NAME).unlink()
+    (RunDir(tmp_path).decoders / "a" / DONE_NAME).unlink()
     train_decoders(tmp_path, None, ["a"], config, data=data, lm=lm, progress=False)
-    assert (tmp_path / "decoders" / "a" / DONE_NAME).is_file()
+    assert (RunDir(tmp_path).decoders / "a" / DONE_NAME).is_file()
 
     shared = train_decoders(tmp_path / "s", None, ["a", "b"], config, shared=True, data=data, lm=lm, progress=False)
     assert shared["a"] is shared["b"]

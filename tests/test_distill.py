@@ -19,6 +19,7 @@ from workbench.distill import (DistillCollate, DistillConfig, MissingTeachersErr
                                load_targets, train_unified_baseline, train_unified_model)
 from workbench.encoders import AspectEncoder, CheckpointError
 from workbench.training import stack_targets
+from workbench.rundir import RunDir
 
 ASPECTS = ["challenge", "approach", "outcome"]
 DIM = 16
@@ -37,7 +38,7 @@ def teachers(tmp_path_factory):
 def _run_dir(tmp_path: Path, teachers: Path) -> Path:
     run = tmp_path / "run"
     run.mkdir()
-    (run / "aspect_models").symlink_to(teachers, target_is_directory=True)
+    (RunDir(run).aspect_models).symlink_to(teachers, target_is_directory=True)
     return run
 
 
@@ -65,7 +66,7 @@ def distilled(tmp_path_factory, teachers, aclsum_small):
     targets = compute_targets(run, views, ASPECTS, progress=False)
     config = DistillConfig(max_length=32, batch_size=4, max_steps=8, eval_every=4, patience=5, device="cpu",
                            mode="finetune")
-    result = train_unified_model(corpus, targets, train, val, run / "unified_model", config, progress=False)
+    result = train_unified_model(corpus, targets, train, val, RunDir(run).unified_model, config, progress=False)
     return run, targets, result
 
 
@@ -112,13 +113,13 @@ def test_missing_teachers_and_mismatched_sizes_fail_clearly(tmp_path, teachers):
     run.mkdir()
     with pytest.raises(MissingTeachersError, match="02_train") as err:
         compute_targets(run, {"challenge": {"d": ["x"]}}, progress=False)
-    assert str(run / "aspect_models") in str(err.value)
-    (run / "aspect_models").mkdir()
-    (run / "aspect_models" / "challenge").symlink_to(teachers / "challenge", target_is_directory=True)
+    assert str(RunDir(run).aspect_models) in str(err.value)
+    (RunDir(run).aspect_models).mkdir()
+    (RunDir(run).aspect_model("challenge")).symlink_to(teachers / "challenge", target_is_directory=True)
     with pytest.raises(MissingTeachersError, match=r"no aspect model for \['outcome'\].*02_train"):
         check_teachers(run, ["challenge", "outcome"])
     # A teacher of another size: caught from its config alone, before any model is loaded.
-    odd = run / "aspect_models" / "outcome"
+    odd = RunDir(run).aspect_model("outcome")
     odd.mkdir()
     config = json.loads((teachers / "outcome" / "workbench_config.json").read_text())
     (odd / "workbench_config.json").write_text(json.dumps({**config, "dim": 8}))
@@ -268,8 +269,8 @@ def test_distill_notebook_runs_through_papermill(tmp_path, teachers, notebook_ke
         "corpus": "aclsum:train,validation", "subset": 10, "subset_seed": 1, "max_length": 32, "batch_size": 4,
         "max_steps": 2, "eval_every": 1, "embed_batch_size": 16, "mode": "finetune"}}))  # teachers are fine-tuned
     run_pipeline(params, run_dir=str(run), stages=["03_distill"], log=lambda *a: None, kernel=notebook_kernel)
-    assert (run / "unified_model" / "model.safetensors").is_file()
-    assert (run / "unified_model" / "history.json").is_file() and (run / "targets.safetensors").is_file()
+    assert (RunDir(run).unified_model / "model.safetensors").is_file()
+    assert (RunDir(run).unified_model / "history.json").is_file() and (run / "targets.safetensors").is_file()
     cached = list((run / "embeddings").glob("*.json"))
     assert len(cached) == 1 and json.loads(cached[0].read_text())["n_docs"] == 10
     html = (tmp_path / "reports" / "03_distill.html").read_text()

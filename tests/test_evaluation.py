@@ -10,6 +10,7 @@ from scipy.stats import spearmanr
 
 from workbench import evaluation as ev
 from workbench.cli import main
+from workbench.rundir import RunDir
 
 
 def _sym(rng, n, integer=False):
@@ -390,7 +391,7 @@ def test_head_backbone_intervals_and_plot():
 def test_backbone_of_reads_the_unified_config(tmp_path):
     from workbench.report import backbone_of
 
-    folder = tmp_path / "unified_model"
+    folder = RunDir(tmp_path).unified_model
     folder.mkdir()
     with pytest.raises(FileNotFoundError):
         backbone_of(tmp_path)

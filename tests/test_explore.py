@@ -8,6 +8,7 @@ brute-force computation, not for quality.
 import numpy as np
 import pytest
 import torch
+from workbench.rundir import RunDir
 
 ASPECTS = ["challenge", "approach"]
 
@@ -21,11 +22,11 @@ def explorer_run(tmp_path_factory):
     run = tmp_path_factory.mktemp("explore")
     torch.manual_seed(0)
     AspectEncoder.from_base("minilm", ASPECTS, dim=16, pooling="mean", max_length=64,
-                            device="cpu").save_pretrained(run / "unified_model")
+                            device="cpu").save_pretrained(RunDir(run).unified_model)
     for i, aspect in enumerate(ASPECTS):
         torch.manual_seed(i + 1)
         AspectEncoder.from_base("minilm", [aspect], dim=16, pooling="mean", max_length=32,
-                                device="cpu").save_pretrained(run / "aspect_models" / aspect)
+                                device="cpu").save_pretrained(RunDir(run).aspect_model(aspect))
     docs = load_corpus("aclsum:validation").subset(n=30, seed=0)
     docs.docs.loc[docs.docs.index[0], "title"] = "<script>alert(1)</script>"
     return run, docs, Explorer(run, docs, ASPECTS, perplexity=5.0, decode=False)
@@ -46,7 +47,7 @@ def test_search_with_a_negative_weight_matches_brute_force(explorer_run):
     found = explorer.search(queries, k=5)
     score = np.zeros(len(docs))
     for aspect, (text, weight) in queries.items():
-        model = AspectEncoder.from_pretrained(run / "aspect_models" / aspect)
+        model = AspectEncoder.from_pretrained(RunDir(run).aspect_model(aspect))
         q = model.encode([text], aspects=aspect)[aspect][0]
         score += weight * (explorer.embeddings[aspect] @ q)
     score /= 1.5

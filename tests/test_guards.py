@@ -16,6 +16,7 @@ import pandas as pd
 import pytest
 
 from stand_ins import BagOfWords
+from workbench.rundir import RunDir
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 
@@ -96,7 +97,7 @@ def _train_twice(tmp_path, monkeypatch):
         lines = []
         result = train_aspect_models(["disease"], tmp_path, corpus, config, val_split="validation",
                                      progress=False, log=lines.append)["disease"]
-        weights = tmp_path / "aspect_models" / "disease" / "model.safetensors"
+        weights = RunDir(tmp_path).aspect_model("disease") / "model.safetensors"
         runs.append((result, lines, weights.stat().st_mtime_ns))
     return runs
 
@@ -112,12 +113,12 @@ def test_untrained_frozen_teacher_is_not_retrained_on_a_rerun(tmp_path, monkeypa
 
 def test_training_writes_strict_json(tmp_path, monkeypatch):
     _train_twice(tmp_path, monkeypatch)
-    folder = tmp_path / "aspect_models" / "disease"
+    folder = RunDir(tmp_path).aspect_model("disease")
     record = strict_load((folder / "train_config.json").read_text())
     assert record["status"] == "finished" and record["result"]["best_mrr"] is None  # was a bare NaN
     assert strict_load((folder / "history.json").read_text()) == []
     strict_load((folder / "workbench_config.json").read_text())
-    strict_load((tmp_path / "aspect_models" / "split.json").read_text())
+    strict_load((RunDir(tmp_path).split_file).read_text())
 
 
 def test_the_json_writer_maps_nan_and_inf_to_null(tmp_path):
@@ -146,32 +147,36 @@ def test_faithfulness_table_of_no_metrics_is_empty_with_its_index_named():
     assert table.loc[("b", "retrieval"), "documents"] == 3 and table.shape == (2, 2)
 
 
-def test_notebook_04_says_faithfulness_was_skipped_when_no_aspect_has_two_validation_papers(tmp_path, capsys):
+def test_notebook_04_says_faithfulness_was_skipped_when_no_aspect_has_two_validation_papers(tmp_path, capsys,
+                                                                                            monkeypatch):
     """The faithfulness cell and the cells after it, with one validation paper per aspect (a 16-abstract corpus)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from workbench.decoding import DecoderData, figure3_table, set_default_decoder
+    from workbench import decoding
     from workbench.display import html_table, styled
+    from workbench.faithfulness import FAITHFULNESS_COUNTS
     from workbench.progress import notice
 
+    monkeypatch.setattr(decoding, "load_decoders", lambda *a, **k: {"x": None, "y": None})
     shown = []
-    data = {a: DecoderData(aspect=a, doc_ids=["d0", "d1"], embeddings=np.eye(2, dtype=np.float32),
-                           texts=[["s0"], ["s1"]], train_idx=[0], val_idx=[1]) for a in ("x", "y")}
-    namespace = {"json": json, "pd": pd, "plt": plt, "Path": Path, "run_dir": tmp_path, "names": ["x", "y"],
-                 "kinds": ["retrieval"], "decoder": "retrieval", "shared": False, "device": None,
-                 "eval_docs": 50, "data": data, "titles": {}, "examples_per_aspect": 3,
-                 "load_decoders": lambda *a, **k: {"x": None, "y": None}, "display": shown.append,
-                 "HTML": str, "styled": styled, "html_table": html_table, "figure3_table": figure3_table,
-                 "set_default_decoder": set_default_decoder, "notice": notice}
-    for marker in ("metrics, examples = {}, {}", "if len(table):\n    fig, axes", "figure3_table(shown"):
+    data = {a: decoding.DecoderData(aspect=a, doc_ids=["d0", "d1"], embeddings=np.eye(2, dtype=np.float32),
+                                    texts=[["s0"], ["s1"]], train_idx=[0], val_idx=[1]) for a in ("x", "y")}
+    namespace = {"pd": pd, "plt": plt, "run_dir": RunDir(tmp_path), "names": ["x", "y"], "kinds": ["retrieval"],
+                 "decoder": "retrieval", "shared": False, "device": None, "eval_docs": 50, "perplexity_docs": 10,
+                 "bertscore_model": "mpnet", "max_new_tokens": 48, "seed": 0, "data": data, "titles": {},
+                 "examples_per_aspect": 3, "display": shown.append, "HTML": str, "styled": styled,
+                 "html_table": html_table, "figure3_table": decoding.figure3_table,
+                 "set_default_decoder": decoding.set_default_decoder, "evaluate_decoders": decoding.evaluate_decoders,
+                 "FAITHFULNESS_COUNTS": FAITHFULNESS_COUNTS, "notice": notice}
+    for marker in ("evaluation = evaluate_decoders(", "if len(table):\n    fig, axes", "figure3_table(shown"):
         exec(cell_source("04_decode.ipynb", marker), namespace)
     out = capsys.readouterr().out
     assert "faithfulness skipped" in out and "x: 1 validation paper(s)" in out
     assert namespace["table"].empty and shown == []
-    assert json.loads((tmp_path / "decoders" / "metrics.json").read_text()) == {}
+    assert json.loads((RunDir(tmp_path).decoder_metrics).read_text()) == {}
 
 
 # --------------------------------------------------------------------------- 5: stage 05's example queries

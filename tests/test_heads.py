@@ -20,6 +20,7 @@ from workbench.heads import PooledAspectModel, SentencePoolingHead
 from workbench.sentences import match_highlights, split_sentences
 
 from stand_ins import BagOfWords
+from workbench.rundir import RunDir
 
 
 # --------------------------------------------------------------------------- sentences
@@ -156,7 +157,7 @@ def test_checkpoint_round_trip_and_errors(tmp_path):
     model.cache = FeatureCache(None, BagOfWords())
     texts = ["A cat sat. A dog ran.", "Single sentence only"]
     before = model.encode(texts)
-    folder = model.save_pretrained(tmp_path / "unified_model", extra={"note": "x"})
+    folder = model.save_pretrained(RunDir(tmp_path).unified_model, extra={"note": "x"})
     assert sorted(p.name for p in folder.iterdir()) == ["model.safetensors", "workbench_config.json"]
     loaded = load_model(folder, device="cpu", run_dir=tmp_path)
     assert isinstance(loaded, PooledAspectModel) and loaded.extra["note"] == "x" and loaded.rank == 4
@@ -212,7 +213,7 @@ def _train_toy(tmp_path, corpus, **overrides):
     val = list(docs.loc[docs["split"] == "validation", "doc_id"])
     labels = sentence_supervision(corpus, ["disease", "method"])
     config = DistillConfig(mode="frozen", head_steps=60, eval_every=10, patience=20, **overrides)
-    return train_unified_heads(corpus, targets, train, val, tmp_path / "unified_model", config, cache,
+    return train_unified_heads(corpus, targets, train, val, RunDir(tmp_path).unified_model, config, cache,
                                sentence_labels=labels, progress=False), cache, labels
 
 
@@ -231,7 +232,7 @@ def test_unified_heads_learn_where_each_aspect_is_stated(tmp_path):
     frames = model.attention(["We ran a survey design. Patients with migraine were studied. This matters a great deal."])
     weights = frames[0].set_index("sentence")
     assert weights["method"].idxmax().startswith("We ran") and weights["disease"].idxmax().startswith("Patients")
-    record = json.loads((tmp_path / "unified_model" / "distill_config.json").read_text())
+    record = json.loads((RunDir(tmp_path).unified_model / "distill_config.json").read_text())
     assert record["mode"] == "frozen" and record["refit_on_train_and_validation"] is True
     assert record["docs_per_aspect"]["disease"]["labelled docs"] == result.n_train == 32
     # A one-sentence abstract and an empty one still get every aspect's embedding.
@@ -274,7 +275,7 @@ def test_an_aspect_without_any_supervision_is_named_before_training(tmp_path):
     with pytest.raises(NoSupervisionError, match=r"\['population'\]"):
         train_aspect_models(["disease", "population"], tmp_path, corpus, TrainConfig(mode="frozen"),
                             val_split="validation", progress=False)
-    assert not (tmp_path / "aspect_models" / "disease").exists()  # nothing was trained first
+    assert not (RunDir(tmp_path).aspect_model("disease")).exists()  # nothing was trained first
 
 
 def test_view_head_keeps_step_zero_unless_validation_improves(tmp_path):

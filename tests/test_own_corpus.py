@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from workbench.rundir import RunDir
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
@@ -122,8 +123,8 @@ def test_every_stage_runs_on_an_own_corpus_from_relative_paths(own_run):
     health = metrics["health"]
     assert health["probe"] is None and "too few" in health["reading"][0]
     # No held-out split: stage 06 evaluates on the validation papers, which the heads were never trained on.
-    split = json.loads((run / "aspect_models" / "split.json").read_text())
-    distill = json.loads((run / "unified_model" / "distill_config.json").read_text())
+    split = json.loads((RunDir(run).split_file).read_text())
+    distill = json.loads((RunDir(run).unified_model / "distill_config.json").read_text())
     assert metrics["evaluation"]["documents"] == len(split["validation"])
     if distill["mode"] == "frozen":
         assert distill["config"]["head_refit"] is False and distill["refit_on_train_and_validation"] is False

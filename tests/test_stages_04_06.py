@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from workbench.rundir import RunDir
+
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
 ASPECTS = ["challenge", "approach"]
 CORPUS = "aclsum:validation[:30],test[:20]"
@@ -76,22 +78,22 @@ def tiny_run(tmp_path_factory, notebook_kernel):
 def test_decode_stage_writes_decoders_and_report(tiny_run):
     run, reports, _ = tiny_run
     # Frozen-mode checkpoints (what stages 02-03 make on a CPU): aspect vectors are MiniLM-sized.
-    unified = json.loads((run / "unified_model" / "workbench_config.json").read_text())
+    unified = json.loads((RunDir(run).unified_model / "workbench_config.json").read_text())
     assert unified["format"] == "workbench-pooled-encoder" and unified["dim"] == 384
     for aspect in ["challenge", "approach"]:
-        folder = run / "decoders" / aspect
+        folder = RunDir(run).decoders / aspect
         assert (folder / "decoder.safetensors").is_file() and (folder / "done.json").is_file()
         saved = json.loads((folder / "decoder_config.json").read_text())
         assert saved["lm"] == "smollm2-135m-instruct" and saved["emb_dim"] == unified["dim"]
     assert not list(run.rglob("*.bin")) and not list(run.rglob("*.pkl"))  # safetensors + JSON only
-    retrieval = run / "decoders" / "retrieval"
+    retrieval = RunDir(run).decoders / "retrieval"
     assert (retrieval / "memory.safetensors").is_file() and (retrieval / "done.json").is_file()
     memory = json.loads((retrieval / "memory.json").read_text())
-    split = json.loads((run / "aspect_models" / "split.json").read_text())
+    split = json.loads((RunDir(run).split_file).read_text())
     for aspect in ["challenge", "approach"]:  # only train and validation papers speak in the memory
         assert set(memory["aspects"][aspect]["doc_ids"]) <= set(split["train"]) | set(split["validation"])
-    assert json.loads((run / "decoders" / "default.json").read_text()) == {"kind": "retrieval"}
-    metrics = json.loads((run / "decoders" / "metrics.json").read_text())
+    assert json.loads((RunDir(run).decoders / "default.json").read_text()) == {"kind": "retrieval"}
+    metrics = json.loads((RunDir(run).decoder_metrics).read_text())
     assert set(metrics) == {f"{a}/{k}" for a in ["challenge", "approach"] for k in ["retrieval", "soft_prompt"]}
     assert all(m["ppl matching"] > 1 and m["ppl shuffled"] > 1 for m in metrics.values())
     html = (reports / "04_decode.html").read_text()

@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from workbench.views import AspectViews, collect_views
+from workbench.rundir import RunDir
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -163,10 +164,10 @@ def test_rerun_skips_a_finished_model_and_overwrite_retrains(aclsum, tmp_path):
     kwargs = dict(val_split="validation", progress=False)
     lines = []
     first = train_aspect_models(["challenge"], tmp_path, small, config, log=lines.append, **kwargs)["challenge"]
-    weights = tmp_path / "aspect_models" / "challenge" / "model.safetensors"
+    weights = RunDir(tmp_path).aspect_model("challenge") / "model.safetensors"
     stamp = weights.stat().st_mtime_ns
     assert not first.skipped and first.n_train_docs == 8 and first.n_val_docs == 6
-    split = json.loads((tmp_path / "aspect_models" / "split.json").read_text())
+    split = json.loads((RunDir(tmp_path).split_file).read_text())
     assert len(split["train"]) == 8 and len(split["validation"]) == 6
 
     lines.clear()
@@ -180,7 +181,7 @@ def test_rerun_skips_a_finished_model_and_overwrite_retrains(aclsum, tmp_path):
     assert not third.skipped and weights.stat().st_mtime_ns != stamp
 
     # Other settings, other views, or an unfinished run are not reused.
-    out = tmp_path / "aspect_models" / "challenge"
+    out = RunDir(tmp_path).aspect_model("challenge")
     views = collect_views(["challenge"], tmp_path, small)["challenge"]
     fingerprint = views_fingerprint(views, split["train"], split["validation"])
     assert finished_result(out, config, "challenge", fingerprint) is not None
@@ -252,7 +253,7 @@ def test_train_notebook_runs_through_papermill(tmp_path, notebook_kernel):
     run = tmp_path / "run"
     results = run_pipeline(params, run_dir=str(run), stages=["02_train"], report=True, log=lambda *_: None,
                            kernel=notebook_kernel)
-    model = run / "aspect_models" / "challenge"
+    model = RunDir(run).aspect_model("challenge")
     assert (model / "model.safetensors").is_file() and (model / "history.json").is_file()
     assert [h["step"] for h in json.loads((model / "history.json").read_text())] == [0, 1, 2]
     html = Path(results["02_train"]["html"]).read_text()

@@ -5,6 +5,7 @@ import random
 
 from workbench.corpus import load_corpus
 from workbench.views import collect_views, split_documents
+from workbench.rundir import RunDir
 
 
 def write_store(run_dir, records):
@@ -51,8 +52,8 @@ def test_held_out_papers_are_not_summarised_and_a_test_only_corpus_is_not_held_o
     only_test = load_corpus("aclsum:test[:12]")
     assert held_out_ids(only_test) == set() and trainable(only_test).ids == only_test.ids
     run = tmp_path / "run"
-    (run / "aspect_models").mkdir(parents=True)
-    (run / "aspect_models" / "split.json").write_text(json.dumps({"train": only_test.ids[:9],
+    (RunDir(run).aspect_models).mkdir(parents=True)
+    (RunDir(run).split_file).write_text(json.dumps({"train": only_test.ids[:9],
                                                                   "validation": only_test.ids[9:]}))
     assert evaluation_corpus(only_test, run).ids == only_test.ids[9:]
     # a test-only corpus the run never trained on is all held out

@@ -19,6 +19,7 @@ from .encoders import CONFIG_NAME, AspectEncoder, CheckpointError
 from .features import FeatureCache
 from .heads import FORMAT as POOLED_FORMAT
 from .heads import PooledAspectModel
+from .rundir import MODELS_DIR
 
 
 def load_model(folder: str | os.PathLike, device: str | None = None, aspects=None, run_dir=None,
@@ -44,9 +45,9 @@ def load_model(folder: str | os.PathLike, device: str | None = None, aspects=Non
                                              trust_remote_code=trust_remote_code)
     model = PooledAspectModel.from_pretrained(folder, device=device, aspects=aspects)
     if run_dir is None:
-        if folder.parent.name == "aspect_models":
+        if folder.parent.name == MODELS_DIR:
             run_dir = folder.parent.parent
-        elif (folder.parent / "aspect_models").is_dir():
+        elif (folder.parent / MODELS_DIR).is_dir():
             run_dir = folder.parent
     if run_dir is not None:
         model.cache = FeatureCache.for_run(run_dir, model.backbone())
