@@ -1,8 +1,10 @@
 """Notebooks 04 (decode), 05 (maps) and 06 (evaluate) end to end through the runner, on a tiny run.
 
 One module-scoped run: untrained checkpoints where stages 02 and 03 would have left their
-models (frozen-backbone heads, as a CPU run makes them, and the split of stage 02; the
-stages themselves run through papermill in test_train.py, test_distill.py and test_own_corpus.py),
+models (frozen-backbone heads, as a CPU run makes them, and the split of stage 02), kept in
+tests/data/ as the code before `RunDir` wrote them, so that a run made by older code is what
+04-06 read (the stages themselves run through papermill in test_train.py, test_distill.py and
+test_own_corpus.py),
 then 04-06 with the smallest settings that still exercise every cell (decoders trained for
 one step, a map of the whole corpus, a leave-one-out inversion, the evaluation on 20 papers of
 ACLSum's test split). The numbers are meaningless at this size; the tests check that every artifact
@@ -10,6 +12,7 @@ is written, that the reports hold their tables and plots, and that paper text st
 """
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -23,25 +26,9 @@ CORPUS = "aclsum:validation[:30],test[:20]"
 KNOWN = "aclsum:validation[:30]"  # the papers stages 02-03 would have trained on
 
 
-def _untrained_stages_02_03(run: Path) -> None:
-    """What stages 02 and 03 leave in frozen mode, with untrained heads: training is not under test here."""
-    from workbench.corpus import load_corpus
-    from workbench.distill import DistillConfig
-    from workbench.heads import PooledAspectModel
-    from workbench.rundir import RunDir
-    from workbench.train import TrainConfig
-
-    hidden = 384  # MiniLM's width: frozen-mode aspect vectors are backbone-sized
-    # 30 of ACLSum's validation papers stand in for train and validation.
-    val = load_corpus(KNOWN).ids
-    train_ids, val_ids = val[:20], val[20:]
-    models = RunDir(run).aspect_models
-    for i, aspect in enumerate(ASPECTS):
-        PooledAspectModel("minilm", [aspect], hidden=hidden, pool=False, rank=TrainConfig().head_rank,
-                          seed=i).save_pretrained(models / aspect, extra={"aspect": aspect, "mode": "frozen"})
-    RunDir(run).write_split(train_ids, val_ids)
-    PooledAspectModel("minilm", ASPECTS, hidden=hidden, pool=True, rank=DistillConfig().head_rank).save_pretrained(
-        RunDir(run).unified_model, extra={"stage": "distill", "mode": "frozen"})
+# What stages 02 and 03 left (frozen mode, untrained heads, the split), written by the code before the
+# run directory became one object: stages 04-06 must read a run made by older code.
+OLD_RUN = Path(__file__).resolve().parent / "data" / "run_made_before_rundir"
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +56,7 @@ def tiny_run(tmp_path_factory, notebook_kernel):
         },
     }))
     run = root / "run"
-    _untrained_stages_02_03(run)
+    shutil.copytree(OLD_RUN, run, ignore=shutil.ignore_patterns("README.md"))
     results = run_pipeline(params, run_dir=str(run), stages=["04_decode", "05_visualize", "06_evaluate"],
                            log=lambda *a: None, kernel=notebook_kernel)
     return run, root / "reports", results
