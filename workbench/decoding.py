@@ -237,8 +237,9 @@ def build_retrieval_decoders(run_dir, corpus, aspects: Sequence[str], lm: str = 
 
 def set_default_decoder(run_dir, kind: str) -> None:
     """Record which kind of decoder the later stages (05 maps, 06 evaluation) load by default."""
-    if kind not in {"retrieval", "per_aspect", "shared"}:
-        raise ValueError(f"kind must be retrieval, per_aspect or shared, not {kind!r}")
+    if kind not in {"retrieval", "per_aspect", "shared", *DECODER_KINDS}:
+        raise ValueError(f"kind must be retrieval, per_aspect, shared or a registered kind {sorted(DECODER_KINDS)}, "
+                         f"not {kind!r}")
     root = RunDir(run_dir).decoders
     root.mkdir(parents=True, exist_ok=True)
     write_json(root / DEFAULT_NAME, {"kind": kind}, indent=None)
@@ -315,6 +316,20 @@ class AspectDecoder:
         return {name: self.perplexity(emb, texts, batch_size) for name, (emb, texts, _) in requests.items()}
 
 
+# Decoder kinds added from outside: kind -> loader(run_dir, aspects, device=None, lm=None) -> {aspect: Decoder}.
+DECODER_KINDS: dict = {}
+
+
+def register_decoder(kind: str, loader) -> None:
+    """Add a kind of decoder: `load_decoders(run_dir, kind=kind)` (and, after `set_default_decoder(run_dir, kind)`,
+    every map and stage 06) gets `loader(run_dir, aspects, device=device, lm=lm)`: {aspect: an object that answers
+    the `Decoder` protocol (`aspect`, `names_sources`, `reports_unconditioned`, `statements`, `describe`,
+    `perplexities`)}."""
+    if kind in {"auto", "retrieval", "per_aspect", "shared"}:
+        raise ValueError(f"{kind!r} is a built-in decoder kind")
+    DECODER_KINDS[kind] = loader
+
+
 def load_decoders(run_dir, aspects: Sequence[str] | None = None, device: str | None = None,
                   lm=None, kind: str = "auto") -> dict[str, AspectDecoder]:
     """Load the run's decoders (per aspect, or the shared one), loading the LM once.
@@ -324,14 +339,20 @@ def load_decoders(run_dir, aspects: Sequence[str] | None = None, device: str | N
     else per-aspect soft-prompt decoders where they exist and the shared one for the other
     aspects. Raises FileNotFoundError naming what is missing.
     """
-    if kind not in {"auto", "per_aspect", "shared", "retrieval"}:
-        raise ValueError(f"kind must be auto, retrieval, per_aspect or shared, not {kind!r}")
+    if kind not in {"auto", "per_aspect", "shared", "retrieval", *DECODER_KINDS}:
+        raise ValueError(f"kind must be auto, retrieval, per_aspect, shared or a registered kind "
+                         f"{sorted(DECODER_KINDS)}, not {kind!r}")
     from .models import load_causal_lm
     from .retrieval_decoder import FOLDER, load_retrieval_decoders
 
     root = RunDir(run_dir).decoders
     if kind == "auto" and (root / DEFAULT_NAME).is_file():
         kind = json.loads((root / DEFAULT_NAME).read_text()).get("kind", "auto")
+    if kind in DECODER_KINDS:
+        return DECODER_KINDS[kind](run_dir, aspects, device=device, lm=lm)
+    if kind not in {"auto", "per_aspect", "shared", "retrieval"}:  # a kind registered when the run was made
+        raise FileNotFoundError(f"{root / DEFAULT_NAME} names the decoder kind {kind!r}, which is not registered "
+                                "in this session: register_decoder it first")
     if kind == "retrieval":
         return load_retrieval_decoders(root / FOLDER, aspects, lm=lm, device=device)
     found = {p.name for p in root.iterdir() if (p / DONE_NAME).is_file()} if root.is_dir() else set()

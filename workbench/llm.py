@@ -557,13 +557,31 @@ def without_credentials(url: str) -> str:
     return urlunsplit(parts._replace(netloc="***@" + parts.netloc.rsplit("@", 1)[1]))
 
 
+# Backend name (and its aliases) -> class taking (model, **options). `register_backend` adds one.
+BACKENDS = {
+    **dict.fromkeys(["transformers", "local", "hf"], TransformersBackend),
+    **dict.fromkeys(["llama_cpp", "llama-cpp", "gguf"], LlamaCppBackend),
+    **dict.fromkeys(["openai", "http", "vllm", "llamacpp", "ollama", "tgi"], OpenAIBackend),
+}
+BUILT_IN = frozenset(BACKENDS)
+
+
+def register_backend(cls, *names: str) -> None:
+    """Make `make_backend(name, model, **options)` build `cls(model, **options)`.
+
+    `cls` has a `kind` and a `model_id` (recorded beside every answer) and answers
+    `complete(conversations, sampling, prefill=None, seeds=None)`, yielding `(index, Completion)`
+    as each request finishes (any order; stages 01 and 07 store each at once).
+    """
+    for name in names:
+        BACKENDS[name] = cls
+
+
 def make_backend(backend: str = "transformers", model: str = "smollm2-135m-instruct", **options):
     """Build a backend by name: "transformers" (local), "llama_cpp" (local GGUF, in process) or
-    "openai" (any OpenAI-compatible server: vLLM, llama.cpp's server, Ollama, TGI)."""
-    if backend in {"transformers", "local", "hf"}:
-        return TransformersBackend(model, **options)
-    if backend in {"llama_cpp", "llama-cpp", "gguf"}:
-        return LlamaCppBackend(model, **options)
-    if backend in {"openai", "http", "vllm", "llamacpp", "ollama", "tgi"}:
-        return OpenAIBackend(model, **options)
-    raise ValueError(f"unknown backend {backend!r}: use 'transformers', 'llama_cpp' or 'openai'")
+    "openai" (any OpenAI-compatible server: vLLM, llama.cpp's server, Ollama, TGI), or one registered."""
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}: use 'transformers', 'llama_cpp' or 'openai'"
+                         + (f" (or one registered: {sorted(set(BACKENDS) - BUILT_IN)})" if set(BACKENDS) - BUILT_IN
+                            else ""))
+    return BACKENDS[backend](model, **options)

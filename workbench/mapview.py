@@ -74,15 +74,39 @@ def summary_aspects(meta: pd.DataFrame) -> list[str]:
     return [c[len("summary_"):] for c in meta.columns if c.startswith("summary_") and len(c) > len("summary_")]
 
 
-def cluster_labels(coords, k: int = DEFAULT_CLUSTERS, seed: int = 0) -> np.ndarray:
+def kmeans_regions(coords: np.ndarray, k: int, seed: int = 0) -> np.ndarray:
     """KMeans cluster ids (0..k-1) of the 2-D points; fixed seed so colours are reproducible."""
     from sklearn.cluster import KMeans
 
-    arr = as_coords(coords)
-    k = min(int(k), len(np.unique(arr, axis=0)))  # KMeans warns when asked for more clusters than points
+    k = min(int(k), len(np.unique(coords, axis=0)))  # KMeans warns when asked for more clusters than points
     if k <= 1:
-        return np.zeros(len(arr), dtype=int)
-    return KMeans(n_clusters=k, n_init=4, random_state=seed).fit_predict(arr).astype(int)
+        return np.zeros(len(coords), dtype=int)
+    return KMeans(n_clusters=k, n_init=4, random_state=seed).fit_predict(coords).astype(int)
+
+
+# How a map is cut into regions (its colours, the region labels, stage 07's regions):
+# name -> fn(coords [n, 2], k, seed) -> region id per point. `register_regions` adds one.
+REGION_METHODS = {"kmeans": kmeans_regions}
+REGION_DEFAULT = {"method": "kmeans"}
+
+
+def register_regions(name: str, fn, default: bool = False) -> None:
+    """Add a way to cut a map into regions, `fn(coords, k, seed) -> ids`; default=True makes every map use it."""
+    REGION_METHODS[name] = fn
+    if default:
+        REGION_DEFAULT["method"] = name
+
+
+def cluster_labels(coords, k: int = DEFAULT_CLUSTERS, seed: int = 0, method: str | None = None) -> np.ndarray:
+    """Region ids (0..k-1) of the 2-D points, by `method` (default: KMeans, or the one registered as default)."""
+    method = method or REGION_DEFAULT["method"]
+    if method not in REGION_METHODS:
+        raise ValueError(f"unknown region method {method!r}; known: {sorted(REGION_METHODS)}")
+    arr = as_coords(coords)
+    ids = np.asarray(REGION_METHODS[method](arr, k, seed), dtype=int)
+    if ids.shape != (len(arr),):
+        raise ValueError(f"region method {method!r} gave {ids.shape} ids for {len(arr)} points")
+    return np.unique(ids, return_inverse=True)[1].reshape(-1)  # ids 0..r-1, whatever the method numbered
 
 
 def _palette(n: int) -> list[str]:

@@ -4,8 +4,8 @@ CSV, TSV, Web of Science tab-delimited, JSON Lines, JSON, Parquet, RIS and BibTe
 keeps what it could not read right (a row with the wrong number of fields, an RIS record
 without its ``ER`` line) as an issue with the file's line, never dropping it silently, and
 raises `CorpusError` naming the file and line where it cannot read the file at all. To add a
-format: a function ``(path, encoding) -> Raw`` in `_READERS`, and its suffix in
-`SUPPORTED_FORMATS`.
+format: a function ``(path, encoding) -> Raw`` and its suffixes, given to `register_reader`
+(the shipped ones are listed in `READERS` and `SUPPORTED_FORMATS`).
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def read_file(path: Path, fmt: str, encoding: str) -> Raw:
     # utf-8-sig also reads plain UTF-8, and Web of Science / Excel exports start with a BOM.
     enc = "utf-8-sig" if codecs.lookup(encoding).name == "utf-8" else encoding
     try:
-        return _READERS[fmt](path, enc)
+        return READERS[fmt](path, enc)
     except UnicodeDecodeError as exc:
         raise CorpusError(
             f"{path.name}: not valid {encoding} (byte {exc.start}: {exc.reason}); pass the file's "
@@ -460,7 +460,7 @@ def _latex_converter() -> Any:
     return LatexNodes2Text(latex_context=context, keep_comments=True)
 
 
-_READERS = {
+READERS = {
     "csv": _read_csv,
     "tsv": _read_tsv,
     "wos": _read_wos,
@@ -470,3 +470,17 @@ _READERS = {
     "ris": _read_ris,
     "bibtex": _read_bibtex,
 }
+
+
+def register_reader(name: str, reader, suffixes=()) -> None:
+    """Teach `load_corpus` a file format: `reader(path, encoding) -> Raw`, chosen by `format=name` or a suffix.
+
+    >>> register_reader("endnote", read_endnote_xml, [".xml"])
+    """
+    READERS[name] = reader
+    for suffix in suffixes:
+        SUPPORTED_FORMATS[suffix.lower() if suffix.startswith(".") else f".{suffix.lower()}"] = name
+    if name not in FORMATS:
+        FORMATS.append(name)
+        FORMATS.sort()
+

@@ -454,3 +454,26 @@ def decoding_reading(decoding: pd.DataFrame) -> str:
     lines.append("- The perplexities are over a few papers each, without a significance test: a small gap may be "
                  "chance.")
     return "\n".join(lines)
+
+
+# Tables added to stage 06 from outside: name -> fn(context) -> DataFrame, where context is a dict with
+# "run_dir", "held" (the held-out Corpus), "aspects", "rows" (embedding_rows: {row: {aspect: [n, D]}}) and
+# "truths" ({truth: [n, n] similarities}). Notebook 06 shows each and writes it to metrics.json under its name.
+EXTRA_TABLES: dict = {}
+
+
+def register_table(name: str, fn) -> None:
+    """Add a table to stage 06: `fn(context) -> DataFrame` (see EXTRA_TABLES for what context holds)."""
+    EXTRA_TABLES[name] = fn
+
+
+def extra_tables(run_dir, held, aspects: Sequence[str], rows: Mapping, truths: Mapping) -> dict[str, pd.DataFrame]:
+    """Every registered stage-06 table computed for this evaluation, {name: DataFrame}."""
+    context = {"run_dir": RunDir(run_dir), "held": held, "aspects": list(aspects), "rows": rows, "truths": truths}
+    out = {}
+    for name, fn in EXTRA_TABLES.items():
+        table = fn(context)
+        if not isinstance(table, pd.DataFrame):
+            raise TypeError(f"stage-06 table {name!r} returned {type(table).__name__}, not a DataFrame")
+        out[name] = table
+    return out
