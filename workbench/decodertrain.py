@@ -23,6 +23,7 @@ from .decoder import HISTORY_NAME, DecoderConfig, EmbeddingDecoder
 from .files import write_json
 from .models import load_causal_lm
 from .progress import close_bar, progress_bar
+from .training import EarlyStopping
 
 
 @dataclass
@@ -105,16 +106,16 @@ def train_decoder(embeddings: np.ndarray, texts: list[list[str]], train_idx, val
     history: list[dict] = []
     best: dict | None = None
     best_state: dict[str, torch.Tensor] = {}
-    bad_evals, stopped_early = 0, False
+    stopper = EarlyStopping(config.max_steps, config.eval_every, config.patience)
     loss_sum, loss_n = 0.0, 0
     t0 = time.perf_counter()
     if main:
         out_dir.mkdir(parents=True, exist_ok=True)
     bar = progress_bar(config.max_steps, f"decoder {aspect or ''}".strip(), progress and main)
 
-    def validate(step: int) -> bool:
-        """Evaluate, keep the best weights, return True when training should stop."""
-        nonlocal best, best_state, bad_evals, loss_sum, loss_n
+    def validate(step: int) -> None:
+        """Evaluate, keep the best weights, count the evaluation for the stopping rule."""
+        nonlocal best, best_state, loss_sum, loss_n
         # Every process holds the same weights and evaluates the same items, so they agree.
         val = validation_loss(decoder, embeddings, texts, val_idx, config.eval_batch_size, item_aspects,
                               config.val_summaries)
@@ -123,24 +124,21 @@ def train_decoder(embeddings: np.ndarray, texts: list[list[str]], train_idx, val
                  "seconds": round(time.perf_counter() - t0, 2)}
         loss_sum, loss_n = 0.0, 0
         history.append(entry)
-        if best is None or val < best["val_loss"] - 1e-9:
-            best, bad_evals = entry, 0
+        improved = best is None or val < best["val_loss"] - 1e-9
+        if improved:
+            best = entry
             best_state = {k: v.detach().clone() for k, v in decoder.saved_state().items()}
             if main:
                 decoder.save_pretrained(out_dir, extra={**(extra or {}), "step": step, "val_loss": val})
-        else:
-            bad_evals += 1
+        stopper.record(improved)
         if main:
             write_json(out_dir / HISTORY_NAME, history)
             bar.set_postfix(val=f"{val:.3f}", best=f"{best['val_loss']:.3f}@{best['step']}")
         accelerator.wait_for_everyone()
-        return bad_evals >= config.patience
 
     decoder.train()
     validate(0)  # the untrained baseline, and a checkpoint even if nothing improves
-    step = 0
-    while step < config.max_steps:
-        step += 1
+    for step in stopper.steps():
         draw = [rng.choice(train_idx) for _ in range(config.batch_size * world)]
         picks = [(i, rng.choice(texts[i])) for i in draw][rank::world]
         loss = wrapped(embeddings[[i for i, _ in picks]], [t for _, t in picks],
@@ -150,13 +148,11 @@ def train_decoder(embeddings: np.ndarray, texts: list[list[str]], train_idx, val
         optimizer.zero_grad(set_to_none=True)
         loss_sum, loss_n = loss_sum + float(loss.detach()), loss_n + 1
         bar.update(1)
-        if step % config.eval_every == 0 or step == config.max_steps:
-            if validate(step):
-                stopped_early = step < config.max_steps
-                break
+        if stopper.due(step):
+            validate(step)
     close_bar(bar)
     decoder.load_state_dict(best_state, strict=False)  # hand back the best weights, as saved
     decoder.eval()
     return DecoderTrainResult(out_dir=str(out_dir), best_step=best["step"], best_val_loss=best["val_loss"],
-                              stopped_early=stopped_early, seconds=time.perf_counter() - t0,
+                              stopped_early=stopper.stopped_early, seconds=time.perf_counter() - t0,
                               history=history, decoder=decoder)

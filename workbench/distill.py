@@ -48,7 +48,7 @@ from .losses import info_nce, masked_mse
 from .metrics import mean_rank, mrr, retrieval_ranks
 from .progress import close_bar, progress_bar
 from .targets import views_of
-from .training import DistillResult, abstracts_of, documents_with_targets, stack_targets
+from .training import DistillResult, EarlyStopping, abstracts_of, documents_with_targets, stack_targets
 
 # Moved to their own modules; imported here so that existing code and notebooks keep working.
 from .display import plot_aspect_correlations, plot_distill_curves  # noqa: F401
@@ -231,12 +231,13 @@ def _fit(*, kind: str, accelerator, model, optimizer, next_batch: Callable[[], d
     # keep/stop decisions, are identical everywhere without any communication.
     baseline = evaluate(raw)
     history = {"train": [], "eval": [{"step": 0, **baseline, "best": True, "seconds": 0.0}]}
-    best, best_step, bad, stopped_early, step = baseline, 0, 0, False, 0
+    best, best_step = baseline, 0
+    stopper = EarlyStopping(config.max_steps, config.eval_every, config.patience)
     save(0, baseline)
     window: list[float] = []
     bar = progress_bar(config.max_steps, kind, progress and main)
     model.train()
-    for step in range(1, config.max_steps + 1):
+    for step in stopper.steps():
         batch = next_batch()
         loss, parts = loss_fn(model, batch)
         accelerator.backward(loss)
@@ -250,23 +251,20 @@ def _fit(*, kind: str, accelerator, model, optimizer, next_batch: Callable[[], d
         window.append(value)
         history["train"].append({"step": step, "loss": value, "aspects": {a: float(v) for a, v in parts.items()}})
         bar.update(1)
-        if step % config.eval_every == 0 or step == config.max_steps:
+        if stopper.due(step):
             metrics = evaluate(raw)
             improved = _better(metrics, best)
             if improved:
-                best, best_step, bad = metrics, step, 0
+                best, best_step = metrics, step
                 save(step, metrics)
-            else:
-                bad += 1
+            stopper.record(improved)
             history["eval"].append({"step": step, **metrics, "train_loss": float(np.mean(window)),
                                     "best": improved, "seconds": round(time.perf_counter() - t0, 2)})
             bar.set_postfix(loss=f"{np.mean(window):.4f}", val_rank=f"{metrics['mean_rank']:.2f}",
                             best=f"{best['mean_rank']:.2f}@{best_step}")
             window = []
-            if bad >= config.patience:
-                stopped_early = True
-                break
     close_bar(bar)
+    step, stopped_early = stopper.step, stopper.stopped_early
     seconds = time.perf_counter() - t0
     if main:
         write_json(out_dir / "history.json", history, indent=1)

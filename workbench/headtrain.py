@@ -50,8 +50,8 @@ from .files import strict, write_json
 from .heads import PooledAspectModel
 from .metrics import mean_rank, mrr, retrieval_ranks
 from .progress import close_bar, progress_bar
-from .training import (HISTORY_NAME, TRAIN_CONFIG_NAME, DistillResult, TrainResult, abstracts_of, better,
-                       documents_with_targets, evaluate, stack_targets)
+from .training import (HISTORY_NAME, TRAIN_CONFIG_NAME, DistillResult, EarlyStopping, TrainResult, abstracts_of,
+                       better, documents_with_targets, evaluate, stack_targets)
 from .views import eligible_docs, views_fingerprint
 
 MODES = ("auto", "frozen", "finetune")
@@ -125,12 +125,13 @@ def train_view_head(views, train_ids, val_ids, out_dir, config, cache: FeatureCa
               "data_fingerprint": views_fingerprint(views, train_docs, val_docs)}
     out_dir.mkdir(parents=True, exist_ok=True)
     write_json(out_dir / TRAIN_CONFIG_NAME, record)
-    history, best, bad, losses = [], None, 0, []
+    history, best, losses = [], None, []
+    stopper = EarlyStopping(config.head_steps, config.eval_every, config.patience)
     t0 = time.perf_counter()
     bar = progress_bar(config.head_steps, f"heads {aspect}", progress)
 
-    def validate(step: int) -> bool:
-        nonlocal best, bad, losses
+    def validate(step: int) -> None:
+        nonlocal best, losses
         model.eval()
         metrics = evaluate(model, views, val_docs, config.eval_batch_size)
         model.train()
@@ -138,15 +139,14 @@ def train_view_head(views, train_ids, val_ids, out_dir, config, cache: FeatureCa
                  "seconds": round(time.perf_counter() - t0, 3)}
         history.append(entry)
         losses = []
-        if better(metrics, best, config.select_by):
-            best, bad = entry, 0
+        improved = better(metrics, best, config.select_by)
+        if improved:
+            best = entry
             model.save_pretrained(out_dir, extra=strict({"aspect": aspect, "step": step, **metrics,
                                                              "mode": "frozen", "train_config": config.comparable()}))
-        else:
-            bad += 1
+        stopper.record(improved)
         write_json(out_dir / HISTORY_NAME, history)
         bar.set_postfix(mrr=f"{metrics['val_mrr']:.3f}", best=f"{best['val_mrr']:.3f}@{best['step']}")
-        return bad >= config.patience
 
     if len(train_docs) < 2 or len(val_docs) < 2:
         # Too few pairs to train or to validate (a small corpus, or a generator that often
@@ -168,10 +168,9 @@ def train_view_head(views, train_ids, val_ids, out_dir, config, cache: FeatureCa
         write_json(out_dir / TRAIN_CONFIG_NAME, record)  # last: "finished" only once everything is there
         return result
     validate(0)
-    stopped_early, step = False, 0
     if config.head_rank:  # with no projection there is nothing to train: step 0 is the teacher
         with _few_threads():
-            for step in range(1, config.head_steps + 1):
+            for step in stopper.steps():
                 docs = rng.sample(train_docs, min(config.batch_size, len(train_docs)))
                 pairs = [rng.sample(views.views[d], 2) for d in docs]
                 first = vectors[[row[a] for a, _ in pairs]]
@@ -182,9 +181,8 @@ def train_view_head(views, train_ids, val_ids, out_dir, config, cache: FeatureCa
                 optimizer.step()
                 losses.append(float(loss.detach()))
                 bar.update(1)
-                if (step % config.eval_every == 0 or step == config.head_steps) and validate(step):
-                    stopped_early = step < config.head_steps
-                    break
+                if stopper.due(step):
+                    validate(step)
     close_bar(bar)
     baseline = {k: history[0][k] for k in ("val_mean_rank", "val_mrr", "val_top1")}
     from dataclasses import asdict
@@ -192,7 +190,7 @@ def train_view_head(views, train_ids, val_ids, out_dir, config, cache: FeatureCa
     result = TrainResult(aspect=aspect, out_dir=str(out_dir), best_step=best["step"], best_mrr=best["val_mrr"],
                          best_mean_rank=best["val_mean_rank"], baseline=baseline, history=history,
                          n_train_docs=len(train_docs), n_val_docs=len(val_docs),
-                         seconds=time.perf_counter() - t0, stopped_early=stopped_early)
+                         seconds=time.perf_counter() - t0, stopped_early=stopper.stopped_early)
     record.update(status="finished", result={k: v for k, v in asdict(result).items() if k not in ("history", "model")})
     write_json(out_dir / TRAIN_CONFIG_NAME, record)
     return result
@@ -351,29 +349,28 @@ def train_unified_heads(corpus, targets: Mapping[str, Mapping[str, np.ndarray]],
     # Each head is kept at its own best step: the heads share no parameter, and one aspect's
     # agreement may peak long before another's (a single step for all would stop the slow one early).
     kept = {a: ({**baseline["aspects"][a], "step": 0}, _state(model.heads[a])) for a in aspects}
-    bad, stopped_early, window, step = 0, False, [], 0
+    stopper = EarlyStopping(config.head_steps, config.eval_every, config.patience)
+    window = []
     bar = progress_bar(config.head_steps, "unified heads", progress)
     with _few_threads():  # tiny tensors: one thread is fastest, and stays fast on a busy machine
-        for step in range(1, config.head_steps + 1):
+        for step in stopper.steps():
             loss, parts = _step(model, optimizer, data, rng, config)
             window.append(loss)
             history["train"].append({"step": step, "loss": loss, "aspects": parts})
             bar.update(1)
-            if step % config.eval_every == 0 or step == config.head_steps:
+            if stopper.due(step):
                 metrics = evaluate_heads(model, val_features, val_dense, val_masks)
                 improved = [a for a in aspects if _better_agreement(metrics["aspects"][a], kept[a][0])]
                 for a in improved:
                     kept[a] = ({**metrics["aspects"][a], "step": step}, _state(model.heads[a]))
-                bad = 0 if improved else bad + 1
+                stopper.record(bool(improved))
                 history["eval"].append({"step": step, **metrics, "train_loss": float(np.mean(window)),
                                         "best": bool(improved), "improved": improved,
                                         "seconds": round(time.perf_counter() - t0, 3)})
                 bar.set_postfix(loss=f"{np.mean(window):.3f}", agreement=f"{metrics['agreement']:.3f}")
                 window = []
-                if bad >= config.patience:
-                    stopped_early = True
-                    break
     close_bar(bar)
+    step, stopped_early = stopper.step, stopper.stopped_early
     best_steps = {a: kept[a][0]["step"] for a in aspects}
     best = _summarise({a: kept[a][0] for a in aspects})
     best_step = max(best_steps.values())

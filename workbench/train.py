@@ -53,7 +53,7 @@ from .losses import info_nce
 from .metrics import retrieval_report
 from .progress import close_bar, progress_bar
 from .rundir import RunDir
-from .training import HISTORY_NAME, TRAIN_CONFIG_NAME, TrainResult, better, evaluate
+from .training import HISTORY_NAME, TRAIN_CONFIG_NAME, EarlyStopping, TrainResult, better, evaluate
 from .views import AspectViews, collect_views, eligible_docs, split_documents, validation_pairs, views_fingerprint
 
 BASE_COLUMN = "base encoder"
@@ -270,13 +270,13 @@ def train_aspect_model(views: AspectViews, train_ids, val_ids, out_dir, config: 
 
     history: list[dict] = []
     best: dict | None = None
-    bad_evals, stopped_early = 0, False
+    stopper = EarlyStopping(config.max_steps, config.eval_every, config.patience)
     loss_sum, loss_n = 0.0, 0
     t0 = time.perf_counter()
 
-    def validate(step: int) -> bool:
-        """Evaluate, keep the best checkpoint, and return True when training should stop."""
-        nonlocal best, bad_evals, loss_sum, loss_n
+    def validate(step: int) -> None:
+        """Evaluate, keep the best checkpoint, count the evaluation for the stopping rule."""
+        nonlocal best, loss_sum, loss_n
         # Mean training loss since the last evaluation, averaged over processes.
         mean_loss = torch.tensor(loss_sum / max(loss_n, 1), device=accelerator.device)
         mean_loss = float(accelerator.reduce(mean_loss, "mean")) if loss_n else None
@@ -289,33 +289,27 @@ def train_aspect_model(views: AspectViews, train_ids, val_ids, out_dir, config: 
         history.append(entry)
         improved = better(metrics, best, config.select_by)
         if improved:
-            best, bad_evals = entry, 0
+            best = entry
             if main:
                 core.save_pretrained(out_dir, extra=strict({"aspect": aspect, "step": step, **metrics,
                                                                "train_config": config.comparable()}))
-        else:
-            bad_evals += 1
+        stopper.record(improved)
         if main:
             write_json(out_dir / HISTORY_NAME, history)
             bar.set_postfix(loss=f"{mean_loss:.3f}" if mean_loss is not None else "-",
                             mrr=f"{metrics['val_mrr']:.3f}", best=f"{best['val_mrr']:.3f}@{best['step']}")
         accelerator.wait_for_everyone()  # nobody races ahead while the main process saves
-        return bad_evals >= config.patience
 
     bar = progress_bar(config.max_steps, f"train {aspect}", progress and main)
     model.train()
     validate(0)  # the untrained baseline, and a checkpoint even if nothing ever improves
-    step = 0
-    while step < config.max_steps:
-        step += 1
+    for step in stopper.steps():
         pairs = sample_batch(views, train_docs, config.batch_size, rng, rank, world)
         loss = train_step(model, optimizer, accelerator, pairs, aspect, config)
         loss_sum, loss_n = loss_sum + loss, loss_n + 1
         bar.update(1)
-        if step % config.eval_every == 0 or step == config.max_steps:
-            if validate(step):
-                stopped_early = step < config.max_steps
-                break
+        if stopper.due(step):
+            validate(step)
     close_bar(bar)
 
     seconds = time.perf_counter() - t0
@@ -323,7 +317,7 @@ def train_aspect_model(views: AspectViews, train_ids, val_ids, out_dir, config: 
     result = TrainResult(aspect=aspect, out_dir=str(out_dir), best_step=best["step"], best_mrr=best["val_mrr"],
                          best_mean_rank=best["val_mean_rank"], baseline=baseline, history=history,
                          n_train_docs=len(train_docs), n_val_docs=len(val_docs), seconds=seconds,
-                         stopped_early=stopped_early)
+                         stopped_early=stopper.stopped_early)
     if main:
         record.update(status="finished", result={k: v for k, v in asdict(result).items()
                                                    if k not in ("history", "model")})

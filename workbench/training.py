@@ -9,7 +9,9 @@ modules of the two modes import it rather than each other:
 * stage 02: `TrainResult`, the files of a model folder (`HISTORY_NAME`, `TRAIN_CONFIG_NAME`),
   `evaluate` (the validation retrieval of view pairs) and `better` (which evaluation is kept);
 * stage 03: `DistillResult` and its `validation_table`, and the documents' data both modes
-  train on (`abstracts_of`, `documents_with_targets`, `stack_targets`).
+  train on (`abstracts_of`, `documents_with_targets`, `stack_targets`);
+* every training loop of the package (stages 02, 03 in both modes, the soft-prompt decoder of
+  04): `EarlyStopping`, the one schedule of evaluations and the one stopping rule.
 """
 
 from __future__ import annotations
@@ -26,6 +28,54 @@ from .views import AspectViews, validation_pairs
 
 HISTORY_NAME = "history.json"
 TRAIN_CONFIG_NAME = "train_config.json"
+
+
+# --------------------------------------------------------------------------- every loop
+
+
+class EarlyStopping:
+    """The schedule and stopping rule every training loop shares.
+
+    Evaluate every `eval_every` steps and at the last step; stop once `patience` evaluations
+    in a row did not improve on the best (the caller says what improving means and keeps the
+    best weights):
+
+        stopper = EarlyStopping(config.max_steps, config.eval_every, config.patience)
+        for step in stopper.steps():          # 1..max_steps, ending early once stopped
+            ...one optimiser step...
+            if stopper.due(step):
+                stopper.record(improved)      # after evaluating
+        stopper.stopped_early, stopper.step   # what the result records
+    """
+
+    def __init__(self, max_steps: int, eval_every: int, patience: int):
+        self.max_steps, self.eval_every, self.patience = int(max_steps), max(1, int(eval_every)), int(patience)
+        self.bad = 0          # evaluations since the last improvement
+        self.step = 0         # the last step taken
+        self.stopped = False  # patience used up
+
+    def steps(self):
+        """Steps 1..max_steps; ends after the step whose evaluation used up the patience."""
+        for step in range(1, self.max_steps + 1):
+            if self.stopped:
+                return
+            self.step = step
+            yield step
+
+    def due(self, step: int) -> bool:
+        """Whether to evaluate after this step."""
+        return step % self.eval_every == 0 or step == self.max_steps
+
+    def record(self, improved: bool) -> bool:
+        """Count an evaluation; True when training should stop."""
+        self.bad = 0 if improved else self.bad + 1
+        self.stopped = self.bad >= self.patience
+        return self.stopped
+
+    @property
+    def stopped_early(self) -> bool:
+        """Stopped by the patience rule before the last step."""
+        return self.stopped and self.step < self.max_steps
 
 
 # --------------------------------------------------------------------------- stage 02
