@@ -54,12 +54,12 @@ def tiny_run(run_dir, corpus_spec: str = SMOKE_CORPUS, aspects: Sequence[str] | 
     """
     from pathlib import Path
 
-    from workbench.aspects import load_aspects
-    from workbench.corpus import load_corpus
-    from workbench.distill import DistillConfig
-    from workbench.heads import PooledAspectModel
-    from workbench.rundir import RunDir
-    from workbench.train import TrainConfig
+    from workbench.data.aspects import load_aspects
+    from workbench.data.corpus import load_corpus
+    from workbench.embed.distill import DistillConfig
+    from workbench.embed.heads import PooledAspectModel
+    from workbench.core.rundir import RunDir
+    from workbench.embed.train import TrainConfig
 
     run = Path(run_dir)
     aspects = list(aspects or load_aspects("acl").names)
@@ -75,7 +75,7 @@ def tiny_run(run_dir, corpus_spec: str = SMOKE_CORPUS, aspects: Sequence[str] | 
     PooledAspectModel("minilm", aspects, hidden=hidden, pool=True, rank=DistillConfig().head_rank).save_pretrained(
         RunDir(run).unified_model, extra={"stage": "distill", "mode": "frozen"})
     if decoders:
-        from workbench.decoding import build_retrieval_decoders, set_default_decoder
+        from workbench.decode.decoding import build_retrieval_decoders, set_default_decoder
 
         build_retrieval_decoders(run, corpus, aspects, context=context)
         set_default_decoder(run, "retrieval")

@@ -40,9 +40,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from workbench.decoder import DecoderConfig, EmbeddingDecoder  # noqa: E402
-from workbench.devices import best_device  # noqa: E402
-from workbench.models import load_causal_lm  # noqa: E402
+from workbench.decode.soft_prompt import DecoderConfig, EmbeddingDecoder  # noqa: E402
+from workbench.core.devices import best_device  # noqa: E402
+from workbench.core.models import load_causal_lm  # noqa: E402
 
 from _smoke import add_smoke  # noqa: E402
 
@@ -130,10 +130,10 @@ def empty_spot(args, model, tokenizer) -> None:
     """Time a click on an empty spot of a map of --spot-n papers: inversion plus one description per aspect."""
     import numpy as np
 
-    from workbench.decoding import AspectDecoder, describe_with_confidence
-    from workbench.heads import PooledAspectModel
-    from workbench.retrieval_decoder import RetrievalDecoder, StatementMemory
-    from workbench.tsne import AspectMap
+    from workbench.decode.decoding import AspectDecoder, describe_with_confidence
+    from workbench.embed.heads import PooledAspectModel
+    from workbench.decode.retrieval import RetrievalDecoder, StatementMemory
+    from workbench.maps.tsne import AspectMap
 
     aspects, dim, n = ["challenge", "approach", "outcome"], 384, args.spot_n
     rng = np.random.default_rng(0)

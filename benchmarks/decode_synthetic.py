@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
 from _smoke import add_smoke  # noqa: E402
-from workbench.rundir import RunDir
+from workbench.core.rundir import RunDir
 
 
 def main() -> None:
@@ -59,13 +59,13 @@ def main() -> None:
 def measure(args) -> None:
     import numpy as np
 
-    from workbench.decoding import build_retrieval_decoders, load_decoders, round_trip
-    from workbench.distill import DistillConfig, compute_targets, documents_with_targets, train_unified_model
-    from workbench.embeddings import embed_corpus
-    from workbench.headtrain import sentence_supervision
-    from workbench.report import encode_texts
-    from workbench.train import TrainConfig, train_aspect_models
-    from workbench.views import collect_views, split_documents
+    from workbench.decode.decoding import build_retrieval_decoders, load_decoders, round_trip
+    from workbench.embed.distill import DistillConfig, compute_targets, documents_with_targets, train_unified_model
+    from workbench.embed.embeddings import embed_corpus
+    from workbench.embed.headtrain import sentence_supervision
+    from workbench.evaluate.report import encode_texts
+    from workbench.embed.train import TrainConfig, train_aspect_models
+    from workbench.data.views import collect_views, split_documents
 
     spec = importlib.util.spec_from_file_location("synthetic_corpus", ROOT / "scripts" / "synthetic_corpus.py")
     syn = importlib.util.module_from_spec(spec)

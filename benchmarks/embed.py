@@ -32,11 +32,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from workbench.aspects import load_aspects  # noqa: E402
-from workbench.corpus import load_corpus  # noqa: E402
-from workbench.devices import best_device  # noqa: E402
-from workbench.encoders import AspectEncoder  # noqa: E402
-from workbench.models import resolve_model  # noqa: E402
+from workbench.data.aspects import load_aspects  # noqa: E402
+from workbench.data.corpus import load_corpus  # noqa: E402
+from workbench.core.devices import best_device  # noqa: E402
+from workbench.embed.encoders import AspectEncoder  # noqa: E402
+from workbench.core.models import resolve_model  # noqa: E402
 
 from _smoke import add_smoke  # noqa: E402
 

@@ -43,14 +43,14 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import numpy as np  # noqa: E402
 
-from workbench import bertscore as bs  # noqa: E402
-from workbench.aspects import load_aspects  # noqa: E402
-from workbench.corpus import load_corpus  # noqa: E402
-from workbench.decoding import derangement, load_decoders  # noqa: E402
-from workbench.features import FrozenBackbone  # noqa: E402
-from workbench.models import resolve_model  # noqa: E402
-from workbench.report import embedding_rows, evaluation_corpus  # noqa: E402
-from workbench.vectors import unit_rows  # noqa: E402
+from workbench.decode import bertscore as bs  # noqa: E402
+from workbench.data.aspects import load_aspects  # noqa: E402
+from workbench.data.corpus import load_corpus  # noqa: E402
+from workbench.decode.decoding import derangement, load_decoders  # noqa: E402
+from workbench.embed.features import FrozenBackbone  # noqa: E402
+from workbench.core.models import resolve_model  # noqa: E402
+from workbench.evaluate.report import embedding_rows, evaluation_corpus  # noqa: E402
+from workbench.core.vectors import unit_rows  # noqa: E402
 
 from _smoke import add_smoke, tiny_run  # noqa: E402
 

@@ -1,6 +1,6 @@
 """Stage 01 on a CPU: seconds per (document, aspect) and tokens per second of every generator, on the same prompts.
 
-The prompts are those of `workbench.generate.generate_summaries` (ACLSum train abstracts x
+The prompts are those of `workbench.generate.summaries.generate_summaries` (ACLSum train abstracts x
 the "acl" aspect set's prompt keys, the summary prefill and stop strings, k samples
 each), generated in one process, one run, with the same sampling:
 
@@ -40,10 +40,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from workbench.aspects import load_aspects  # noqa: E402
-from workbench.corpus import load_corpus  # noqa: E402
-from workbench.generate import SUMMARY_PREFILL, SUMMARY_STOP  # noqa: E402
-from workbench.llm import Sampling, TransformersBackend  # noqa: E402
+from workbench.data.aspects import load_aspects  # noqa: E402
+from workbench.data.corpus import load_corpus  # noqa: E402
+from workbench.generate.summaries import SUMMARY_PREFILL, SUMMARY_STOP  # noqa: E402
+from workbench.generate.llm import Sampling, TransformersBackend  # noqa: E402
 
 from _smoke import add_smoke  # noqa: E402
 
@@ -99,7 +99,7 @@ def plain_generate(backend: TransformersBackend, prompts, sampling, batch_size: 
 
 def plain_cache(backend: TransformersBackend, prompts, sampling, batch_size: int) -> int:
     """The workbench backend without cascade attention: each row copies its whole prompt's keys and values."""
-    from workbench import cascade
+    from workbench.generate import cascade
 
     supports, size = cascade.supports, backend.batch_size
     cascade.supports, backend.batch_size = (lambda model: False), batch_size
@@ -140,7 +140,7 @@ def main(argv=None) -> None:
 
     import torch
 
-    from workbench.devices import free_threads
+    from workbench.core.devices import free_threads
 
     prompts = build_prompts(args.docs, args.k)
     groups = len(prompts) // args.k
@@ -168,7 +168,7 @@ def main(argv=None) -> None:
     if have_llama:
         from llama_cpp import Llama
 
-        from workbench.llm import LlamaCppBackend
+        from workbench.generate.llm import LlamaCppBackend
 
         llama = LlamaCppBackend("smollm2-135m-instruct")
         timed("workbench llama.cpp", lambda: sum(

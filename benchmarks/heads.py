@@ -35,17 +35,17 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import numpy as np  # noqa: E402
 
-from workbench.corpus import load_corpus  # noqa: E402
-from workbench.distill import DistillConfig, compute_targets, documents_with_targets, train_unified_model  # noqa: E402
-from workbench.embeddings import embed_corpus  # noqa: E402
-from workbench.evaluation import cosine_similarity_matrix, permutation_test, rowwise_spearman  # noqa: E402
-from workbench.headtrain import sentence_supervision  # noqa: E402
-from workbench.report import encode_texts, ground_truths  # noqa: E402
-from workbench.train import TrainConfig, train_aspect_models  # noqa: E402
-from workbench.views import collect_views, split_documents  # noqa: E402
+from workbench.data.corpus import load_corpus  # noqa: E402
+from workbench.embed.distill import DistillConfig, compute_targets, documents_with_targets, train_unified_model  # noqa: E402
+from workbench.embed.embeddings import embed_corpus  # noqa: E402
+from workbench.evaluate.evaluation import cosine_similarity_matrix, permutation_test, rowwise_spearman  # noqa: E402
+from workbench.embed.headtrain import sentence_supervision  # noqa: E402
+from workbench.evaluate.report import encode_texts, ground_truths  # noqa: E402
+from workbench.embed.train import TrainConfig, train_aspect_models  # noqa: E402
+from workbench.data.views import collect_views, split_documents  # noqa: E402
 
 from _smoke import add_smoke  # noqa: E402
-from workbench.rundir import RunDir
+from workbench.core.rundir import RunDir
 
 ASPECTS = ["challenge", "approach", "outcome"]
 GOALS = {"mpnet": (55, 52, 40)}  # issue 10: the diagonal with an mpnet backbone

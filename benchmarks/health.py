@@ -2,7 +2,7 @@
 
 Loads what notebook 06 has at hand (the held-out ACLSum test papers, the unified model's
 embeddings of them, the base encoder's whole-abstract embedding), runs
-`workbench.health` on them and prints the report, the reading and the seconds each part
+`workbench.evaluate.health` on them and prints the report, the reading and the seconds each part
 took. The goal: the whole check under ~30 s on 2 cores for the 100 test papers, so that it
 can live in notebook 06.
 
@@ -33,15 +33,15 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from workbench.checkpoints import load_model  # noqa: E402
-from workbench.corpus import load_corpus  # noqa: E402
-from workbench.embeddings import embed_corpus  # noqa: E402
-from workbench.health import (corpus_sentence_aspects, hard_negative_probe, health_reading,  # noqa: E402
+from workbench.embed.checkpoints import load_model  # noqa: E402
+from workbench.data.corpus import load_corpus  # noqa: E402
+from workbench.embed.embeddings import embed_corpus  # noqa: E402
+from workbench.evaluate.health import (corpus_sentence_aspects, hard_negative_probe, health_reading,  # noqa: E402
                               health_report, probe_encoder)
-from workbench.report import backbone_of, evaluation_corpus  # noqa: E402
+from workbench.evaluate.report import backbone_of, evaluation_corpus  # noqa: E402
 
 from _smoke import SMOKE_CORPUS, add_smoke, tiny_run  # noqa: E402
-from workbench.rundir import RunDir
+from workbench.core.rundir import RunDir
 
 
 def main() -> None:

@@ -23,7 +23,7 @@ one process and one run, against what a user would otherwise do:
           time includes 1/10 of a precision refresh (timed once).
 
 Threads: every method runs on the same --threads (default 1) threads: openTSNE's and
-sklearn's n_jobs, workbench.tsne.N_JOBS, BLAS (threadpoolctl) and torch. On a shared 2-core
+sklearn's n_jobs, workbench.maps.tsne.N_JOBS, BLAS (threadpoolctl) and torch. On a shared 2-core
 machine (load 3-4), 2 threads made everything slower, the small steps most: a fresh
 openTSNE fit of 250 points took 10.1 s with 2 threads against 0.7 s with 1 (sklearn 20.0
 against 1.4 s); openTSNE's transform of one point 3.4 s against 0.08 s. On an idle
@@ -57,8 +57,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 import numpy as np  # noqa: E402
 
-from workbench import tsne  # noqa: E402
-from workbench.tsne import AspectMap, calibrate_rows, weighted_features  # noqa: E402
+from workbench.maps import tsne  # noqa: E402
+from workbench.maps.tsne import AspectMap, calibrate_rows, weighted_features  # noqa: E402
 
 from _smoke import add_smoke  # noqa: E402
 

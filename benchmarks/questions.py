@@ -1,4 +1,4 @@
-"""Question axes (CQG-MBQA, `workbench.questions`) on a real run: questions, MBQA accuracy, cost, correlation.
+"""Question axes (CQG-MBQA, `workbench.questions.axes`) on a real run: questions, MBQA accuracy, cost, correlation.
 
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/questions.py [--run-dir runs/aclsum-demo]
         [--k 6] [--per-cluster 5] [--pairs 150] [--aspects challenge approach outcome] [--smoke]
@@ -41,13 +41,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 import numpy as np  # noqa: E402
 
-from workbench import questions as Q  # noqa: E402
-from workbench.corpus import load_corpus  # noqa: E402
-from workbench.embeddings import embed_corpus  # noqa: E402
-from workbench.llm import Sampling, make_backend  # noqa: E402
+from workbench.questions import axes as Q  # noqa: E402
+from workbench.data.corpus import load_corpus  # noqa: E402
+from workbench.embed.embeddings import embed_corpus  # noqa: E402
+from workbench.generate.llm import Sampling, make_backend  # noqa: E402
 
 from _smoke import add_smoke, tiny_run  # noqa: E402
-from workbench.rundir import RunDir
+from workbench.core.rundir import RunDir
 
 
 def uptime() -> str:
@@ -87,8 +87,8 @@ def measure(args) -> None:
     test = (corpus.docs["split"] == "test").to_numpy()
     backend = make_backend("transformers", batch_size=32, device="cpu")  # one batch holds a paper's questions
 
-    from workbench.checkpoints import load_model
-    from workbench.report import summary_truths
+    from workbench.embed.checkpoints import load_model
+    from workbench.evaluate.report import summary_truths
 
     held = corpus.subset(where=corpus.docs["split"] == "test")
     unified = load_model(RunDir(run_dir).unified_model, run_dir=run_dir)

@@ -58,7 +58,7 @@ def _setup(home: Path, docs: int) -> Path:
 
 
 def _run(params: Path, run_dir: Path, per_stage: bool) -> tuple[float, dict]:
-    from workbench.runner import run_pipeline
+    from workbench.run.runner import run_pipeline
 
     t0 = time.perf_counter()
     results = run_pipeline(params, run_dir=str(run_dir), report=True, progress=False, log=lambda *a: None,

@@ -6,16 +6,16 @@ and with 1 thread, (a) on the quiet machine, (b) while a competing single-thread
 run would be) keeps one core busy, and (c) beside two such jobs (--busy sets the list):
 
   encode  the packaged all-MiniLM-L6-v2 as the frozen backbone of stages 02-03
-          (`workbench.features.FrozenBackbone`: mean pooling, max length 256) encoding
+          (`workbench.embed.features.FrozenBackbone`: mean pooling, max length 256) encoding
           the first --docs (64) ACLSum train abstracts and their sentences, as stage 03's
           frozen mode reads them (`split_sentences`), batches of 32;
-  t-SNE   `workbench.tsne.AspectMap.fit(method="opentsne")` (openTSNE's k-NN affinities
+  t-SNE   `workbench.maps.tsne.AspectMap.fit(method="opentsne")` (openTSNE's k-NN affinities
           and Barnes-Hut gradient, 250 + 500 iterations) of --points (1000) random points
           in 3 aspects x 64-D (unit rows).
 
-"2 threads" means torch's intra-op threads, openTSNE's n_jobs (`workbench.tsne.N_JOBS`)
+"2 threads" means torch's intra-op threads, openTSNE's n_jobs (`workbench.maps.tsne.N_JOBS`)
 and the BLAS pools (threadpoolctl) all at 2; "1 thread" all at 1. Each condition also
-prints what `workbench.devices.free_threads()` picks (the count the workbench now uses
+prints what `workbench.core.devices.free_threads()` picks (the count the workbench now uses
 when WORKBENCH_THREADS is not set), and the table marks that column. Every timing is
 the median of --repeats (2) runs after one untimed warm-up.
 
@@ -43,11 +43,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 import numpy as np  # noqa: E402
 
-from workbench import tsne  # noqa: E402
-from workbench.corpus import load_corpus  # noqa: E402
-from workbench.devices import free_threads  # noqa: E402
-from workbench.features import FrozenBackbone  # noqa: E402
-from workbench.sentences import split_sentences  # noqa: E402
+from workbench.maps import tsne  # noqa: E402
+from workbench.data.corpus import load_corpus  # noqa: E402
+from workbench.core.devices import free_threads  # noqa: E402
+from workbench.embed.features import FrozenBackbone  # noqa: E402
+from workbench.data.sentences import split_sentences  # noqa: E402
 
 from _smoke import add_smoke  # noqa: E402
 
@@ -61,7 +61,7 @@ def spin() -> None:
 
 @contextlib.contextmanager
 def threads(n: int):
-    """torch, openTSNE (workbench.tsne.N_JOBS), the BLAS pools and WORKBENCH_THREADS at n inside the block."""
+    """torch, openTSNE (workbench.maps.tsne.N_JOBS), the BLAS pools and WORKBENCH_THREADS at n inside the block."""
     import torch
     from threadpoolctl import threadpool_limits
 

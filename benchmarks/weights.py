@@ -1,4 +1,4 @@
-"""Aspect weights fitted to a judgement (workbench/weights.py, issue 13): recovery, speed, and ACLSum.
+"""Aspect weights fitted to a judgement (workbench/maps/weights.py, issue 13): recovery, speed, and ACLSum.
 
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/weights.py [--trials 4] [--n 200] [--repeats 3]
         [--run runs/aclsum-demo] [--corpus aclsum] [--split test] [--skip-aclsum] [--smoke]
@@ -36,8 +36,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from workbench import weights as W  # noqa: E402
-from workbench.devices import one_blas_thread  # noqa: E402
+from workbench.maps import weights as W  # noqa: E402
+from workbench.core.devices import one_blas_thread  # noqa: E402
 
 from _smoke import SMOKE_CORPUS, add_smoke, tiny_run  # noqa: E402
 
@@ -106,12 +106,12 @@ def part_a(args):
 
 
 def part_b(args):
-    from workbench.aspects import load_aspects
-    from workbench.corpus import load_corpus
-    from workbench.embeddings import embed_corpus, embeddings_key
-    from workbench.rundir import RunDir
-    from workbench.evaluation import summary_similarity
-    from workbench.report import encode_texts, evaluation_corpus
+    from workbench.data.aspects import load_aspects
+    from workbench.data.corpus import load_corpus
+    from workbench.embed.embeddings import embed_corpus, embeddings_key
+    from workbench.core.rundir import RunDir
+    from workbench.evaluate.evaluation import summary_similarity
+    from workbench.evaluate.report import encode_texts, evaluation_corpus
 
     run = Path(args.run)
     model_dir = RunDir(run).unified_model

@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from workbench.corpus import load_corpus  # noqa: E402
+from workbench.data.corpus import load_corpus  # noqa: E402
 
 
 def export(out: str | Path, n: int = 100, split: str = "test", messy: bool = False,

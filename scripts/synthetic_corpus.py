@@ -42,7 +42,7 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from workbench.corpus import Corpus  # noqa: E402
+from workbench.data.corpus import Corpus  # noqa: E402
 
 ASPECTS = ["disease", "method", "population"]
 NUISANCE = "drug"

@@ -30,7 +30,7 @@ TOGETHER = {"test_decoder.py", "test_distill.py", "test_stages_04_06.py", "test_
 def _free_cores() -> int:
     """The cores free when the run started (sampled once; WORKBENCH_THREADS overrides)."""
     if not _FREE:
-        from workbench.devices import free_threads
+        from workbench.core.devices import free_threads
 
         _FREE.append(free_threads())
     return _FREE[0]
@@ -104,7 +104,7 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture
 def tiny_corpus():
     """Three short, valid abstracts."""
-    from workbench.corpus import Corpus
+    from workbench.data.corpus import Corpus
 
     return Corpus(pd.DataFrame({
         "doc_id": ["a", "b", "c"],
@@ -122,7 +122,7 @@ def notebook_kernel():
     """One kernel for the session's in-process `run_pipeline` calls (`run_pipeline(kernel=...)`):
     each run after the first skips kernel start and the torch/transformers imports (about 6 s
     of CPU). Every stage still starts from an empty namespace in its own run directory."""
-    from workbench.runner import Kernel
+    from workbench.run.runner import Kernel
 
     kernel = Kernel()
     yield kernel
@@ -133,7 +133,7 @@ def notebook_kernel():
 def short_aspects():
     """The acl preset's aspects with short instructions (tests/data/short_aspects.yaml): for tests
     that run the real SmolLM2, where reading the preset's long prompts would be most of the time."""
-    from workbench.aspects import load_aspects
+    from workbench.data.aspects import load_aspects
 
     return load_aspects(Path(__file__).parent / "data" / "short_aspects.yaml")
 
@@ -141,6 +141,6 @@ def short_aspects():
 @pytest.fixture(scope="session")
 def smollm():
     """The packaged SmolLM2 backend, loaded once for the session (converted folder cached on disk)."""
-    from workbench.llm import TransformersBackend
+    from workbench.generate.llm import TransformersBackend
 
     return TransformersBackend("smollm2-135m-instruct", batch_size=8, device="cpu")

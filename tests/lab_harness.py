@@ -37,12 +37,12 @@ WIDTH, HEIGHT = 1280, 800
 
 def tiny_map_run(run: Path) -> Path:
     """Stages 02-04's artifacts for 30 ACLSum papers: untrained frozen heads and a retrieval decoder."""
-    from workbench.corpus import load_corpus
-    from workbench.decoding import build_retrieval_decoders, calibrate_confidence, set_default_decoder
-    from workbench.distill import DistillConfig
-    from workbench.heads import PooledAspectModel
-    from workbench.rundir import RunDir
-    from workbench.train import TrainConfig
+    from workbench.data.corpus import load_corpus
+    from workbench.decode.decoding import build_retrieval_decoders, calibrate_confidence, set_default_decoder
+    from workbench.embed.distill import DistillConfig
+    from workbench.embed.heads import PooledAspectModel
+    from workbench.core.rundir import RunDir
+    from workbench.embed.train import TrainConfig
 
     corpus = load_corpus(CORPUS)
     ids = corpus.ids

@@ -21,8 +21,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 MAX_LINES = 600
 PACKAGE = ROOT / "workbench"
-MODULES = {p.stem for p in PACKAGE.glob("*.py")}
 FOLDERS = ["workbench", "tests", "scripts", "benchmarks"]
+
+
+def module_name(path: Path) -> str:
+    """A package file's dotted name below workbench: "embed.train", "embed" for embed/__init__.py, "" for the top."""
+    parts = list(path.relative_to(PACKAGE).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(p) for p in PACKAGE.rglob("*.py")} - {""}
 
 
 def python_files(folders=FOLDERS) -> list[Path]:
@@ -30,32 +38,49 @@ def python_files(folders=FOLDERS) -> list[Path]:
     return sorted(p for folder in folders for p in (ROOT / folder).rglob("*.py"))
 
 
+def _resolve(module: str, names) -> list[tuple[str, str | None]]:
+    """(module, name or None) for `from workbench.<module> import names`: a name that is a submodule counts as one."""
+    out = []
+    for name in names:
+        sub = f"{module}.{name}" if module else name
+        out.append((sub, None) if sub in MODULES else (module, name))
+    return [(m, n) for m, n in out if m in MODULES]
+
+
 def workbench_imports(path: Path) -> list[tuple[str, str | None, int]]:
     """(module, imported name or None, line) for every import of a workbench module in a file, wherever it stands."""
-    in_package = path.parent == PACKAGE
+    in_package = PACKAGE in path.parents
+    package = module_name(path).split(".") if in_package else []
+    if in_package and path.name != "__init__.py":
+        package = package[:-1]  # a module's relative imports start from the package that holds it
     found = []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
-            found += [(a.name.split(".")[1], None, node.lineno) for a in node.names
-                      if a.name.startswith("workbench.")]
+            found += [(a.name[len("workbench."):], None, node.lineno) for a in node.names
+                      if a.name.startswith("workbench.") and a.name[len("workbench."):] in MODULES]
         elif isinstance(node, ast.ImportFrom):
-            module = node.module or ""
             if node.level and in_package:
-                module = f"workbench.{module}" if module else "workbench"
-            if module == "workbench":  # from workbench import tsne / from . import tsne
-                found += [(a.name, None, node.lineno) for a in node.names if a.name in MODULES]
-            elif module.startswith("workbench."):
-                found += [(module.split(".")[1], a.name, node.lineno) for a in node.names]
-    return [(m, name, line) for m, name, line in found if m in MODULES]
+                base = [p for p in package if p][:len([p for p in package if p]) - (node.level - 1)]
+                module = ".".join(base + ([node.module] if node.module else []))
+            elif node.module == "workbench" or (node.module or "").startswith("workbench."):
+                module = node.module[len("workbench."):] if node.module != "workbench" else ""
+            else:
+                continue
+            found += [(m, n, node.lineno) for m, n in _resolve(module, [a.name for a in node.names])]
+    return found
 
 
 def import_graph() -> dict[str, dict[str, int]]:
     """{module: {module it imports: line of the first such import}} over the package."""
     graph = {}
     for path in python_files(["workbench"]):
-        edges = graph.setdefault(path.stem, {})
+        me = module_name(path)
+        if not me:
+            continue
+        edges = graph.setdefault(me, {})
         for module, _, line in workbench_imports(path):
-            if module != path.stem:
+            # A module importing its own package's __init__ (or a package its own modules) is no cycle to fix.
+            if module != me and not me.startswith(module + ".") and not module.startswith(me + "."):
                 edges.setdefault(module, line)
     return graph
 
@@ -93,30 +118,36 @@ def cycles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
 
 def private_uses(path: Path) -> list[str]:
     """Each use of another workbench module's private name in a file, as "path:line: what"."""
-    own = path.stem if path.parent == PACKAGE else None
+    own = module_name(path) if PACKAGE in path.parents else None
     where = path.relative_to(ROOT)
     tree = ast.parse(path.read_text(encoding="utf-8"))
     found = [f"{where}:{line}: from {module} import {name}" for module, name, line in workbench_imports(path)
              if name and name.startswith("_") and not name.startswith("__") and module != own]
-    # The names a module is bound to in this file: `from workbench import tsne as T`, `import workbench.tsne as T`.
+    # The names a module is bound to in this file: `from workbench.maps import tsne as T`, `import workbench.x.y as T`.
     bound = {}
     for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            bound.update({a.asname: a.name.split(".")[1] for a in node.names
-                          if a.asname and a.name.startswith("workbench.")})
-        elif isinstance(node, ast.ImportFrom) and (node.module == "workbench" or node.level and not node.module):
-            bound.update({a.asname or a.name: a.name for a in node.names if a.name in MODULES})
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            modules = [m for m, n, line in workbench_imports_of(node, path) if n is None]
+            names = [a.asname or a.name for a in node.names]
+            if isinstance(node, ast.Import):
+                bound.update({a.asname: a.name[len("workbench."):] for a in node.names
+                              if a.asname and a.name[len("workbench."):] in MODULES})
+            else:
+                bound.update({alias: m for alias, m in zip(names, modules)} if len(modules) == len(names) else {})
     for node in ast.walk(tree):
         if not (isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")):
             continue
-        value, module = node.value, None
-        if isinstance(value, ast.Name):
-            module = bound.get(value.id)
-        elif isinstance(value, ast.Attribute) and isinstance(value.value, ast.Name) and value.value.id == "workbench":
-            module = value.attr  # workbench.tsne._name
+        chain = ast.unparse(node.value)
+        module = bound.get(chain) if isinstance(node.value, ast.Name) else (
+            chain[len("workbench."):] if chain.startswith("workbench.") else None)
         if module in MODULES and module != own:
             found.append(f"{where}:{node.lineno}: {module}.{node.attr}")
     return found
+
+
+def workbench_imports_of(node, path: Path) -> list[tuple[str, str | None, int]]:
+    """workbench_imports for one import statement of a file."""
+    return [f for f in workbench_imports(path) if f[2] == node.lineno]
 
 
 def test_the_checks_find_what_they_look_for(tmp_path, monkeypatch):
@@ -125,9 +156,11 @@ def test_the_checks_find_what_they_look_for(tmp_path, monkeypatch):
     assert cycles({"a": {"b": 1}, "b": {}}) == []
     monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
     probe = tmp_path / "probe.py"
-    probe.write_text("from workbench import tsne as T\nimport workbench.llm\nfrom workbench.models import _x, y\n"
-                     "def f():\n    return T._a, workbench.llm._b, T.public, T.__name__\n")
-    assert private_uses(probe) == ["probe.py:3: from models import _x", "probe.py:5: tsne._a", "probe.py:5: llm._b"]
+    probe.write_text("from workbench.maps import tsne as T\nimport workbench.generate.llm\n"
+                     "from workbench.core.models import _x, y\n"
+                     "def f():\n    return T._a, workbench.generate.llm._b, T.public, T.__name__\n")
+    assert private_uses(probe) == ["probe.py:3: from core.models import _x", "probe.py:5: maps.tsne._a",
+                                   "probe.py:5: generate.llm._b"]
 
 
 def test_no_import_cycles_in_the_package():

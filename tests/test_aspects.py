@@ -1,4 +1,4 @@
-"""Tests for workbench.aspects: presets, prompt rendering, judge prompts and validation."""
+"""Tests for workbench.data.aspects: presets, prompt rendering, judge prompts and validation."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import time
 import pytest
 import yaml
 
-from workbench.aspects import (
+from workbench.data.aspects import (
     GENERATION_PLACEHOLDERS,
     JUDGE_PLACEHOLDERS,
     AspectConfigError,

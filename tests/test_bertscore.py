@@ -1,11 +1,11 @@
-"""BERTScore (`workbench/bertscore.py`) against the bert-score package, and its reading once per text."""
+"""BERTScore (`workbench/decode/bertscore.py`) against the bert-score package, and its reading once per text."""
 
 import numpy as np
 import pytest
 
-from workbench import bertscore
-from workbench.features import FrozenBackbone, text_key
-from workbench.models import resolve_model
+from workbench.decode import bertscore
+from workbench.embed.features import FrozenBackbone, text_key
+from workbench.core.models import resolve_model
 
 CANDIDATES = ["We parse sentences with a graph-based dependency parser.",
               "A new corpus of noisy user text for translation.",
@@ -60,7 +60,7 @@ def test_one_pass_gives_the_pooled_vector_and_keeps_the_tokens(monkeypatch):
 
 
 def test_stage_06_truths_keep_the_summaries_for_bertscore(tmp_path):
-    from workbench.report import encode_texts
+    from workbench.evaluate.report import encode_texts
 
     texts = ["Parsing noisy tweets.", "Filtering summaries by entailment."]
     vectors = encode_texts("minilm", texts, run_dir=tmp_path, keep_layer=6)
@@ -71,7 +71,7 @@ def test_stage_06_truths_keep_the_summaries_for_bertscore(tmp_path):
 
 def test_kept_texts_are_bounded_and_scores_do_not_change(monkeypatch, tmp_path):
     """A kernel kept from run to run holds at most MAX_KEPT texts per store; evicted texts are read again."""
-    from workbench import report
+    from workbench.evaluate import report
 
     full = bertscore.f1(CANDIDATES[:3], REFERENCES[:3], "minilm", 6)
     bertscore.TOKENS.clear()

@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from workbench.cascade import PromptStore, cascade, read_prefix, supports
-from workbench.llm import Sampling, filtered_probs, pack_groups
+from workbench.generate.cascade import PromptStore, cascade, read_prefix, supports
+from workbench.generate.llm import Sampling, filtered_probs, pack_groups
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""The confidence shown beside a decoded text (workbench/decoding.py): its rule, checked by hand."""
+"""The confidence shown beside a decoded text (workbench/decode/decoding.py): its rule, checked by hand."""
 
 import json
 
@@ -6,9 +6,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from workbench.decoding import (confidence_check, confidence_label, confidence_level, confidence_levels,
+from workbench.decode.decoding import (confidence_check, confidence_label, confidence_level, confidence_levels,
                                 load_confidence, neighbour_density, save_confidence)
-from workbench.rundir import RunDir
+from workbench.core.rundir import RunDir
 
 
 def test_neighbour_density_skips_the_point_itself_and_averages_the_k_nearest():

@@ -1,4 +1,4 @@
-"""Tests for workbench.corpus: loaders for every format, validation, subsetting, saving."""
+"""Tests for workbench.data.corpus: loaders for every format, validation, subsetting, saving."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from workbench.cli import main as cli_main
-from workbench.corpus import (
+from workbench.data.corpus import (
     Corpus,
     CorpusError,
     ValidationReport,

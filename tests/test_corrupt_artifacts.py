@@ -43,8 +43,8 @@ CASES = [
 
 @pytest.mark.parametrize("pattern, breaks, outcome", CASES, ids=[c[0] for c in CASES])
 def test_a_corrupt_artifact_is_rebuilt_or_named(pristine, tmp_path, pattern, breaks, outcome, capsys):
-    from workbench.corpus import load_corpus
-    from workbench.explore import Explorer
+    from workbench.data.corpus import load_corpus
+    from workbench.maps.explore import Explorer
 
     run = tmp_path / "run"
     shutil.copytree(pristine, run)

@@ -1,4 +1,4 @@
-"""Embedding decoder (workbench/decoder.py): soft-token path, loss masking, frozen LM, tiny training, checkpoints.
+"""Embedding decoder (workbench/decode/soft_prompt.py): soft-token path, loss masking, frozen LM, tiny training, checkpoints.
 
 The packaged SmolLM2-135M-Instruct is loaded once for the module. The tiny training run
 (slow tier) is shared by the tests of what a decoder learns; the checkpoint and generation
@@ -14,10 +14,10 @@ import pytest
 import torch
 from torch import nn
 
-from workbench.decoder import CONFIG_NAME, HISTORY_NAME, WEIGHTS_NAME, DecoderConfig, EmbeddingDecoder
-from workbench.decodertrain import train_decoder
-from workbench.encoders import CheckpointError
-from workbench.rundir import RunDir
+from workbench.decode.soft_prompt import CONFIG_NAME, HISTORY_NAME, WEIGHTS_NAME, DecoderConfig, EmbeddingDecoder
+from workbench.decode.decodertrain import train_decoder
+from workbench.embed.encoders import CheckpointError
+from workbench.core.rundir import RunDir
 
 EMB_DIM = 16
 SENTENCES = [
@@ -30,7 +30,7 @@ N_TRAIN = 10  # items 10 and 11 are the validation set
 
 @pytest.fixture(scope="module")
 def lm():
-    from workbench.models import load_causal_lm
+    from workbench.core.models import load_causal_lm
 
     return load_causal_lm("smollm2-135m-instruct", device="cpu")
 
@@ -260,7 +260,7 @@ def test_shared_decoder_aspect_token(lm, tmp_path):
 
 
 def _data(aspect, emb):
-    from workbench.decoding import DecoderData
+    from workbench.decode.decoding import DecoderData
 
     return DecoderData(aspect=aspect, doc_ids=[f"d{i}" for i in range(len(SENTENCES))], embeddings=emb,
                        texts=[[s] for s in SENTENCES], train_idx=list(range(N_TRAIN)),
@@ -268,7 +268,7 @@ def _data(aspect, emb):
 
 
 def test_train_decoders_resume_and_load(lm, tmp_path):
-    from workbench.decoding import DONE_NAME, load_decoders, train_decoders
+    from workbench.decode.decoding import DONE_NAME, load_decoders, train_decoders
 
     emb = _embeddings(len(SENTENCES))
     data = {"a": _data("a", emb), "b": _data("b", emb[::-1].copy())}
@@ -299,7 +299,7 @@ def test_train_decoders_resume_and_load(lm, tmp_path):
 
 
 def test_bertscore_prefers_the_matching_text():
-    from workbench.decoding import bertscore
+    from workbench.decode.decoding import bertscore
 
     refs = [["Frogs sing at night near ponds."], ["Bees make honey.", "Frogs sing at night."]]
     f1 = bertscore(["Frogs sing at night near ponds.", "Frogs sing at night."], refs, model="minilm")
@@ -319,8 +319,8 @@ def test_bertscore_prefers_the_matching_text():
 
 
 def test_round_trip_rank_against_brute_force():
-    from workbench.decoding import round_trip
-    from workbench.encoders import AspectEncoder
+    from workbench.decode.decoding import round_trip
+    from workbench.embed.encoders import AspectEncoder
 
     torch.manual_seed(0)
     model = AspectEncoder.from_base("minilm", ["method"], dim=32, pooling="mean")
@@ -342,7 +342,7 @@ def test_round_trip_rank_against_brute_force():
 
 @pytest.mark.slow
 def test_decoding_report_on_tiny_decoder(trained):
-    from workbench.decoding import AspectDecoder, decoding_report, figure3_table
+    from workbench.decode.decoding import AspectDecoder, decoding_report, figure3_table
 
     result, emb = trained
     dec = AspectDecoder("a", result.decoder)

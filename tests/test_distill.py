@@ -13,13 +13,13 @@ import pytest
 import torch
 import yaml
 
-from workbench import distill
-from workbench.distill import (DistillCollate, DistillConfig, MissingTeachersError, aspect_space_correlations,
+from workbench.embed import distill
+from workbench.embed.distill import (DistillCollate, DistillConfig, MissingTeachersError, aspect_space_correlations,
                                check_teachers, compute_targets, distill_loss, embed_corpus, evaluate_distill,
                                load_targets, train_unified_baseline, train_unified_model)
-from workbench.encoders import AspectEncoder, CheckpointError
-from workbench.training import stack_targets
-from workbench.rundir import RunDir
+from workbench.embed.encoders import AspectEncoder, CheckpointError
+from workbench.embed.training import stack_targets
+from workbench.core.rundir import RunDir
 
 ASPECTS = ["challenge", "approach", "outcome"]
 DIM = 16
@@ -45,8 +45,8 @@ def _run_dir(tmp_path: Path, teachers: Path) -> Path:
 @pytest.fixture(scope="module")
 def aclsum_small():
     """20 train + 6 validation ACLSum papers, with at most two human views per aspect (small and fast)."""
-    from workbench.corpus import load_corpus
-    from workbench.views import collect_views
+    from workbench.data.corpus import load_corpus
+    from workbench.data.views import collect_views
 
     corpus = load_corpus("aclsum:train,validation")
     train = [d for d, s in zip(corpus.ids, corpus.docs["split"]) if s == "train"][:20]
@@ -261,7 +261,7 @@ def test_aspect_space_correlations():
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_distill_notebook_runs_through_papermill(tmp_path, teachers, notebook_kernel):
-    from workbench.runner import run_pipeline
+    from workbench.run.runner import run_pipeline
 
     run = _run_dir(tmp_path, teachers)
     params = tmp_path / "tiny.yaml"
@@ -280,7 +280,7 @@ def test_distill_notebook_runs_through_papermill(tmp_path, teachers, notebook_ke
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_distill_notebook_without_aspect_models_says_run_02(tmp_path, notebook_kernel):
-    from workbench.runner import run_pipeline
+    from workbench.run.runner import run_pipeline
 
     with pytest.raises(RuntimeError) as err:
         run_pipeline(None, run_dir=str(tmp_path / "run"), stages=["03_distill"], report=False, log=lambda *a: None,
@@ -292,7 +292,7 @@ def test_distill_curves_put_the_validation_mse_on_its_own_axis():
     import matplotlib
 
     matplotlib.use("Agg")
-    from workbench.display import plot_distill_curves
+    from workbench.core.display import plot_distill_curves
 
     evals = [{"step": s, "loss": 0.002 - s * 1e-5, "mrr": 0.9, "train_loss": 4.0 - s / 100,
               "aspects": {"a": {"mrr": 0.9}}, "best": s == 20} for s in (0, 10, 20)]

@@ -20,7 +20,7 @@ FIELD = re.compile(r"^\w+: [\w\[\], .|\"']+( = .+)?$")
 
 def duplicate_blocks() -> list[tuple[list[str], list[str]]]:
     """[(places, lines)] for every block symilar reports in workbench/*.py."""
-    files = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "workbench").glob("*.py"))
+    files = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "workbench").rglob("*.py"))
     symilar = Path(sys.executable).parent / "symilar"
     out = subprocess.run([str(symilar), "-d", str(MIN_LINES), "--ignore-docstrings", "--ignore-comments",
                           *files], cwd=ROOT, capture_output=True, text=True, check=False).stdout

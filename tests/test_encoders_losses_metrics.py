@@ -9,9 +9,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from workbench.encoders import AspectEncoder, CheckpointError
-from workbench.losses import info_nce, masked_mse
-from workbench.metrics import mean_rank, mrr, retrieval_ranks, retrieval_report
+from workbench.embed.encoders import AspectEncoder, CheckpointError
+from workbench.embed.losses import info_nce, masked_mse
+from workbench.evaluate.metrics import mean_rank, mrr, retrieval_ranks, retrieval_report
 
 # ---------------------------------------------------------------- info_nce
 
@@ -252,7 +252,7 @@ def _copy(saved, tmp_path):
 def test_checkpoint_errors_name_the_problem(saved, tmp_path):
     with pytest.raises(CheckpointError, match="does not exist"):
         AspectEncoder.from_pretrained(tmp_path / "nowhere")
-    from workbench.models import resolve_model
+    from workbench.core.models import resolve_model
 
     with pytest.raises(CheckpointError, match="not a workbench encoder checkpoint.*from_base"):
         AspectEncoder.from_pretrained(resolve_model("minilm").path)

@@ -6,7 +6,7 @@ PAYLOAD = "<img src=x onerror=alert(1)>"
 
 
 def test_styled_tables_escape_cells_and_labels():
-    from workbench.display import styled
+    from workbench.core.display import styled
 
     frame = pd.DataFrame({PAYLOAD: [0.5]}, index=[f"aspect {PAYLOAD}"]).assign(view=[PAYLOAD])
     html = styled(frame).format("{:.0%}", subset=[PAYLOAD]).to_html()
@@ -27,4 +27,4 @@ def test_notebooks_style_tables_only_through_the_escaping_helper():
     from pathlib import Path
 
     for path in sorted(Path(__file__).resolve().parents[1].glob("notebooks/*.ipynb")):
-        assert not re.search(r"\\.style\\b", path.read_text()), f"{path.name} styles a table without workbench.display.styled"
+        assert not re.search(r"\\.style\\b", path.read_text()), f"{path.name} styles a table without workbench.core.display.styled"

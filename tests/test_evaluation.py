@@ -1,4 +1,4 @@
-"""Evaluation metrics (workbench.evaluation) against independent computations on small fixed inputs."""
+"""Evaluation metrics (workbench.evaluate.evaluation) against independent computations on small fixed inputs."""
 
 import json
 import math
@@ -8,9 +8,9 @@ import pandas as pd
 import pytest
 from scipy.stats import spearmanr
 
-from workbench import evaluation as ev
+from workbench.evaluate import evaluation as ev
 from workbench.cli import main
-from workbench.rundir import RunDir
+from workbench.core.rundir import RunDir
 
 
 def _sym(rng, n, integer=False):
@@ -300,7 +300,7 @@ def test_plots_draw(tmp_path):
 
 def test_permutation_test_is_not_fooled_by_scale():
     """A worse S_a on another similarity scale must not come out significant (raw cell mixing did)."""
-    from workbench.evaluation import permutation_test
+    from workbench.evaluate.evaluation import permutation_test
 
     rng = np.random.default_rng(1)
     n = 40
@@ -334,7 +334,7 @@ def _heads_case(n=30, seed=3):
 
 
 def test_head_vs_backbone_known_answers():
-    from workbench.report import head_vs_backbone
+    from workbench.evaluate.report import head_vs_backbone
 
     heads, truths, backbone = _heads_case()
     table = head_vs_backbone(heads, truths, ["a", "b"], backbone, n_permutations=50, seed=0)
@@ -357,7 +357,7 @@ def test_head_vs_backbone_known_answers():
 
 
 def test_head_vs_backbone_own_head_not_best_and_missing_truth():
-    from workbench.report import head_vs_backbone
+    from workbench.evaluate.report import head_vs_backbone
 
     heads, truths, backbone = _heads_case()
     heads = {"a": heads["a"], "b": truths["a"].copy()}  # head b follows aspect a, not b
@@ -374,7 +374,7 @@ def test_head_backbone_intervals_and_plot():
     import matplotlib
 
     matplotlib.use("Agg")
-    from workbench.report import head_backbone_intervals, head_vs_backbone, plot_head_vs_backbone
+    from workbench.evaluate.report import head_backbone_intervals, head_vs_backbone, plot_head_vs_backbone
 
     heads, truths, backbone = _heads_case()
     intervals = head_backbone_intervals(heads, truths, ["a", "b"], backbone, seed=0)
@@ -389,7 +389,7 @@ def test_head_backbone_intervals_and_plot():
 
 
 def test_backbone_of_reads_the_unified_config(tmp_path):
-    from workbench.report import backbone_of
+    from workbench.evaluate.report import backbone_of
 
     folder = RunDir(tmp_path).unified_model
     folder.mkdir()
@@ -407,7 +407,7 @@ def test_backbone_of_reads_the_unified_config(tmp_path):
 
 
 def test_truth_suffix_names_the_encoder():
-    from workbench.report import with_truth_suffix
+    from workbench.evaluate.report import with_truth_suffix
 
     table = pd.DataFrame({"challenge": [1.0], "approach": [2.0]}, index=["unified:challenge"])
     assert list(with_truth_suffix(table, "minilm").columns) == ["challenge @minilm", "approach @minilm"]
@@ -416,7 +416,7 @@ def test_truth_suffix_names_the_encoder():
 def test_truths_by_encoder_main_and_other_encoders(monkeypatch):
     from types import SimpleNamespace
 
-    from workbench import report
+    from workbench.evaluate import report
 
     seen = []
 
@@ -442,9 +442,9 @@ def test_truths_by_encoder_main_and_other_encoders(monkeypatch):
 
 def test_encode_texts_encodes_each_text_once_and_matches_the_encoder(tmp_path, monkeypatch):
     """Stage 06 meets one summary in the truths, Table 1 and the reference rows: one encoder pass, kept in the run."""
-    from workbench import report
-    from workbench.encoders import AspectEncoder
-    from workbench.features import FrozenBackbone
+    from workbench.evaluate import report
+    from workbench.embed.encoders import AspectEncoder
+    from workbench.embed.features import FrozenBackbone
 
     calls = []
     embed = FrozenBackbone.embed
@@ -470,7 +470,7 @@ def test_encode_texts_encodes_each_text_once_and_matches_the_encoder(tmp_path, m
 
 def test_table3_compares_the_reconstructed_papers_with_the_matching_embedding_of_the_same_papers():
     """The reconstructed columns cover a few papers; their 'same papers' columns are the matching ones on those."""
-    from workbench.report import decoding_table
+    from workbench.evaluate.report import decoding_table
 
     class Decoder:  # the decoding.Decoder interface
         aspect, reports_unconditioned, names_sources = "a", False, False

@@ -1,4 +1,4 @@
-"""Explorer (workbench/explore.py): the map callbacks, on a run folder made of untrained models.
+"""Explorer (workbench/maps/explore.py): the map callbacks, on a run folder made of untrained models.
 
 The untrained unified model and aspect models are real checkpoints (MiniLM with fresh 16-d
 heads), so every path is the one a trained run takes; the numbers are checked against a
@@ -8,16 +8,16 @@ brute-force computation, not for quality.
 import numpy as np
 import pytest
 import torch
-from workbench.rundir import RunDir
+from workbench.core.rundir import RunDir
 
 ASPECTS = ["challenge", "approach"]
 
 
 @pytest.fixture(scope="module")
 def explorer_run(tmp_path_factory):
-    from workbench.corpus import load_corpus
-    from workbench.encoders import AspectEncoder
-    from workbench.explore import Explorer
+    from workbench.data.corpus import load_corpus
+    from workbench.embed.encoders import AspectEncoder
+    from workbench.maps.explore import Explorer
 
     run = tmp_path_factory.mktemp("explore")
     torch.manual_seed(0)
@@ -40,7 +40,7 @@ def test_tap_escapes_paper_text(explorer_run):
 
 
 def test_search_with_a_negative_weight_matches_brute_force(explorer_run):
-    from workbench.encoders import AspectEncoder
+    from workbench.embed.encoders import AspectEncoder
 
     run, docs, explorer = explorer_run
     queries = {"approach": ("We train a neural parser.", 1.0), "challenge": ("Parsing is slow.", -0.5)}
@@ -88,7 +88,7 @@ def _probs(vectors):
 
 def _save_axes(run, aspect, dim=16):
     """Hand-set MBQA weights saved the way stage 07 saves them (questions.save_mbqa)."""
-    from workbench.questions import make_mbqa, save_mbqa
+    from workbench.questions.axes import make_mbqa, save_mbqa
 
     model = make_mbqa(dim, len(QUESTIONS))
     with torch.no_grad():
@@ -103,7 +103,7 @@ def _save_axes(run, aspect, dim=16):
 @pytest.fixture(scope="module")
 def axes_explorer(explorer_run, tmp_path_factory):
     """The same run (models and cached embeddings linked, not copied) with question axes for "challenge" only."""
-    from workbench.explore import Explorer
+    from workbench.maps.explore import Explorer
 
     run, docs, _ = explorer_run
     other = tmp_path_factory.mktemp("explore_axes")
@@ -114,8 +114,8 @@ def axes_explorer(explorer_run, tmp_path_factory):
 
 
 def test_compare_html_agrees_and_disagrees_with_hand_computed_answers(tmp_path):
-    from workbench.explore import compare_html
-    from workbench.questions import QuestionAxes
+    from workbench.maps.explore import compare_html
+    from workbench.questions.axes import QuestionAxes
 
     _save_axes(tmp_path, "challenge")
     axes = {"challenge": QuestionAxes.load(tmp_path, "challenge")}
@@ -143,7 +143,7 @@ def test_compare_html_agrees_and_disagrees_with_hand_computed_answers(tmp_path):
 
 def _pane_arguments(explorer, monkeypatch, **options) -> dict:
     """What Explorer.pane hands MapPane (a stub: building the widgets is test_mapview's business, and slow)."""
-    from workbench import pane
+    from workbench.maps import pane
 
     seen = {}
     monkeypatch.setattr(pane, "MapPane", lambda *args, **kwargs: seen.update(kwargs, meta=args[1]))
@@ -163,7 +163,7 @@ def test_no_question_axes_changes_nothing(explorer_run, monkeypatch):
 
 
 def test_explorer_compares_papers_and_a_tapped_spot(axes_explorer, monkeypatch):
-    from workbench.explore import compare_html
+    from workbench.maps.explore import compare_html
 
     ex = axes_explorer
     assert list(ex.question_axes()) == ["challenge"]  # "approach" has no axes: left out, no error
@@ -187,7 +187,7 @@ def test_explorer_compares_papers_and_a_tapped_spot(axes_explorer, monkeypatch):
 
 def test_region_question_labels_and_hover_questions_come_from_the_papers(axes_explorer, tmp_path,
                                                                           monkeypatch):
-    from workbench.mapview import cluster_labels
+    from workbench.maps.mapview import cluster_labels
 
     ex = axes_explorer
     labels = ex.region_labels(3, by="questions")
@@ -210,7 +210,7 @@ def test_region_question_labels_and_hover_questions_come_from_the_papers(axes_ex
         assert hover[i] == ("challenge: " + " / ".join(top) if top else "")
     assert ex.hover_questions({"approach": 1.0}) is None  # no axes for the weighted aspect
 
-    from workbench import mapview  # what export hands export_html (the page itself: test_mapview)
+    from workbench.maps import mapview  # what export hands export_html (the page itself: test_mapview)
 
     seen = {}
     monkeypatch.setattr(mapview, "export_html", lambda path, coords, meta, **kw: seen.update(kw, coords=coords))
@@ -225,7 +225,7 @@ def test_region_question_labels_and_hover_questions_come_from_the_papers(axes_ex
 
 
 def test_the_empty_spot_is_between_regions_and_away_from_every_paper():
-    from workbench.explore import empty_spot
+    from workbench.maps.explore import empty_spot
 
     rng = np.random.default_rng(0)
     # Three blobs in a row: the midpoint of the two outer (largest) ones falls inside the middle one.

@@ -15,14 +15,18 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from workbench import decoding, llm, mapview, readers, report
-from workbench.aspects import load_aspects
-from workbench.columns import Raw
-from workbench.corpus import Corpus, load_corpus
-from workbench.generate import generate_summaries, summaries_frame
-from workbench.rundir import RunDir
-from workbench.runmetrics import RunMetrics, load_metrics
-from workbench.sampling import Completion
+from workbench.decode import decoding
+from workbench.generate import llm
+from workbench.maps import mapview
+from workbench.data import readers
+from workbench.evaluate import report
+from workbench.data.aspects import load_aspects
+from workbench.data.columns import Raw
+from workbench.data.corpus import Corpus, load_corpus
+from workbench.generate.summaries import generate_summaries, summaries_frame
+from workbench.core.rundir import RunDir
+from workbench.evaluate.runmetrics import RunMetrics, load_metrics
+from workbench.generate.sampling import Completion
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -156,10 +160,10 @@ def test_a_stage_06_table_lands_in_metrics(restore, tmp_path):
 
 def test_plugins_named_in_the_environment_load_in_every_process(tmp_path):
     (tmp_path / "my_extension.py").write_text(
-        "from workbench import readers\n"
+        "from workbench.data import readers\n"
         "readers.register_reader('toyfmt', lambda path, encoding: None, ['.toy'])\n")
     env = {**os.environ, "WORKBENCH_PLUGINS": "my_extension", "PYTHONPATH": str(tmp_path)}
-    out = subprocess.run([sys.executable, "-c", "import workbench.readers as r; print(r.SUPPORTED_FORMATS['.toy'])"],
+    out = subprocess.run([sys.executable, "-c", "import workbench.data.readers as r; print(r.SUPPORTED_FORMATS['.toy'])"],
                          env=env, capture_output=True, text=True, cwd=ROOT)
     assert out.stdout.strip() == "toyfmt", out.stderr
     env["WORKBENCH_PLUGINS"] = "no_such_extension"

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from workbench.files import RunLock, RunLockedError, write_json, write_text
-from workbench.runner import run_pipeline
+from workbench.core.files import RunLock, RunLockedError, write_json, write_text
+from workbench.run.runner import run_pipeline
 
 KERNEL = {"name": "python3", "language": "python", "display_name": "Python 3"}
 
@@ -82,7 +82,7 @@ def test_a_full_disk_names_the_stage_and_file_and_the_next_run_succeeds(small_di
 
 def test_a_lock_is_refused_while_held_and_free_once_its_holder_is_killed(tmp_path):
     holder = subprocess.Popen([sys.executable, "-c", (
-        "import sys, time\nfrom workbench.files import RunLock\n"
+        "import sys, time\nfrom workbench.core.files import RunLock\n"
         f"with RunLock({str(tmp_path)!r}, 'the holder'):\n    print('held', flush=True)\n    time.sleep(60)")],
         stdout=subprocess.PIPE, text=True)
     try:
@@ -106,7 +106,7 @@ def test_two_runs_at_once_one_refuses_and_changes_nothing(tmp_path):
     notebooks = _notebooks(tmp_path / "notebooks", code)
     run = tmp_path / "run"
     first = subprocess.Popen([sys.executable, "-c", (
-        "from workbench.runner import run_pipeline\n"
+        "from workbench.run.runner import run_pipeline\n"
         f"run_pipeline(None, run_dir={str(run)!r}, notebook_dir=__import__('pathlib').Path({str(notebooks)!r}), "
         "report=False, progress=False, overrides={'sleep': 8.0})")], stdout=subprocess.DEVNULL)
     try:
@@ -127,7 +127,7 @@ def test_two_runs_at_once_one_refuses_and_changes_nothing(tmp_path):
 
 def test_a_notice_of_a_stage_reaches_the_terminal_and_the_closing_summary(tmp_path, capsys):
     """What a stage did not do (decoding off, a table skipped) is not found only inside its report."""
-    code = {"01_note": "from workbench.progress import notice\nnotice('decoding off: no decoders in this run')\n"
+    code = {"01_note": "from workbench.core.progress import notice\nnotice('decoding off: no decoders in this run')\n"
                        "print('an ordinary line')"}
     notebooks = _notebooks(tmp_path / "notebooks", code)
     logged = []

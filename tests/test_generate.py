@@ -3,12 +3,12 @@
 import pandas as pd
 import pytest
 
-from workbench.aspects import load_aspects
-from workbench.corpus import Corpus
-from workbench.display import summary_examples_html
-from workbench.generate import (generate_summaries, judge_pairs, judgement_store, not_applicable_share,
+from workbench.data.aspects import load_aspects
+from workbench.data.corpus import Corpus
+from workbench.core.display import summary_examples_html
+from workbench.generate.summaries import (generate_summaries, judge_pairs, judgement_store, not_applicable_share,
                                 sample_pairs, summaries_frame)
-from workbench.llm import Sampling
+from workbench.generate.llm import Sampling
 
 pytestmark = pytest.mark.slow
 

@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 
 from stand_ins import BagOfWords
-from workbench.rundir import RunDir
+from workbench.core.rundir import RunDir
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 
@@ -41,8 +41,8 @@ def cell_source(notebook: str, marker: str) -> str:
 
 def test_long_abstract_is_cut_at_load_and_still_reported(tmp_path, capsys):
     from workbench.cli import main as cli_main
-    from workbench import corpus as corpus_module
-    from workbench.corpus import load_corpus
+    from workbench.data import corpus as corpus_module
+    from workbench.data.corpus import load_corpus
 
     long_text = "Words of a whole paper pasted into the abstract cell. " * 1000  # 54,000 characters
     path = tmp_path / "long.jsonl"
@@ -74,7 +74,7 @@ def test_long_abstract_is_cut_at_load_and_still_reported(tmp_path, capsys):
 
 def _small_corpus():
     """Six training papers and ONE validation paper: too few to train, so the teacher is the encoder itself."""
-    from workbench.corpus import Corpus
+    from workbench.data.corpus import Corpus
 
     rows = []
     for i, topic in enumerate(["asthma", "diabetes", "migraine", "arthritis", "gout", "acne", "lupus"]):
@@ -86,8 +86,8 @@ def _small_corpus():
 
 
 def _train_twice(tmp_path, monkeypatch):
-    import workbench.train as train
-    from workbench.train import TrainConfig, train_aspect_models
+    import workbench.embed.train as train
+    from workbench.embed.train import TrainConfig, train_aspect_models
 
     monkeypatch.setattr(train, "frozen_backbone", lambda name, pooling="mean": BagOfWords())
     corpus = _small_corpus()
@@ -122,7 +122,7 @@ def test_training_writes_strict_json(tmp_path, monkeypatch):
 
 
 def test_the_json_writer_maps_nan_and_inf_to_null(tmp_path):
-    from workbench.files import json_text, write_json  # what training, distillation and the runner write with
+    from workbench.core.files import json_text, write_json  # what training, distillation and the runner write with
 
     data = {"a": float("nan"), "b": [float("inf"), -float("inf"), np.float32("nan"), np.float64(1.5)],
             "c": {"d": (1, float("nan"))}, "e": None, "f": "NaN"}
@@ -137,7 +137,7 @@ def test_the_json_writer_maps_nan_and_inf_to_null(tmp_path):
 
 
 def test_faithfulness_table_of_no_metrics_is_empty_with_its_index_named():
-    from workbench.decoding import faithfulness_table
+    from workbench.decode.decoding import faithfulness_table
 
     empty = faithfulness_table({})
     assert empty.empty and list(empty.index.names) == ["aspect", "decoder"]
@@ -155,10 +155,10 @@ def test_notebook_04_says_faithfulness_was_skipped_when_no_aspect_has_two_valida
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from workbench import decoding
-    from workbench.display import html_table, styled
-    from workbench.faithfulness import FAITHFULNESS_COUNTS
-    from workbench.progress import notice
+    from workbench.decode import decoding
+    from workbench.core.display import html_table, styled
+    from workbench.decode.faithfulness import FAITHFULNESS_COUNTS
+    from workbench.core.progress import notice
 
     monkeypatch.setattr(decoding, "load_decoders", lambda *a, **k: {"x": None, "y": None})
     shown = []
@@ -184,13 +184,13 @@ def test_notebook_04_says_faithfulness_was_skipped_when_no_aspect_has_two_valida
 
 @pytest.mark.parametrize("value", [float("nan"), np.float32("nan"), None, pd.NA, "", "   "])
 def test_missing_summary_falls_back_to_the_title(value):
-    from workbench.corpus import text_or
+    from workbench.data.corpus import text_or
 
     assert text_or(value, "The title") == "The title"
 
 
 def test_present_summary_is_kept():
-    from workbench.corpus import text_or
+    from workbench.data.corpus import text_or
 
     assert text_or("The approach is X.", "The title") == "The approach is X."
     assert text_or(None, float("nan")) == ""

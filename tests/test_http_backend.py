@@ -33,10 +33,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from workbench.aspects import load_aspects
-from workbench.corpus import Corpus
-from workbench.generate import SUMMARY_STOP, GenerationError, generate_summaries, summary_store
-from workbench.llm import BackendError, Completion, OpenAIBackend, Sampling
+from workbench.data.aspects import load_aspects
+from workbench.data.corpus import Corpus
+from workbench.generate.summaries import SUMMARY_STOP, GenerationError, generate_summaries, summary_store
+from workbench.generate.llm import BackendError, Completion, OpenAIBackend, Sampling
 
 try:
     import pytest_timeout  # noqa: F401
@@ -344,7 +344,7 @@ def real_server(tmp_path_factory):
         import uvicorn  # noqa: F401
     except ImportError:
         pytest.skip("transformers serve needs fastapi and uvicorn: install the dev extra (transformers[serving])")
-    from workbench.models import prepare_causal_lm
+    from workbench.core.models import prepare_causal_lm
 
     folder = prepare_causal_lm("smollm2-135m-instruct")
     port = free_port()

@@ -38,11 +38,11 @@ WATCHED = ("bokeh", "jupyter_bokeh", "ipywidgets", "jupyter-widgets", "workbench
 
 
 def _pane_cells(run: Path, load_bokehjs: bool = True) -> list[str]:
-    setup = (f"from workbench.corpus import load_corpus\nfrom workbench.explore import Explorer\n"
+    setup = (f"from workbench.data.corpus import load_corpus\nfrom workbench.maps.explore import Explorer\n"
              f"docs = load_corpus({CORPUS!r})\n"
              f"explorer = Explorer({str(run)!r}, docs, {ASPECTS!r}, perplexity=5.0, seed=0)")
     if not load_bokehjs:
-        setup = "import workbench.pane\nworkbench.pane.LOAD_BOKEHJS = False  # the negative control\n" + setup
+        setup = "import workbench.maps.pane\nworkbench.maps.pane.LOAD_BOKEHJS = False  # the negative control\n" + setup
     return [setup, "pane = explorer.pane(labels=3)\npane"]
 
 

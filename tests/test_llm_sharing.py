@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from workbench.aspects import load_aspects
-from workbench.generate import SUMMARY_PREFILL, SUMMARY_STOP, generate_summaries, summaries_frame
-from workbench.llm import Completion, Sampling, common_prefix, cut_at_stop, plan_batches
+from workbench.data.aspects import load_aspects
+from workbench.generate.summaries import SUMMARY_PREFILL, SUMMARY_STOP, generate_summaries, summaries_frame
+from workbench.generate.llm import Completion, Sampling, common_prefix, cut_at_stop, plan_batches
 
 
 def test_common_prefix():
@@ -92,7 +92,7 @@ def test_resume_redoes_work_when_the_prompt_or_the_model_changes(tiny_corpus, tm
 
 def test_an_answer_that_repeats_the_instructions_is_not_a_summary(tiny_corpus, tmp_path):
     """The aspect's description or an example sentence copied back is unparsed; the abstract's own words are not."""
-    from workbench.parsing import copies_instructions
+    from workbench.generate.parsing import copies_instructions
 
     aspects = load_aspects("acl").subset(["challenge"])
     example = "Neural machine translation systems degrade sharply when little parallel data is available for a language pair."
@@ -111,7 +111,7 @@ def test_an_answer_that_repeats_the_instructions_is_not_a_summary(tiny_corpus, t
     assert frame.at["a", "status"] == "unparsed" and "repeats the prompt's instructions" in frame.at["a", "error"]
     assert frame.at["c", "status"] == "unparsed"  # the aspect's description
     assert frame.at["b", "status"] == "ok"  # words from the abstract, though the example shares some
-    from workbench.display import summary_examples_html
+    from workbench.core.display import summary_examples_html
 
     shown = summary_examples_html(tiny_corpus, summaries_frame(tmp_path))
     assert "[unparsed: repeats the prompt&#x27;s instructions" in shown  # the report says why
@@ -166,7 +166,7 @@ def test_shared_reading_gives_the_answers_of_plain_generate(greedy_references, s
     plain transformers cache that models without cascade support get.
     """
     if path == "plain cache":
-        monkeypatch.setattr("workbench.cascade.supports", lambda model: False)
+        monkeypatch.setattr("workbench.generate.cascade.supports", lambda model: False)
     conversations, want = greedy_references
     greedy = Sampling(temperature=0, max_new_tokens=20, stop=SUMMARY_STOP)
     got = dict(smollm.complete(conversations, greedy, prefill=SUMMARY_PREFILL))
@@ -195,7 +195,7 @@ def test_samples_of_one_prompt_differ_and_stop_on_their_own(tiny_corpus, smollm,
 @pytest.mark.slow
 def test_llama_cpp_backend_samples_differ_and_end_like_transformers(tiny_corpus, short_aspects):
     pytest.importorskip("llama_cpp")
-    from workbench.llm import LlamaCppBackend
+    from workbench.generate.llm import LlamaCppBackend
 
     backend = LlamaCppBackend("smollm2-135m-instruct", n_threads=1)
     messages = short_aspects.messages("approach", tiny_corpus.texts()[0])
@@ -207,7 +207,7 @@ def test_llama_cpp_backend_samples_differ_and_end_like_transformers(tiny_corpus,
 
 
 def test_credentials_in_a_server_url_never_reach_messages():
-    from workbench.llm import OpenAIBackend, without_credentials
+    from workbench.generate.llm import OpenAIBackend, without_credentials
 
     assert without_credentials("http://user:sk-secret123@host:8000/v1") == "http://***@host:8000/v1"
     assert without_credentials("http://host/v1") == "http://host/v1"
@@ -221,7 +221,7 @@ def test_credentials_in_a_server_url_never_reach_messages():
 
 
 def test_examples_show_the_aspects_in_one_order_for_every_paper(tiny_corpus, tmp_path):
-    from workbench.display import summary_examples_html
+    from workbench.core.display import summary_examples_html
 
     aspects = load_aspects("acl").subset(["challenge", "approach"])
     generate_summaries(tiny_corpus, aspects, FakeBackend(), tmp_path, k=2, progress=False)
@@ -235,7 +235,7 @@ def test_examples_show_the_aspects_in_one_order_for_every_paper(tiny_corpus, tmp
 def test_a_long_prompt_does_not_size_the_batch_of_short_ones():
     """Every answer of a batch holds the batch's longest prompt: a budget of cells (answers x columns)
     keeps a 5,000-token abstract out of the short prompts' batch (stage 01 had reached 13.6 GB)."""
-    from workbench.llm import pack_groups
+    from workbench.generate.llm import pack_groups
 
     prompts = [[1, 2, 3] + [4] * 200 + [k] for k in range(6)] + [[1, 2, 3] + [4] * 200 + [9] * 4800]
     repeats = [4] * 7

@@ -13,9 +13,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from workbench import mapview
-from workbench.mapview import cluster_labels, export_html, map_figure, map_frame
-from workbench.pane import MapPane
+from workbench.maps import mapview
+from workbench.maps.mapview import cluster_labels, export_html, map_figure, map_frame
+from workbench.maps.pane import MapPane
 
 N = 60
 XSS_TITLE = "<script>alert(1)</script><script>document.title='PWNED'</script>"
@@ -267,7 +267,7 @@ def test_display_is_an_ipywidgets_layout(pane):
 
 
 def test_pane_without_bokehjs_only_for_the_negative_control(meta, presets, monkeypatch):
-    from workbench import pane as pane_module
+    from workbench.maps import pane as pane_module
 
     monkeypatch.setattr(pane_module, "LOAD_BOKEHJS", False)
     pane = MapPane(presets["balanced"], meta, ["method", "task"], {"method": 1.0, "task": 3.0})
@@ -277,7 +277,7 @@ def test_pane_without_bokehjs_only_for_the_negative_control(meta, presets, monke
 
 
 def test_marked_pairs_fit_the_weights_and_relayout(meta, presets):
-    from workbench.weights import WeightFit
+    from workbench.maps.weights import WeightFit
 
     coords = presets["balanced"]
     rec = Recorder(coords)
@@ -462,7 +462,7 @@ def test_exported_page_escapes_text_and_runs_its_widgets(pages, tmp_path, preset
     # The caption says what a dot, a colour and a distance are, under the preset's weights.
     assert "Each dot is a paper" in out["caption_before"] and "method 0.50, task 0.50" in out["caption_before"]
     assert "(method 1.00)" in out["caption_after"] and "colours are regions" in out["caption_after"]
-    from workbench.mapview import legend_html
+    from workbench.maps.mapview import legend_html
 
     legend = legend_html([(0, 0, "a <b>region</b>")], {"method": 0.3, "task": 0.7})
     assert "described in their <i>task</i> aspect" in legend and "a &lt;b&gt;region&lt;/b&gt;" in legend

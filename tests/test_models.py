@@ -4,7 +4,7 @@ import time
 
 import pytest
 
-from workbench.models import PACKAGED, ModelNotFoundError, model_table, prepare_causal_lm, resolve_model
+from workbench.core.models import PACKAGED, ModelNotFoundError, model_table, prepare_causal_lm, resolve_model
 
 
 def test_packaged_names_resolve_to_installed_files():
@@ -56,7 +56,7 @@ def test_gguf_conversion_is_cached():
 
 
 def test_devices_are_detected_not_hard_coded(monkeypatch):
-    from workbench.devices import best_device
+    from workbench.core.devices import best_device
 
     assert best_device() in {"cpu", "cuda", "mps"}
     monkeypatch.setenv("WORKBENCH_DEVICE", "cpu")
@@ -65,7 +65,7 @@ def test_devices_are_detected_not_hard_coded(monkeypatch):
 
 def test_a_conversion_that_lost_the_race_keeps_the_winners_folder(tmp_path):
     """Two workers converting one model: the second rename finds the folder done and drops its copy."""
-    from workbench.models import publish_folder
+    from workbench.core.models import publish_folder
 
     folder = tmp_path / "converted"
     for pid in (1, 2):
@@ -90,7 +90,8 @@ def test_thread_counts_come_from_the_free_cores_or_the_environment(monkeypatch):
 
     import torch
 
-    from workbench import devices, tsne
+    from workbench.core import devices
+    from workbench.maps import tsne
 
     monkeypatch.setenv("WORKBENCH_THREADS", "3")
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
@@ -149,7 +150,7 @@ def test_thread_counts_come_from_the_free_cores_or_the_environment(monkeypatch):
 
 
 def test_cache_keyword_follows_the_models_forward():
-    from workbench.models import cache_keyword
+    from workbench.core.models import cache_keyword
 
     class New:
         def forward(self, input_ids=None, cache=None, use_cache=None):

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from workbench.rundir import RunDir
+from workbench.core.rundir import RunDir
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
@@ -110,8 +110,8 @@ def test_every_stage_runs_on_an_own_corpus_from_relative_paths(own_run):
                                                                                            ".json", ".log"}]
     assert len(written) > 10 and not [p for p in written if SECRET in p.read_text(errors="replace")]
     # the ids are derived from the content: the stored summaries name them
-    from workbench.corpus import load_corpus
-    from workbench.generate import summaries_frame
+    from workbench.data.corpus import load_corpus
+    from workbench.generate.summaries import summaries_frame
 
     corpus = load_corpus(home / "papers.csv", encoding="latin-1", abstract_column=ABSTRACT_COLUMN)
     assert corpus.docs["title"].str.startswith("Übersetzung").any()
@@ -138,10 +138,10 @@ def test_a_reordered_reexport_with_one_more_paper_generates_only_that_paper(own_
     """
     home, result = own_run
     assert result.returncode == 0
-    from workbench.aspects import load_aspects
-    from workbench.corpus import load_corpus
-    from workbench.generate import SUMMARY_STOP, generate_summaries
-    from workbench.llm import Sampling
+    from workbench.data.aspects import load_aspects
+    from workbench.data.corpus import load_corpus
+    from workbench.generate.summaries import SUMMARY_STOP, generate_summaries
+    from workbench.generate.llm import Sampling
 
     rows = list(csv.reader((home / "papers.csv").open(newline="", encoding="latin-1")))
     _export(home / "more.csv", 9)
@@ -156,9 +156,9 @@ def test_a_reordered_reexport_with_one_more_paper_generates_only_that_paper(own_
 def test_a_messy_ris_export_goes_through_generation(tmp_path, smollm, short_aspects, capsys):
     """A record without ER and an abstract over two AB tags: reported, repaired, and every paper summarised once."""
     from workbench.cli import main
-    from workbench.corpus import load_corpus
-    from workbench.generate import SUMMARY_STOP, generate_summaries
-    from workbench.llm import Sampling
+    from workbench.data.corpus import load_corpus
+    from workbench.generate.summaries import SUMMARY_STOP, generate_summaries
+    from workbench.generate.llm import Sampling
 
     _export(tmp_path / "papers.ris", 6)
     assert main(["validate", str(tmp_path / "papers.ris")]) == 0  # warnings, no errors

@@ -2,7 +2,7 @@
 
 import pytest
 
-from workbench.parsing import NOT_APPLICABLE, is_not_applicable, parse_judgement, parse_sentence
+from workbench.generate.parsing import NOT_APPLICABLE, is_not_applicable, parse_judgement, parse_sentence
 
 
 @pytest.mark.parametrize("answer, expected", [

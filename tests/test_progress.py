@@ -2,7 +2,7 @@
 
 import io
 
-from workbench.progress import close_bar, progress_bar
+from workbench.core.progress import close_bar, progress_bar
 
 
 def test_a_bar_stopped_early_ends_at_its_count_not_in_red():
@@ -32,7 +32,7 @@ def test_a_bar_stopped_early_ends_at_its_count_not_in_red():
 def test_models_load_without_transformers_bars_and_leave_them_as_they_were():
     from transformers.utils import logging as hf_logging
 
-    from workbench.models import no_loading_bars
+    from workbench.core.models import no_loading_bars
 
     assert hf_logging.is_progress_bar_enabled()
     with no_loading_bars():

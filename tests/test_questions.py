@@ -1,4 +1,4 @@
-"""Question axes (workbench.questions): parsing, dedupe, resumable stores, MBQA, compare, save/load.
+"""Question axes (workbench.questions.axes): parsing, dedupe, resumable stores, MBQA, compare, save/load.
 
 The LLM is a scripted fake with the backends' `complete` interface, except in the one
 slow test that runs the packaged SmolLM2 end to end.
@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 import torch
 
-from workbench import questions as Q
-from workbench.evaluation import correlation_table
-from workbench.llm import Completion, Sampling
-from workbench.vectors import unit_rows
+from workbench.questions import axes as Q
+from workbench.evaluate.evaluation import correlation_table
+from workbench.generate.llm import Completion, Sampling
+from workbench.core.vectors import unit_rows
 
 
 class Scripted:
@@ -307,7 +307,7 @@ def test_real_smollm_end_to_end(tmp_path):
 
     (With 12 papers the 135M model's answers rarely pass the discrimination filter, so the
     classifier is trained here on every parsed answer it gave.)"""
-    from workbench.llm import make_backend
+    from workbench.generate.llm import make_backend
 
     backend = make_backend("transformers", batch_size=16, device="cpu")
     ids, vectors, statements = _topic_corpus(n_per=6)

@@ -11,8 +11,8 @@ from collections import Counter
 import pytest
 import torch
 
-from workbench.generate import generate_summaries, summary_store
-from workbench.llm import (Completion, LlamaCppBackend, OpenAIBackend, Sampling, TransformersBackend, draw,
+from workbench.generate.summaries import generate_summaries, summary_store
+from workbench.generate.llm import (Completion, LlamaCppBackend, OpenAIBackend, Sampling, TransformersBackend, draw,
                            request_seed)
 
 SAMPLING = Sampling(max_new_tokens=10, seed=0)
@@ -35,7 +35,7 @@ def uninterrupted(tmp_path_factory, smollm, short_aspects):
     """Store A: the tiny corpus under two aspects, k=2, in one uninterrupted call; its texts by request."""
     import pandas as pd
 
-    from workbench.corpus import Corpus
+    from workbench.data.corpus import Corpus
 
     run_dir = tmp_path_factory.mktemp("uninterrupted")
     report = generate_summaries(Corpus(pd.DataFrame(DOCS)), short_aspects.subset(["challenge", "approach"]), smollm,
@@ -80,7 +80,7 @@ def test_a_request_alone_stores_what_it_does_among_others(uninterrupted, tiny_co
 @pytest.mark.parametrize("path", ["cascade", "plain cache"])
 def test_the_backend_gives_a_request_the_same_answer_in_any_batch(tiny_corpus, smollm, short_aspects, path, monkeypatch):
     if path == "plain cache":
-        monkeypatch.setattr("workbench.cascade.supports", lambda model: False)
+        monkeypatch.setattr("workbench.generate.cascade.supports", lambda model: False)
     requests = [(doc, key, sample) for doc in tiny_corpus.ids for key in ("challenge", "approach")
                 for sample in range(2)]
     texts = dict(zip(tiny_corpus.ids, tiny_corpus.texts()))

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from workbench.retrieval_decoder import (FORMAT, MEMORY_NAME, RetrievalDecoder, StatementMemory,
+from workbench.decode.retrieval import (FORMAT, MEMORY_NAME, RetrievalDecoder, StatementMemory,
                                          load_retrieval_decoders, save_memories)
 
 D = 16
@@ -85,7 +85,7 @@ def test_rewrite_is_kept_only_where_it_lands_nearer(memory, monkeypatch):
 
 
 def test_bad_memories_and_folders_are_named(memory, tmp_path):
-    from workbench.encoders import CheckpointError
+    from workbench.embed.encoders import CheckpointError
 
     with pytest.raises(ValueError, match="3 texts, 2 doc ids"):
         StatementMemory("method", ["a", "b", "c"], ["p", "q"], ["x"] * 3, np.zeros((3, D)))
@@ -118,7 +118,7 @@ def test_saved_memory_loads_back_identically(memory, tmp_path):
 
 
 def test_describe_with_confidence_names_the_source_paper(memory):
-    from workbench.decoding import describe_with_confidence
+    from workbench.decode.decoding import describe_with_confidence
 
     encoder = TableEncoder(dict(zip(memory.texts, memory.vectors)))
     decoder = RetrievalDecoder(memory, encoder, lm=None)
@@ -132,7 +132,7 @@ def test_describe_with_confidence_names_the_source_paper(memory):
 
 
 def test_decoding_report_keeps_each_paper_out_of_its_own_decoding(memory):
-    from workbench.decoding import decoding_report
+    from workbench.decode.decoding import decoding_report
 
     encoder = TableEncoder(dict(zip(memory.texts, memory.vectors)))
     decoder = RetrievalDecoder(memory, encoder, lm=None)
@@ -148,7 +148,7 @@ def test_decoding_report_keeps_each_paper_out_of_its_own_decoding(memory):
     assert all(src != own for src, own in zip(examples["from paper"], papers))
     known = set(zip(memory.texts, memory.doc_ids))
     assert all((t, src) in known for t, src in zip(examples["decoded"], examples["from paper"]))
-    from workbench.decoding import figure3_table
+    from workbench.decode.decoding import figure3_table
 
     table = figure3_table({"a": examples}, titles={d: f"Title of {d}" for d in memory.doc_ids}, n=4)
     assert table["taken from"].str.startswith("Title of p").all()
@@ -160,7 +160,7 @@ def test_decoding_report_keeps_each_paper_out_of_its_own_decoding(memory):
 def test_perplexity_against_an_independent_log_softmax_and_the_controls():
     import torch
 
-    from workbench.models import load_causal_lm
+    from workbench.core.models import load_causal_lm
 
     lm = load_causal_lm("smollm2-135m-instruct", device="cpu")
     texts = ["We parse sentences with a graph-based dependency parser.",
@@ -203,7 +203,7 @@ def test_perplexity_against_an_independent_log_softmax_and_the_controls():
 
 
 def test_legend_escapes_paper_text_and_states_the_weights():
-    from workbench.mapview import label_source_data, legend_html
+    from workbench.maps.mapview import label_source_data, legend_html
 
     labels = [(0.0, 1.0, "<script>alert(1)</script>", "from: <img src=x onerror=alert(2)>"), (2.0, 3.0, "plain")]
     html = legend_html(labels, {"method": 0.25, "task": 0.75}, ["#ff0000", "#00ff00"])
@@ -216,7 +216,7 @@ def test_legend_escapes_paper_text_and_states_the_weights():
 
 def test_both_decoder_kinds_offer_the_one_decoder_interface(memory):
     """Callers rely on `decoding.Decoder` (statements, describe, perplexities), not on sniffing for methods."""
-    from workbench.decoding import AspectDecoder, Decoder
+    from workbench.decode.decoding import AspectDecoder, Decoder
 
     retrieval = RetrievalDecoder(memory, None, lm=None)
     assert isinstance(retrieval, Decoder) and retrieval.names_sources

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from workbench.rundir import STAGE_ARTIFACTS, RunDir, aspect_model_dir, read_split
-from workbench.runmetrics import RunMetrics, load_metrics
+from workbench.core.rundir import STAGE_ARTIFACTS, RunDir, aspect_model_dir, read_split
+from workbench.evaluate.runmetrics import RunMetrics, load_metrics
 
 
 def test_run_dir_is_a_path_and_names_the_artifacts(tmp_path):

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 import workbench
-from workbench.runner import (
+from workbench.run.runner import (
     NOTEBOOKS,
     RunConfigError,
     available_stages,
@@ -21,7 +21,7 @@ from workbench.runner import (
 
 def test_stages_are_found():
     assert available_stages()[0] == "01_generate"
-    from workbench.runner import OPTIONAL_STAGES
+    from workbench.run.runner import OPTIONAL_STAGES
 
     assert set(OPTIONAL_STAGES) <= set(available_stages())  # named only on request, but real notebooks
 
@@ -229,7 +229,7 @@ class _Terminal(io.StringIO):
 def test_progress_line_shows_cells_time_and_the_cells_own_bar():
     import nbformat
 
-    from workbench.runner import Progress
+    from workbench.run.runner import Progress
 
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("a = 1"), nbformat.v4.new_code_cell("  "),
                                          nbformat.v4.new_markdown_cell("text"), nbformat.v4.new_code_cell("b = 2")])
@@ -284,7 +284,7 @@ def test_a_tiny_notebook_through_the_engine_shows_progress_and_sums_up(tmp_path,
     relative corpus path arrives absolute, and the summary lists what the stage wrote and its report."""
     import nbformat
 
-    from workbench import runner
+    from workbench.run import runner
 
     notebooks = tmp_path / "notebooks"
     notebooks.mkdir()
@@ -363,7 +363,7 @@ def test_stages_share_one_kernel_each_from_an_empty_namespace(tmp_path, per_stag
 def test_a_kernel_passed_in_serves_two_runs_and_stays_up(tmp_path):
     """run_pipeline(kernel=...): the second run's stages run in the same process, in its own run
     directory (the kernel started in the first) and from an empty namespace; the caller closes it."""
-    from workbench.runner import Kernel
+    from workbench.run.runner import Kernel
 
     _two_stage_notebooks(tmp_path / "notebooks")
     kernel = Kernel()

@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from workbench import runconfig, runner
-from workbench.runner import RunConfigError, load_params, run_pipeline
+from workbench.run import runconfig
+from workbench.run import runner
+from workbench.run.runner import RunConfigError, load_params, run_pipeline
 
 ROOT = Path(__file__).resolve().parent.parent
 HEX32 = "3f9a1c7e5b2d4f6081a9c3e7b5d2f4a6"
@@ -196,7 +197,7 @@ def _texts(value):
 @pytest.mark.parametrize("source", ["aclsum", "data/example.csv"])
 def test_no_text_of_the_test_corpora_looks_like_a_key(source, monkeypatch):
     """Abstracts, titles, ids, human summaries and highlights: `-p new_abstract="..."` takes such text."""
-    from workbench.corpus import load_corpus
+    from workbench.data.corpus import load_corpus
 
     monkeypatch.chdir(ROOT)
     docs = load_corpus(source).docs

@@ -5,13 +5,13 @@ import json
 import pandas as pd
 import pytest
 
-from workbench.aspects import load_aspects
-from workbench.corpus import Corpus
-from workbench.llm import Completion
-from workbench.parsing import parse_sentence_labels
-from workbench.sentence_labels import (LABEL_PREFILL, SENTENCE_LABELS, label_messages, label_sentences,
+from workbench.data.aspects import load_aspects
+from workbench.data.corpus import Corpus
+from workbench.generate.llm import Completion
+from workbench.generate.parsing import parse_sentence_labels
+from workbench.generate.sentence_labels import (LABEL_PREFILL, SENTENCE_LABELS, label_messages, label_sentences,
                                        labels_table, load_sentence_labels, prompt_hash, sentence_labels_frame)
-from workbench.sentences import split_sentences
+from workbench.data.sentences import split_sentences
 
 NAMES = ["challenge", "approach", "outcome"]
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from workbench.rundir import RunDir
+from workbench.core.rundir import RunDir
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
 ASPECTS = ["challenge", "approach"]
@@ -33,7 +33,7 @@ OLD_RUN = Path(__file__).resolve().parent / "data" / "run_made_before_rundir"
 
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory, notebook_kernel):
-    from workbench.runner import run_pipeline
+    from workbench.run.runner import run_pipeline
 
     root = tmp_path_factory.mktemp("pipeline")
     params = root / "tiny.yaml"

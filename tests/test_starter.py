@@ -6,7 +6,7 @@ from workbench.cli import main
 
 
 def test_a_starter_file_loads_and_carries_the_default_prompt(tmp_path, capsys):
-    from workbench.aspects import load_aspects
+    from workbench.data.aspects import load_aspects
 
     target = tmp_path / "my_field"
     assert main(["aspects", "new", str(target), "--aspect", "disease: the disease or condition studied",
@@ -43,10 +43,10 @@ def test_an_existing_file_is_not_replaced_without_force(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_stage_01_runs_with_a_starter_file(tmp_path, smollm):
-    from workbench.aspects import load_aspects
-    from workbench.corpus import load_corpus
-    from workbench.generate import SUMMARY_STOP, generate_summaries
-    from workbench.llm import Sampling
+    from workbench.data.aspects import load_aspects
+    from workbench.data.corpus import load_corpus
+    from workbench.generate.summaries import SUMMARY_STOP, generate_summaries
+    from workbench.generate.llm import Sampling
 
     assert main(["aspects", "new", str(tmp_path / "acl_words"), "--aspect", "challenge: the problem the paper "
                  "addresses", "--aspect", "approach: how the paper addresses it"]) == 0
@@ -57,7 +57,7 @@ def test_stage_01_runs_with_a_starter_file(tmp_path, smollm):
 
 
 def test_runs_lists_run_directories_and_cleans_only_their_caches(tmp_path, capsys):
-    from workbench.files import RunLock
+    from workbench.core.files import RunLock
 
     run = tmp_path / "runs" / "demo"
     (run / "features" / "x").mkdir(parents=True)

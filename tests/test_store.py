@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from workbench.store import RecordStore, StoreError
+from workbench.core.store import RecordStore, StoreError
 
 KEY = ("doc_id", "key", "sample")
 
@@ -68,7 +68,7 @@ def test_second_writer_is_refused(tmp_path):
     first = RecordStore(path, KEY)
     first.append([rec("a", 0)])
     code = textwrap.dedent(f"""
-        from workbench.store import RecordStore, StoreError
+        from workbench.core.store import RecordStore, StoreError
         try:
             RecordStore({str(path)!r}, {KEY!r}).append([{{"doc_id": "b", "key": "k", "sample": 0}}])
         except StoreError as exc:
@@ -88,10 +88,10 @@ ABSTRACTS = {
 SHORT_ASPECTS = Path(__file__).parent / "data" / "short_aspects.yaml"  # the `short_aspects` fixture's file
 KILL_SCRIPT = f"""
 import sys
-from workbench.aspects import load_aspects
-from workbench.corpus import Corpus
-from workbench.generate import generate_summaries
-from workbench.llm import Sampling, TransformersBackend
+from workbench.data.aspects import load_aspects
+from workbench.data.corpus import Corpus
+from workbench.generate.summaries import generate_summaries
+from workbench.generate.llm import Sampling, TransformersBackend
 import pandas as pd
 abstracts = {ABSTRACTS!r}
 corpus = Corpus(pd.DataFrame({{"doc_id": list(abstracts), "title": [""] * 3, "abstract": list(abstracts.values())}}))
@@ -118,9 +118,9 @@ def test_killed_generation_resumes_without_loss_or_duplicates(tmp_path, smollm, 
     """
     import pandas as pd
 
-    from workbench.corpus import Corpus
-    from workbench.generate import generate_summaries
-    from workbench.llm import Sampling
+    from workbench.data.corpus import Corpus
+    from workbench.generate.summaries import generate_summaries
+    from workbench.generate.llm import Sampling
 
     script = tmp_path / "gen.py"
     script.write_text(KILL_SCRIPT)

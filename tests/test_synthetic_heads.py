@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from workbench.rundir import RunDir
+from workbench.core.rundir import RunDir
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -29,9 +29,9 @@ _spec.loader.exec_module(syn)
 
 
 def test_generator_is_deterministic_independent_and_highlights_are_abstract_sentences(tmp_path):
-    from workbench.corpus import load_corpus
-    from workbench.sentences import split_sentences
-    from workbench.views import collect_views
+    from workbench.data.corpus import load_corpus
+    from workbench.data.sentences import split_sentences
+    from workbench.data.views import collect_views
 
     corpus = syn.synthetic_corpus(n_train=60, n_val=24, n_test=36, seed=3)
     docs = corpus.docs
@@ -115,13 +115,13 @@ def one_thread():
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_frozen_heads_follow_their_own_factor_and_not_the_nuisance(tmp_path, one_thread):
-    from workbench.distill import DistillConfig, compute_targets, documents_with_targets, train_unified_model
-    from workbench.embeddings import embed_corpus
-    from workbench.evaluation import cosine_similarity_matrix, label_similarity, rowwise_spearman
-    from workbench.headtrain import sentence_supervision
-    from workbench.report import encode_texts
-    from workbench.train import TrainConfig, train_aspect_models
-    from workbench.views import collect_views, split_documents
+    from workbench.embed.distill import DistillConfig, compute_targets, documents_with_targets, train_unified_model
+    from workbench.embed.embeddings import embed_corpus
+    from workbench.evaluate.evaluation import cosine_similarity_matrix, label_similarity, rowwise_spearman
+    from workbench.embed.headtrain import sentence_supervision
+    from workbench.evaluate.report import encode_texts
+    from workbench.embed.train import TrainConfig, train_aspect_models
+    from workbench.data.views import collect_views, split_documents
 
     t0 = time.perf_counter()
     aspects, factors = syn.ASPECTS, syn.FACTORS

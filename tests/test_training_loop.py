@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from workbench.training import EarlyStopping
+from workbench.embed.training import EarlyStopping
 
 PACKAGE = Path(__file__).resolve().parents[1] / "workbench"
 
@@ -46,7 +46,7 @@ def test_early_stopping_matches_the_hand_written_loop(max_steps, eval_every, pat
 def test_every_training_loop_of_the_package_uses_it():
     """No hand-written `for step in range(...)` / `while step < ...` loop is left (llm.py's token loop aside)."""
     hand_written = []
-    for path in sorted(PACKAGE.glob("*.py")):
+    for path in sorted(PACKAGE.rglob("*.py")):
         if path.name in ("llm.py", "training.py"):  # generating tokens; EarlyStopping.steps itself
             continue
         for node in ast.walk(ast.parse(path.read_text())):

@@ -1,4 +1,4 @@
-"""Aspect-weighted t-SNE maps (workbench.tsne), checked against sklearn, torch autograd and the full (n+1)-point KL."""
+"""Aspect-weighted t-SNE maps (workbench.maps.tsne), checked against sklearn, torch autograd and the full (n+1)-point KL."""
 
 import math
 import tracemalloc
@@ -8,8 +8,8 @@ import pytest
 import torch
 from scipy.spatial.distance import squareform
 
-from workbench import tsne
-from workbench.tsne import (AspectMap, conditional_probabilities, joint_probabilities, kl_divergence,
+from workbench.maps import tsne
+from workbench.maps.tsne import (AspectMap, conditional_probabilities, joint_probabilities, kl_divergence,
                             normalize_weights, weighted_distance, weighted_features)
 
 

@@ -3,9 +3,9 @@
 import json
 import random
 
-from workbench.corpus import load_corpus
-from workbench.views import collect_views, split_documents
-from workbench.rundir import RunDir
+from workbench.data.corpus import load_corpus
+from workbench.data.views import collect_views, split_documents
+from workbench.core.rundir import RunDir
 
 
 def write_store(run_dir, records):
@@ -41,8 +41,8 @@ def test_human_views_of_the_test_split_never_appear(tmp_path):
 
 
 def test_held_out_papers_are_not_summarised_and_a_test_only_corpus_is_not_held_out(tmp_path):
-    from workbench.report import evaluation_corpus
-    from workbench.views import held_out_ids, trainable
+    from workbench.evaluate.report import evaluation_corpus
+    from workbench.data.views import held_out_ids, trainable
 
     corpus = load_corpus("aclsum")
     test_ids = set(corpus.docs.loc[corpus.docs["split"] == "test", "doc_id"])
@@ -84,7 +84,7 @@ def test_stage_06_pairs_of_the_held_out_papers_raise_no_changed_corpus_warning(t
     """The run's summaries of training papers are outside the held-out part by design, not a changed corpus."""
     import warnings
 
-    from workbench.report import evaluation_corpus, retrieval_pairs
+    from workbench.evaluate.report import evaluation_corpus, retrieval_pairs
 
     corpus = load_corpus("aclsum")
     train_id = corpus.docs.loc[corpus.docs["split"] == "train", "doc_id"].iloc[0]

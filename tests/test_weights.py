@@ -1,4 +1,4 @@
-"""Aspect weights fitted to the user's judgement (workbench/weights.py, issue 13)."""
+"""Aspect weights fitted to the user's judgement (workbench/maps/weights.py, issue 13)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from sklearn.metrics import roc_auc_score
 
-from workbench import weights as W
-from workbench.weights import WeightFit, fit_weights, pair_cosines, pairs_from_groups, pairs_from_labels
+from workbench.maps import weights as W
+from workbench.maps.weights import WeightFit, fit_weights, pair_cosines, pairs_from_groups, pairs_from_labels
 
 ASPECTS = ("a0", "a1", "a2")
 
@@ -252,7 +252,7 @@ def test_large_judgements_are_subsampled_with_the_seed(corpus):
 
 
 def test_explorer_fit_weights_refits_the_map_with_the_positive_part(corpus):
-    from workbench.explore import Explorer
+    from workbench.maps.explore import Explorer
 
     class StubMap:
         def __init__(self, weights):

@@ -5,8 +5,8 @@ The pipeline is a chain of stages, each adding a named artifact to a run directo
     corpus -> 01 generate (summaries.jsonl, judgements.jsonl) -> 02 train -> 03 distill
            -> 04 decode -> 05 visualize -> 06 evaluate
 
-Import the modules you need (`workbench.corpus`, `workbench.aspects`, `workbench.llm`,
-`workbench.generate`, ...); this top level stays light so that `import workbench`
+Import the modules you need (`workbench.data.corpus`, `workbench.data.aspects`, `workbench.generate.llm`,
+`workbench.generate.summaries`, ...); this top level stays light so that `import workbench`
 does not pull in torch.
 
 Extensions (a corpus format, an LLM backend, a decoder, a way to find map regions, a stage-06

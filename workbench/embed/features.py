@@ -1,0 +1,228 @@
+"""Frozen-backbone features: every text is encoded once, cached in the run directory, and reused.
+
+The CPU-first mode of stages 02-03 never updates the pretrained encoder. Its output for a
+text is therefore a fixed function of the text, and everything trained afterwards (the
+pooling heads of `heads.py`) works on these vectors alone: thousands of optimiser steps
+take seconds, because no step goes through the transformer.
+
+    backbone = FrozenBackbone("minilm")                   # mean pooling, unit rows
+    cache = FeatureCache.for_run(run_dir, backbone)       # <run_dir>/features/<backbone.key>/
+    vectors = cache.vectors(["a text", "another"])        # [2, H]; encodes only what is new
+    docs = cache.documents(corpus.texts())                # whole text + each sentence, per document
+
+The cache is append-only: each call that meets new texts writes one more shard
+(`shard-00007.safetensors` with their vectors, then `shard-00007.json` with their keys;
+a shard without its JSON is unfinished and ignored). A run killed half-way keeps every
+finished shard, and a re-run encodes only the rest. Keys are SHA-1 hashes of the texts, so
+the same sentence in two documents, a view repeated, or an abstract placed later on a map
+is encoded once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from ..data.sentences import split_sentences
+from ..core.files import write_json
+from ..core.rundir import RunDir
+
+# Frozen mode reads every text up to 256 tokens, whatever the stage: teachers (views) and the
+# unified model (abstracts, sentences) then share one cache, and MiniLM was trained at 256.
+FROZEN_MAX_LENGTH = 256
+SHARD_ROWS = 2048  # texts per shard: a killed run loses at most this much work
+FREE_CORES_MIN_TEXTS = 64  # encoding this many new texts first sets torch's threads to the cores free now
+N_POSITION = 3  # position features of a sentence: relative position, is first, is last
+
+
+def text_key(text: str) -> str:
+    """The cache key of a text (whitespace-normalised, so re-flowed text is the same text)."""
+    return hashlib.sha1(" ".join(text.split()).encode("utf-8")).hexdigest()[:24]
+
+
+LOADED: dict = {}  # backbones stay loaded for the session: a notebook re-run does not reload them
+
+
+class FrozenBackbone:
+    """A pretrained encoder used as a fixed feature extractor: pooled, L2-normalised vectors.
+
+    `name` is a packaged short name (minilm, mpnet), a local folder or a hub id. Mean
+    pooling suits sentence-transformers models (MiniLM, mpnet); "cls" suits SciDeBERTa.
+    The model loads on first use, on the detected device (or `device`).
+    """
+
+    def __init__(self, name: str = "minilm", pooling: str = "mean", max_length: int = 256,
+                 device: str | None = None, trust_remote_code: bool = False):
+        self.name, self.pooling, self.max_length = str(name), pooling, int(max_length)
+        self.device, self.trust_remote_code = device, trust_remote_code
+
+    @property
+    def key(self) -> str:
+        """What the vectors depend on: the model, its pooling and the maximum length."""
+        return hashlib.sha1(f"{self.name}|{self.pooling}|{self.max_length}".encode()).hexdigest()[:12]
+
+    def encoder(self):
+        """The underlying model (an `AspectEncoder` whose heads are unused), loaded once per session."""
+        from .encoders import AspectEncoder
+
+        memo = (self.name, self.pooling, self.max_length, self.device)
+        if memo not in LOADED:
+            LOADED[memo] = AspectEncoder.from_base(self.name, ["base"], pooling=self.pooling,
+                                                    max_length=self.max_length, device=self.device,
+                                                    trust_remote_code=self.trust_remote_code)
+        return LOADED[memo]
+
+    @property
+    def hidden_size(self) -> int:
+        """The width of the vectors."""
+        from .encoders import config_hidden_size
+
+        return config_hidden_size(self.encoder().backbone.config)
+
+    def embed(self, texts: Sequence[str], batch_size: int = 32, progress: bool = False) -> np.ndarray:
+        """Unit vectors [len(texts), H] in input order (length-sorted batches inside)."""
+        return self.encoder().encode_pooled(list(texts), batch_size=batch_size, max_length=self.max_length,
+                                            normalize=True, progress=progress)
+
+    def __repr__(self) -> str:
+        return f"FrozenBackbone({self.name!r}, pooling={self.pooling!r}, max_length={self.max_length})"
+
+
+def frozen_backbone(name: str, pooling: str = "mean") -> FrozenBackbone:
+    """The backbone of the frozen mode for a base model (one maximum length for every stage)."""
+    return FrozenBackbone(name, pooling=pooling, max_length=FROZEN_MAX_LENGTH)
+
+
+@dataclass
+class DocumentFeatures:
+    """The features of a list of documents: the whole text and each of its sentences.
+
+    whole [N, H]; sentences[i] [n_i, H] (n_i may be 0); sentence_texts[i] the n_i sentences.
+    `padded()` gives the batched tensors the heads read.
+    """
+
+    whole: np.ndarray
+    sentences: list[np.ndarray]
+    sentence_texts: list[list[str]]
+
+    def __len__(self) -> int:
+        return len(self.whole)
+
+    def subset(self, rows: Sequence[int]) -> "DocumentFeatures":
+        """The features of the given rows, in that order."""
+        rows = list(rows)
+        return DocumentFeatures(self.whole[rows], [self.sentences[i] for i in rows],
+                                [self.sentence_texts[i] for i in rows])
+
+    def padded(self, device=None):
+        """(whole [N, H], sentences [N, M, H], mask [N, M], positions [N, M, 3]) as float32 torch tensors.
+
+        M is the longest document's sentence count (at least 1, so a batch of documents
+        without sentences still has a shape); padding rows are zero with mask False.
+        Positions: relative position in the document (0 first, 1 last), is first, is last.
+        """
+        import torch
+
+        n, h = self.whole.shape
+        m = max([len(s) for s in self.sentences] + [1])
+        sents = np.zeros((n, m, h), dtype=np.float32)
+        mask = np.zeros((n, m), dtype=bool)
+        pos = np.zeros((n, m, N_POSITION), dtype=np.float32)
+        for i, s in enumerate(self.sentences):
+            k = len(s)
+            if not k:
+                continue
+            sents[i, :k], mask[i, :k] = s, True
+            pos[i, :k, 0] = np.arange(k) / max(k - 1, 1)
+            pos[i, 0, 1] = 1.0
+            pos[i, k - 1, 2] = 1.0
+        as_tensor = lambda x: torch.as_tensor(x, device=device)  # noqa: E731
+        return as_tensor(np.asarray(self.whole, dtype=np.float32)), as_tensor(sents), as_tensor(mask), as_tensor(pos)
+
+
+class FeatureCache:
+    """Vectors of texts under one frozen backbone, kept in a folder of append-only shards.
+
+    `folder=None` keeps them in memory only (inference on a few new abstracts).
+    """
+
+    def __init__(self, folder: str | os.PathLike | None, backbone: FrozenBackbone, batch_size: int = 32):
+        self.folder = Path(folder) if folder is not None else None
+        self.backbone, self.batch_size = backbone, batch_size
+        self._vectors: dict[str, np.ndarray] = {}
+        if self.folder is not None:
+            self._load()
+
+    @classmethod
+    def for_run(cls, run_dir: str | os.PathLike, backbone: FrozenBackbone, **kwargs) -> "FeatureCache":
+        """The cache of `backbone` in a run directory: ``<run_dir>/features/<backbone.key>/``."""
+        return cls(RunDir(run_dir).features(backbone.key), backbone, **kwargs)
+
+    def __len__(self) -> int:
+        return len(self._vectors)
+
+    def _load(self) -> None:
+        from safetensors.numpy import load_file
+
+        for index in sorted(self.folder.glob("shard-*.json")):
+            tensor = index.with_suffix(".safetensors")
+            try:
+                keys = json.loads(index.read_text())["keys"]
+                vectors = load_file(str(tensor))["vectors"]
+            except Exception:  # a damaged shard is re-encoded, never trusted
+                continue
+            if len(keys) == len(vectors):
+                self._vectors.update(zip(keys, vectors))
+
+    def _save(self, keys: list[str], vectors: np.ndarray) -> None:
+        from safetensors.numpy import save_file
+
+        self.folder.mkdir(parents=True, exist_ok=True)
+        number = 1 + max([int(p.stem.split("-")[1]) for p in self.folder.glob("shard-*.safetensors")] + [0])
+        stem = self.folder / f"shard-{number:05d}"
+        tmp = Path(f"{stem}.safetensors.tmp")
+        save_file({"vectors": np.ascontiguousarray(vectors, dtype=np.float32)}, str(tmp))
+        os.replace(tmp, f"{stem}.safetensors")
+        # The keys last: a shard whose JSON is missing was interrupted and is ignored on load.
+        write_json(Path(f"{stem}.json"), {"backbone": repr(self.backbone), "keys": keys}, indent=None)
+
+    def missing(self, texts: Sequence[str]) -> list[str]:
+        """The texts not cached yet, each once, in order of first appearance."""
+        return list({text_key(t): t for t in texts if text_key(t) not in self._vectors}.values())
+
+    def add(self, texts: Sequence[str], vectors: np.ndarray) -> None:
+        """Cache vectors computed elsewhere from the same backbone (e.g. `bertscore.read`'s pooled pass)."""
+        keys = [text_key(t) for t in texts]
+        self._vectors.update(zip(keys, vectors))
+        if self.folder is not None and keys:
+            self._save(keys, vectors)
+
+    def vectors(self, texts: Sequence[str], progress: bool = False) -> np.ndarray:
+        """[len(texts), H] unit vectors; texts not yet cached are encoded (and saved) first."""
+        keys = [text_key(t) for t in texts]
+        todo = self.missing(texts)
+        if len(todo) >= FREE_CORES_MIN_TEXTS:
+            from ..core.devices import use_free_cores
+
+            use_free_cores()  # two threads on a core another job keeps busy run several times slower
+        for start in range(0, len(todo), SHARD_ROWS):
+            chunk = todo[start:start + SHARD_ROWS]
+            self.add(chunk, self.backbone.embed(chunk, batch_size=self.batch_size, progress=progress))
+        if not keys:
+            return np.zeros((0, self.backbone.hidden_size), dtype=np.float32)
+        return np.stack([self._vectors[k] for k in keys])
+
+    def documents(self, texts: Sequence[str], progress: bool = False) -> DocumentFeatures:
+        """Whole-text and per-sentence vectors of each document (all new texts encoded in one go)."""
+        sentence_texts = [split_sentences(t) for t in texts]
+        flat = [s for sentences in sentence_texts for s in sentences]
+        vectors = self.vectors(list(texts) + flat, progress=progress)
+        whole, rest = vectors[:len(texts)], vectors[len(texts):]
+        bounds = np.cumsum([0] + [len(s) for s in sentence_texts])
+        return DocumentFeatures(whole, [rest[a:b] for a, b in zip(bounds[:-1], bounds[1:])], sentence_texts)

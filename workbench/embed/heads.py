@@ -1,0 +1,258 @@
+"""Pooling heads on a frozen backbone: the CPU-first aspect models and unified model of stages 02-03.
+
+A general sentence encoder already places abstracts well; what it cannot know is which
+*part* of an abstract a user's aspect lives in. A `SentencePoolingHead` learns exactly
+that, for one aspect:
+
+    score_i  = q . s_i + p . position_i + c            (s_i: unit vector of sentence i)
+    w_i      = sigmoid(score_i) / sum_j sigmoid(score_j)
+    pooled   = unit(sum_i w_i s_i)
+    mixed    = g * whole + (1 - g) * pooled              (g = sigmoid(gate), learned per aspect)
+    output   = mixed + (mixed U) V                       (optional low-rank residual, V = 0 at start)
+
+Untrained (q = p = c = 0, V = 0) it returns the abstract's own embedding blended half and
+half with the mean of its sentences' embeddings, which is itself an embedding of the same
+text: a head starts from the base encoder, and training can only move it where the data
+say. The sigmoid weights (rather than a softmax) let several sentences share an aspect
+without competing, and are the probabilities of the per-sentence classifier that the
+sentence labels train (`headtrain.py`). The blend with the whole text is learned, not
+fixed, because how much of an aspect lives outside its own sentences varies by aspect and
+corpus. A head that does not pool (`pool=False`: a stage-02 teacher, which reads one
+short view) is the residual projection alone.
+
+`PooledAspectModel` holds one head per aspect on one frozen backbone and has the
+interface the rest of the workbench uses for any aspect model (`encode`, `aspects`,
+`dim`, `save_pretrained`, `from_pretrained`), so stages 04-06 need not know which mode
+made it. Its checkpoint holds only the heads (a few kB per aspect) and names the
+backbone; loading resolves that name as any model argument is resolved (packaged name,
+folder or hub id).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .encoders import AspectModel, CheckpointError, valid_aspects
+from .features import N_POSITION, DocumentFeatures, FeatureCache, FrozenBackbone
+from ..core.files import write_json
+
+FORMAT = "workbench-pooled-encoder"
+VERSION = 1
+WEIGHTS_NAME = "model.safetensors"  # the same names as AspectEncoder's, so caches key on them alike
+CONFIG_NAME = "workbench_config.json"
+
+
+class SentencePoolingHead(nn.Module):
+    """One aspect's head: weigh the sentences, blend with the whole text, project (see module doc)."""
+
+    def __init__(self, hidden: int, pool: bool = True, rank: int = 0, n_position: int = N_POSITION,
+                 gate_init: float = 0.0, seed: int = 0):
+        super().__init__()
+        self.hidden, self.pool, self.rank = int(hidden), bool(pool), int(rank)
+        self.query = nn.Parameter(torch.zeros(self.hidden))
+        self.position = nn.Parameter(torch.zeros(n_position))
+        self.bias = nn.Parameter(torch.zeros(()))
+        self.gate = nn.Parameter(torch.tensor(float(gate_init)))
+        if self.rank:
+            # U small and random, V zero: the residual starts at exactly zero but can grow
+            # (with both zero, neither would ever get a gradient).
+            g = torch.Generator().manual_seed(seed)
+            self.down = nn.Parameter(torch.randn(self.hidden, self.rank, generator=g) / self.hidden ** 0.5)
+            self.up = nn.Parameter(torch.zeros(self.rank, self.hidden))
+
+    def scores(self, sentences: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """Logits [B, M] of "sentence i states this aspect"."""
+        return sentences @ self.query + positions @ self.position + self.bias
+
+    def weights(self, scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """Pooling weights [B, M]: sigmoid of the scores, zero on padding, summing to 1 per document."""
+        w = torch.sigmoid(scores) * mask
+        return w / w.sum(dim=-1, keepdim=True).clamp(min=1e-12)
+
+    def share_whole(self) -> float:
+        """The learned share g of the whole-text vector in the blend."""
+        return float(torch.sigmoid(self.gate.detach())) if self.pool else 1.0
+
+    def project(self, x: torch.Tensor) -> torch.Tensor:
+        """The residual projection x + (x U) V (identity when rank is 0)."""
+        return x + (x @ self.down) @ self.up if self.rank else x
+
+    def forward(self, whole, sentences, mask, positions):
+        """(embedding [B, H] not normalised, weights [B, M], scores [B, M])."""
+        if not self.pool:
+            return self.project(whole), None, None
+        scores = self.scores(sentences, positions)
+        w = self.weights(scores, mask)
+        pooled = F.normalize((w.unsqueeze(-1) * sentences).sum(dim=1), dim=-1)
+        # A document without sentences (an empty text) has nothing to pool: it keeps its whole vector.
+        pooled = torch.where(mask.any(dim=-1, keepdim=True), pooled, whole)
+        g = torch.sigmoid(self.gate)
+        return self.project(g * whole + (1 - g) * pooled), w, scores
+
+
+class PooledAspectModel(AspectModel):
+    """A frozen backbone (by name) and one `SentencePoolingHead` per aspect; the CPU-first aspect model.
+
+    `pool=True` for the unified model (reads abstracts, weighs their sentences), False for a
+    stage-02 teacher (reads one view). Vectors come from a `FeatureCache`; pass a cache
+    kept in the run directory to reuse what earlier stages encoded.
+    """
+
+    def __init__(self, base_model: str, aspects, hidden: int, pooling: str = "mean", max_length: int = 256,
+                 pool: bool = True, rank: int = 0, extra: dict | None = None, seed: int = 0):
+        super().__init__()
+        self.base_model, self.pooling, self.max_length = str(base_model), pooling, int(max_length)
+        self.pool, self.rank, self.extra = bool(pool), int(rank), dict(extra or {})
+        self.dim = int(hidden)
+        self.heads = nn.ModuleDict({a: SentencePoolingHead(hidden, pool=pool, rank=rank, seed=seed + i)
+                                    for i, a in enumerate(valid_aspects(aspects))})
+        self.cache: FeatureCache | None = None
+
+    def backbone(self) -> FrozenBackbone:
+        """The frozen backbone these heads read."""
+        return FrozenBackbone(self.base_model, pooling=self.pooling, max_length=self.max_length)
+
+    def features(self, texts: Sequence[str], progress: bool = False):
+        """Whole-text vectors [N, H] (pool=False) or `DocumentFeatures` (pool=True) of texts, via the cache."""
+        if self.cache is None:
+            self.cache = FeatureCache(None, self.backbone())
+        return self.cache.documents(texts, progress=progress) if self.pool else \
+            self.cache.vectors(texts, progress=progress)
+
+    # ---------------------------------------------------------------- forward
+
+    def forward_features(self, features, aspects=None) -> dict[str, tuple]:
+        """{aspect: (embedding, weights, scores)} from precomputed features (training and encode share this)."""
+        device = self.device
+        if isinstance(features, DocumentFeatures):
+            whole, sents, mask, pos = features.padded(device)
+        else:
+            whole = torch.as_tensor(np.asarray(features, dtype=np.float32), device=device)
+            sents = mask = pos = None
+        return {a: self.heads[a](whole, sents, mask, pos) for a in self._check_aspects(aspects)}
+
+    def encode(self, texts: Sequence[str], aspects: str | Iterable[str] | None = None, batch_size: int = 32,
+               max_length: int | None = None, normalize: bool = True, progress: bool = False,
+               device: str | None = None) -> dict[str, np.ndarray]:
+        """Embed texts with every requested head: {aspect: float32 [len(texts), dim]}, unit rows by default.
+
+        The same call as `AspectEncoder.encode`. The backbone reads each text (and, for a
+        pooling model, each sentence) once; `max_length` is the backbone's, fixed at training.
+        """
+        texts = self._check_texts(texts)
+        if device is not None:
+            self.to(device)
+        aspects = self._check_aspects(aspects)
+        if not texts:
+            return {a: np.zeros((0, self.dim), dtype=np.float32) for a in aspects}
+        features = self.features(texts, progress=progress)
+        out = {}
+        with torch.inference_mode():
+            for a, (emb, _, _) in self.forward_features(features, aspects).items():
+                emb = F.normalize(emb, dim=-1) if normalize else emb
+                out[a] = emb.float().cpu().numpy()
+        return out
+
+    def encode_pooled(self, texts: Sequence[str], batch_size: int = 32, max_length: int | None = None,
+                      normalize: bool = True, progress: bool = False, device: str | None = None) -> np.ndarray:
+        """The backbone's own vectors of the texts [N, H] without any head (the base-encoder baseline)."""
+        return self.backbone().embed(list(texts), batch_size=batch_size, progress=progress)
+
+    def attention(self, texts: Sequence[str], aspects=None):
+        """Per document, a DataFrame of its sentences and each aspect head's weight on them.
+
+        Columns: sentence, then one weight column per aspect (each sums to 1 over the
+        document); `frame.attrs["whole share"]` holds each head's learned share of the
+        whole-text vector. Needs a pooling model.
+        """
+        import pandas as pd
+
+        if not self.pool:
+            raise ValueError("this model reads single views (pool=False): it has no sentence weights")
+        features = self.features(list(texts))
+        with torch.inference_mode():
+            result = self.forward_features(features, aspects)
+        frames = []
+        for i, sentences in enumerate(features.sentence_texts):
+            frame = pd.DataFrame({"sentence": sentences})
+            for a, (_, w, _) in result.items():
+                frame[a] = w[i, :len(sentences)].float().cpu().numpy()
+            frame.attrs["whole share"] = {a: self.heads[a].share_whole() for a in result}
+            frames.append(frame)
+        return frames
+
+    # ---------------------------------------------------------------- checkpoints
+
+    def config(self) -> dict:
+        """What `workbench_config.json` holds (everything needed to rebuild the model but the weights)."""
+        return {"format": FORMAT, "version": VERSION, "base_model": self.base_model, "pooling": self.pooling,
+                "max_length": self.max_length, "dim": self.dim, "aspects": self.aspects, "pool": self.pool,
+                "rank": self.rank, "frozen_backbone": True, "extra": self.extra}
+
+    def save_pretrained(self, folder: str | os.PathLike, extra: dict | None = None) -> Path:
+        """Write `model.safetensors` (the heads) and `workbench_config.json` (last: a folder without it is unfinished)."""
+        from safetensors.torch import save_file
+
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        if extra:
+            self.extra.update(extra)
+        config = self.config()
+        json.dumps(config)  # fail before writing anything if `extra` is not JSON-serialisable
+        state = {k: v.detach().cpu().contiguous() for k, v in self.state_dict().items()}
+        tmp = folder / (WEIGHTS_NAME + ".tmp")
+        save_file(state, str(tmp), metadata={"format": "pt"})
+        os.replace(tmp, folder / WEIGHTS_NAME)
+        write_json(folder / CONFIG_NAME, config)
+        return folder
+
+    @classmethod
+    def from_pretrained(cls, folder: str | os.PathLike, device: str | None = None, aspects=None,
+                        trust_remote_code: bool = False) -> "PooledAspectModel":
+        """Load a checkpoint written by `save_pretrained`, in eval mode; errors name what is wrong.
+
+        The backbone is resolved by name when it is first needed (the packaged models
+        offline; a hub id needs it cached or internet). `trust_remote_code` is accepted
+        for the common loader's signature; the backbone is loaded without remote code.
+        """
+        from safetensors import SafetensorError
+        from safetensors.torch import load_file
+
+        from ..core.devices import best_device
+
+        folder = Path(folder).expanduser()
+        try:
+            config = json.loads((folder / CONFIG_NAME).read_text())
+        except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise CheckpointError(f"{folder / CONFIG_NAME} cannot be read: {exc}") from exc
+        if config.get("format") != FORMAT or config.get("version") != VERSION:
+            raise CheckpointError(f"{folder / CONFIG_NAME} has format {config.get('format')!r} version "
+                                  f"{config.get('version')!r}; this loader reads {FORMAT!r} version {VERSION}")
+        available = list(config["aspects"])
+        wanted = available if aspects is None else ([aspects] if isinstance(aspects, str) else list(aspects))
+        unknown = [a for a in wanted if a not in available]
+        if unknown:
+            raise CheckpointError(f"aspect(s) {unknown} not in checkpoint {folder}; it has {available}")
+        model = cls(config["base_model"], available, hidden=config["dim"], pooling=config["pooling"],
+                    max_length=config["max_length"], pool=config["pool"], rank=config.get("rank", 0),
+                    extra=config.get("extra"))
+        try:
+            state = load_file(str(folder / WEIGHTS_NAME), device="cpu")
+        except (SafetensorError, OSError) as exc:
+            raise CheckpointError(f"{folder / WEIGHTS_NAME} is missing, corrupt or truncated: {exc}") from exc
+        try:
+            model.load_state_dict(state, strict=True)
+        except RuntimeError as exc:
+            raise CheckpointError(f"{folder / WEIGHTS_NAME} does not match the model its config describes: "
+                                  f"{exc}") from exc
+        if wanted != available:
+            model.heads = nn.ModuleDict({a: model.heads[a] for a in wanted})
+        return model.to(device or best_device()).eval()

@@ -1,0 +1,1 @@
+"""Stage 05 (visualize): weighted t-SNE maps, fitted weights, the explorer, Bokeh pages and the pane."""

@@ -1,0 +1,569 @@
+"""Stage 05: explore a corpus on aspect-weighted maps (paper section 6, appendices A.9-A.11).
+
+`Explorer` ties the pieces of the earlier stages to one map:
+
+    embeddings   the unified model's aspect embeddings of every abstract (stage 03)
+    AspectMap    t-SNE of the aspect-weighted distance (tsne.py), refit warm when weights move
+    decoders     aspect embedding -> text (stage 04), with the round-trip confidence
+    aspect models  embed query texts for aspect search and decoded texts for the round trip
+    question axes  yes/no questions answered from an aspect embedding (stage 07, optional):
+                 why two papers are close, region labels, hover questions
+
+and hands plain callbacks to the view (`pane.MapPane` in JupyterLab, `mapview.export_html`
+for a standalone page). Everything a callback returns as HTML is escaped here.
+"""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from ..decode.faithfulness import LOW_MEANS
+from ..core.progress import notice
+from .tsne import AspectMap, normalize_weights
+from ..core.files import write_json
+from ..core.rundir import RunDir
+from ..core.vectors import unit_rows
+
+# Kept importable from here (they moved to tsne.py).
+from .tsne import empty_spot, leave_one_out_reconstruction  # noqa: F401
+
+
+
+def compare_html(axes: Mapping, a: Mapping[str, np.ndarray], b: Mapping[str, np.ndarray],
+                 names: tuple[str, str] = ("A", "B"), weights: Mapping[str, float] | None = None,
+                 top: int = 3) -> str:
+    """Escaped HTML: per aspect, the questions two points answer alike and differently (`QuestionAxes.compare`).
+
+    axes: {aspect: QuestionAxes}; a, b: {aspect: (D,) embedding}; only aspects in all three
+    are listed, in the order of `a`. names: what A and B are (titles), for the header.
+    weights: shown beside each aspect. The numbers are the classifier's P(yes) for A and B.
+    """
+    yn = lambda p: "yes" if p > 0.5 else "no"  # noqa: E731 - QuestionAxes.compare's threshold
+    blocks = []
+    for aspect in a:
+        if aspect not in axes or aspect not in b:
+            continue
+        agree, disagree = axes[aspect].compare(a[aspect], b[aspect], top)
+        rows = [f"<li>both {yn(q['a'])}: {html.escape(q['question'])} <small>({q['a']:.2f}, {q['b']:.2f})</small></li>"
+                for q in agree] or ["<li><i>none</i></li>"]
+        rows_d = [f"<li>A {yn(q['a'])}, B {yn(q['b'])}: {html.escape(q['question'])} "
+                  f"<small>({q['a']:.2f}, {q['b']:.2f})</small></li>" for q in disagree] or ["<li><i>none</i></li>"]
+        weight = f" (weight {float(weights[aspect]):.2f})" if weights and aspect in weights else ""
+        blocks.append(f"<p style='margin:4px 0'><b>{html.escape(aspect)}</b>{weight}</p>"
+                      f"<p style='margin:2px 0'>Agree on:</p><ul>{''.join(rows)}</ul>"
+                      f"<p style='margin:2px 0'>Disagree on:</p><ul>{''.join(rows_d)}</ul>")
+    if not blocks:
+        return "<p><i>No question axes (stage 07) for the weighted aspects, so no questions to compare.</i></p>"
+    return (f"<h4>Why close? Questions answered from the embeddings</h4>"
+            f"<p><b>A</b>: {html.escape(str(names[0]))}<br><b>B</b>: {html.escape(str(names[1]))}</p>"
+            + "".join(blocks))
+
+
+def hover_meta(corpus, aspects: Sequence[str], run_dir=None) -> pd.DataFrame:
+    """Per document: doc_id, title, year and one summary per aspect for the hover text.
+
+    Takes the corpus's own `summary_<aspect>` column where it has one (ACLSum's human
+    summaries), else the first LLM summary of the run's store, else nothing.
+    """
+    from ..generate.summaries import summaries_frame
+
+    docs = corpus.docs.reset_index(drop=True)
+    meta = pd.DataFrame({"doc_id": docs["doc_id"].astype(str), "title": docs.get("title", "").fillna("")})
+    if "year" in docs:
+        meta["year"] = docs["year"]
+    for extra in ("split", "labels"):
+        if extra in docs:
+            meta[extra] = docs[extra].map(lambda v: ", ".join(map(str, v)) if isinstance(v, (list, tuple)) else v)
+    llm = summaries_frame(run_dir, status="ok") if run_dir is not None else pd.DataFrame()
+    for aspect in aspects:
+        column = f"summary_{aspect}"
+        values = docs[column] if column in docs else pd.Series([None] * len(docs))
+        if len(llm):
+            first = llm[llm["aspect"] == aspect].groupby("doc_id")["text"].first()
+            values = [v if isinstance(v, str) and v else first.get(d) for v, d in zip(values, meta["doc_id"])]
+        meta[column] = list(values)
+    return meta
+
+
+class Explorer:
+    """One corpus, its aspect embeddings and a map of them, with decoding, placing and search.
+
+    run_dir: a run with a unified model (stage 03); decoders (stage 04) and aspect models
+    (stage 02) are used when present (`decode=False` skips loading the decoders, e.g.
+    for a quick map). weights: {aspect: weight} (normalised; None = equal).
+    """
+
+    def __init__(self, run_dir, corpus, aspects: Sequence[str] | None = None, weights=None,
+                 perplexity: float = 30.0, method: str = "auto", seed: int = 42, decode: bool = True,
+                 device: str | None = None, sampling: Mapping | None = None):
+        from ..embed.distill import embed_corpus
+
+        self.run_dir = RunDir(run_dir)
+        self.corpus = corpus
+        self.device = device
+        model_dir = self.run_dir.unified_model
+        if not model_dir.is_dir():
+            raise FileNotFoundError(f"{model_dir} is missing: run stage 03 (distill) first")
+        self.model_dir = model_dir
+        emb = embed_corpus(model_dir, corpus, self.run_dir, progress=False)
+        self.aspects = list(aspects) if aspects is not None else list(emb)
+        unknown = sorted(set(self.aspects) - set(emb))
+        if unknown:
+            raise ValueError(f"the unified model has no aspects {unknown}; it has {sorted(emb)}")
+        self.embeddings = {a: unit_rows(emb[a]) for a in self.aspects}
+        self.meta = hover_meta(corpus, self.aspects, self.run_dir)
+        # doc_id -> title: a decoded statement names its paper by id
+        self.titles = dict(zip(self.meta["doc_id"].astype(str), self.meta["title"].fillna("").astype(str)))
+        self.map = AspectMap.fit(self.embeddings, weights, perplexity=perplexity, method=method, seed=seed)
+        self.sampling = {"greedy": True, "max_new_tokens": 40, **(sampling or {})}
+        self._unified = None
+        self._aspect_models: dict[str, object] = {}
+        self._axes: dict | None = None  # question axes, loaded on first use (question_axes)
+        self._inverted = None  # (map, (x, y), vectors) of the last inverted spot: a tap and its comparison share it
+        self.decoders = None
+        self.confidence: dict = {}  # stage 04's calibration of the decoded texts' confidence, per aspect
+        if decode:
+            from ..decode.decoding import load_confidence, load_decoders
+
+            try:
+                self.decoders = load_decoders(self.run_dir, self.aspects, device=device)
+            except FileNotFoundError as exc:  # a map without text is still a map
+                notice(f"decoding off: {exc}")
+            try:
+                self.confidence = load_confidence(self.run_dir)
+            except ValueError as exc:  # decoded text is still shown, with its round trip and no level
+                notice(f"confidence levels off: {exc}")
+
+    # ------------------------------------------------------------------ models, lazily
+
+    @property
+    def weights(self) -> dict[str, float]:
+        """The current map's normalised aspect weights."""
+        return dict(self.map.weights)
+
+    @property
+    def coords(self) -> np.ndarray:
+        """[n, 2] positions of the corpus on the current map."""
+        return self.map.coords
+
+    def unified(self):
+        """The unified model (loaded on first use)."""
+        if self._unified is None:
+            from ..embed.checkpoints import load_model
+
+            self._unified = load_model(self.model_dir, device=self.device, run_dir=self.run_dir)
+        return self._unified
+
+    def aspect_model(self, aspect: str):
+        """The stage-02 model of an aspect (loaded on first use), or None when the run has none."""
+        if aspect not in self._aspect_models:
+            from ..embed.checkpoints import load_model
+
+            folder = self.run_dir.aspect_model(aspect)
+            self._aspect_models[aspect] = load_model(folder, device=self.device, run_dir=self.run_dir) \
+                if folder.is_dir() else None
+        return self._aspect_models[aspect]
+
+    def question_axes(self) -> dict:
+        """{aspect: QuestionAxes} for this map's aspects that have saved axes (stage 07), loaded on first use.
+
+        {} when the run has none, and then nothing on the map changes. An aspect counts when
+        both files `questions.save_mbqa` writes are there (`build_axes` deletes them when no
+        question was kept); axes of another embedding size (an older model) are skipped.
+        """
+        if self._axes is None:
+            from ..questions.mbqa import CONFIG_NAME, WEIGHTS_NAME, QuestionAxes
+
+            self._axes = {}
+            for a in self.aspects:
+                folder = self.run_dir.questions(a)
+                if not ((folder / CONFIG_NAME).is_file() and (folder / WEIGHTS_NAME).is_file()):
+                    continue
+                axes = QuestionAxes.load(self.run_dir, a)
+                if axes.config.get("dim") != self.embeddings[a].shape[1]:
+                    print(f"question axes of {a} skipped: made for {axes.config.get('dim')}-d embeddings, "
+                          f"the unified model's are {self.embeddings[a].shape[1]}-d")
+                    continue
+                self._axes[a] = axes
+        return self._axes
+
+    # ------------------------------------------------------------------ map operations
+
+    def reweight(self, weights) -> np.ndarray:
+        """Refit the map for new aspect weights, warm-started from the current layout."""
+        self.map = self.map.with_weights(normalize_weights(weights, self.aspects))
+        return self.map.coords
+
+    def fit_weights(self, labels=None, pairs=None, groups=None, negative: Sequence[str] = (), apply: bool = True,
+                    **options):
+        """Aspect weights fitted to the user's judgement (weights.fit_weights), and with `apply` the map refit warm.
+
+        One of labels (one per document, corpus order), pairs ([(i, j, similar), ...]) or
+        groups ([[i, j, ...], ...]); negative: aspects that may weigh negatively; options go
+        to `weights.fit_weights` (folds, seed, grid_step, ...). A negative weight cannot be
+        drawn: the map uses the positive part (`weights.map_weights`). Returns the WeightFit.
+        """
+        from .weights import fit_weights, map_weights
+
+        fit = fit_weights(self.embeddings, labels=labels, pairs=pairs, groups=groups, negative=negative, **options)
+        if apply:
+            self.reweight(map_weights(fit.weights))
+        return fit
+
+    def embed_texts(self, texts: Sequence[str]) -> dict[str, np.ndarray]:
+        """Aspect embeddings of new abstracts by the unified model: {aspect: [m, D]}."""
+        texts = [str(t).strip() for t in texts]
+        if not all(texts):
+            raise ValueError("an abstract to place is empty")
+        out = self.unified().encode(texts, aspects=self.aspects, max_length=512)
+        return {a: unit_rows(out[a]) for a in self.aspects}
+
+    def place_texts(self, texts: Sequence[str]) -> np.ndarray:
+        """[m, 2] map positions of new abstracts (the map itself does not move)."""
+        return self.map.place(self.embed_texts(texts))
+
+    def describe(self, vectors: Mapping[str, np.ndarray], exclude: str | None = None) -> pd.DataFrame:
+        """Decode {aspect: [D]} with the run's decoders; round-trip confidence where an aspect model exists.
+
+        exclude: a paper of the corpus whose own statements the retrieval decoder may not use
+        (when that paper is the one decoded, so the text is read from its embedding alone).
+        """
+        from ..decode.faithfulness import describe_with_confidence
+
+        if self.decoders is None:
+            raise RuntimeError("this run has no decoders (stage 04), so points cannot be described in words")
+        models = {a: m for a in vectors if (m := self.aspect_model(a)) is not None}
+        return describe_with_confidence(self.decoders, vectors, models, self.embeddings, self.sampling, exclude,
+                                        levels=self.confidence)
+
+    def invert(self, x: float, y: float) -> dict[str, np.ndarray]:
+        """An embedding per weighted aspect that the map would place at (x, y) (appendix A.10).
+
+        The last spot's result is kept: a tap on an empty spot describes it and then compares
+        it with the paper tapped before, and the inversion (an optimisation) need run once.
+        """
+        spot = (float(x), float(y))
+        if self._inverted is None or self._inverted[0] is not self.map or self._inverted[1] != spot:
+            self._inverted = (self.map, spot, self.map.invert(np.array(spot, dtype=np.float64)))
+        return dict(self._inverted[2])
+
+    def search(self, queries: Mapping[str, tuple[str, float]], k: int = 10) -> pd.DataFrame:
+        """Papers nearest a query per aspect, each with its own weight (negative: "different in this aspect").
+
+        Query texts are embedded by each aspect's stage-02 model, which reads summary-like
+        sentences (a query is one), falling back to the unified model. The score is the
+        weighted mean of the per-aspect cosine similarities, sum_a w_a cos_a / sum_a |w_a|.
+        """
+        active = {a: (str(t).strip(), float(w)) for a, (t, w) in queries.items() if str(t).strip() and w != 0}
+        unknown = sorted(set(active) - set(self.aspects))
+        if unknown:
+            raise ValueError(f"unknown aspects {unknown}; this map has {self.aspects}")
+        if not active:
+            raise ValueError("give at least one query text with a non-zero weight")
+        score = np.zeros(len(self.meta))
+        cols = {}
+        for aspect, (text, weight) in active.items():
+            model = self.aspect_model(aspect)
+            if model is not None:
+                head = aspect if aspect in model.aspects else model.aspects[0]
+                q = model.encode([text], aspects=head)[head][0]
+            else:
+                q = self.unified().encode([text], aspects=aspect)[aspect][0]
+            cos = self.embeddings[aspect] @ unit_rows(q)
+            cols[f"{aspect} cosine"] = cos
+            score += weight * cos
+        score /= sum(abs(w) for _, w in active.values())
+        order = np.argsort(-score)[:k]
+        table = self.meta.iloc[order][["doc_id", "title"]].copy()
+        table.insert(2, "score", score[order])
+        for name, values in cols.items():
+            table[name] = values[order]
+        return table.reset_index(drop=True)
+
+    def region_labels(self, k: int = 8, words: int = 10, aspect: str | None = None,
+                      by: str = "statements") -> list[tuple]:
+        """Decoded descriptions of the k regions of the map: [(x, y, short text, full text), ...].
+
+        by="questions" labels them with question axes instead (`region_question_labels`).
+
+        Regions are KMeans clusters of the map positions (`cluster_labels`, the same as the
+        map's colours for that k). Each is described by decoding the mean embedding of its
+        papers in one aspect (default: the most heavily weighted one). With the retrieval
+        decoder the text is the statement of a paper *in that region* nearest to the
+        region's mean, and the full text names that paper, so a reader can check it.
+        (x, y) is the region's centre; the short text is cut to `words` words.
+        """
+        from .mapview import cluster_labels
+
+        if by == "questions":
+            return self.region_question_labels(k, words, aspect)
+        if by != "statements":
+            raise ValueError(f"by={by!r}: use 'statements' or 'questions'")
+        if self.decoders is None:
+            return []
+        aspect = aspect or max(self.weights, key=self.weights.get)
+        decoder = self.decoders[aspect]
+        groups = cluster_labels(self.coords, k)
+        ids = self.meta["doc_id"].astype(str).to_numpy()
+        out, texts = [], []
+        for g in np.unique(groups):
+            members = groups == g
+            centre = self.coords[members].mean(axis=0)
+            mean = self.embeddings[aspect][members].mean(axis=0)
+            settings = {**self.sampling, "max_new_tokens": 32}
+            # Only the region's own papers may speak for it (the others are excluded), unless
+            # none of them has a known statement.
+            found = decoder.statements(mean, exclude=[list(ids[~members])], **settings)[0]
+            if decoder.names_sources and found["cosine"] == float("-inf"):
+                found = decoder.statements(mean, **settings)[0]
+            title = self.titles.get(str(found["doc_id"]), "") if found["doc_id"] else ""
+            texts.append((centre, found["text"], found["text"] + (f" (from: {title})" if title else "")))
+        split = [t.split() for _, t, _ in texts]
+        # Soft-prompt decodings often open with the same boilerplate ("The main challenge of the
+        # paper is that ..."); drop the words every label shares at the start so the labels show
+        # what tells the regions apart.
+        common = 0
+        while len(split) > 1 and all(len(w) > common + 1 for w in split) and \
+                len({w[common].lower() for w in split}) == 1:
+            common += 1
+        for ((x, y), _, detail), w in zip(texts, split):
+            rest = w[common:]
+            short = ("…" if common else "") + " ".join(rest[:words]) + ("…" if len(rest) > words else "")
+            out.append((float(x), float(y), short, detail))
+        return out
+
+    def region_question_labels(self, k: int = 8, words: int = 10, aspect: str | None = None,
+                               top: int = 3) -> list[tuple]:
+        """The k regions (as `region_labels`) labelled by the questions most of their papers answer "yes".
+
+        In one aspect with question axes (default: the most heavily weighted one that has
+        them); [] when none has. One label per region, in region order (so label i keeps
+        region i's colour): the short text is the top question, the full text up to `top`
+        questions with the share of the region's papers answering "yes" (`QuestionAxes.region_questions`).
+        """
+        from .mapview import cluster_labels
+
+        axes = self.question_axes()
+        ranked = [a for a in sorted(self.weights, key=self.weights.get, reverse=True)
+                  if a in axes and self.weights[a] > 0]
+        aspect = aspect or (ranked[0] if ranked else None)
+        if aspect is None:
+            return []
+        if aspect not in axes:
+            raise ValueError(f"no question axes for {aspect!r}; there are for {sorted(axes)}")
+        groups = cluster_labels(self.coords, k)
+        out = []
+        for g in np.unique(groups):
+            members = groups == g
+            x, y = self.coords[members].mean(axis=0)
+            found = axes[aspect].region_questions(self.embeddings[aspect][members], top)
+            if found:
+                w = found[0][0].split()
+                short = " ".join(w[:words]) + ("…" if len(w) > words else "")
+                detail = f"{aspect}: " + "; ".join(f"{q} ({share:.0%} of its papers: yes)" for q, share in found)
+            else:
+                short = detail = f"{aspect}: no question that most of its papers answer yes"
+            out.append((float(x), float(y), short, detail))
+        return out
+
+    def hover_questions(self, weights: Mapping[str, float] | None = None, per_aspect: int = 2) -> list[str] | None:
+        """Per paper, its `per_aspect` likeliest yes-questions in each weighted aspect with axes (hover text).
+
+        "challenge: Q1 / Q2 | approach: Q3"; a paper with no yes-question in an aspect has no
+        entry for it. None when no weighted aspect has axes. weights: default the current ones.
+        Plain text: the map's data source carries it and Bokeh escapes it in the tooltip.
+        """
+        weights = self.weights if weights is None else weights
+        axes = {a: ax for a, ax in self.question_axes().items() if weights.get(a, 0) > 0}
+        if not axes:
+            return None
+        parts: list[list[str]] = [[] for _ in range(len(self.meta))]
+        for a, ax in axes.items():
+            p = ax.answer(self.embeddings[a])
+            order = np.argsort(-p, axis=1, kind="stable")[:, :per_aspect]
+            for i, row in enumerate(order):
+                yes = [ax.questions[q] for q in row if p[i, q] > 0.5]
+                if yes:
+                    parts[i].append(f"{a}: " + " / ".join(yes))
+        return [" | ".join(p) for p in parts]
+
+    # ------------------------------------------------------------------ callbacks for the view
+
+    def _decoded_html(self, vectors: Mapping[str, np.ndarray], exclude: str | None = None) -> str:
+        if self.decoders is None:
+            return "<p><i>No decoders in this run (stage 04), so no description in words.</i></p>"
+        rows = []
+        frame = self.describe(vectors, exclude)
+        for _, r in frame.iterrows():
+            conf = f"<br><small>{html.escape(r['confidence'])}</small>" if isinstance(r.get("confidence"), str) else ""
+            source = r.get("from paper")
+            if isinstance(source, str) and source:
+                conf += f"<br><small>known statement of: {html.escape(self.titles.get(source, source)[:120])}</small>"
+            rows.append(f"<li><b>{html.escape(r['aspect'])}</b>: {html.escape(r['decoded'])}{conf}</li>")
+        low = any(str(c).startswith("low") for c in frame.get("confidence", []))
+        return "<ul>" + "".join(rows) + "</ul>" + (f"<p><small>{html.escape(LOW_MEANS.capitalize())}.</small></p>"
+                                                   if low else "")
+
+    def on_tap(self, x: float, y: float, index: int | None) -> str:
+        """HTML for a tapped spot: a paper (abstract and decoded aspects) or an empty spot (inverted, decoded).
+
+        A tapped paper is decoded from its embedding without its own statements, so what is
+        shown is what the embedding says, not the paper's text read back.
+        """
+        if index is not None:
+            row = self.meta.iloc[int(index)]
+            abstract = str(self.corpus.docs.iloc[int(index)].get("abstract", ""))
+            vectors = {a: self.embeddings[a][int(index)] for a in self.map_aspects()}
+            return (f"<h4>{html.escape(str(row['title']))}</h4>"
+                    f"<p style='max-height:9em;overflow:auto'>{html.escape(abstract[:1500])}</p>"
+                    f"<p><b>Decoded from its embedding</b> (its own statements hidden)</p>"
+                    f"{self._decoded_html(vectors, exclude=str(row['doc_id']))}")
+        vectors = self.invert(x, y)
+        near = self.map.nearest(np.array([x, y]), k=3)
+        titles = "".join(f"<li>{html.escape(str(self.meta.iloc[i]['title']))}</li>" for i in near)
+        return (f"<h4>Empty spot ({x:.1f}, {y:.1f})</h4>"
+                f"<p>Inverted to an embedding per weighted aspect and decoded. Nearest papers on the map:</p>"
+                f"<ul>{titles}</ul>"
+                f"{self._decoded_html(vectors)}")
+
+    def compare_html(self, i: int, j: int | None = None, vectors: Mapping[str, np.ndarray] | None = None,
+                     top: int = 3) -> str:
+        """Why paper i is close to paper j, or to a point given by its aspect `vectors` (e.g. `invert`):
+        per weighted aspect with question axes, the questions they agree and disagree on (escaped HTML)."""
+        if (j is None) == (vectors is None):
+            raise ValueError("give either a second paper j or the vectors of a point")
+        axes = self.question_axes()
+        aspects = [a for a in self.map_aspects() if a in axes]
+        a = {x: self.embeddings[x][int(i)] for x in aspects}
+        if j is not None:
+            b = {x: self.embeddings[x][int(j)] for x in aspects}
+            other = str(self.meta.iloc[int(j)]["title"])
+        else:
+            b = {x: np.asarray(vectors[x]) for x in aspects if x in vectors}
+            other = "the tapped spot (its inverted embedding)"
+        return compare_html(axes, a, b, (str(self.meta.iloc[int(i)]["title"]), other), self.weights, top)
+
+    def on_compare(self, i: int, other) -> str:
+        """The pane's comparison: paper i with paper `other` (an index) or with an empty spot `other` = (x, y)."""
+        if isinstance(other, tuple):
+            return self.compare_html(i, vectors=self.invert(*other))
+        return self.compare_html(i, int(other))
+
+    def map_aspects(self) -> list[str]:
+        """The aspects with a non-zero weight on the current map."""
+        return [a for a in self.aspects if self.weights.get(a, 0) > 0]
+
+    def on_place(self, text: str) -> tuple[float, float, str]:
+        """Place a pasted abstract: (x, y, HTML with its nearest papers and decoded aspects)."""
+        vectors = self.embed_texts([text])
+        (x, y), = self.map.place(vectors)
+        features = np.concatenate([np.sqrt(self.weights[a]) * vectors[a][0] for a in self.aspects])
+        sims = self.map.features() @ features
+        near = np.argsort(-sims)[:3]
+        titles = "".join(f"<li>{html.escape(str(self.meta.iloc[i]['title']))} ({sims[i]:.2f})</li>" for i in near)
+        decoded = self._decoded_html({a: vectors[a][0] for a in self.map_aspects()})
+        return float(x), float(y), f"<h4>Placed at ({x:.1f}, {y:.1f})</h4><p>Most similar papers:</p><ul>{titles}</ul>{decoded}"
+
+    def pane(self, labels: bool | int = True, color_by=None, label_source: str = "statements"):
+        """The interactive JupyterLab pane (ipywidgets sliders + Bokeh map).
+
+        label_source: "statements" (decoded) or "questions" (question axes) region labels.
+        With question axes, two tapped papers (or a paper and then an empty spot) are compared.
+        """
+        from .pane import MapPane
+
+        k = labels if isinstance(labels, int) and labels > 1 else 8
+        relabel = (lambda: self.region_labels(k, by=label_source)) if labels else None
+        return MapPane(self.coords, self.meta, self.aspects, self.weights, on_weights=self.reweight,
+                       on_tap=self.on_tap, on_place=self.on_place, on_search=self.search,
+                       labels=relabel() if relabel else None, color_by=color_by, on_labels=relabel,
+                       on_fit_weights=lambda marked: self.fit_weights(pairs=marked, apply=False),
+                       on_compare=self.on_compare if self.question_axes() else None)
+
+    # ------------------------------------------------------------------ export and storage
+
+    def export(self, path, presets: Mapping[str, Mapping[str, float]] | None = None, labels: bool | int = True,
+               title: str = "", color_by=None, label_source: str = "statements") -> Path:
+        """A standalone HTML map with a few weight presets precomputed (no kernel needed).
+
+        presets: {name: weights}; default: the current weights, each aspect alone, and all
+        equal. Each preset is a warm-started refit from the current map; the current map is
+        restored afterwards. labels: region labels per preset (True: 8; a number: that
+        many; False or 0: none); each costs one decoded sentence (label_source="statements")
+        or a pass of the question classifier ("questions"). With question axes, each paper's
+        hover also shows its likeliest yes-questions per weighted aspect of the preset.
+        """
+        from .mapview import export_html
+
+        presets = dict(presets or self.default_presets())
+        keep = self.map
+        coords, drawn, used, asked = {}, {}, {}, {}
+        n = 8 if labels is True else int(labels or 0)
+        if n and color_by is None:
+            color_by = n  # colour by the same regions the labels describe, so the legend's colours match
+        try:
+            for name, weights in presets.items():
+                self.map = keep.with_weights(normalize_weights(weights, self.aspects))
+                coords[name], used[name] = self.map.coords, dict(self.map.weights)
+                drawn[name] = self.region_labels(n, by=label_source) if n else []
+                asked[name] = self.hover_questions(used[name]) if self.question_axes() else None
+        finally:
+            self.map = keep
+        # A preset whose weighted aspects have no axes still needs the column: empty hover text.
+        questions = {name: q or [""] * len(self.meta) for name, q in asked.items()} if any(asked.values()) else None
+        return export_html(path, coords, self.meta, labels_by_preset=drawn, title=title, color_by=color_by,
+                           weights_by_preset=used, questions_by_preset=questions)
+
+    def default_presets(self) -> dict[str, dict[str, float]]:
+        """Current weights, equal weights, and each aspect alone."""
+        presets = {"current": self.weights, "equal": {a: 1.0 for a in self.aspects}}
+        presets.update({f"{a} only": {a: 1.0} for a in self.aspects})
+        return presets
+
+    def save_map(self, name: str = "current") -> Path:
+        """Store the current map under <run_dir>/maps/<name>/ (safetensors + JSON)."""
+        folder = self.run_dir.map(name)
+        self.map.save(folder)
+        write_json(folder / "doc_ids.json", self.meta["doc_id"].tolist(), indent=None)
+        return folder
+
+
+def plot_map(coords, labels=None, groups=None, ax=None, title: str = "", marks: Mapping[str, tuple] | None = None,
+             s: float = 12):
+    """A static (matplotlib) picture of a map for reports: points, region labels, marked spots.
+
+    groups: a colour per point (e.g. cluster ids); marks: {name: (x, y)} drawn as stars
+    with their name (a placed abstract, an inverted spot).
+    """
+    import matplotlib.pyplot as plt
+
+    from .mapview import cluster_labels
+
+    coords = np.asarray(coords)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6, 5))
+    groups = cluster_labels(coords, 8) if groups is None else groups
+    ax.scatter(coords[:, 0], coords[:, 1], c=pd.factorize(pd.Series(groups))[0], cmap="tab10", s=s, alpha=0.75,
+               linewidths=0)
+    # Region labels: a number on the map (the points stay visible), the text in a list below it.
+    labels = list(labels or [])
+    for i, label in enumerate(labels):
+        ax.annotate(str(i + 1), label[:2], fontsize=8, weight="bold", ha="center", va="center",
+                    bbox=dict(boxstyle="circle,pad=0.2", fc="white", ec="0.3", alpha=0.85))
+    if labels:
+        import textwrap
+
+        listing = "\n".join(textwrap.shorten(f"{i + 1}. {label[2]}", 90) for i, label in enumerate(labels))
+        ax.text(0.0, -0.02, listing, transform=ax.transAxes, va="top", ha="left", fontsize=7)
+    for name, (x, y) in (marks or {}).items():
+        ax.scatter([x], [y], marker="*", s=260, c="gold", edgecolors="black", zorder=5)
+        ax.annotate(name, (x, y), xytext=(6, 6), textcoords="offset points", fontsize=8, weight="bold")
+    ax.set_title(title)
+    ax.set_xticks([])
+    ax.set_yticks([])
+    return ax

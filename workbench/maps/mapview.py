@@ -1,0 +1,383 @@
+"""The map's figure (paper section 6): a Bokeh scatter of a 2-D layout of the corpus, and its standalone page.
+
+Pure view layer: it takes coordinates and metadata as plain arrays and frames, so it can be
+driven and tested without a model or a browser.
+
+Two entry points here, and the pane beside them:
+
+* `map_figure` - a static Bokeh figure with hover, tap and region labels;
+* `export_html` - a standalone HTML page (Bokeh JS inlined, no CDN) that switches between
+  precomputed weight presets and searches titles on the client, without a kernel;
+* `pane.MapPane` - the JupyterLab pane, built from this module's data (`map_frame`) and
+  figure (`build_figure`).
+
+Paper text never goes into HTML by string formatting: it travels in the data source (JSON)
+and Bokeh escapes `@field` tooltips; the few HTML snippets built here use `display.esc`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..core.display import esc
+from ..core.files import write_text
+
+DEFAULT_CLUSTERS = 8
+MISSING_COLOR = "#9e9e9e"
+BASE_ALPHA = 0.8
+DIM_ALPHA = 0.08  # points not matching a title search: faint but still there for context
+POINT_SIZE = 8
+HIT_SIZE = 12
+TOOLTIP_CHARS = 200  # long summaries would make the tooltip cover the whole map
+# The pane's map and its readout side by side fit JupyterLab's notebook at 1,280 x 800 with the file
+# browser open (about 880 px for an output): 480 + 340 px and the gaps, no sideways scroll.
+MAP_WIDTH, MAP_HEIGHT, READOUT_WIDTH = 480, 420, 340
+QUESTIONS = "questions"  # optional meta column: a paper's likeliest yes-questions (Explorer.hover_questions)
+
+
+# --------------------------------------------------------------------------- data
+
+
+def as_coords(coords) -> np.ndarray:
+    """Coordinates as a finite float array of shape (n, 2); anything else is a ValueError."""
+    arr = np.asarray(coords, dtype=float)
+    if arr.size == 0:
+        return arr.reshape(0, 2)
+    if arr.ndim != 2 or arr.shape[1] != 2:
+        raise ValueError(f"coordinates must have shape (n, 2), got {arr.shape}")
+    if not np.isfinite(arr).all():
+        raise ValueError("coordinates contain NaN or infinite values")
+    return arr
+
+
+def as_text(value, limit: int | None = None) -> str:
+    """Plain (unescaped) text for the data source: None/NaN become "", whole floats drop ".0".
+
+    Not escaped on purpose: Bokeh escapes `@field` values when it renders a tooltip, and
+    escaping here as well would show `&lt;` to the reader.
+    """
+    if value is None or (np.ndim(value) == 0 and pd.isna(value)):  # None, NaN, NaT, pd.NA
+        return ""
+    if isinstance(value, (float, np.floating)) and float(value).is_integer():
+        value = int(value)
+    text = " ".join(str(value).split())
+    if limit is not None and len(text) > limit:
+        text = text[: limit - 1] + "…"
+    return text
+
+
+def summary_aspects(meta: pd.DataFrame) -> list[str]:
+    """The aspects that have a `summary_<aspect>` column in `meta`, in column order."""
+    return [c[len("summary_"):] for c in meta.columns if c.startswith("summary_") and len(c) > len("summary_")]
+
+
+def kmeans_regions(coords: np.ndarray, k: int, seed: int = 0) -> np.ndarray:
+    """KMeans cluster ids (0..k-1) of the 2-D points; fixed seed so colours are reproducible."""
+    from sklearn.cluster import KMeans
+
+    k = min(int(k), len(np.unique(coords, axis=0)))  # KMeans warns when asked for more clusters than points
+    if k <= 1:
+        return np.zeros(len(coords), dtype=int)
+    return KMeans(n_clusters=k, n_init=4, random_state=seed).fit_predict(coords).astype(int)
+
+
+# How a map is cut into regions (its colours, the region labels, stage 07's regions):
+# name -> fn(coords [n, 2], k, seed) -> region id per point. `register_regions` adds one.
+REGION_METHODS = {"kmeans": kmeans_regions}
+REGION_DEFAULT = {"method": "kmeans"}
+
+
+def register_regions(name: str, fn, default: bool = False) -> None:
+    """Add a way to cut a map into regions, `fn(coords, k, seed) -> ids`; default=True makes every map use it."""
+    REGION_METHODS[name] = fn
+    if default:
+        REGION_DEFAULT["method"] = name
+
+
+def cluster_labels(coords, k: int = DEFAULT_CLUSTERS, seed: int = 0, method: str | None = None) -> np.ndarray:
+    """Region ids (0..k-1) of the 2-D points, by `method` (default: KMeans, or the one registered as default)."""
+    method = method or REGION_DEFAULT["method"]
+    if method not in REGION_METHODS:
+        raise ValueError(f"unknown region method {method!r}; known: {sorted(REGION_METHODS)}")
+    arr = as_coords(coords)
+    ids = np.asarray(REGION_METHODS[method](arr, k, seed), dtype=int)
+    if ids.shape != (len(arr),):
+        raise ValueError(f"region method {method!r} gave {ids.shape} ids for {len(arr)} points")
+    return np.unique(ids, return_inverse=True)[1].reshape(-1)  # ids 0..r-1, whatever the method numbered
+
+
+def _palette(n: int) -> list[str]:
+    """n distinct colours: Category10 up to 10 groups, Category20 (cycled) beyond."""
+    from bokeh.palettes import Category10_10, Category20_20
+
+    base = list(Category10_10 if n <= 10 else Category20_20)
+    return [base[i % len(base)] for i in range(n)]
+
+
+def by_cluster(color_by) -> bool:
+    """Whether `color_by` asks for map clusters (None or an int k) rather than a metadata column."""
+    return color_by is None or (isinstance(color_by, (int, np.integer)) and not isinstance(color_by, bool))
+
+
+def group_title(color_by) -> str:
+    """What the colour means, for the tooltip."""
+    return "region" if by_cluster(color_by) else str(color_by)
+
+
+def point_colors(coords: np.ndarray, meta: pd.DataFrame, color_by) -> tuple[list[str], list[str], str]:
+    """(colour per point, group name per point, name of the grouping) for `color_by`.
+
+    `color_by` is a metadata column (categorical colours), an int k (k map clusters), or
+    None (the default number of map clusters).
+    """
+    if by_cluster(color_by):
+        ids = cluster_labels(coords, DEFAULT_CLUSTERS if color_by is None else int(color_by))
+        colors = _palette(int(ids.max()) + 1 if len(ids) else 0)
+        # Numbered from 1, as the legend and the map's labels number the regions.
+        return [colors[i] for i in ids], [f"region {i + 1}" for i in ids], "region"
+    if color_by not in meta.columns:
+        raise ValueError(f"color_by={color_by!r} is not a metadata column")
+    groups = [as_text(v) for v in meta[color_by]]
+    names = sorted({g for g in groups if g})
+    lookup = dict(zip(names, _palette(len(names))))
+    return [lookup.get(g, MISSING_COLOR) for g in groups], groups, str(color_by)
+
+
+def map_frame(coords, meta: pd.DataFrame, color_by=None) -> dict[str, list]:
+    """The ColumnDataSource data of the map: one row per paper.
+
+    Columns: x, y, title, year, hover (a plain-text one-liner: title, year and the aspect
+    summaries), summary_<aspect> (shortened, for the tooltip), color, group (what the colour
+    means), alpha and size (changed by the title search), and `questions` only when `meta`
+    has that column (question axes, stage 07). Text is left unescaped: Bokeh escapes it when
+    it renders the tooltip.
+    """
+    arr = as_coords(coords)
+    if len(arr) != len(meta):
+        raise ValueError(f"{len(arr)} coordinates but {len(meta)} metadata rows")
+    meta = meta.reset_index(drop=True)
+    n = len(arr)
+    titles = [as_text(v) for v in meta["title"]] if "title" in meta.columns else [""] * n
+    years = [as_text(v) for v in meta["year"]] if "year" in meta.columns else [""] * n
+    aspects = summary_aspects(meta)
+    summaries = {a: [as_text(v, TOOLTIP_CHARS) for v in meta[f"summary_{a}"]] for a in aspects}
+    # Up to 2 questions per aspect and 3 aspects: longer than a summary, still cut.
+    questions = [as_text(v, 2 * TOOLTIP_CHARS) for v in meta[QUESTIONS]] if QUESTIONS in meta.columns else None
+    hover = []
+    for i in range(n):
+        parts = [titles[i] + (f" ({years[i]})" if years[i] else "")]
+        parts += [f"{a}: {summaries[a][i]}" for a in aspects if summaries[a][i]]
+        parts += [f"yes to: {questions[i]}"] if questions and questions[i] else []
+        hover.append(" | ".join(p for p in parts if p))
+    colors, groups, _ = point_colors(arr, meta, color_by)
+    data = {
+        "x": arr[:, 0].tolist(), "y": arr[:, 1].tolist(),
+        "title": titles, "year": years, "hover": hover,
+        "color": colors, "group": groups,
+        "alpha": [BASE_ALPHA] * n, "size": [POINT_SIZE] * n,
+    }
+    data.update({f"summary_{a}": summaries[a] for a in aspects})
+    if questions is not None:
+        data[QUESTIONS] = questions
+    return data
+
+
+def label_source_data(labels) -> dict[str, list]:
+    """Region labels [(x, y, text[, detail]), ...] as LabelSet source data (drawn on the canvas, not as HTML).
+
+    The canvas shows only the region's number ("number"), so labels never cover the points;
+    the text and its detail go into the legend beside the map (`legend_html`).
+    """
+    labels = list(labels or [])
+    return {
+        "x": [float(label[0]) for label in labels],
+        "y": [float(label[1]) for label in labels],
+        "text": [as_text(label[2]) for label in labels],
+        "detail": [as_text(label[3] if len(label) > 3 else label[2]) for label in labels],
+        "number": [str(i + 1) for i in range(len(labels))],
+    }
+
+
+def caption_html(weights: dict | None, color_by=None, n: int | None = None) -> str:
+    """One line under a map's title saying what it shows: a dot, a colour, a distance, and the weights (escaped)."""
+    colour = ("regions of this map (clusters of the layout, numbered as in the legend)" if by_cluster(color_by)
+              else f"the papers' {esc(color_by)}")
+    weighted = (", ".join(f"{esc(a)} {float(w):.2f}" for a, w in weights.items() if float(w) > 0)
+                if weights else "")
+    return ("<p style='margin:4px 0;color:#333'>Each dot is a paper" + (f" ({int(n)} in all)" if n else "")
+            + f"; colours are {colour}. Papers close together are similar in the weighted aspects"
+            + (f" ({weighted})" if weighted else "") + "; between distant groups, distance means little "
+            "(t-SNE keeps neighbours, not far distances).</p>")
+
+
+def legend_html(labels, weights: dict | None = None, colors: list[str] | None = None) -> str:
+    """What the map shows, as escaped HTML: the weights that made it and each region's colour and label.
+
+    labels: [(x, y, text[, detail]), ...] in region order; colors[i]: region i's colour
+    (the map's cluster colours when it is coloured by its regions). The regions are described in
+    the most heavily weighted aspect (`Explorer.region_labels`' default), which the header names.
+    """
+    parts = []
+    described = max(weights, key=weights.get) if weights else None
+    if weights:
+        parts.append("<p style='margin:2px 0'><b>Aspect weights of this map:</b> "
+                     + ", ".join(f"{esc(a)} {float(w):.2f}" for a, w in weights.items()) + "</p>")
+    data = label_source_data(labels)
+    if data["number"]:
+        aspect = f", described in their <i>{esc(described)}</i> aspect" if described else ""
+        parts.append(f"<p style='margin:2px 0'><b>Regions</b>{aspect} (colours: clusters of the map; numbers: "
+                     "where each region's description sits):</p><ol style='margin:2px 0;padding-left:1.6em'>")
+        for i, (short, detail) in enumerate(zip(data["text"], data["detail"])):
+            swatch = ""
+            if colors and i < len(colors):
+                swatch = (f"<span style='display:inline-block;width:0.8em;height:0.8em;margin-right:4px;"
+                          f"background:{esc(colors[i])}'></span>")
+            parts.append(f"<li>{swatch}<b>{esc(short)}</b><br><small>{esc(detail)}</small></li>")
+        parts.append("</ol>")
+    return "".join(parts)
+
+
+def region_colors(labels, color_by) -> list[str] | None:
+    """Region i's colour when the map is coloured by as many clusters as it has labels, else None."""
+    n = len(labels or [])
+    if n and by_cluster(color_by) and (color_by if color_by is not None else DEFAULT_CLUSTERS) == n:
+        return _palette(n)
+    return None
+
+
+# --------------------------------------------------------------------------- figure
+
+
+def build_figure(data: dict, labels, group_name: str, title: str, width: int, height: int):
+    """(figure, points source, label source) for map data from `map_frame`."""
+    from bokeh.models import ColumnDataSource, HoverTool, LabelSet, TapTool
+    from bokeh.plotting import figure
+
+    source = ColumnDataSource(data, name="points")
+    label_source = ColumnDataSource(label_source_data(labels), name="labels")
+    fig = figure(title=title, width=width, height=height, tools="pan,wheel_zoom,box_zoom,reset,save",
+                 active_scroll="wheel_zoom", match_aspect=True)
+    points = fig.scatter("x", "y", source=source, size="size", fill_color="color", line_color="color",
+                         fill_alpha="alpha", line_alpha="alpha", name="points_glyph")
+    # Plain `@field`s only: Bokeh escapes them; `{safe}` would let a title inject markup.
+    tooltips = [("title", "@title"), ("year", "@year"), (group_name, "@group")]
+    tooltips += [(c[len("summary_"):], f"@{{{c}}}") for c in data if c.startswith("summary_")]
+    if QUESTIONS in data:
+        tooltips.append(("yes to", f"@{QUESTIONS}"))
+    fig.add_tools(HoverTool(renderers=[points], tooltips=tooltips),
+                  TapTool(renderers=[points]))
+    fig.add_layout(LabelSet(x="x", y="y", text="number", source=label_source, text_font_size="10pt",
+                            text_font_style="bold", text_align="center", text_baseline="middle",
+                            background_fill_color="white", background_fill_alpha=0.7,
+                            name="labels_glyph"))
+    fig.xaxis.visible = fig.yaxis.visible = False  # t-SNE axes carry no meaning
+    fig.grid.visible = False
+    return fig, source, label_source
+
+
+def map_figure(coords, meta: pd.DataFrame, color_by=None, labels=None, title: str = "",
+               width: int = 800, height: int = 600):
+    """A Bokeh scatter of the map with hover (escaped), tap selection and optional region labels.
+
+    `labels` is a list of (x, y, text) drawn as a LabelSet with a light background. The
+    data sources are named "points" and "labels" (`fig.select_one({"name": "points"})`).
+    """
+    data = map_frame(coords, meta, color_by)
+    fig, _, _ = build_figure(data, labels, group_title(color_by), title, width, height)
+    return fig
+
+
+# --------------------------------------------------------------------------- HTML export
+
+_PRESET_JS = """
+const i = names.indexOf(cb_obj.value);
+if (i < 0) { return; }
+const d = Object.assign({}, source.data);
+for (const c of columns) { d[c] = d[c + "__" + i]; }
+source.data = d;
+labels.data = label_data[i];
+legend.text = legends[i];
+caption.text = captions[i];
+"""
+
+# The query is never echoed into HTML (the Div renders markup); only a count is shown.
+_SEARCH_JS = """
+const q = (cb_obj.value_input || "").trim().toLowerCase();
+const titles = source.data.title;
+const n = titles.length;
+const alpha = new Array(n), size = new Array(n);
+let hits = 0;
+for (let k = 0; k < n; k++) {
+  const hit = q !== "" && String(titles[k]).toLowerCase().includes(q);
+  if (hit) { hits++; }
+  alpha[k] = q === "" ? base_alpha : (hit ? 1.0 : dim_alpha);
+  size[k] = hit ? hit_size : point_size;
+}
+source.data = Object.assign({}, source.data, {alpha: alpha, size: size});
+status.text = q === "" ? "" : hits + (hits === 1 ? " paper matches" : " papers match");
+"""
+
+
+def export_html(path, coords_by_preset: dict[str, np.ndarray], meta: pd.DataFrame,
+                labels_by_preset: dict | None = None, title: str = "", color_by=None,
+                width: int = 800, height: int = 600, weights_by_preset: dict | None = None,
+                questions_by_preset: dict | None = None) -> Path:
+    """Write a standalone map page (Bokeh JS inlined, works offline) and return its path.
+
+    The page has the scatter with hover, a Select switching between the precomputed weight
+    presets (coordinates, cluster colours and region labels swapped by CustomJS, no
+    kernel), and a "search by title" box that highlights case-insensitive substring
+    matches. Beside the map, a legend per preset: the aspect weights that made it
+    (`weights_by_preset`) and each region's colour, number and label. questions_by_preset:
+    {name: one text per paper} (`Explorer.hover_questions` for that preset's weights), an
+    extra hover line swapped with the preset; None: no such line. All paper text travels as
+    JSON in the data source or is escaped (title, legend).
+    """
+    from bokeh.embed import file_html
+    from bokeh.layouts import column, row
+    from bokeh.models import CustomJS, Div, Select, TextInput
+    from bokeh.resources import INLINE
+
+    if not coords_by_preset:
+        raise ValueError("export_html needs at least one preset")
+    names = [str(name) for name in coords_by_preset]
+    labels_by_preset = labels_by_preset or {}
+    metas = {k: meta if questions_by_preset is None else meta.assign(**{QUESTIONS: questions_by_preset[k]})
+             for k in coords_by_preset}
+    frames = [map_frame(c, metas[k], color_by) for k, c in coords_by_preset.items()]
+    # Presets are stored as indexed columns (x__0, y__0, ...) so any preset name is safe.
+    columns = ["x", "y", "color", "group"] + ([QUESTIONS, "hover"] if questions_by_preset is not None else [])
+    data = dict(frames[0])
+    for i, frame in enumerate(frames):
+        for c in columns:
+            data[f"{c}__{i}"] = frame[c]
+    label_data = [label_source_data(labels_by_preset.get(name)) for name in coords_by_preset]
+    fig, source, label_source = build_figure(data, labels_by_preset.get(names[0]), group_title(color_by),
+                                              "", width, height)
+
+    weights_by_preset = weights_by_preset or {}
+    legends = [legend_html(labels_by_preset.get(name), weights_by_preset.get(name),
+                           region_colors(labels_by_preset.get(name), color_by)) for name in coords_by_preset]
+    legend = Div(text=legends[0], name="legend", width=360)
+    captions = [caption_html(weights_by_preset.get(name), color_by, len(meta)) for name in coords_by_preset]
+    caption = Div(text=captions[0], name="caption", width=width + 360)
+    select = Select(title="Weight preset", value=names[0], options=names, name="preset", width=220)
+    select.js_on_change("value", CustomJS(args=dict(source=source, labels=label_source, names=names,
+                                                    columns=columns, label_data=label_data, legend=legend,
+                                                    legends=legends, caption=caption, captions=captions),
+                                          code=_PRESET_JS))
+    status = Div(text="", name="search_status", width=200, render_as_text=True)
+    search = TextInput(title="Search by title", placeholder="substring, any case", name="search", width=300)
+    search.js_on_change("value_input", CustomJS(args=dict(
+        source=source, status=status, base_alpha=BASE_ALPHA, dim_alpha=DIM_ALPHA,
+        point_size=POINT_SIZE, hit_size=HIT_SIZE), code=_SEARCH_JS))
+    header = Div(text=f"<h2 style='margin:4px 0'>{esc(title)}</h2>" if title else "", name="header")
+    # Named so that page scripts (and the browser test) can find models with get_model_by_name.
+    layout = column(header, row(select, search, status, name="controls"), caption, row(fig, legend), name="page")
+
+    # file_html escapes the <title>; INLINE embeds BokehJS so the page needs no network. Written whole or not
+    # at all: a full disk leaves the earlier page, not a torn one.
+    return write_text(Path(path), file_html(layout, resources=INLINE, title=title or "Map"))

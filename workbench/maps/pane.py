@@ -1,0 +1,490 @@
+"""The map in JupyterLab: `MapPane` (weight sliders, tap, place, search, marked pairs) and the BokehJS loader.
+
+The pane takes the maths (t-SNE, re-weighting, placing an abstract, decoding a spot) as
+callbacks, so it can be driven and tested without a model or a browser; its figure and data
+come from `mapview.py`. Paper text in the pane's HTML goes through `display.esc`.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+
+from ..core.display import esc, html_table
+from .mapview import (MAP_HEIGHT, MAP_WIDTH, READOUT_WIDTH, as_coords, as_text, build_figure, by_cluster,
+                      group_title, label_source_data, legend_html, map_frame, point_colors, region_colors)
+
+log = logging.getLogger(__name__)
+
+# A test-only switch: False leaves BokehJS out of the pane, so a browser test can check that it then
+# sees jupyter_bokeh's error view (a negative control: a test that passes on an empty page proves nothing).
+LOAD_BOKEHJS = True
+MAX_RESULT_ROWS = 50  # search results shown in the pane
+LOAD_MIME_TYPE = "application/vnd.bokehjs_load.v0+json"  # jupyter_bokeh's renderer runs it as a <script>
+WIDGET_MIME_TYPE = "application/vnd.jupyter.widget-view+json"
+_LOADER: dict[str, str] = {}
+
+
+def bokehjs_loader() -> dict[str, str]:
+    """The display data that loads BokehJS into the page, inline (no CDN) and without a banner.
+
+    jupyter_bokeh's view needs `window.Bokeh` when it is created and loads nothing itself. The
+    script is skipped when this BokehJS version is already in the page (a second pane, a second
+    notebook), so a page pays for the 4 MB once. Built once per process.
+    """
+    if not _LOADER:
+        from bokeh import __version__
+        from bokeh.core.templates import AUTOLOAD_NB_JS
+        from bokeh.embed.bundle import bundle_for_objs_and_resources
+        from bokeh.resources import INLINE
+
+        # What bokeh.io.output_notebook(INLINE, hide_banner=True) publishes for JupyterLab.
+        script = AUTOLOAD_NB_JS.render(bundle=bundle_for_objs_and_resources(None, INLINE), elementid=None,
+                                       force=True, timeout=5000, register_mime=False)
+        guarded = (f"if (typeof window.Bokeh === 'undefined' || window.Bokeh.version !== {__version__!r}) {{\n"
+                   f"{script}\n}}")
+        _LOADER.update({LOAD_MIME_TYPE: guarded, "application/javascript": guarded})
+    return dict(_LOADER)
+
+
+def map_output(bokeh_widget, width: str):
+    """An ipywidgets Output that first loads BokehJS, then shows `bokeh_widget` (a jupyter_bokeh BokehModel).
+
+    Why an Output and not `output_notebook()` in a cell: an Output's content lives in the
+    kernel's widget state and renders as trusted output, in order. So the loader runs before the
+    map's view is created, also after the browser page is reloaded, in a second tab or a second
+    view of the notebook, where a cell's saved script output would not run (or run too late).
+    """
+    import ipywidgets as widgets
+
+    outputs = []
+    if LOAD_BOKEHJS:
+        outputs.append({"output_type": "display_data", "data": bokehjs_loader(), "metadata": {}})
+    outputs.append({"output_type": "display_data", "metadata": {},
+                    "data": {WIDGET_MIME_TYPE: {"version_major": 2, "version_minor": 0,
+                                                "model_id": bokeh_widget.model_id},
+                             "text/plain": "the map (needs a live kernel in JupyterLab)"}})
+    out = widgets.Output(layout=widgets.Layout(width=width))
+    out.outputs = tuple(outputs)
+    return out
+
+
+def _error_html(action: str, exc: BaseException) -> str:
+    return (f"<div style='color:#b00020'><b>{esc(action)} failed</b>: "
+            f"{esc(type(exc).__name__)}: {esc(exc)}</div>")
+
+
+def _message_html(text: str) -> str:
+    return f"<div style='color:#555'><em>{esc(text)}</em></div>"
+
+
+class MapPane:
+    """The map in JupyterLab, with aspect-weight sliders, tap, place-an-abstract and query search.
+
+    All maths is in the callbacks; each may be None, which disables its widgets:
+
+    * `on_weights(weights) -> coords`: new layout for normalised weights (sum 1);
+    * `on_tap(x, y, index_or_None) -> html`: description of a spot (index of the tapped
+      point, None for an empty spot); the caller escapes the HTML it returns;
+    * `on_place(text) -> (x, y, html)`: where a new abstract lands;
+    * `on_search({aspect: (query, weight)}) -> DataFrame`: nearest papers;
+    * `on_labels() -> [(x, y, text), ...]`: region labels for a new layout (after `on_weights`);
+    * `on_fit_weights([(i, j, similar), ...]) -> fit`: aspect weights fitted to the pairs the
+      user marked (tap two papers, then "similar" / "not similar"); `fit` is a
+      `weights.WeightFit` (its `summary()` is shown) or a plain {aspect: weight} dict. The
+      map is then re-laid out through `set_weights`; negative weights are reported but the
+      map uses their positive part (a t-SNE distance cannot weigh an aspect negatively);
+    * `on_compare(i, other) -> html`: why paper i and `other` are close (question axes); other
+      is a paper index when two papers were tapped in turn, or the (x, y) of an empty spot
+      tapped right after paper i. Shown below `on_tap`'s description; the caller escapes it.
+
+    The widgets call the public methods `set_weights`, `tap`, `place`, `search`, `mark` and
+    `fit_marks`, so a
+    test (or a notebook cell) can drive the pane the same way. A callback's exception is
+    shown, escaped, in the detail panel and logged; it never propagates into the kernel.
+    """
+
+    def __init__(self, coords, meta: pd.DataFrame, aspects, weights,
+                 on_weights: Callable[[dict], np.ndarray] | None = None,
+                 on_tap: Callable[[float, float, int | None], str] | None = None,
+                 on_place: Callable[[str], tuple[float, float, str]] | None = None,
+                 on_search: Callable[[dict[str, tuple[str, float]]], pd.DataFrame] | None = None,
+                 labels=None, color_by=None, width: int = MAP_WIDTH, height: int = MAP_HEIGHT,
+                 hit_fraction: float = 0.015, on_labels: Callable[[], list] | None = None,
+                 on_fit_weights: Callable[[list], object] | None = None,
+                 on_compare: Callable[[int, int | tuple[float, float]], str] | None = None):
+        import ipywidgets as widgets
+        from bokeh.events import Tap
+        from bokeh.models import ColumnDataSource
+        from jupyter_bokeh import BokehModel
+
+        self.meta = meta.reset_index(drop=True)
+        self.aspects = [str(a) for a in aspects]
+        self.color_by = color_by
+        self.on_weights, self.on_tap, self.on_place, self.on_search = on_weights, on_tap, on_place, on_search
+        self.on_labels = on_labels
+        self.on_fit_weights = on_fit_weights
+        self.on_compare = on_compare
+        self.tapped: list[int] = []  # the last two tapped papers: the pair the mark buttons record
+        self.last_tap: int | None = None  # the paper of the last tap (None: an empty spot), for on_compare
+        self.marks: list[tuple[int, int, bool]] = []  # (i, j, similar) pairs marked so far
+        # A tap within this fraction of the map's extent of a point counts as tapping it.
+        self.hit_fraction = hit_fraction
+        self.coords = as_coords(coords)
+
+        data = map_frame(self.coords, self.meta, color_by)
+        self.figure, self.source, self.label_source = build_figure(data, labels, group_title(color_by),
+                                                                    "", width, height)
+        self.figure.toolbar_location = "above"  # on the right it overlapped whatever stands beside the map
+        self.width = width
+        self.tap_source = ColumnDataSource({"x": [], "y": []}, name="tap_marker")
+        self.placed_source = ColumnDataSource({"x": [], "y": [], "text": []}, name="placed")
+        self.figure.scatter("x", "y", source=self.tap_source, marker="x", size=18, line_width=3,
+                            line_color="#d62728", name="tap_marker_glyph")
+        self.figure.scatter("x", "y", source=self.placed_source, marker="star", size=20,
+                            fill_color="#ffd700", line_color="black", name="placed_glyph")
+        self.figure.on_event(Tap, self._on_tap_event)
+
+        weights = {a: float(w) for a, w in dict(weights or {}).items()}
+        total = sum(w for w in weights.values() if w > 0)
+        if total > 0:  # the sliders show the weights as the map uses them: summing to 1
+            weights = {a: max(w, 0.0) / total for a, w in weights.items()}
+        self.sliders = {
+            a: widgets.FloatSlider(value=float(weights.get(a, 0.0)), min=0.0, max=1.0, step=0.05,
+                                   description=a, continuous_update=False,  # recompute on release only
+                                   disabled=on_weights is None, readout_format=".2f")
+            for a in self.aspects
+        }
+        self._syncing = False  # set while set_weights moves the sliders, so they don't re-fire
+        for slider in self.sliders.values():
+            slider.observe(self._on_slider, names="value")
+
+        # The readout stands beside the map, so what a tap produced is in view where the tap was.
+        self.detail = widgets.HTML(value=_message_html("Tap a paper or an empty spot on the map to read it."),
+                                   layout=widgets.Layout(width=f"{READOUT_WIDTH}px", max_height=f"{height + 40}px",
+                                                         overflow="auto"))
+        self.place_text = widgets.Textarea(placeholder="Paste an abstract to place it on the map",
+                                           layout=widgets.Layout(width="100%", height="90px"),
+                                           disabled=on_place is None)
+        self.place_button = widgets.Button(description="place abstract", disabled=on_place is None)
+        self.place_button.on_click(lambda _: self.place(self.place_text.value))
+        self.query_texts = {a: widgets.Text(placeholder=f"{a} query", description=a,
+                                            disabled=on_search is None) for a in self.aspects}
+        self.query_weights = {a: widgets.FloatSlider(value=1.0, min=-1.0, max=1.0, step=0.1,
+                                                     description="weight", continuous_update=False,
+                                                     disabled=on_search is None) for a in self.aspects}
+        self.search_button = widgets.Button(description="search", disabled=on_search is None)
+        self.search_button.on_click(lambda _: self.search(self._queries()))
+        self.results = widgets.HTML(value="")
+        self.legend = widgets.HTML(value=legend_html(labels, self.weights(), region_colors(labels, color_by)),
+                                   layout=widgets.Layout(width=f"{READOUT_WIDTH + width - 350}px"))
+        self.mark_info = widgets.HTML(value=self._marks_html())
+        self.similar_button = widgets.Button(description="similar")
+        self.similar_button.on_click(lambda _: self.mark(True))
+        self.dissimilar_button = widgets.Button(description="not similar")
+        self.dissimilar_button.on_click(lambda _: self.mark(False))
+        self.fit_button = widgets.Button(description="fit weights to my marks", disabled=on_fit_weights is None,
+                                         layout=widgets.Layout(width="auto"))
+        self.fit_button.on_click(lambda _: self.fit_marks())
+        self.clear_marks_button = widgets.Button(description="clear marks")
+        self.clear_marks_button.on_click(lambda _: self.clear_marks())
+        self.bokeh = BokehModel(self.figure)
+        self._name_widgets()
+        self.layout = self._layout(widgets)
+
+    def _name_widgets(self) -> None:
+        """CSS classes on the parts a user reaches for, so a browser test (or a user's CSS) can find them."""
+        named = {"wb-map": self.bokeh, "wb-readout": self.detail, "wb-legend": self.legend,
+                 "wb-place-text": self.place_text, "wb-place-button": self.place_button,
+                 "wb-similar": self.similar_button, "wb-not-similar": self.dissimilar_button,
+                 "wb-fit": self.fit_button, "wb-marks": self.mark_info, "wb-search": self.search_button}
+        named.update({"wb-weight-" + re.sub(r"[^A-Za-z0-9_-]", "-", a): s for a, s in self.sliders.items()})
+        for css, widget in named.items():
+            widget.add_class(css)
+
+    # -- layout
+
+    def _layout(self, widgets):
+        """Map and readout side by side; below them the weights, marks and legend; then place and search.
+
+        About 830 px wide at the default map size: no sideways scroll in JupyterLab at 1,280 px
+        with the file browser open.
+        """
+        self.map_output = map_output(self.bokeh, f"{self.width + 10}px")
+        controls = widgets.VBox([widgets.HTML("<b>Aspect weights</b> <small>(they sum to 1)</small>"),
+                                 *self.sliders.values(),
+                                 widgets.HTML("<b>What I mean by similar</b>"), self.mark_info,
+                                 widgets.HBox([self.similar_button, self.dissimilar_button]),
+                                 widgets.HBox([self.fit_button, self.clear_marks_button])],
+                                layout=widgets.Layout(width="340px"))
+        place = widgets.VBox([widgets.HTML("<b>Place an abstract</b>"), self.place_text, self.place_button],
+                             layout=widgets.Layout(width=f"{self.width + READOUT_WIDTH}px"))
+        queries = widgets.VBox([widgets.HTML("<b>Search by aspect</b>")]
+                               + [widgets.HBox([self.query_texts[a], self.query_weights[a]]) for a in self.aspects]
+                               + [self.search_button, self.results],
+                               layout=widgets.Layout(width=f"{self.width + READOUT_WIDTH}px"))
+        return widgets.VBox([widgets.HBox([self.map_output, self.detail]),
+                             widgets.HBox([controls, self.legend]), place, queries])
+
+    def display(self):
+        """The ipywidgets layout of the pane (what a notebook cell shows)."""
+        return self.layout
+
+    def _ipython_display_(self):
+        from IPython.display import display
+
+        display(self.layout)
+
+    # -- helpers
+
+    def _show(self, html: str) -> None:
+        self.detail.value = html
+
+    def _fail(self, action: str, exc: BaseException) -> None:
+        log.exception("map pane: %s failed", action)
+        self._show(_error_html(action, exc))
+
+    def _queries(self) -> dict[str, tuple[str, float]]:
+        return {a: (self.query_texts[a].value, float(self.query_weights[a].value)) for a in self.aspects}
+
+    def nearest(self, x: float, y: float) -> int | None:
+        """Index of the point nearest (x, y) if it lies within the hit radius, else None.
+
+        Decided here rather than from the TapTool's selection: the Tap event and the
+        selection change reach the kernel as separate messages in no guaranteed order.
+        """
+        if len(self.coords) == 0:
+            return None
+        d = np.hypot(self.coords[:, 0] - x, self.coords[:, 1] - y)
+        i = int(np.argmin(d))
+        extent = float(np.ptp(self.coords, axis=0).max()) or 1.0
+        return i if d[i] <= self.hit_fraction * extent else None
+
+    # -- actions (the widgets call these; so can tests)
+
+    def _on_slider(self, change) -> None:
+        if not self._syncing:
+            self.set_weights({a: s.value for a, s in self.sliders.items()})
+
+    def set_weights(self, weights: dict) -> np.ndarray | None:
+        """Re-layout the map for aspect weights (missing aspects keep their slider value).
+
+        Weights are normalised to sum 1 before `on_weights` sees them; all zero shows a
+        message instead. Returns the new coordinates, or None when nothing changed.
+        """
+        try:
+            unknown = set(weights) - set(self.aspects)
+            if unknown:
+                raise ValueError(f"unknown aspects: {sorted(unknown)}")
+            merged = {a: float(weights.get(a, self.sliders[a].value)) for a in self.aspects}
+            if any(w < 0 or w != w for w in merged.values()):
+                raise ValueError("aspect weights must be non-negative")
+            self._set_sliders(merged)
+            total = sum(merged.values())
+            if total <= 0:
+                self._show(_message_html("All aspect weights are zero: raise at least one to lay out the map."))
+                return None
+            if self.on_weights is None:
+                self._show(_message_html("Re-weighting is not available for this map."))
+                return None
+            normalised = {a: w / total for a, w in merged.items()}
+            self._show(_message_html("Computing the new layout…"))
+            coords = as_coords(self.on_weights(normalised))
+            if len(coords) != len(self.coords):
+                raise ValueError(f"on_weights returned {len(coords)} points, the map has {len(self.coords)}")
+            self._set_sliders(normalised)  # one way to show weights: the sliders, legend and status agree
+            self._set_coords(coords)
+            if self.on_labels is not None:
+                self.set_labels(self.on_labels())
+            else:
+                self.legend.value = legend_html(None, normalised)
+            self._show(_message_html("Layout: " + ", ".join(f"{a} {w:.2f}" for a, w in normalised.items())))
+            return coords
+        except Exception as exc:  # shown to the user, never raised into the kernel
+            self._fail("Re-weighting", exc)
+            return None
+
+    def weights(self) -> dict[str, float]:
+        """The aspect weights the sliders show (normalised to sum 1 once the map has been laid out with them)."""
+        return {a: float(s.value) for a, s in self.sliders.items()}
+
+    def _set_sliders(self, weights: dict[str, float]) -> None:
+        self._syncing = True
+        try:
+            for a, w in weights.items():
+                self.sliders[a].value = min(float(w), 1.0)
+        finally:
+            self._syncing = False
+
+    def _set_coords(self, coords: np.ndarray) -> None:
+        """Move the points; markers and region labels belong to the old layout and are cleared."""
+        self.coords = coords
+        patch = {"x": coords[:, 0].tolist(), "y": coords[:, 1].tolist()}
+        if by_cluster(self.color_by):
+            # Cluster colours are clusters of the map, so they follow the new layout.
+            patch["color"], patch["group"], _ = point_colors(coords, self.meta, self.color_by)
+        self.source.data.update(patch)
+        self.tap_source.data = {"x": [], "y": []}
+        self.placed_source.data = {"x": [], "y": [], "text": []}
+        self.label_source.data = label_source_data(None)
+
+    def set_labels(self, labels) -> None:
+        """Replace the region labels: [(x, y, text[, detail]), ...] (e.g. after a re-layout), and the legend."""
+        self.label_source.data = label_source_data(labels)
+        self.legend.value = legend_html(labels, self.weights(), region_colors(labels, self.color_by))
+
+    def _on_tap_event(self, event) -> None:
+        if event.x is not None and event.y is not None:
+            self.tap(event.x, event.y)
+
+    def tap(self, x: float, y: float) -> str | None:
+        """Mark (x, y) and show `on_tap`'s description of it (tapped point index or None).
+
+        With `on_compare`, a tap on a paper that makes a tapped pair also shows why the two
+        are close, and a tap on an empty spot right after a paper compares that paper with
+        the spot. Returns the HTML shown, or None when there was nothing to show or a callback failed.
+        """
+        self.tap_source.data = {"x": [float(x)], "y": [float(y)]}
+        index = self.nearest(x, y)
+        previous, self.last_tap = self.last_tap, index
+        if index is not None and index not in self.tapped[-1:]:
+            self.tapped = (self.tapped + [index])[-2:]
+            self.mark_info.value = self._marks_html()
+        pair = None
+        if self.on_compare is not None:
+            if index is not None and len(self.tapped) == 2 and self.tapped[-1] == index:
+                pair = (self.tapped[0], index)
+            elif index is None and previous is not None:
+                pair = (previous, (float(x), float(y)))
+        if self.on_tap is None and pair is None:
+            return None
+        self._show(_message_html("Describing this spot…"))
+        calls = []
+        if self.on_tap is not None:
+            calls.append(("Describing the spot", lambda: self.on_tap(float(x), float(y), index)))
+        if pair is not None:
+            calls.append(("Comparing the papers", lambda: self.on_compare(*pair)))
+        parts, ok = [], True
+        for action, call in calls:  # each fails on its own: a failed comparison leaves the description shown
+            try:
+                parts.append(str(call()))
+            except Exception as exc:
+                log.exception("map pane: %s failed", action)
+                parts.append(_error_html(action, exc))
+                ok = False
+        html = "<hr>".join(parts)
+        self._show(html)
+        return html if ok else None
+
+    def place(self, text: str) -> tuple[float, float] | None:
+        """Place an abstract with `on_place`, mark it on the map and show its description."""
+        if not str(text or "").strip():
+            self._show(_message_html("Paste an abstract first."))
+            return None
+        if self.on_place is None:
+            return None
+        try:
+            self._show(_message_html("Placing the abstract…"))
+            x, y, html = self.on_place(str(text))
+            x, y = float(x), float(y)
+            if not (np.isfinite(x) and np.isfinite(y)):
+                raise ValueError("on_place returned a non-finite position")
+            self.placed_source.stream({"x": [x], "y": [y], "text": [as_text(text, 80)]})
+            self._show(str(html))
+            return x, y
+        except Exception as exc:
+            self._fail("Placing the abstract", exc)
+            return None
+
+    def search(self, queries: dict[str, tuple[str, float]]) -> pd.DataFrame | None:
+        """Run `on_search` with the non-blank queries and show its results as an escaped table."""
+        active = {a: (str(q).strip(), float(w)) for a, (q, w) in queries.items() if str(q or "").strip()}
+        if not active:
+            self._show(_message_html("Type a query for at least one aspect."))
+            return None
+        if self.on_search is None:
+            return None
+        try:
+            self._show(_message_html("Searching…"))
+            frame = self.on_search(active)
+            if not isinstance(frame, pd.DataFrame):
+                raise TypeError(f"on_search returned {type(frame).__name__}, not a DataFrame")
+            shown = html_table(frame.head(MAX_RESULT_ROWS)) if len(frame) else "<p><em>No results.</em></p>"
+            more = len(frame) - MAX_RESULT_ROWS
+            self.results.value = shown + (f"<p><small>{more} more rows not shown</small></p>" if more > 0 else "")
+            self._show(_message_html(f"{len(frame)} results."))
+            return frame
+        except Exception as exc:
+            self.results.value = ""
+            self._fail("Search", exc)
+            return None
+
+    # -- marking pairs and fitting the weights to them
+
+    def _title(self, i: int) -> str:
+        title = as_text(self.meta["title"].iloc[i], 60) if "title" in self.meta else ""
+        return title or f"#{i}"
+
+    def _marks_html(self) -> str:
+        n_sim = sum(1 for *_, s in self.marks if s)
+        pair = (" and ".join(esc(self._title(i)) for i in self.tapped) if len(self.tapped) == 2
+                else "tap two papers to compare them")
+        return (f"<small>Pair: {pair}<br>{n_sim} similar, {len(self.marks) - n_sim} not similar marked</small>")
+
+    def mark(self, similar: bool) -> tuple[int, int, bool] | None:
+        """Record the last two tapped papers as a similar (or not similar) pair."""
+        if len(self.tapped) < 2:
+            self._show(_message_html("Tap two papers first, then mark them similar or not similar."))
+            return None
+        i, j = self.tapped
+        pair = (int(i), int(j), bool(similar))
+        # Marking the same pair again replaces the earlier mark: the user changed their mind.
+        self.marks = [m for m in self.marks if {m[0], m[1]} != {i, j}] + [pair]
+        self.mark_info.value = self._marks_html()
+        return pair
+
+    def clear_marks(self) -> None:
+        """Forget the marked pairs and the tapped papers."""
+        self.marks, self.tapped = [], []
+        self.mark_info.value = self._marks_html()
+
+    def fit_marks(self) -> dict[str, float] | None:
+        """Fit the aspect weights to the marked pairs (`on_fit_weights`) and re-layout the map with them.
+
+        Shows the fit's summary (escaped) above the layout message. Returns the weights the
+        map uses (negative ones clipped to 0), or None when there was nothing to fit or it failed.
+        """
+        if self.on_fit_weights is None:
+            return None
+        if not self.marks:
+            self._show(_message_html("Mark a few pairs first (tap two papers, then similar / not similar)."))
+            return None
+        try:
+            self._show(_message_html(f"Fitting the weights to {len(self.marks)} marked pairs…"))
+            fit = self.on_fit_weights(list(self.marks))
+            fitted = dict(fit.weights if hasattr(fit, "weights") else fit)
+            unknown = set(fitted) - set(self.aspects)
+            if unknown:
+                raise ValueError(f"on_fit_weights returned unknown aspects: {sorted(unknown)}")
+            text = fit.summary() if hasattr(fit, "summary") else ", ".join(f"{a} {w:.2f}" for a, w in fitted.items())
+            positive = {a: max(float(fitted.get(a, 0.0)), 0.0) for a in self.aspects}
+            total = sum(positive.values())
+            if total <= 0:
+                raise ValueError(f"no aspect has a positive fitted weight ({fitted}): the map cannot use them")
+            mapped = {a: w / total for a, w in positive.items()}
+            note = ""
+            negatives = sorted(a for a, w in fitted.items() if w < 0)
+            if negatives:
+                note = (f"Negative weights ({', '.join(negatives)}) cannot be drawn on a map; "
+                        "it uses the positive weights only.")
+            self.set_weights(mapped)  # refits warm through on_weights and shows the layout (or its error)
+            self._show(f"<pre style='white-space:pre-wrap'>{esc(text)}</pre>"
+                       + (_message_html(note) if note else "") + self.detail.value)
+            return mapped
+        except Exception as exc:
+            self._fail("Fitting the weights", exc)
+            return None

@@ -1,0 +1,536 @@
+"""Aspect-weighted t-SNE maps: fit, refit with new weights, place new points, invert 2-D points.
+
+Paper section 6 and appendices A.9-A.11. A map is built from several aspect spaces at
+once: the distance between papers i and j is
+
+    d(i, j) = sum_a alpha_a * (1 - cos(e_i^a, e_j^a)),      alpha >= 0, sum alpha = 1.
+
+For unit rows this is 1 - <f_i, f_j> with the "weighted features"
+f = concat_a(sqrt(alpha_a) * e^a), which are unit vectors themselves. So one matrix
+product gives every distance, and any Euclidean t-SNE on the features sees the same
+neighbours (|f_i - f_j|^2 = 2 d(i, j)).
+
+Affinity convention (the authors' code): sklearn's exact TSNE on the precomputed matrix
+of 1 - cos, which it does *not* square, so p_{j|i} is proportional to
+exp(-beta_i * d(i, j)). That is the usual Gaussian on |f_i - f_j|^2 (what openTSNE
+computes on the unit features with metric="euclidean"), with beta rescaled, so the two
+paths below calibrate the same rows.
+
+Two fitting paths:
+
+* "exact" (below EXACT_MAX points): dense P from all distances, and the dense KL gradient
+  descent of sklearn's method="exact" (early exaggeration 12 for 250 steps at momentum 0.5,
+  then momentum 0.8, delta-bar-delta gains, learning rate max(n / 48, 50));
+* "opentsne": openTSNE's k-NN affinities (3 x perplexity neighbours) on the features, and
+  its Barnes-Hut gradient below FFT_MIN points, its FFT-interpolated one above (openTSNE's
+  own rule for fresh fits). A warm start begins from a finished, spread-out map, where
+  the FFT grid is large: on 2 cores 50 warm iterations took 1.1 s (BH) against 5.3 s (FFT)
+  at n = 2000, and 4.9 s against 16.9 s at n = 10000, so warm starts use Barnes-Hut up to
+  WARM_FFT_MIN points.
+
+Placing a point (A.10) optimises its 2-D position only, against the frozen map; inverting
+a 2-D point optimises a feature vector in the span of the corpus' top principal
+components. Both cost O(n) per step: the O(n^2) quantities they need (the normaliser
+Z of the map's Student-t kernel, each corpus row's Gaussian precision) are computed once
+per map and cached.
+
+The arithmetic without a map (weighted distances, affinities, the exact gradient descent) is
+in `tsne_math.py`. `leave_one_out_reconstruction` is appendix A.11's round trip (fit a map
+without a paper, place it, invert its spot), and `empty_spot` a spot between regions.
+
+Typical use::
+
+    amap = AspectMap.fit({"task": E1, "method": E2}, weights={"task": 0.7, "method": 0.3})
+    amap2 = amap.with_weights({"task": 0.5, "method": 0.5})     # warm start, smooth change
+    xy = amap.place({"task": e1_new, "method": e2_new})         # (m, 2)
+    vectors = amap.invert([3.0, -1.5])                          # {"task": (d,), "method": (d,)}
+    amap.save("runs/x/map"); AspectMap.load("runs/x/map")
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Mapping
+
+import numpy as np
+
+from ..core.files import write_json
+from ..core.vectors import unit_rows
+from .tsne_math import (CHUNK, calibrate_rows, check_embeddings, effective_perplexity, gradient_descent,
+                        joint_probabilities, knn_rows, normalize_weights, pca_init, unit32, weighted_features)
+
+# Kept importable from here (they moved to tsne_math.py).
+from .tsne_math import conditional_probabilities, kl_divergence, weighted_distance  # noqa: F401
+
+FORMAT = "workbench-aspect-map"
+VERSION = 1
+WEIGHTS_NAME = "map.safetensors"
+CONFIG_NAME = "map_config.json"
+METHODS = ("auto", "exact", "opentsne")
+EXACT_MAX = 1500            # "auto" uses the dense exact method below this many points
+EARLY_EXAGGERATION = 12.0   # sklearn's and openTSNE's default
+EXAGGERATION_ITER = 250     # both libraries' length of the early exaggeration phase
+FFT_MIN = 10000             # fresh openTSNE fits: Barnes-Hut below this many points, FFT above (its rule)
+WARM_FFT_MIN = 50000        # warm starts: Barnes-Hut up to here (see the module docstring)
+N_JOBS: int | None = None  # openTSNE threads; None: the cores free at fit time (devices.free_threads)
+
+
+def thread_count() -> int:
+    """openTSNE's threads: N_JOBS if set, else the cores free now (WORKBENCH_THREADS overrides).
+
+    On a core another job keeps busy, openTSNE's threads wait for each other at every
+    iteration: a 250-point fit took 10.1 s with 2 threads against 0.7 s with 1 on a shared
+    2-core machine (benchmarks/maps.py, benchmarks/threads.py).
+    """
+    if N_JOBS is not None:
+        return max(1, int(N_JOBS))
+    from ..core.devices import free_threads
+
+    return min(8, free_threads())
+
+
+# ---------------------------------------------------------------- the map
+
+
+class AspectMap:
+    """A 2-D t-SNE map of papers under aspect weights alpha, with placement and inversion.
+
+    Attributes: aspects (list, the order of the feature blocks), weights (alpha, sums to 1),
+    embeddings (aspect -> (n, d_a) unit rows, float32), coords ((n, 2) float64),
+    perplexity, seed, method ("exact" or "opentsne", the one actually used).
+    """
+
+    def __init__(self, embeddings, weights, coords, perplexity=30.0, seed=42, method="exact"):
+        """A map from given coordinates (use `fit` to compute them); embeddings are unit-normalised here."""
+        self.embeddings = {a: unit32(e) for a, e in check_embeddings(embeddings).items()}
+        self.aspects = list(self.embeddings)
+        self.weights = normalize_weights(weights, self.aspects)
+        self.coords = np.asarray(coords, dtype=np.float64)
+        n = len(self)
+        if self.coords.shape != (n, 2):
+            raise ValueError(f"coords must have shape ({n}, 2), got {self.coords.shape}")
+        self.perplexity = float(perplexity)
+        self.seed = int(seed)
+        self.method = str(method)
+        self._cache: dict = {}
+
+    def __len__(self) -> int:
+        return next(iter(self.embeddings.values())).shape[0]
+
+    def __repr__(self) -> str:
+        w = ", ".join(f"{a}={w:.2f}" for a, w in self.weights.items())
+        return f"AspectMap({len(self)} points, {w}, perplexity {self.perplexity:g}, {self.method})"
+
+    # ------------------------------------------------------------ fitting
+
+    @classmethod
+    def fit(cls, embeddings, weights=None, perplexity=30.0, method="auto", init=None, seed=42,
+            n_iter=None, verbose=False) -> "AspectMap":
+        """Fit a map of `embeddings` (aspect -> (n, d_a)) under `weights` (None: equal).
+
+        method: "exact" (dense, sklearn's exact algorithm), "opentsne" (k-NN affinities,
+        Barnes-Hut or FFT gradient) or "auto" (exact below EXACT_MAX points). init: None for
+        the scaled PCA start (seeded jitter), or an (n, 2) array. n_iter: iterations after
+        the 250 of early exaggeration (default 750 exact, as sklearn's 1000 in all; 500
+        openTSNE, its default). The exact path gives the same map for the same inputs and
+        seed; openTSNE's is seeded too, but its approximate neighbour search (above 1000
+        points) may vary with threads.
+        """
+        return cls._fit(embeddings, weights, perplexity, method, init, seed, n_iter, verbose, warm=False)
+
+    def with_weights(self, weights, n_iter=None) -> "AspectMap":
+        """The same corpus mapped under new weights, started from this map's coordinates.
+
+        No early exaggeration (it would tear the layout apart again) and fewer iterations
+        (default 300 exact, 100 openTSNE): a small weight change gives a small, smooth move.
+        (On openTSNE maps of 2,000 and 10,000 points the share of preserved 10-NN was the
+        same after 50 warm iterations as after 250; the KL still falls slowly with more.)
+        """
+        return type(self)._fit(self.embeddings, weights, self.perplexity, self.method, self.coords,
+                               self.seed, n_iter, False, warm=True)
+
+    @classmethod
+    def _fit(cls, embeddings, weights, perplexity, method, init, seed, n_iter, verbose, warm):
+        if method not in METHODS:
+            raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+        embeddings = check_embeddings(embeddings)
+        n = next(iter(embeddings.values())).shape[0]
+        perplexity = effective_perplexity(perplexity, n)  # warns once, here; the map keeps the clipped value
+        amap = cls(embeddings, weights, np.zeros((n, 2)), perplexity, seed)
+        amap.method = ("exact" if n < EXACT_MAX else "opentsne") if method == "auto" else method
+        if amap.method == "exact" and n > 8 * EXACT_MAX:
+            raise ValueError(f"method='exact' holds several dense {n} x {n} matrices; use 'opentsne' or 'auto'")
+        features = amap.features()
+        if init is None:
+            y0 = pca_init(features, seed)
+        else:
+            y0 = np.array(init, dtype=np.float64)
+            if y0.shape != (n, 2):
+                raise ValueError(f"init must have shape ({n}, 2), got {y0.shape}")
+        n_exag = 0 if warm else EXAGGERATION_ITER
+        if amap.method == "exact":
+            n_iter = (300 if warm else 750) if n_iter is None else int(n_iter)
+            f = features.astype(np.float64)
+            P = joint_probabilities(np.clip(1.0 - f @ f.T, 0.0, 2.0), perplexity)
+            lr = max(n / EARLY_EXAGGERATION / 4.0, 50.0)   # sklearn's learning_rate="auto"
+            y = gradient_descent(P, y0, n_exag, 0.5, lr, EARLY_EXAGGERATION, verbose, " early")
+            y = gradient_descent(P, y, n_iter, 0.8, lr, 1.0, verbose)
+        else:
+            from openTSNE import TSNEEmbedding
+            from openTSNE.affinity import PerplexityBasedNN
+
+            n_iter = (100 if warm else 500) if n_iter is None else int(n_iter)
+            n_jobs = thread_count()
+            # Euclidean on unit features: |f_i - f_j|^2 = 2 d(i, j), and openTSNE squares
+            # its distances, so its rows are the exact path's rows restricted to the k-NN.
+            affinities = PerplexityBasedNN(features.astype(np.float64), perplexity=perplexity, metric="euclidean",
+                                           n_jobs=n_jobs, random_state=seed, verbose=verbose)
+            gradient = "bh" if n < (WARM_FFT_MIN if warm else FFT_MIN) else "fft"
+            emb = TSNEEmbedding(y0, affinities, negative_gradient_method=gradient, n_jobs=n_jobs,
+                                random_state=seed, verbose=verbose)
+            if n_exag:
+                emb.optimize(n_exag, exaggeration=EARLY_EXAGGERATION, momentum=0.5, learning_rate="auto",
+                             inplace=True)
+            emb.optimize(n_iter, momentum=0.8, learning_rate="auto", inplace=True)
+            y = np.array(emb, dtype=np.float64)
+        amap.coords = y
+        return amap
+
+    # ------------------------------------------------------------ cached per-map quantities
+
+    def features(self) -> np.ndarray:
+        """The weighted features of the corpus, `weighted_features(self.embeddings, self.weights)` (cached)."""
+        if "features" not in self._cache:
+            self._cache["features"] = weighted_features(self.embeddings, self.weights)
+        return self._cache["features"]
+
+    def _features64(self) -> np.ndarray:
+        if "features64" not in self._cache:
+            self._cache["features64"] = self.features().astype(np.float64)
+        return self._cache["features64"]
+
+    def _rows(self):
+        # Per corpus row j: its Gaussian precision beta_j and log normaliser (so that
+        # p_{new|j} costs O(1)), and K_j = sum_i p_{i|j} log(p_ij / q_ij), which `invert_features`
+        # needs for the first-order effect of a new point on row j's normalisation.
+        # Full rows for small maps (what the exact fit used); k-NN rows (3 x perplexity, as
+        # openTSNE) for large ones, where the far tail of a row is negligible anyway.
+        if "rows" not in self._cache:
+            n, f, y = len(self), self._features64(), self.coords
+            perplexity = effective_perplexity(self.perplexity, n)
+            if n < EXACT_MAX:
+                d = np.clip(1.0 - f @ f.T, 0.0, 2.0)
+                np.fill_diagonal(d, np.inf)
+                cond, beta, log_norm = calibrate_rows(d, perplexity)
+                P = (cond + cond.T) / (2.0 * n)
+                w = 1.0 / (1.0 + np.sum((y[:, None, :] - y[None, :, :]) ** 2, axis=-1))
+                np.fill_diagonal(w, 0.0)
+                ratio = np.where(cond > 0, np.log(np.maximum(P, 1e-300) / np.maximum(w / self._z(), 1e-300)), 0.0)
+                k_row = np.sum(cond * ratio, axis=1)
+            else:
+                from scipy import sparse
+
+                idx, d = knn_rows(f, min(n - 1, int(3 * perplexity)))
+                cond, beta, log_norm = calibrate_rows(d, perplexity)
+                rows = np.repeat(np.arange(n), idx.shape[1])
+                C = sparse.csr_matrix((cond.ravel(), (rows, idx.ravel())), shape=(n, n))
+                P = (C + C.T) / (2.0 * n)
+                p = np.asarray(P[rows, idx.ravel()]).reshape(idx.shape)
+                w = 1.0 / (1.0 + np.sum((y[:, None, :] - y[idx]) ** 2, axis=-1))
+                k_row = np.sum(cond * np.log(np.maximum(p, 1e-300) / (w / self._z())), axis=1)
+            self._cache["rows"] = (beta, log_norm, k_row)
+        return self._cache["rows"]
+
+    def _z(self) -> float:
+        # Z = sum_{i != j} (1 + |y_i - y_j|^2)^-1 of the frozen map: O(n^2) once, in row blocks.
+        if "z" not in self._cache:
+            y = self.coords
+            sq = np.einsum("ij,ij->i", y, y)
+            z = 0.0
+            for start in range(0, len(y), CHUNK):
+                blk = sq[start:start + CHUNK, None] + sq[None, :] - 2.0 * (y[start:start + CHUNK] @ y.T)
+                z += float(np.sum(1.0 / (1.0 + np.maximum(blk, 0.0))))
+            self._cache["z"] = z - len(y)  # drop the diagonal terms (1 each)
+        return self._cache["z"]
+
+    def _pca(self, n_components: int):
+        # Mean, top components (k, D) and their standard deviations of the corpus features.
+        key = ("pca", n_components)
+        if key not in self._cache:
+            f = self._features64()
+            mean = f.mean(axis=0)
+            vals, vecs = np.linalg.eigh((f - mean).T @ (f - mean) / len(f))
+            k = max(1, min(n_components, f.shape[1], len(f) - 1))
+            order = np.argsort(vals)[::-1][:k]
+            self._cache[key] = (mean, vecs[:, order].T.copy(), np.sqrt(np.maximum(vals[order], 1e-12)))
+        return self._cache[key]
+
+    def _p_rows(self, d: np.ndarray) -> np.ndarray:
+        # Symmetrised affinities p_{new,j} of m new points (distances d, (m, n)) to the corpus,
+        # as in the (n + 1)-point map: (p_{j|new} + p_{new|j}) / 2(n + 1). The corpus rows keep
+        # their precisions (one extra point barely moves a row of perplexity 30).
+        n = d.shape[1]
+        cond = calibrate_rows(d, effective_perplexity(self.perplexity, n + 1))[0]
+        beta, log_norm, _ = self._rows()
+        reverse = 1.0 / (1.0 + np.exp(np.clip(beta * d + log_norm, -700, 700)))  # sigmoid(-(...))
+        return (cond + reverse) / (2.0 * (n + 1))
+
+    # ------------------------------------------------------------ placing new points
+
+    def _new_features(self, new_embeddings) -> np.ndarray:
+        if not isinstance(new_embeddings, Mapping):
+            raise ValueError("new_embeddings must be a mapping aspect -> (m, d_a) array")
+        unknown = [a for a in new_embeddings if a not in self.aspects]
+        missing = [a for a in self.aspects if self.weights[a] > 0 and a not in new_embeddings]
+        if unknown or missing:
+            raise ValueError(f"new_embeddings: unknown aspects {unknown}, missing weighted aspects {missing}")
+        rows = {}
+        for a, e in new_embeddings.items():
+            if hasattr(e, "detach"):
+                e = e.detach().cpu().numpy()
+            e = np.atleast_2d(np.asarray(e, dtype=np.float64))
+            want = self.embeddings[a].shape[1]
+            if e.ndim != 2 or e.shape[1] != want:
+                raise ValueError(f"new_embeddings[{a!r}] has shape {e.shape}, the map's aspect has dimension {want}")
+            rows[a] = e
+        m = {e.shape[0] for e in rows.values()}
+        if len(m) != 1:
+            raise ValueError(f"new_embeddings have different numbers of rows: {sorted(m)}")
+        m = m.pop()
+        # Aspects of weight 0 may be left out: their columns are zero anyway.
+        full = {a: rows.get(a, np.zeros((m, self.embeddings[a].shape[1]))) for a in self.aspects}
+        return weighted_features(full, self.weights).astype(np.float64)
+
+    def place(self, new_embeddings: Mapping[str, np.ndarray], n_iter: int = 250) -> np.ndarray:
+        """2-D positions (m, 2) for new papers, the map frozen (appendix A.10).
+
+        Each point minimises the KL of the (n + 1)-point map with respect to its own position
+        only: P from its weighted distances to the corpus (perplexity-calibrated), Q with its
+        terms and the renormalisation they cause, Z = Z_map + 2 sum_j w_j. Started at the mean
+        position of its 5 nearest papers (cosine in the weighted space). Points are placed
+        independently of each other; each step costs O(m n).
+        """
+        f = self._new_features(new_embeddings)
+        corpus = self._features64()
+        sims = f @ corpus.T
+        p = self._p_rows(np.clip(1.0 - sims, 0.0, 2.0))
+        near = np.argsort(-sims, axis=1, kind="stable")[:, :5]
+        y0 = self.coords[near].mean(axis=1)
+        return self._optimise_positions(p, y0, n_iter)
+
+    def _position_loss(self, p, y, with_grad=True):
+        # KL terms that depend on the new points' positions y (m, 2), up to a constant:
+        # -2 sum_j p_j log w_j + log(Z_map + 2 sum_j w_j), and the gradient 4 sum_j (p_j - w_j / Z) w_j (y - y_j).
+        diff = y[:, None, :] - self.coords[None, :, :]                 # (m, n, 2)
+        w = 1.0 / (1.0 + np.einsum("mnk,mnk->mn", diff, diff))
+        z = self._z() + 2.0 * w.sum(axis=1)
+        loss = -2.0 * np.sum(p * np.log(w), axis=1) + np.log(z)
+        if not with_grad:
+            return loss, None
+        grad = 4.0 * np.einsum("mn,mnk->mk", (p - w / z[:, None]) * w, diff)
+        return loss, grad
+
+    def _optimise_positions(self, p, y0, n_iter):
+        # Adam with a cosine-decayed step in map units (2% of the map's spread at first): the
+        # gradient of one point is O(1/n), so a step size in map units is what stays sensible
+        # from 100 to 100,000 points. The best position seen is returned.
+        y = y0.copy()
+        lr0 = 0.02 * float(np.std(self.coords)) + 1e-12
+        m1, m2 = np.zeros_like(y), np.zeros_like(y)
+        best_loss, _ = self._position_loss(p, y, with_grad=False)
+        best = y.copy()
+        for t in range(1, int(n_iter) + 1):
+            _, grad = self._position_loss(p, y)
+            m1 = 0.9 * m1 + 0.1 * grad
+            m2 = 0.999 * m2 + 0.001 * grad * grad
+            lr = lr0 * 0.5 * (1.0 + math.cos(math.pi * (t - 1) / max(int(n_iter), 1)))
+            y = y - lr * (m1 / (1 - 0.9 ** t)) / (np.sqrt(m2 / (1 - 0.999 ** t)) + 1e-12)
+            loss, _ = self._position_loss(p, y, with_grad=False)
+            better = loss < best_loss
+            best[better], best_loss[better] = y[better], loss[better]
+        return best
+
+    # ------------------------------------------------------------ inverting 2-D points
+
+    def nearest(self, point, k: int = 5) -> np.ndarray:
+        """Indices of the k map points nearest to a 2-D point (closest first); (m, k) for (m, 2) points."""
+        pts = np.asarray(point, dtype=np.float64)
+        if pts.shape[-1] != 2 or pts.ndim > 2:
+            raise ValueError(f"point must have shape (2,) or (m, 2), got {pts.shape}")
+        d = np.sum((np.atleast_2d(pts)[:, None, :] - self.coords[None]) ** 2, axis=-1)
+        idx = np.argsort(d, axis=1, kind="stable")[:, :k]
+        return idx[0] if pts.ndim == 1 else idx
+
+    def _inversion_objective(self, point, n_components: int = 20):
+        """(objective, c0) for inverting `point`: objective(c, beta=None) -> (loss, gradient, x_hat).
+
+        x = mean + (c * std) @ components; each weighted aspect block of x is rescaled to norm
+        sqrt(alpha_a) (the feature layout of a real paper), giving x_hat; d_j = 1 - <x_hat, f_j>.
+        The loss is the new point's share of the (n + 1)-point KL with the map frozen,
+
+            2 sum_j p_j log(p_j / q_j) - sum_j (1 + K_j) r_j / (n + 1),
+            p_j = (softmax(-beta d)_j + r_j) / 2(n + 1),   r_j = p_{new|j} = sigmoid(-(beta_j d_j + log_norm_j)),
+
+        where the second term is the first-order change of the corpus pairs: row j gives the
+        share r_j to the new point (P must still sum to 1). Without it the loss would reward
+        pushing x away from everyone. beta, the new row's precision, is calibrated to the
+        perplexity at each call (or given); no gradient flows through it, as in the authors'
+        code. The gradient is analytic (checked against finite differences in the tests); every
+        call is O(n D). c0: the start, the mean features of the point's 5 nearest map points.
+        """
+        y = np.asarray(point, dtype=np.float64).reshape(-1)
+        if y.shape != (2,):
+            raise ValueError(f"point must be a 2-D position, got shape {np.shape(point)}")
+        n = len(self)
+        diff = self.coords - y
+        w = 1.0 / (1.0 + np.einsum("nk,nk->n", diff, diff))
+        log_q = np.log(w / (self._z() + 2.0 * w.sum()))
+        mean, comps, std = self._pca(n_components)
+        basis = comps * std[:, None]
+        corpus = self._features64()
+        beta_rows, log_norm, k_row = self._rows()
+        bounds = np.cumsum([0] + [self.embeddings[a].shape[1] for a in self.aspects])
+        blocks = [(lo, hi, math.sqrt(self.weights[a]))
+                  for a, lo, hi in zip(self.aspects, bounds[:-1], bounds[1:]) if self.weights[a] > 0]
+
+        perplexity = effective_perplexity(self.perplexity, n + 1)
+        last_beta = [None]
+
+        def objective(c, beta=None):
+            x = mean + c @ basis
+            x_hat = np.zeros_like(x)
+            for lo, hi, s in blocks:
+                x_hat[lo:hi] = s * x[lo:hi] / max(np.linalg.norm(x[lo:hi]), 1e-12)
+            d = np.clip(1.0 - corpus @ x_hat, 0.0, 2.0)
+            if beta is None:  # calibrate the new row here, warm-started from the previous call
+                last_beta[0] = calibrate_rows(d[None], perplexity, beta0=last_beta[0])[1]
+                beta = float(last_beta[0][0])
+            e = np.exp(-beta * (d - d.min()))
+            cond = e / e.sum()
+            r = 1.0 / (1.0 + np.exp(np.clip(beta_rows * d + log_norm, -700, 700)))
+            p = (cond + r) / (2.0 * (n + 1))
+            log_p = np.log(np.maximum(p, 1e-300))
+            loss = 2.0 * np.sum(p * (log_p - log_q)) - np.sum((1.0 + k_row) * r) / (n + 1)
+            # Backward, by hand: loss -> p -> (cond, r) -> d -> x_hat -> x -> c.
+            g = (log_p - log_q + 1.0) / (n + 1)                        # dL/dcond
+            g_r = g - (1.0 + k_row) / (n + 1)                          # dL/dr
+            g_d = -beta * cond * (g - cond @ g) - g_r * beta_rows * r * (1.0 - r)
+            g_d = np.where((d > 0.0) & (d < 2.0), g_d, 0.0)             # the clip
+            g_hat = -(g_d @ corpus)
+            g_x = np.zeros_like(x)
+            for lo, hi, s in blocks:
+                norm = max(np.linalg.norm(x[lo:hi]), 1e-12)
+                u = x[lo:hi] / norm
+                g_x[lo:hi] = s / norm * (g_hat[lo:hi] - u * (u @ g_hat[lo:hi]))
+            return float(loss), basis @ g_x, x_hat
+
+        x0 = corpus[self.nearest(y, 5)].mean(axis=0)
+        return objective, ((x0 - mean) @ comps.T) / std
+
+    def invert_features(self, point, n_components: int = 20, n_iter: int = 300, lr: float = 0.05) -> np.ndarray:
+        """A unit weighted-feature vector (D,) whose map position would be `point` (appendix A.10).
+
+        Minimises the KL of the (n + 1)-point map over the new paper's features x, the map
+        and the corpus frozen (see `_inversion_objective`): x = mean + (c * std) @ components
+        in the span of the corpus features' top `n_components` principal components, started
+        from the mean features of the point's 5 nearest map points, its perplexity-calibrated
+        affinities re-solved every step. Adam (step `lr` in units of each component's
+        standard deviation, cosine-decayed); O(n D) per step; the best x seen is returned.
+        """
+        objective, c = self._inversion_objective(point, n_components)
+        m1, m2 = np.zeros_like(c), np.zeros_like(c)
+        best_loss, best = math.inf, None
+        for t in range(int(n_iter) + 1):
+            loss, grad, x_hat = objective(c)
+            if loss < best_loss:
+                best_loss, best = loss, x_hat
+            if t == n_iter:
+                break
+            m1 = 0.9 * m1 + 0.1 * grad
+            m2 = 0.999 * m2 + 0.001 * grad * grad
+            step = lr * 0.5 * (1.0 + math.cos(math.pi * t / max(int(n_iter), 1)))
+            c = c - step * (m1 / (1 - 0.9 ** (t + 1))) / (np.sqrt(m2 / (1 - 0.999 ** (t + 1))) + 1e-12)
+        return best
+
+    def invert(self, point, n_components: int = 20, n_iter: int = 300) -> dict[str, np.ndarray]:
+        """Per weighted aspect (alpha > 0), a unit vector (d_a,) for the 2-D `point`.
+
+        `invert_features` split into aspect blocks, each divided by sqrt(alpha_a) (a unit vector).
+        """
+        x = self.invert_features(point, n_components=n_components, n_iter=n_iter)
+        out, start = {}, 0
+        for a in self.aspects:
+            size = self.embeddings[a].shape[1]
+            if self.weights[a] > 0:
+                out[a] = unit_rows(x[start:start + size] / math.sqrt(self.weights[a]), np.float64)
+            start += size
+        return out
+
+    # ------------------------------------------------------------ files
+
+    def save(self, folder) -> Path:
+        """Write folder/map.safetensors (coords and one tensor per aspect) and folder/map_config.json; no pickles."""
+        from safetensors.numpy import save_file
+
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        tensors = {"coords": np.ascontiguousarray(self.coords)}
+        # Keys by position, not by name: the names (any string) live in the config.
+        for i, a in enumerate(self.aspects):
+            tensors[f"embeddings/{i}"] = np.ascontiguousarray(self.embeddings[a])
+        tmp = folder / f".{WEIGHTS_NAME}.{os.getpid()}.tmp"
+        save_file(tensors, str(tmp))
+        os.replace(tmp, folder / WEIGHTS_NAME)  # whole or not at all; the config last
+        config = {"format": FORMAT, "version": VERSION, "aspects": self.aspects, "weights": self.weights,
+                  "perplexity": self.perplexity, "seed": self.seed, "method": self.method, "n": len(self)}
+        write_json(folder / CONFIG_NAME, config)
+        return folder
+
+    @classmethod
+    def load(cls, folder) -> "AspectMap":
+        """Read a map written by `save`."""
+        from safetensors.numpy import load_file
+
+        folder = Path(folder)
+        config = json.loads((folder / CONFIG_NAME).read_text())
+        if config.get("format") != FORMAT:
+            raise ValueError(f"{folder} does not hold a {FORMAT} (format {config.get('format')!r})")
+        tensors = load_file(str(folder / WEIGHTS_NAME))
+        embeddings = {a: tensors[f"embeddings/{i}"] for i, a in enumerate(config["aspects"])}
+        return cls(embeddings, config["weights"], tensors["coords"], config["perplexity"], config["seed"],
+                   config["method"])
+
+
+def empty_spot(coords, groups) -> np.ndarray:
+    """A spot between two regions of a map with no paper on it: of the midpoints between every two
+    region centres, the one farthest from its nearest paper (the midpoint of the two largest regions
+    can fall inside a third region, and then reading it only repeats a paper's neighbours)."""
+    coords, groups = np.asarray(coords, dtype=float), np.asarray(groups)
+    centres = np.stack([coords[groups == g].mean(axis=0) for g in np.unique(groups)])
+    i, j = np.triu_indices(len(centres), k=1)
+    if not len(i):
+        return centres[0]
+    candidates = (centres[i] + centres[j]) / 2
+    gap = np.linalg.norm(candidates[:, None, :] - coords[None, :, :], axis=-1).min(axis=1)
+    return candidates[int(np.argmax(gap))]
+
+
+def leave_one_out_reconstruction(embeddings: Mapping[str, np.ndarray], index: int, weights=None,
+                                 perplexity: float = 30.0, seed: int = 42, method: str = "auto") -> dict:
+    """The paper's appendix A.11 round trip for one document.
+
+    Fit a map without document `index`, place it from its embeddings, invert its map
+    position back into an embedding. Returns {"point": (x, y), "reconstructed":
+    {aspect: [D]}, "cosine": {aspect: cosine to the original}}.
+    """
+    n = len(next(iter(embeddings.values())))
+    rest = np.array([i for i in range(n) if i != index])
+    held = {a: np.asarray(v)[rest] for a, v in embeddings.items()}
+    fitted = AspectMap.fit(held, weights, perplexity=perplexity, seed=seed, method=method)
+    point = fitted.place({a: np.asarray(v)[[index]] for a, v in embeddings.items()})[0]
+    rec = fitted.invert(point)
+    cos = {a: float(unit_rows(rec[a]) @ unit_rows(np.asarray(embeddings[a])[index])) for a in rec}
+    return {"point": (float(point[0]), float(point[1])), "reconstructed": rec, "cosine": cos}
