@@ -199,3 +199,55 @@ def test_every_module_is_short_and_says_what_it_is_for():
             undocumented.append(f"{where}: no module docstring with a first line")
     assert not too_long, f"modules over {MAX_LINES} lines (split them by concern):\n" + "\n".join(too_long)
     assert not undocumented, "modules without a docstring that names their concern:\n" + "\n".join(undocumented)
+
+
+# Libraries slow to import (or optional, or platform-specific): a module imports them inside the functions that
+# use them, so that `import workbench` and the light modules stay fast. Everything else is imported at the top.
+LAZY_LIBRARIES = {"torch", "transformers", "bokeh", "sklearn", "matplotlib", "seaborn", "openTSNE", "accelerate",
+                  "safetensors", "scipy", "ipywidgets", "papermill", "nbformat", "nbclient", "nbconvert", "llama_cpp",
+                  "httpx", "bert_score", "pandas", "tqdm", "IPython", "jupyter_bokeh", "jupyter_core", "traitlets",
+                  "huggingface_hub", "threadpoolctl", "rispy", "bibtexparser", "pylatexenc", "sentencex", "aclsum",
+                  "fcntl"}
+
+
+def _pulls_heavy(module: str, seen=()) -> bool:
+    """Whether importing a workbench module imports one of LAZY_LIBRARIES at its top (directly or through others)."""
+    path = PACKAGE / (module.replace(".", "/") + ".py")
+    if not path.is_file():
+        path = PACKAGE / module.replace(".", "/") / "__init__.py"
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    for node in tree.body:
+        if isinstance(node, ast.Import) and {a.name.split(".")[0] for a in node.names} & LAZY_LIBRARIES:
+            return True
+        if isinstance(node, ast.ImportFrom) and not node.level and node.module.split(".")[0] in LAZY_LIBRARIES:
+            return True
+    targets = {m for m, _, line in workbench_imports(path)
+               if any(getattr(n, "lineno", None) == line for n in tree.body)}
+    return any(_pulls_heavy(t, seen + (module,)) for t in targets if t not in seen and t != module)
+
+
+def test_imports_stand_at_the_top_unless_they_are_heavy():
+    """An import inside a function is of a heavy library, or of a workbench module that pulls one in while the
+    importing module does not: the dependency graph reads off each module's first lines."""
+    misplaced = []
+    for path in python_files(["workbench"]):
+        me = module_name(path)
+        heavy_me = bool(me) and _pulls_heavy(me)
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for fn in ast.walk(tree):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in fn.body:  # imports standing directly in a function's body
+                if isinstance(node, ast.Import):
+                    names = [a.name.split(".")[0] for a in node.names]
+                    if not set(names) <= LAZY_LIBRARIES:
+                        misplaced.append(f"{path.relative_to(ROOT)}:{node.lineno}: import {', '.join(names)}")
+                elif isinstance(node, ast.ImportFrom) and not node.level:
+                    if node.module.split(".")[0] not in LAZY_LIBRARIES | {"workbench"}:
+                        misplaced.append(f"{path.relative_to(ROOT)}:{node.lineno}: from {node.module}")
+                elif isinstance(node, ast.ImportFrom):
+                    mods = {m for m, _, line in workbench_imports(path) if line == node.lineno}
+                    if mods and (heavy_me or not any(_pulls_heavy(m) for m in mods)):
+                        misplaced.append(f"{path.relative_to(ROOT)}:{node.lineno}: from {'.' * node.level}"
+                                         f"{node.module or ''} (light, or this module is heavy already)")
+    assert not misplaced, "imports that belong at the top of their module:\n" + "\n".join(misplaced)

@@ -143,10 +143,10 @@ def test_compare_html_agrees_and_disagrees_with_hand_computed_answers(tmp_path):
 
 def _pane_arguments(explorer, monkeypatch, **options) -> dict:
     """What Explorer.pane hands MapPane (a stub: building the widgets is test_mapview's business, and slow)."""
-    from workbench.maps import pane
+    from workbench.maps import explore as explore_module
 
     seen = {}
-    monkeypatch.setattr(pane, "MapPane", lambda *args, **kwargs: seen.update(kwargs, meta=args[1]))
+    monkeypatch.setattr(explore_module, "MapPane", lambda *args, **kwargs: seen.update(kwargs, meta=args[1]))
     explorer.pane(**options)
     return seen
 
@@ -210,10 +210,10 @@ def test_region_question_labels_and_hover_questions_come_from_the_papers(axes_ex
         assert hover[i] == ("challenge: " + " / ".join(top) if top else "")
     assert ex.hover_questions({"approach": 1.0}) is None  # no axes for the weighted aspect
 
-    from workbench.maps import mapview  # what export hands export_html (the page itself: test_mapview)
+    from workbench.maps import explore as explore_module  # what export hands export_html (the page: test_mapview)
 
     seen = {}
-    monkeypatch.setattr(mapview, "export_html", lambda path, coords, meta, **kw: seen.update(kw, coords=coords))
+    monkeypatch.setattr(explore_module, "export_html", lambda path, coords, meta, **kw: seen.update(kw, coords=coords))
     ex.export(tmp_path / "map.html", presets={"equal": {"challenge": 1, "approach": 1}, "approach": {"approach": 1}},
               labels=3, label_source="questions")
     asked = seen["questions_by_preset"]

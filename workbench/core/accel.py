@@ -6,6 +6,8 @@ a CPU, one GPU, and the processes that `torchrun` / `accelerate launch` start.
 
 from __future__ import annotations
 
+from dataclasses import asdict, fields
+
 from .devices import best_device, use_free_cores
 
 
@@ -57,15 +59,11 @@ class ConfigDict:
 
     def to_dict(self) -> dict:
         """All fields as a JSON-serialisable dict (the form saved beside each model)."""
-        from dataclasses import asdict
-
         return asdict(self)
 
     @classmethod
     def from_dict(cls, values):
         """The inverse of `to_dict`; unknown keys are an error (a typo must not pass silently)."""
-        from dataclasses import fields
-
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:

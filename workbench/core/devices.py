@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+from contextlib import nullcontext
 import os
 
 
@@ -50,8 +52,6 @@ def free_threads(sample_seconds: float = 0.3) -> int:
     cores. A sample is reused for RESAMPLE_SECONDS: stage 06 asks before each of a dozen
     encodings and t-SNE fits, and each sample waits `sample_seconds`.
     """
-    import time
-
     env = os.environ.get("WORKBENCH_THREADS")
     if env:
         return max(1, int(env))
@@ -107,7 +107,6 @@ def one_blas_thread():
     try:
         from threadpoolctl import threadpool_limits
     except ImportError:  # pragma: no cover - sklearn brings threadpoolctl
-        from contextlib import nullcontext
 
         return nullcontext()
     return threadpool_limits(1, user_api="blas")

@@ -22,6 +22,8 @@ import contextlib
 from typing import Sequence
 
 import numpy as np
+from ..core.models import resolve_model
+from ..embed.features import FrozenBackbone, text_key
 
 # (model path, layer, max_length) -> {text key: (unit token vectors [n, H], weights [n]: 0 for special tokens)}
 TOKENS: dict[tuple, dict] = {}
@@ -32,8 +34,6 @@ MAX_KEPT = 4096
 
 def token_store(model: str, layer: int, max_length: int) -> dict:
     """The token vectors kept this session for texts read with `model` at `layer`: {text key: (vectors, weights)}."""
-    from ..core.models import resolve_model
-
     return TOKENS.setdefault((resolve_model(model).path, int(layer), int(max_length)), {})
 
 
@@ -64,8 +64,6 @@ def read(model: str, texts: Sequence[str], layer: int, pooled: bool = False, max
     """
     import torch
     import torch.nn.functional as F
-
-    from ..embed.features import FrozenBackbone, text_key
 
     encoder = FrozenBackbone(model, max_length=max_length, device=device).encoder()  # loaded once per session
     store = token_store(model, layer, max_length)
@@ -109,8 +107,6 @@ def _make_room(store: dict, incoming: int, needed: set) -> None:
 def f1(candidates: Sequence[str], references: Sequence[str | Sequence[str]], model: str, layer: int,
        max_length: int = 256, batch_size: int = 32, device: str | None = None) -> np.ndarray:
     """BERTScore F1 of each candidate against its reference(s), the best of several; 0 for an empty candidate."""
-    from ..embed.features import text_key
-
     refs = [[r] if isinstance(r, str) else list(r) for r in references]
     if len(candidates) != len(refs):
         raise ValueError(f"{len(candidates)} candidates but {len(refs)} references")

@@ -47,6 +47,11 @@ from .faithfulness import (BERTSCORE_LAYERS, BERTSCORE_MODEL, DENSITY_NEIGHBOURS
                            FAITHFULNESS_COUNTS, LOW_MEANS, bertscore, confidence_check, confidence_label,
                            confidence_level, confidence_levels, confidence_score, decoding_report, derangement,
                            describe_with_confidence, faithfulness_table, figure3_table, load_confidence)
+from ..core.models import load_causal_lm
+from ..core.progress import notice
+from ..data.views import collect_views
+from ..embed.distill import embed_corpus, load_targets
+from .retrieval import FOLDER, build_memories, fingerprint, save_memories, load_retrieval_decoders
 
 SHARED = "shared"
 DONE_NAME = "done.json"
@@ -95,9 +100,6 @@ def decoder_data(run_dir, corpus, aspects: Sequence[str], source: str = "unified
     max_val_docs: keep only the first that many validation documents (validation of an
     LM-sized decoder is the slow part on a CPU).
     """
-    from ..embed.distill import embed_corpus, load_targets
-    from ..data.views import collect_views
-
     run_dir = Path(run_dir)
     train_ids, val_ids = read_split(run_dir)
     val_ids = val_ids[:max_val_docs] if max_val_docs else val_ids
@@ -159,8 +161,6 @@ def train_decoders(run_dir, corpus, aspects: Sequence[str], config: DecoderConfi
     scratch (its folder has no done.json), the finished ones are kept.
     Returns {aspect: result} (with `shared`, every aspect maps to the same result).
     """
-    from ..core.models import load_causal_lm
-
     config = config or DecoderConfig()
     run_dir = Path(run_dir)
     data = dict(data) if data is not None else decoder_data(run_dir, corpus, aspects, source)
@@ -217,8 +217,6 @@ def build_retrieval_decoders(run_dir, corpus, aspects: Sequence[str], lm: str = 
     statements, their embeddings and the settings are unchanged. Returns a summary per
     aspect (statements, papers, sources) for the notebook's table.
     """
-    from .retrieval import FOLDER, build_memories, fingerprint, save_memories
-
     folder = RunDir(run_dir).decoders / FOLDER
     memories = build_memories(run_dir, corpus, aspects, progress=progress)
     empty = [a for a, m in memories.items() if not m.texts]
@@ -342,8 +340,6 @@ def load_decoders(run_dir, aspects: Sequence[str] | None = None, device: str | N
     if kind not in {"auto", "per_aspect", "shared", "retrieval", *DECODER_KINDS}:
         raise ValueError(f"kind must be auto, retrieval, per_aspect, shared or a registered kind "
                          f"{sorted(DECODER_KINDS)}, not {kind!r}")
-    from ..core.models import load_causal_lm
-    from .retrieval import FOLDER, load_retrieval_decoders
 
     root = RunDir(run_dir).decoders
     if kind == "auto" and (root / DEFAULT_NAME).is_file():
@@ -424,8 +420,6 @@ def calibrate_confidence(run_dir, corpus, aspects: Sequence[str], doc_ids: Seque
     """Decode the given papers (default: the run's validation papers) from their unified embeddings, their own
     statements hidden, and save the levels from the round trips. Stage 04 saves them from its own faithfulness
     pass instead (`save_confidence`), which decodes the same way; this is for a run without that pass."""
-    from ..embed.distill import embed_corpus
-
     run_dir = Path(run_dir)
     doc_ids = [str(d) for d in (doc_ids if doc_ids is not None else read_split(run_dir)[1])]
     position = {str(d): i for i, d in enumerate(corpus.ids)}
@@ -464,8 +458,6 @@ def evaluate_decoders(run_dir, data: Mapping[str, DecoderData], aspects: Sequenc
     (`save_confidence`). An aspect with fewer than two validation papers is skipped with a notice
     (the shuffled control needs two).
     """
-    from ..core.progress import notice
-
     run = RunDir(run_dir)
     corpus_vectors = {a: data[a].embeddings for a in aspects}
     metrics, examples, skipped = {}, {}, []

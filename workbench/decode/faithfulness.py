@@ -25,6 +25,7 @@ from ..core.models import resolve_model
 from ..core.progress import notice
 from ..core.rundir import RunDir
 from ..core.vectors import unit_rows
+from ..embed.checkpoints import is_model, load_model
 
 BERTSCORE_MODEL = "mpnet"  # the fixed reference encoder the workbench never trains
 BERTSCORE_LAYERS = {"mpnet": 9, "minilm": 6}  # OFFLINE_ASSETS: layers that bert-score uses for these
@@ -59,8 +60,6 @@ def round_trip(texts: Sequence[str], targets, aspect_model, aspect: str,
     that is itself a corpus row ties with that row and does not count against itself.
     aspect_model: an AspectEncoder with a head for `aspect` (or a path to one).
     """
-    from ..embed.checkpoints import is_model, load_model
-
     if not is_model(aspect_model):
         aspect_model = load_model(aspect_model)
     targets = unit_rows(np.atleast_2d(targets))

@@ -39,7 +39,8 @@ import numpy as np
 
 from ..core.files import write_json
 from ..core.vectors import unit_rows
-from ..core.rundir import RunDir
+from ..core.rundir import RunDir, aspect_model_dir, read_split
+from ..generate.batching import shared_start
 
 FOLDER = "retrieval"
 VECTORS_NAME = "memory.safetensors"
@@ -256,7 +257,6 @@ class RetrievalDecoder:
         from torch.nn import functional as F
 
         from ..generate.cascade import PromptStore, cascade, read_prefix
-        from ..generate.batching import shared_start
 
         model, tok = self.lm()
         layers, device = model.config.num_hidden_layers, model.device
@@ -337,7 +337,6 @@ def build_memories(run_dir, corpus, aspects: Sequence[str], doc_ids: Sequence[st
     validation papers, stage 02's split), so held-out papers never reach the memory.
     """
     from ..embed.checkpoints import load_model
-    from ..core.rundir import aspect_model_dir, read_split
     from ..data.views import collect_views
 
     run_dir = Path(run_dir)

@@ -49,7 +49,7 @@ from torch.nn import functional as F
 
 from ..core.accel import ConfigDict
 from ..embed.encoders import CheckpointError
-from ..core.models import cache_keyword
+from ..core.models import cache_keyword, load_causal_lm
 from ..core.files import write_json
 
 WEIGHTS_NAME = "decoder.safetensors"
@@ -438,8 +438,6 @@ class EmbeddingDecoder(nn.Module):
         """
         from safetensors import SafetensorError
         from safetensors.torch import load_file
-
-        from ..core.models import load_causal_lm
 
         folder = Path(folder).expanduser()
         config_path, weights = folder / CONFIG_NAME, folder / WEIGHTS_NAME

@@ -43,7 +43,7 @@ from ..core.accel import ConfigDict, adamw, make_accelerator
 from .features import FeatureCache, frozen_backbone
 from ..core.files import strict, write_json
 from .encoders import POOLINGS, AspectEncoder
-from .headtrain import resolve_mode, train_unified_heads
+from .headtrain import resolve_mode, train_unified_heads, MODES
 from .losses import info_nce, masked_mse
 from ..evaluate.metrics import mean_rank, mrr, retrieval_ranks
 from ..core.progress import close_bar, progress_bar
@@ -110,8 +110,6 @@ class DistillConfig(ConfigDict):
     head_refit: bool = True         # after choosing the step count on validation, retrain on train + validation
 
     def __post_init__(self):
-        from .headtrain import MODES
-
         if self.mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
         if self.pooling not in POOLINGS:

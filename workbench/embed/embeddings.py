@@ -23,7 +23,6 @@ from ..core.files import write_json
 from ..core.rundir import RunDir
 
 
-
 def _file_digest(path: Path, _memo: dict = {}) -> str:  # noqa: B006 - the default is the memo on purpose
     """sha256 of a file's content, memoised per (path, size, mtime) so a notebook re-run does not re-read it.
 

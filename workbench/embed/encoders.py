@@ -96,6 +96,13 @@ class AspectModel(nn.Module):
         """The device of the model's parameters."""
         return next(self.parameters()).device
 
+    def base_vectors(self, texts: Sequence[str]):
+        """The base encoder's whole-text vectors [n, hidden] where the model holds them at no cost, else None.
+
+        A fine-tuned model has no frozen base to ask; `heads.PooledAspectModel` answers from its feature cache.
+        """
+        return None
+
     def _check_aspects(self, aspects: str | Iterable[str] | None) -> list[str]:
         if aspects is None:
             return self.aspects

@@ -43,6 +43,7 @@ from torch import nn
 from .encoders import AspectModel, CheckpointError, valid_aspects
 from .features import N_POSITION, DocumentFeatures, FeatureCache, FrozenBackbone
 from ..core.files import write_json
+from ..core.devices import best_device
 
 FORMAT = "workbench-pooled-encoder"
 VERSION = 1
@@ -119,6 +120,10 @@ class PooledAspectModel(AspectModel):
     def backbone(self) -> FrozenBackbone:
         """The frozen backbone these heads read."""
         return FrozenBackbone(self.base_model, pooling=self.pooling, max_length=self.max_length)
+
+    def base_vectors(self, texts: Sequence[str]):
+        """The frozen backbone's whole-text vectors (the unified, pooling model's feature cache; else None)."""
+        return self.features(list(texts)).whole if self.pool else None
 
     def features(self, texts: Sequence[str], progress: bool = False):
         """Whole-text vectors [N, H] (pool=False) or `DocumentFeatures` (pool=True) of texts, via the cache."""
@@ -225,8 +230,6 @@ class PooledAspectModel(AspectModel):
         """
         from safetensors import SafetensorError
         from safetensors.torch import load_file
-
-        from ..core.devices import best_device
 
         folder = Path(folder).expanduser()
         try:

@@ -35,6 +35,7 @@ many steps (`head_refit`).
 
 from __future__ import annotations
 
+from dataclasses import asdict
 import math
 import random
 import time
@@ -53,6 +54,10 @@ from ..core.progress import close_bar, progress_bar
 from .training import (HISTORY_NAME, TRAIN_CONFIG_NAME, DistillResult, EarlyStopping, TrainResult, abstracts_of,
                        better, documents_with_targets, evaluate, stack_targets)
 from ..data.views import eligible_docs, views_fingerprint
+from ..core.devices import best_device
+from ..data.sentences import match_highlights, split_sentences
+from ..evaluate.evaluation import cosine_similarity_matrix, rowwise_spearman
+from .losses import info_nce
 
 MODES = ("auto", "frozen", "finetune")
 
@@ -62,8 +67,6 @@ def resolve_mode(mode: str, device: str | None = None) -> str:
 
     auto: frozen when the training device is the CPU, finetune on a GPU.
     """
-    from ..core.devices import best_device
-
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     if mode != "auto":
@@ -158,7 +161,6 @@ def train_view_head(views, train_ids, val_ids, out_dir, config, cache: FeatureCa
         result = TrainResult(aspect=aspect, out_dir=str(out_dir), best_step=0, best_mrr=nan, best_mean_rank=nan,
                              baseline={"val_mean_rank": nan, "val_mrr": nan, "val_top1": nan},
                              n_train_docs=len(train_docs), n_val_docs=len(val_docs))
-        from dataclasses import asdict
 
         record.update(status="finished", untrained=True,
                       result={k: v for k, v in asdict(result).items() if k not in ("history", "model")})
@@ -185,7 +187,6 @@ def train_view_head(views, train_ids, val_ids, out_dir, config, cache: FeatureCa
                     validate(step)
     close_bar(bar)
     baseline = {k: history[0][k] for k in ("val_mean_rank", "val_mrr", "val_top1")}
-    from dataclasses import asdict
 
     result = TrainResult(aspect=aspect, out_dir=str(out_dir), best_step=best["step"], best_mrr=best["val_mrr"],
                          best_mean_rank=best["val_mean_rank"], baseline=baseline, history=history,
@@ -197,8 +198,6 @@ def train_view_head(views, train_ids, val_ids, out_dir, config, cache: FeatureCa
 
 
 def _info_nce(a: torch.Tensor, b: torch.Tensor, temperature: float) -> torch.Tensor:
-    from .losses import info_nce
-
     return info_nce(a, b, temperature)
 
 
@@ -249,8 +248,6 @@ def similarity_kd(pred: torch.Tensor, target: torch.Tensor, temperature: float) 
 
 def agreement(pred: np.ndarray, target: np.ndarray) -> float:
     """Mean per-document Spearman correlation between two embeddings' similarity rows (diagonal left out)."""
-    from ..evaluate.evaluation import cosine_similarity_matrix, rowwise_spearman
-
     if len(pred) < 3:
         return float("nan")
     rho = rowwise_spearman(cosine_similarity_matrix(pred), cosine_similarity_matrix(target))
@@ -535,8 +532,6 @@ def human_sentence_labels(corpus, aspects: Sequence[str], exclude_splits=("test"
     abstract (in ACLSum's introduction or conclusion) gets all-zero labels: a human read it
     and marked none of its abstract's sentences.
     """
-    from ..data.sentences import match_highlights, split_sentences
-
     docs = corpus.docs
     out: dict[str, dict[str, list[float]]] = {a: {} for a in aspects}
     allowed = ~docs["split"].isin(exclude_splits) if "split" in docs else np.ones(len(docs), dtype=bool)

@@ -48,13 +48,15 @@ from ..core.accel import ConfigDict, adamw, make_accelerator
 from ..core.devices import best_device
 from .features import FeatureCache, frozen_backbone
 from ..core.files import strict, write_json
-from .headtrain import resolve_mode, train_view_head
+from .headtrain import resolve_mode, train_view_head, sentence_supervision, MODES
 from .losses import info_nce
 from ..evaluate.metrics import retrieval_report
 from ..core.progress import close_bar, progress_bar
 from ..core.rundir import RunDir
 from .training import HISTORY_NAME, TRAIN_CONFIG_NAME, EarlyStopping, TrainResult, better, evaluate
 from ..data.views import AspectViews, collect_views, eligible_docs, split_documents, validation_pairs, views_fingerprint
+from .checkpoints import load_model
+from .encoders import AspectEncoder, CONFIG_NAME, WEIGHTS_NAME
 
 BASE_COLUMN = "base encoder"
 
@@ -102,8 +104,6 @@ class TrainConfig(ConfigDict):
     head_rank: int = 32
 
     def __post_init__(self):
-        from .headtrain import MODES
-
         if self.mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
         if self.select_by not in ("mrr", "mean_rank"):
@@ -116,8 +116,6 @@ class TrainConfig(ConfigDict):
 
     def comparable(self) -> dict:
         """The fields that decide whether an existing model can be reused ("auto" resolved to the mode it runs)."""
-        from .headtrain import resolve_mode
-
         values = {k: v for k, v in self.to_dict().items() if k not in _NOT_COMPARED}
         values["mode"] = resolve_mode(self.mode, self.device)
         return values
@@ -193,8 +191,6 @@ def prepare_training(aspect: str, config: TrainConfig, accelerator):
     broadcast rank 0's weights) and a run is reproducible.
     """
     from accelerate.utils import set_seed
-
-    from .encoders import AspectEncoder
 
     set_seed(config.seed)
     model = AspectEncoder.from_base(config.base_model, [aspect], dim=config.dim, pooling=config.pooling,
@@ -333,8 +329,6 @@ def train_aspect_model(views: AspectViews, train_ids, val_ids, out_dir, config: 
 
 def finished_result(out_dir: Path, config: TrainConfig, aspect: str, fingerprint: str) -> TrainResult | None:
     """The stored result if out_dir holds a finished model of this aspect, config and data; else None."""
-    from .encoders import CONFIG_NAME, WEIGHTS_NAME
-
     try:
         record = json.loads((out_dir / TRAIN_CONFIG_NAME).read_text())
         history = json.loads((out_dir / HISTORY_NAME).read_text())
@@ -372,8 +366,6 @@ def check_supervision(views: dict[str, AspectViews], aspects: Sequence[str], cor
     for every abstract (see notebook 01's status table) or the aspect file's name does
     not match the corpus's columns.
     """
-    from .headtrain import sentence_supervision
-
     labels = sentence_supervision(corpus, aspects, run_dir, include_human) if corpus is not None else {}
     empty = [a for a in aspects if not views[a].views and not labels.get(a)]
     if empty:
@@ -455,9 +447,6 @@ def cross_aspect_mrr(run_dir, views_by_aspect: dict[str, AspectViews], val_ids, 
     aspect's own model. `table.attrs["n_pairs"]` holds the number of queries per row.
     """
     import pandas as pd
-
-    from .checkpoints import load_model
-    from .encoders import AspectEncoder
 
     root = RunDir(run_dir).aspect_models
     pairs = {}

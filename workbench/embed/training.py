@@ -25,6 +25,7 @@ import numpy as np
 from ..core.accel import ConfigDict
 from ..evaluate.metrics import retrieval_report
 from ..data.views import AspectViews, validation_pairs
+from .checkpoints import load_model
 
 HISTORY_NAME = "history.json"
 TRAIN_CONFIG_NAME = "train_config.json"
@@ -172,8 +173,6 @@ class DistillResult:
 
     def load(self, device: str | None = None):
         """The best checkpoint, loaded."""
-        from .checkpoints import load_model
-
         return load_model(self.out_dir, device=device)
 
     def table(self):

@@ -27,12 +27,14 @@ sentence labels (human highlights, else the run's LLM labels) and `probe_encoder
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
 from ..core.devices import one_blas_thread
+from ..data.sentences import match_highlights, split_sentences
 
 BASE = "base"
 MIN_DOCUMENTS = 10  # fewer held-out papers: no health check (debiased CKA alone needs 4)
@@ -47,8 +49,6 @@ PROBE_MIN_RATIO = 2.0   # the own head must move at least this many times as muc
 
 def _one_thread(fn):
     """Decorator: run `fn` under `one_blas_thread` (see there why)."""
-    import functools
-
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         with one_blas_thread():
@@ -227,8 +227,6 @@ def corpus_sentence_aspects(corpus, aspects: Sequence[str], run_dir=None) -> lis
     labels (stage 01, `sentence_labels.jsonl`). An aspect nobody labelled for a document
     is absent from its dict.
     """
-    from ..data.sentences import match_highlights, split_sentences
-
     llm = {}
     if run_dir is not None:
         from ..generate.sentence_labels import load_sentence_labels
@@ -394,8 +392,9 @@ def probe_encoder(model, base_model: str | None = None) -> Callable[[list[str]],
     """
     def encode(texts: list[str]) -> dict[str, np.ndarray]:
         out = dict(model.encode(list(texts)))
-        if hasattr(model, "features") and getattr(model, "pool", False):
-            out[BASE] = model.features(list(texts)).whole  # cached by the encode call just made
+        base = model.base_vectors(texts)  # frozen mode: cached by the encode call just made
+        if base is not None:
+            out[BASE] = base
         elif base_model:
             from .report import encode_texts
 

@@ -28,6 +28,18 @@ import pandas as pd
 
 from ..core.vectors import unit_rows
 from ..core.rundir import RunDir
+from ..core.display import plot_matrix
+from ..core.models import resolve_model
+from ..data.views import collect_views
+from ..decode.faithfulness import (BERTSCORE_LAYERS, decoding_report, confidence_check, load_confidence,
+                                   neighbour_density)
+from ..embed.checkpoints import load_model
+from ..embed.distill import embed_corpus
+from ..embed.encoders import CONFIG_NAME
+from ..embed.features import FROZEN_MAX_LENGTH, FeatureCache, FrozenBackbone
+from ..maps.tsne import leave_one_out_reconstruction
+from .evaluation import (judge_similarity, label_similarity, summary_similarity, permutation_test, bootstrap_ci,
+                         rowwise_spearman)
 
 REFERENCE_ENCODER = "mpnet"
 
@@ -69,8 +81,6 @@ def encode_texts(model: str, texts: Sequence[str], pooling: str = "mean", max_le
     keep_layer: the texts not cached yet are read by `bertscore.read`, which also keeps their
     token vectors at that layer, so BERTScore against them costs no second pass (mean pooling).
     """
-    from ..embed.features import FROZEN_MAX_LENGTH, FeatureCache, FrozenBackbone
-
     backbone = FrozenBackbone(str(model), pooling=pooling, max_length=max_length or FROZEN_MAX_LENGTH, device=device)
     folder = None if run_dir is None else RunDir(run_dir).features(backbone.key)
     key = (str(folder), backbone.key, device)
@@ -99,8 +109,6 @@ def ground_truths(eval_corpus, aspects: Sequence[str], run_dir=None, reference: 
     LLM-judge truths with at least `min_judged_pairs` scored pairs, "labels" for shared
     labels. The reference encoder reads the human summaries; it is never trained here.
     """
-    from .evaluation import judge_similarity, label_similarity
-
     docs = eval_corpus.docs.reset_index(drop=True)
     ids = docs["doc_id"].astype(str).tolist()
     out: dict[str, np.ndarray] = summary_truths(eval_corpus, aspects, reference, run_dir)
@@ -120,10 +128,6 @@ def summary_truths(eval_corpus, aspects: Sequence[str], reference: str = REFEREN
 
     Only aspects whose summary column is filled for every evaluation document.
     """
-    from ..decode.faithfulness import BERTSCORE_LAYERS
-    from .evaluation import summary_similarity
-    from ..core.models import resolve_model
-
     docs = eval_corpus.docs.reset_index(drop=True)
     # Table 3's BERTScore compares decoded texts with these summaries; where this encoder is one
     # BERTScore reads, its token vectors are kept from this pass (`bertscore.py`).
@@ -167,8 +171,6 @@ def embedding_rows(run_dir, eval_corpus, aspects: Sequence[str], baselines: Sequ
     reference row ("human summaries", per aspect): how far a perfect summary of one aspect
     gets on its own and on the other ground truths.
     """
-    from ..embed.distill import embed_corpus
-
     emb = embed_corpus(RunDir(run_dir).unified_model, eval_corpus, run_dir, progress=False)
     rows: dict = {"unified": {a: unit_rows(emb[a]) for a in aspects}}
     texts = eval_corpus.texts()
@@ -188,8 +190,6 @@ def retrieval_pairs(eval_corpus, aspects: Sequence[str], run_dir=None) -> dict[s
     From the corpus's human views (summary, then the first highlight sentence) where the
     evaluation documents have them, else from the run's LLM summaries (the first two).
     """
-    from ..data.views import collect_views
-
     # The run's other papers have summaries too: leaving them out here is expected, not a changed corpus.
     views = collect_views(list(aspects), run_dir, eval_corpus, include_human=True, exclude_splits=(),
                           warn_unknown=False)
@@ -205,8 +205,6 @@ def retrieval_pairs(eval_corpus, aspects: Sequence[str], run_dir=None) -> dict[s
 def retrieval_encoders(run_dir, aspects: Sequence[str], base_model: str | None = "minilm",
                        baselines: Sequence[str] = ("mpnet",), device: str | None = None) -> dict:
     """Encoders for Table 1: each aspect model (on every aspect), the untrained base encoder, baselines."""
-    from ..embed.checkpoints import load_model
-
     encoders: dict = {}
     for aspect in aspects:
         folder = RunDir(run_dir).aspect_model(aspect)
@@ -227,8 +225,6 @@ def diagonal_significance(similarities: Mapping[str, np.ndarray], truths: Mappin
     similarities: {aspect: (n, n)} of the model's aspect embeddings. Rows: truth/embedding
     aspect a, columns: the competitor b; cells: p-values (small = a is significantly better).
     """
-    from .evaluation import permutation_test
-
     table = pd.DataFrame(index=list(aspects), columns=list(aspects), dtype=float)
     for a in aspects:
         if a not in truths:
@@ -253,8 +249,6 @@ def decoding_table(decoders, embeddings: Mapping[str, np.ndarray], references: M
     by the appendix A.11 leave-one-out path through the map. perplexity_docs: score
     perplexity on the first that many documents only (decoding and the round trip use all).
     """
-    from ..decode.faithfulness import decoding_report
-
     rows, examples = {}, {}
     for aspect, emb in embeddings.items():
         metrics, ex = decoding_report(decoders[aspect], emb, references[aspect],
@@ -275,8 +269,6 @@ def decoding_table(decoders, embeddings: Mapping[str, np.ndarray], references: M
 
 def headline(per_document: Mapping, rows: Sequence[str], truths: Sequence[str], seed: int = 0) -> pd.DataFrame:
     """Mean and bootstrap 95% interval of the per-document Spearman (x100) for chosen rows on each truth."""
-    from .evaluation import bootstrap_ci
-
     out = []
     for truth in truths:
         for row in rows:
@@ -296,8 +288,6 @@ def backbone_of(run_dir) -> str:
     started from its weights. Raises FileNotFoundError without the config, ValueError
     when it names no base model.
     """
-    from ..embed.encoders import CONFIG_NAME
-
     path = RunDir(run_dir).unified_model / CONFIG_NAME
     if not path.is_file():
         raise FileNotFoundError(f"no unified model config at {path}; run stage 03 first")
@@ -308,8 +298,6 @@ def backbone_of(run_dir) -> str:
 
 
 def _mean_spearman100(sim: np.ndarray, truth: np.ndarray) -> float:
-    from .evaluation import rowwise_spearman
-
     rho = rowwise_spearman(sim, truth)
     return 100.0 * float(np.nanmean(rho)) if np.isfinite(rho).any() else np.nan
 
@@ -329,8 +317,6 @@ def head_vs_backbone(similarities: Mapping[str, np.ndarray], truths: Mapping[str
     Spearman x100, Table 2's number), "gain" (head - backbone, points), "p-value", and
     "own head best" (True when no other head scores higher on this aspect's truth).
     """
-    from .evaluation import permutation_test
-
     rows = {}
     for a in aspects:
         if a not in truths:
@@ -350,8 +336,6 @@ def head_backbone_intervals(similarities: Mapping[str, np.ndarray], truths: Mapp
                             aspects: Sequence[str], backbone_sim: np.ndarray, seed: int = 0) -> pd.DataFrame:
     """Bootstrap 95% intervals over documents for `head_vs_backbone`'s two scores (`headline` rows
     "head" and "backbone", with `truth` the aspect)."""
-    from .evaluation import rowwise_spearman
-
     shown = [a for a in aspects if a in truths]
     per_document = {"spearman": {"head": {a: rowwise_spearman(similarities[a], truths[a]) for a in shown},
                                  "backbone": {a: rowwise_spearman(backbone_sim, truths[a]) for a in shown}}}
@@ -384,8 +368,6 @@ def plot_correlation_tables(corr: dict, title: str = ""):
     """The Table 2 and Table 7 heatmaps of a `correlation_table` result side by side; returns the figure."""
     import matplotlib.pyplot as plt
 
-    from ..core.display import plot_matrix
-
     spearman, top = corr["spearman"], corr["top10"]
     fig, axes = plt.subplots(1, 2, figsize=(12, 0.45 * len(spearman) + 2))
     prefix = f"{title}: " if title else ""
@@ -411,9 +393,6 @@ def held_out_decoding(decoders, unified: Mapping[str, np.ndarray], held, aspects
 
     Returns {"table", "examples", "reconstruction_cosine", "confidence"} (the last two may be absent).
     """
-    from ..decode.faithfulness import confidence_check, load_confidence, neighbour_density
-    from ..maps.tsne import leave_one_out_reconstruction
-
     docs = held.docs.reset_index(drop=True)
     use = np.arange(min(eval_docs, len(docs)))
     refs = {a: [[docs.at[i, f"summary_{a}"]] if f"summary_{a}" in docs and isinstance(docs.at[i, f"summary_{a}"], str)

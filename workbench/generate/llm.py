@@ -22,6 +22,8 @@ What a request asks and gets (`Sampling`, `Completion`, seeds, drawing a token) 
 
 from __future__ import annotations
 
+import copy
+from urllib.parse import urlsplit, urlunsplit
 import contextlib
 import os
 import random
@@ -31,12 +33,13 @@ from pathlib import Path
 from typing import Iterator, Sequence
 
 from .batching import pack_groups, plan_batches, shared_start
-from ..core.models import cache_keyword
+from ..core.models import cache_keyword, load_causal_lm, gguf_cache_folder, resolve_model
 from .sampling import Completion, Sampling, call_seeds, cut_at_stop, draw, filtered_probs
 
 # Kept importable from here (they moved to sampling.py and batching.py).
 from .batching import common_prefix  # noqa: F401
 from .sampling import request_seed  # noqa: F401
+from ..core.devices import use_free_cores, free_threads
 
 Messages = list[dict]
 
@@ -61,8 +64,6 @@ class TransformersBackend:
 
     def __init__(self, model: str = "smollm2-135m-instruct", device: str | None = None, batch_size: int = 96,
                  dtype=None, trust_remote_code: bool = False):
-        from ..core.models import load_causal_lm
-
         self.model_id = str(model)
         self.batch_size = batch_size
         self.model, self.tokenizer = load_causal_lm(model, device=device, dtype=dtype,
@@ -115,7 +116,6 @@ class TransformersBackend:
         import torch
 
         from . import cascade
-        from ..core.devices import use_free_cores
 
         if not conversations:  # a resumed run with nothing left to ask
             return
@@ -232,8 +232,6 @@ class TransformersBackend:
         the positions, counted over the attention mask, stay those of the unpadded prompt.
         Yields (answer, tokens) as each answer is done; answers are numbered prompt by prompt.
         """
-        import copy
-
         import torch
 
         (prompts,), (repeats,) = groups, repeats
@@ -351,9 +349,6 @@ class LlamaCppBackend:
             raise BackendError("the llama_cpp backend needs llama-cpp-python: pip install llama-cpp-python "
                                "(it compiles llama.cpp, about 4 minutes on 2 cores)") from None
         from transformers import AutoTokenizer
-
-        from ..core.devices import free_threads
-        from ..core.models import gguf_cache_folder, resolve_model
 
         resolved = resolve_model(model)
         if not resolved.is_gguf:
@@ -549,8 +544,6 @@ class OpenAIBackend:
 
 def without_credentials(url: str) -> str:
     """The URL with any user:password@ part replaced by ***@ (for messages and logs)."""
-    from urllib.parse import urlsplit, urlunsplit
-
     parts = urlsplit(url)
     if "@" not in parts.netloc:
         return url

@@ -19,6 +19,7 @@ default. The judge (appendix A.5 of the paper) scores pairs of abstracts per asp
 
 from __future__ import annotations
 
+import warnings
 import hashlib
 import inspect
 import itertools
@@ -338,7 +339,6 @@ def _recheck_stored(frame):
     stale = [i for i, p in parsed.items() if p.status == "unparsed"]
     if not stale:
         return frame
-    import warnings
 
     frame = frame.copy()
     frame.loc[stale, "status"] = "unparsed"

@@ -15,6 +15,7 @@ for a standalone page). Everything a callback returns as HTML is escaped here.
 
 from __future__ import annotations
 
+import textwrap
 import html
 from pathlib import Path
 from typing import Mapping, Sequence
@@ -22,16 +23,20 @@ from typing import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from ..decode.faithfulness import LOW_MEANS
-from ..core.progress import notice
-from .tsne import AspectMap, normalize_weights
 from ..core.files import write_json
+from ..core.progress import notice
+from ..decode.faithfulness import LOW_MEANS, describe_with_confidence
+from ..embed.distill import embed_corpus
+from ..generate.summaries import summaries_frame
+from .mapview import cluster_labels, export_html
+from .pane import MapPane
+from .tsne import AspectMap, normalize_weights
+from .weights import fit_weights, map_weights
 from ..core.rundir import RunDir
 from ..core.vectors import unit_rows
 
 # Kept importable from here (they moved to tsne.py).
 from .tsne import empty_spot, leave_one_out_reconstruction  # noqa: F401
-
 
 
 def compare_html(axes: Mapping, a: Mapping[str, np.ndarray], b: Mapping[str, np.ndarray],
@@ -70,8 +75,6 @@ def hover_meta(corpus, aspects: Sequence[str], run_dir=None) -> pd.DataFrame:
     Takes the corpus's own `summary_<aspect>` column where it has one (ACLSum's human
     summaries), else the first LLM summary of the run's store, else nothing.
     """
-    from ..generate.summaries import summaries_frame
-
     docs = corpus.docs.reset_index(drop=True)
     meta = pd.DataFrame({"doc_id": docs["doc_id"].astype(str), "title": docs.get("title", "").fillna("")})
     if "year" in docs:
@@ -101,8 +104,6 @@ class Explorer:
     def __init__(self, run_dir, corpus, aspects: Sequence[str] | None = None, weights=None,
                  perplexity: float = 30.0, method: str = "auto", seed: int = 42, decode: bool = True,
                  device: str | None = None, sampling: Mapping | None = None):
-        from ..embed.distill import embed_corpus
-
         self.run_dir = RunDir(run_dir)
         self.corpus = corpus
         self.device = device
@@ -208,8 +209,6 @@ class Explorer:
         to `weights.fit_weights` (folds, seed, grid_step, ...). A negative weight cannot be
         drawn: the map uses the positive part (`weights.map_weights`). Returns the WeightFit.
         """
-        from .weights import fit_weights, map_weights
-
         fit = fit_weights(self.embeddings, labels=labels, pairs=pairs, groups=groups, negative=negative, **options)
         if apply:
             self.reweight(map_weights(fit.weights))
@@ -233,8 +232,6 @@ class Explorer:
         exclude: a paper of the corpus whose own statements the retrieval decoder may not use
         (when that paper is the one decoded, so the text is read from its embedding alone).
         """
-        from ..decode.faithfulness import describe_with_confidence
-
         if self.decoders is None:
             raise RuntimeError("this run has no decoders (stage 04), so points cannot be described in words")
         models = {a: m for a in vectors if (m := self.aspect_model(a)) is not None}
@@ -298,8 +295,6 @@ class Explorer:
         region's mean, and the full text names that paper, so a reader can check it.
         (x, y) is the region's centre; the short text is cut to `words` words.
         """
-        from .mapview import cluster_labels
-
         if by == "questions":
             return self.region_question_labels(k, words, aspect)
         if by != "statements":
@@ -346,8 +341,6 @@ class Explorer:
         region i's colour): the short text is the top question, the full text up to `top`
         questions with the share of the region's papers answering "yes" (`QuestionAxes.region_questions`).
         """
-        from .mapview import cluster_labels
-
         axes = self.question_axes()
         ranked = [a for a in sorted(self.weights, key=self.weights.get, reverse=True)
                   if a in axes and self.weights[a] > 0]
@@ -475,8 +468,6 @@ class Explorer:
         label_source: "statements" (decoded) or "questions" (question axes) region labels.
         With question axes, two tapped papers (or a paper and then an empty spot) are compared.
         """
-        from .pane import MapPane
-
         k = labels if isinstance(labels, int) and labels > 1 else 8
         relabel = (lambda: self.region_labels(k, by=label_source)) if labels else None
         return MapPane(self.coords, self.meta, self.aspects, self.weights, on_weights=self.reweight,
@@ -498,8 +489,6 @@ class Explorer:
         or a pass of the question classifier ("questions"). With question axes, each paper's
         hover also shows its likeliest yes-questions per weighted aspect of the preset.
         """
-        from .mapview import export_html
-
         presets = dict(presets or self.default_presets())
         keep = self.map
         coords, drawn, used, asked = {}, {}, {}, {}
@@ -542,8 +531,6 @@ def plot_map(coords, labels=None, groups=None, ax=None, title: str = "", marks: 
     """
     import matplotlib.pyplot as plt
 
-    from .mapview import cluster_labels
-
     coords = np.asarray(coords)
     if ax is None:
         _, ax = plt.subplots(figsize=(6, 5))
@@ -556,8 +543,6 @@ def plot_map(coords, labels=None, groups=None, ax=None, title: str = "", marks: 
         ax.annotate(str(i + 1), label[:2], fontsize=8, weight="bold", ha="center", va="center",
                     bbox=dict(boxstyle="circle,pad=0.2", fc="white", ec="0.3", alpha=0.85))
     if labels:
-        import textwrap
-
         listing = "\n".join(textwrap.shorten(f"{i + 1}. {label[2]}", 90) for i, label in enumerate(labels))
         ax.text(0.0, -0.02, listing, transform=ax.transAxes, va="top", ha="left", fontsize=7)
     for name, (x, y) in (marks or {}).items():

@@ -64,6 +64,7 @@ from .tsne_math import (CHUNK, calibrate_rows, check_embeddings, effective_perpl
 
 # Kept importable from here (they moved to tsne_math.py).
 from .tsne_math import conditional_probabilities, kl_divergence, weighted_distance  # noqa: F401
+from ..core.devices import free_threads
 
 FORMAT = "workbench-aspect-map"
 VERSION = 1
@@ -87,7 +88,6 @@ def thread_count() -> int:
     """
     if N_JOBS is not None:
         return max(1, int(N_JOBS))
-    from ..core.devices import free_threads
 
     return min(8, free_threads())
 

@@ -53,10 +53,13 @@ from ..generate.parsing import Parsed, json_objects
 from ..core.progress import notice
 from ..core.store import RecordStore
 from ..core.vectors import unit_rows
+from ..evaluate.evaluation import correlation_table
+from ..evaluate.report import encode_texts
 
 # Kept importable from here (they moved to mbqa.py).
 from .mbqa import FORMAT, balance_weights, load_mbqa, make_mbqa, masked_bce  # noqa: F401
 from ..core.rundir import RunDir
+from ..generate.summaries import GenerationReport, run_requests
 
 QUESTIONS = "questions.jsonl"
 ANSWERS = "answers.jsonl"
@@ -178,8 +181,6 @@ def _embedder(embed):
     """A function texts -> (n, d) unit rows: given, or a packaged encoder by name (e.g. "minilm")."""
     if embed is None or callable(embed):
         return embed
-    from ..evaluate.report import encode_texts
-
     return lambda texts: encode_texts(embed, list(texts), max_length=64)
 
 
@@ -285,8 +286,6 @@ def _ask(backend, store: RecordStore, tasks: list[dict], sampling: Sampling, pre
          progress: bool):
     """Ask what the store lacks and append parsed records: stage 01's runner (`generate.run_requests`), so the
     locking, batching, saving on interrupt and retry-on-failure rules are the same."""
-    from ..generate.summaries import GenerationReport, run_requests
-
     store.lock()  # a second writer is refused here, before any work
     todo = [t for t in tasks if store.key_of(t["record"]) not in store]
     if not todo:  # all stored: ask nothing (a backend given an empty batch may fail)
@@ -503,8 +502,6 @@ def question_embedding_correlation(probs: np.ndarray, head: np.ndarray, truth: n
     before the cosine (otherwise questions most papers answer "yes" make every pair look alike).
     Returns {"questions", "head", "ratio", "questions_n"}.
     """
-    from ..evaluate.evaluation import correlation_table
-
     p = np.asarray(probs, dtype=np.float64)
     if centre:
         p = p - p.mean(0, keepdims=True)

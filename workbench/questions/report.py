@@ -23,14 +23,15 @@ import pandas as pd
 from ..core.files import write_json
 from .axes import answering_cost, cluster, question_embedding_correlation
 from ..core.rundir import RunDir
+from ..embed.checkpoints import load_model
+from ..maps.mapview import cluster_labels
+from ..maps.tsne import AspectMap
 
 RATIO_GOAL = 0.8  # the question axes should reach this share of the head's own correlation with the truth
 
 
 def encoder_seconds(run_dir, texts: Sequence[str], aspects: Sequence[str], n: int = 8) -> float:
     """Seconds per abstract of the unified model's encoder (every aspect in one pass), its cache bypassed."""
-    from ..embed.checkpoints import load_model
-
     unified = load_model(RunDir(run_dir).unified_model)
     if getattr(unified, "cache", None) is not None:
         unified.cache = None  # an empty in-memory feature cache: a pass is a pass, not a look-up
@@ -71,9 +72,6 @@ def map_regions(run_dir, ids: Sequence[str], emb: Mapping[str, np.ndarray], aspe
 
     Stage 05's stored map of the same papers gives its regions; without one, KMeans on the
     equally weighted aspect embeddings."""
-    from ..maps.mapview import cluster_labels
-    from ..maps.tsne import AspectMap
-
     stored = RunDir(run_dir).map("current")
     coords = None
     if (stored / "doc_ids.json").is_file():

@@ -17,7 +17,6 @@ from ..core.files import RunLock
 from ..core.rundir import CACHES, RunDir
 
 
-
 def _size(path: Path) -> int:
     if path.is_file():
         return path.stat().st_size
