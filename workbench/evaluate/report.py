@@ -107,7 +107,9 @@ def ground_truths(eval_corpus, aspects: Sequence[str], run_dir=None, reference: 
 
     Names: the aspect itself for human-summary truths ("challenge"), "judge:<aspect>" for
     LLM-judge truths with at least `min_judged_pairs` scored pairs, "labels" for shared
-    labels. The reference encoder reads the human summaries; it is never trained here.
+    labels, and for a `label_<aspect>` column of the user's categories the aspect itself (or
+    "label:<aspect>" beside a human summary). The reference encoder reads the human
+    summaries; it is never trained here.
     """
     docs = eval_corpus.docs.reset_index(drop=True)
     ids = docs["doc_id"].astype(str).tolist()
@@ -119,6 +121,13 @@ def ground_truths(eval_corpus, aspects: Sequence[str], run_dir=None, reference: 
                 out[f"judge:{aspect}"] = truth
     if "labels" in docs and docs["labels"].notna().sum() >= 2:
         out["labels"] = label_similarity(docs["labels"].tolist())
+    # A user's own categories per aspect (a `label_<aspect>` column, e.g. label_disease): two papers are
+    # similar in that aspect when they share a category. Named by the aspect where the corpus has no human
+    # summary of it, so Table 2's diagonal and the head-against-encoder test read them as that aspect's truth.
+    for aspect in aspects:
+        column = f"label_{aspect}"
+        if column in docs and docs[column].notna().sum() >= 2:
+            out[aspect if aspect not in out else f"label:{aspect}"] = label_similarity(docs[column].tolist())
     return out
 
 

@@ -1,0 +1,151 @@
+"""What the aspect file alone gives a user's own corpus: the zero-shot floor against the encoder's whole abstract.
+
+A user's corpus has no human summaries or highlights; the supervision is the aspect file.
+`workbench.embed.aspectfile` embeds each aspect's description, include items and examples
+into a prototype, scores every sentence of an abstract against it and pools the sentences
+it points at, half and half with the whole abstract (no training, no LLM). This script
+measures that floor, the level any trained head must beat, against MiniLM's whole-abstract
+embedding, on two corpora and their ground truths:
+
+* the synthetic corpus (`scripts/synthetic_corpus.py`, its summary and highlight columns
+  dropped) with `data/clinical-study-aspects.yaml`, written from the aspects' meaning (no
+  value word of the generator in it): per embedding and factor, the mean per-paper
+  Spearman x100 of the cosine similarities against "same value" (1/0), printed with its
+  ceiling (a perfect ranking; about 64 with six equally frequent values), for several corpus
+  seeds. The drug is a nuisance no aspect should follow;
+* ACLSum's test split with the `acl` preset: the same against the human-summary truths
+  (mpnet reading the summaries, as stage 06).
+
+    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/aspect_file.py [--seeds 0 1 2] [--docs 120] [--smoke]
+
+--smoke (or WORKBENCH_BENCH_SMOKE=1): one seed, 24 synthetic papers, 10 ACLSum test papers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import numpy as np  # noqa: E402
+
+from _smoke import add_smoke  # noqa: E402
+from synthetic_corpus import ASPECTS, FACTORS, NUISANCE, synthetic_frame  # noqa: E402
+from workbench.core.vectors import unit_rows  # noqa: E402
+from workbench.data.aspects import load_aspects  # noqa: E402
+from workbench.data.corpus import Corpus, load_corpus  # noqa: E402
+from workbench.embed.aspectfile import aspect_prototypes, zero_shot_embeddings  # noqa: E402
+from workbench.embed.features import FeatureCache, FrozenBackbone  # noqa: E402
+from workbench.evaluate.evaluation import rowwise_spearman  # noqa: E402
+from workbench.evaluate.report import summary_truths  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+ASPECT_FILE = ROOT / "data" / "clinical-study-aspects.yaml"
+
+
+def spearman100(emb: np.ndarray, truth: np.ndarray) -> float:
+    """Mean per-paper Spearman x100 between an embedding's cosine similarities and a truth matrix."""
+    sim = unit_rows(emb) @ unit_rows(emb).T
+    return 100 * float(np.nanmean(rowwise_spearman(sim, truth)))
+
+
+def same_value(values) -> np.ndarray:
+    values = np.asarray(values, dtype=object)
+    return (values[:, None] == values[None, :]).astype(np.float64)
+
+
+def ceiling(values, seed: int = 0) -> float:
+    """The best a continuous similarity can score against "same value": a perfect ranking with no ties."""
+    truth = same_value(values)
+    noise = np.random.default_rng(seed).random(truth.shape) * 1e-3
+    sim = truth + (noise + noise.T) / 2
+    return 100 * float(np.nanmean(rowwise_spearman(sim, truth)))
+
+
+def synthetic_table(seed: int, docs: int, cache: FeatureCache) -> dict:
+    """{row: {factor: spearman}} on the test papers of one synthetic corpus, and the ceilings."""
+    frame = synthetic_frame(n_train=0, n_val=0, n_test=docs, seed=seed)
+    frame = frame.drop(columns=[c for c in frame if c.startswith(("summary_", "highlights_")) or c == "sentences"])
+    corpus = Corpus(frame)
+    features = cache.documents(corpus.texts())
+    protos = aspect_prototypes(load_aspects(ASPECT_FILE), ASPECTS, cache.vectors)
+    floor = zero_shot_embeddings(features, protos)
+    truths = {f: same_value(frame[f]) for f in FACTORS}
+    rows = {"MiniLM whole abstract": {f: spearman100(features.whole, truths[f]) for f in FACTORS}}
+    for a in ASPECTS:
+        rows[f"aspect file: {a}"] = {f: spearman100(floor[a], truths[f]) for f in FACTORS}
+    return {"rows": rows, "ceiling": {f: ceiling(frame[f], seed) for f in FACTORS}}
+
+
+def aclsum_table(docs: int, cache: FeatureCache) -> dict:
+    """{row: {aspect: spearman}} on ACLSum's test papers against the human-summary truths (mpnet)."""
+    corpus = load_corpus(f"aclsum:test[:{docs}]")
+    names = load_aspects("acl").names
+    truths = summary_truths(corpus, names, "mpnet")
+    features = cache.documents(corpus.texts())
+    floor = zero_shot_embeddings(features, aspect_prototypes(load_aspects("acl"), names, cache.vectors))
+    rows = {"MiniLM whole abstract": {a: spearman100(features.whole, truths[a]) for a in truths}}
+    for a in names:
+        rows[f"aspect file: {a}"] = {t: spearman100(floor[a], truths[t]) for t in truths}
+    return rows
+
+
+def print_table(rows: dict, columns: list[str], extra: dict | None = None) -> None:
+    print("| embedding | " + " | ".join(columns) + " |")
+    print("|---|" + "---|" * len(columns))
+    if extra:
+        print("| ceiling (perfect ranking) | " + " | ".join(f"{extra[c]:.1f}" for c in columns) + " |")
+    for name, values in rows.items():
+        print(f"| {name} | " + " | ".join(f"{values[c]:.1f}" for c in columns) + " |")
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--docs", type=int, default=120, help="synthetic test papers per seed")
+    parser.add_argument("--aclsum-docs", type=int, default=100)
+    add_smoke(parser, argv, seeds=[0], docs=24, aclsum_docs=10)
+    args = parser.parse_args(argv)
+    cache = FeatureCache(Path(tempfile.mkdtemp(prefix="aspect-file-")), FrozenBackbone("minilm"))
+    print(f"Synthetic corpus, {args.docs} papers per seed, aspect file {ASPECT_FILE.relative_to(ROOT)}; "
+          f"mean per-paper Spearman x100 against 'same value' (the drug is a nuisance)")
+    worst = {}
+    for seed in args.seeds:
+        t0 = time.perf_counter()
+        table = synthetic_table(seed, args.docs, cache)
+        print(f"\nseed {seed} ({time.perf_counter() - t0:.1f} s)")
+        print_table(table["rows"], FACTORS, table["ceiling"])
+        base = table["rows"]["MiniLM whole abstract"]
+        for a in ASPECTS:
+            row = table["rows"][f"aspect file: {a}"]
+            share, base_share = row[a] / table["ceiling"][a], base[a] / table["ceiling"][a]
+            worst.setdefault(a, []).append((share, base_share, row[NUISANCE], max(v for f, v in row.items() if f != a)))
+    print("\nWorst seed per aspect: share of the ceiling on its own factor (MiniLM whole abstract's), the "
+          "nuisance, the largest other factor")
+    for a, results in worst.items():
+        share, base_share, nuisance, other = min(results)
+        print(f"  {a:12s} {100 * share:5.1f}% of the ceiling (MiniLM {100 * base_share:5.1f}%), ratio "
+              f"{share / base_share if base_share > 0 else float('inf'):.2f}x; nuisance {nuisance:.1f}; "
+              f"largest other factor {other:.1f}")
+    t0 = time.perf_counter()
+    rows = aclsum_table(args.aclsum_docs, cache)
+    print(f"\nACLSum test, {args.aclsum_docs} papers, acl preset, truths: human summaries read by mpnet "
+          f"({time.perf_counter() - t0:.1f} s)")
+    columns = list(next(iter(rows.values())))
+    print_table(rows, columns)
+    base = rows["MiniLM whole abstract"]
+    gains = {a: rows[f"aspect file: {a}"][a] - base[a] for a in columns}
+    print("gain of the aspect file over MiniLM on its own aspect: "
+          + ", ".join(f"{a} {g:+.1f}" for a, g in gains.items()))
+
+
+if __name__ == "__main__":
+    main()

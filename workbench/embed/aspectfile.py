@@ -1,0 +1,132 @@
+"""Stages 02-03 without an LLM: supervision read from the aspect file itself (zero-shot sentence weights, a floor).
+
+A user's own corpus has no human summaries or highlighted sentences, and a small local LLM
+answers mostly in generalities. The aspect file, though, says what each aspect is: its
+description, the features to include and example sentences. The frozen encoder embeds those
+once into a *prototype* per aspect; every sentence of every abstract is then scored by how
+much nearer it lies to its aspect's prototype than to the other aspects' and to the things
+the aspect excludes (the negatives):
+
+    score[s, a] = s . query_a,   query_a = proto_a - mean of the other aspects' protos
+                                           - EXCLUDE_WEIGHT x mean of a's exclude vectors
+
+(sentence vectors are unit rows, so s . proto is a cosine). The score is linear in the
+sentence vector, so a `heads.SentencePoolingHead` can hold it exactly (`floor_head`). The
+sentences of an abstract compete for each aspect (a softmax over them at `temperature`), and
+the aspect's vector is the weighted mean of the sentence vectors, blended with the
+whole-abstract vector (`blend` is the sentences' share). This costs one encoder pass over
+the aspect file and nothing per paper beyond the sentence vectors stage 03 caches anyway.
+
+Two uses: `zero_shot_embeddings` is the floor a trained head must beat (stage 03 puts it in
+a head's place where the head follows its aspect less than the encoder does, see
+`guard.py`), and `sentence_marks` labels the sentences that state each aspect where the
+corpus has neither highlights nor LLM sentence labels.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from ..core.vectors import unit_rows
+
+TEMPERATURE = 0.05  # sentence softmax: low enough that the one or two sentences stating the aspect dominate
+BLEND = 0.5         # the sentences' share of the zero-shot vector; the rest is the whole abstract
+EXCLUDE_WEIGHT = 0.5  # how strongly what an aspect excludes counts against a sentence
+
+
+@dataclass
+class AspectPrototypes:
+    """Per aspect: its prototype (the unit mean of its text vectors) and the query a sentence is scored with."""
+    aspects: list[str]
+    prototypes: np.ndarray                # [A, H] unit rows
+    queries: np.ndarray                   # [A, H]: score[s, a] = s . queries[a]
+
+    def scores(self, sentences: np.ndarray) -> np.ndarray:
+        """[n, A] scores of n sentence vectors (see the module docstring)."""
+        return unit_rows(np.asarray(sentences, dtype=np.float32)) @ self.queries.T
+
+
+def aspect_texts(aspect) -> list[str]:
+    """What the aspect file says an aspect is: its description, include items and examples (empty ones left out)."""
+    texts = [aspect.description, *aspect.include, *aspect.examples]
+    return [t.strip() for t in texts if isinstance(t, str) and t.strip()]
+
+
+def aspect_prototypes(aspect_set, aspects: Sequence[str], embed) -> AspectPrototypes:
+    """Embed each aspect's texts with `embed(texts) -> [n, H]` (the frozen backbone) into its prototype.
+
+    Raises ValueError naming an aspect whose description, include items and examples are all
+    empty: with nothing said about it, nothing can be recognised.
+    """
+    empty = [a for a in aspects if not aspect_texts(aspect_set[a])]
+    if empty:
+        raise ValueError(f"aspect(s) {empty} have an empty description, no include items and no examples in the "
+                         "aspect file: say in a sentence what each aspect is (workbench aspects new writes a start)")
+    protos, excluded = [], []
+    for a in aspects:
+        vectors = unit_rows(np.asarray(embed(aspect_texts(aspect_set[a])), dtype=np.float32))
+        protos.append(unit_rows(vectors.mean(axis=0, keepdims=True))[0])
+        ex = [t.strip() for t in aspect_set[a].exclude if isinstance(t, str) and t.strip()]
+        excluded.append(unit_rows(np.asarray(embed(ex), dtype=np.float32)).mean(axis=0) if ex
+                        else np.zeros_like(protos[-1]))
+    protos = np.stack(protos).astype(np.float32)
+    n = len(aspects)
+    others = (protos.sum(axis=0, keepdims=True) - protos) / max(n - 1, 1) if n > 1 else np.zeros_like(protos)
+    queries = protos - others - EXCLUDE_WEIGHT * np.stack(excluded)
+    return AspectPrototypes(list(aspects), protos, queries.astype(np.float32))
+
+
+def softmax(x: np.ndarray, temperature: float) -> np.ndarray:
+    z = (x - x.max()) / temperature
+    e = np.exp(z)
+    return e / e.sum()
+
+
+def sentence_weights(features, prototypes: AspectPrototypes,
+                     temperature: float = TEMPERATURE) -> list[dict[str, np.ndarray]]:
+    """Per document, {aspect: weights over its sentences} (summing to 1; empty for a document without sentences)."""
+    out = []
+    for sents in features.sentences:
+        if not len(sents):
+            out.append({a: np.zeros(0, np.float32) for a in prototypes.aspects})
+            continue
+        score = prototypes.scores(sents)
+        out.append({a: softmax(score[:, j], temperature) for j, a in enumerate(prototypes.aspects)})
+    return out
+
+
+def zero_shot_embeddings(features, prototypes: AspectPrototypes, temperature: float = TEMPERATURE,
+                         blend: float = BLEND) -> dict[str, np.ndarray]:
+    """{aspect: [N, H] unit rows}: the softmax-weighted mean of each abstract's sentence vectors, blended with the
+    whole-abstract vector (`blend` the sentences' share). A document without sentences gets its whole vector."""
+    whole = unit_rows(np.asarray(features.whole, dtype=np.float32))
+    weights = sentence_weights(features, prototypes, temperature)
+    out = {a: whole.copy() for a in prototypes.aspects}
+    for i, (sents, w) in enumerate(zip(features.sentences, weights)):
+        if not len(sents):
+            continue
+        s = unit_rows(np.asarray(sents, dtype=np.float32))
+        for a in prototypes.aspects:
+            pooled = unit_rows((w[a] @ s)[None])[0]
+            out[a][i] = blend * pooled + (1 - blend) * whole[i]
+    return {a: unit_rows(v) for a, v in out.items()}
+
+
+def sentence_marks(features, prototypes: AspectPrototypes, temperature: float = TEMPERATURE,
+                   share: float = 0.5) -> list[dict[str, list[float]]]:
+    """Per document, {aspect: [1.0 or 0.0 per sentence]}: the sentences holding at least `share` of an aspect's
+    softmax weight, i.e. the one sentence (or two) the aspect file clearly points at. The format of
+    `health.corpus_sentence_aspects`, so the swap probe can read a corpus without highlights."""
+    return [{a: [float(x >= share) for x in w[a]] for a in prototypes.aspects}
+            for w in sentence_weights(features, prototypes, temperature)]
+
+
+def top_sentences(features, prototypes: AspectPrototypes, doc: int, temperature: float = TEMPERATURE,
+                  n: int = 1) -> Mapping[str, list[tuple[str, float]]]:
+    """{aspect: [(sentence, weight)]} of one document: which sentences the aspect file points at (for reports)."""
+    w = sentence_weights(features.subset([doc]), prototypes, temperature)[0]
+    texts = features.sentence_texts[doc]
+    return {a: [(texts[k], float(w[a][k])) for k in np.argsort(-w[a])[:n]] for a in prototypes.aspects}
