@@ -1,0 +1,209 @@
+"""Supervision from the aspect file on a corpus without human summaries: the zero-shot floor, the stage-03 guard.
+
+The synthetic corpus (scripts/synthetic_corpus.py) with its summary and highlight columns dropped,
+as a user's own export would be, and data/clinical-study-aspects.yaml, written from the aspects'
+meaning: nothing may pass by keyword match, so the first test checks that no word naming one of
+the generator's values is in that file. Rankings are checked with scipy's Spearman, not the
+package's.
+"""
+
+import json
+import re
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+from scipy.stats import spearmanr
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from synthetic_corpus import ASPECTS, DRUGS, NUISANCE, WORDINGS, synthetic_frame  # noqa: E402
+from workbench.core.rundir import RunDir  # noqa: E402
+from workbench.data.aspects import load_aspects  # noqa: E402
+from workbench.data.corpus import Corpus  # noqa: E402
+from workbench.embed import aspectfile  # noqa: E402
+from workbench.evaluate.evaluation import label_similarity  # noqa: E402
+from workbench.evaluate.report import ground_truths  # noqa: E402
+
+ASPECT_FILE = ROOT / "data" / "clinical-study-aspects.yaml"
+STOP = {"with", "from", "that", "their", "over", "into", "this", "time", "study", "studies", "point", "single"}
+
+
+def words(text: str) -> set[str]:
+    return {w for w in re.findall(r"[a-z]+", text.lower()) if len(w) >= 4 and w not in STOP}
+
+
+def value_words() -> dict[str, str]:
+    """{word: value} for every word that names one value of a factor (it is in that value's wordings only)."""
+    out = {}
+    for factor, values in WORDINGS.items():
+        per_value = {v: set().union(*(words(w) for w in wordings)) for v, wordings in values.items()}
+        for v, ws in per_value.items():
+            others = set().union(*(o for u, o in per_value.items() if u != v))
+            out.update({w: f"{factor}={v}" for w in ws - others})
+    out.update({d.lower(): f"{NUISANCE}={d}" for d in DRUGS})
+    return out
+
+
+def user_corpus(seed: int, n: int) -> Corpus:
+    """The synthetic test papers as a user would have them: no summary_* or highlights_* columns."""
+    frame = synthetic_frame(n_train=0, n_val=0, n_test=n, seed=seed)
+    return Corpus(frame.drop(columns=[c for c in frame if c.startswith(("summary_", "highlights_"))
+                                      or c == "sentences"]))
+
+
+def per_paper_spearman(emb: np.ndarray, values) -> float:
+    values = np.asarray(values, dtype=object)
+    sim = emb @ emb.T
+    same = (values[:, None] == values[None, :]).astype(float)
+    keep = ~np.eye(len(values), dtype=bool)
+    return 100 * float(np.mean([spearmanr(sim[i][keep[i]], same[i][keep[i]]).statistic for i in range(len(values))]))
+
+
+def test_the_aspect_file_names_no_value_of_the_generator():
+    """What the file says about the aspects (their descriptions, include and exclude items, examples; not the
+    aspects' names, which are the generator's factor names, nor the prompt template) has no value word."""
+    data = yaml.safe_load(ASPECT_FILE.read_text())
+    said = [data.get("domain", ""), data.get("description", "")]
+    said += [x for a in data["aspects"] for key in ("description", "include", "exclude", "examples")
+             for x in _strings(a.get(key, ""))]
+    text = " ".join(said)
+    found = {w: value_words()[w] for w in words(text) & set(value_words())}
+    assert not found, f"the aspect file would pass by keyword match: {found}"
+    assert len(value_words()) > 40  # the check is really looking (asthma, placebo, toddlers, ... are in the list)
+
+
+def _strings(obj):
+    if isinstance(obj, str):
+        yield obj
+    elif isinstance(obj, dict):
+        for v in obj.values():
+            yield from _strings(v)
+    elif isinstance(obj, list):
+        for v in obj:
+            yield from _strings(v)
+
+
+def test_scores_and_floor_against_a_direct_computation():
+    """Bag-of-words stand-in vectors: the query, the sentence weights and the pooled vector by hand."""
+    from workbench.embed.features import DocumentFeatures
+
+    aspects = load_aspects(ASPECT_FILE)
+    rng = np.random.default_rng(0)
+    table = {}
+
+    def embed(texts):
+        for t in texts:
+            table.setdefault(t, rng.normal(size=8))
+        return np.stack([table[t] for t in texts])
+
+    protos = aspectfile.aspect_prototypes(aspects, ASPECTS, embed)
+    unit = lambda x: x / np.linalg.norm(x, axis=-1, keepdims=True)  # noqa: E731
+    p = np.stack([unit(unit(embed(aspectfile.aspect_texts(aspects[a]))).mean(axis=0)) for a in ASPECTS])
+    ex = unit(embed(list(aspects["disease"].exclude))).mean(axis=0)  # the mean of the unit exclude vectors
+    query = p[0] - (p[1] + p[2]) / 2 - aspectfile.EXCLUDE_WEIGHT * ex
+    np.testing.assert_allclose(protos.queries[0], query, atol=1e-5)
+    sents = unit(rng.normal(size=(3, 8)))
+    whole = unit(rng.normal(size=(1, 8)))
+    feats = DocumentFeatures(whole.astype(np.float32), [sents.astype(np.float32)], [["a", "b", "c"]])
+    w = np.exp(sents @ query / aspectfile.TEMPERATURE)
+    w /= w.sum()
+    expected = unit(0.5 * unit(w @ sents) + 0.5 * whole[0])
+    np.testing.assert_allclose(aspectfile.zero_shot_embeddings(feats, protos)["disease"][0], expected, atol=1e-5)
+
+
+def test_an_aspect_the_file_says_nothing_about_is_refused_by_name():
+    aspects = load_aspects(ASPECT_FILE)
+    empty = aspects["method"].__class__(**{**aspects["method"].__dict__, "description": "", "include": (),
+                                           "examples": ()})
+    broken = {"disease": aspects["disease"], "method": empty}
+    with pytest.raises(ValueError, match=r"\['method'\].*empty description"):
+        aspectfile.aspect_prototypes(broken, ["disease", "method"], lambda t: np.ones((len(t), 4)))
+
+
+def test_label_columns_are_per_aspect_truths():
+    frame = pd.DataFrame({"doc_id": list("abcd"), "title": "", "abstract": ["x."] * 4,
+                          "label_disease": ["asthma", "asthma", "gout", None]})
+    truths = ground_truths(Corpus(frame), ["disease", "method"])
+    assert set(truths) == {"disease"}
+    np.testing.assert_array_equal(np.nan_to_num(truths["disease"], nan=-1),
+                                  np.nan_to_num(label_similarity(frame["label_disease"].tolist()), nan=-1))
+
+
+@pytest.mark.slow
+def test_the_floor_follows_each_aspect_more_than_the_whole_abstract():
+    """MiniLM on 60 synthetic papers: per aspect, the floor ranks its own factor better than MiniLM's whole
+    abstract and follows the nuisance (the drug) less."""
+    from workbench.embed.features import FeatureCache, FrozenBackbone
+
+    corpus = user_corpus(seed=1, n=60)
+    cache = FeatureCache(None, FrozenBackbone("minilm"))
+    feats = cache.documents(corpus.texts())
+    floor = aspectfile.zero_shot_embeddings(feats, aspectfile.aspect_prototypes(
+        load_aspects(ASPECT_FILE), ASPECTS, cache.vectors))
+    whole = feats.whole / np.linalg.norm(feats.whole, axis=1, keepdims=True)
+    docs = corpus.docs
+    for a in ASPECTS:
+        assert per_paper_spearman(floor[a], docs[a]) > per_paper_spearman(whole, docs[a]), a
+        assert per_paper_spearman(floor[a], docs[NUISANCE]) < per_paper_spearman(whole, docs[NUISANCE]), a
+
+
+@pytest.fixture(scope="module")
+def guarded_run(tmp_path_factory):
+    """A run whose unified model has one head that follows the wrong aspect (method reads disease sentences)."""
+    from workbench.embed.checkpoints import load_model
+    from workbench.embed.guard import floor_bias, floor_state
+    from workbench.embed.heads import PooledAspectModel
+
+    frame = synthetic_frame(n_train=0, n_val=0, n_test=70, seed=0)
+    corpus = Corpus(frame.drop(columns=[c for c in frame if c.startswith(("summary_", "highlights_"))
+                                        or c == "sentences"]))
+    run = RunDir(tmp_path_factory.mktemp("guard"))
+    run.write_split(corpus.ids[:30], corpus.ids[30:])
+    PooledAspectModel("minilm", ASPECTS, hidden=384, pool=True).save_pretrained(
+        run.unified_model, extra={"stage": "distill", "mode": "frozen"})
+    model = load_model(run.unified_model, run_dir=run)
+    aspects = load_aspects(ASPECT_FILE)
+    protos = aspectfile.aspect_prototypes(aspects, ASPECTS, model.cache.vectors)
+    feats = model.features(corpus.subset(ids=corpus.ids[30:]).texts())
+    model.heads["method"].load_state_dict(floor_state(model.heads["method"], protos.queries[0],
+                                                      floor_bias(feats, protos.queries[0])))
+    model.save_pretrained(run.unified_model)
+    return run, corpus, aspects
+
+
+@pytest.mark.slow
+def test_the_guard_replaces_a_head_that_follows_another_aspect(guarded_run, capsys):
+    from workbench.embed.checkpoints import load_model
+    from workbench.embed.guard import check_heads, load_guard
+
+    run, corpus, aspects = guarded_run
+    before = load_model(run.unified_model, run_dir=run).encode(corpus.texts()[:5])["method"]
+    report = check_heads(run, corpus, aspects, ASPECTS, n_pairs=20)
+    assert report["checked"] and report["marks"].startswith("the aspect file")
+    method = report["aspects"]["method"]
+    assert method["kept"] == "aspect file" and method["head"] < method["base"] < method["aspect file"]
+    assert "less than the encoder" in method["verdict"] and "method" in capsys.readouterr().out
+    assert load_guard(run) == json.loads(json.dumps(report))  # what stage 06 reads
+    after = load_model(run.unified_model, run_dir=run)
+    assert after.extra["guard"]["method"] == "aspect file"
+    assert not np.allclose(after.encode(corpus.texts()[:5])["method"], before)  # the saved head changed
+
+
+@pytest.mark.slow
+def test_the_guard_says_why_it_did_not_check(guarded_run, tmp_path):
+    from workbench.embed.guard import check_heads
+
+    run, corpus, aspects = guarded_run
+    copy = RunDir(tmp_path / "copy")
+    shutil.copytree(run, copy)
+    empty = aspects["method"].__class__(**{**aspects["method"].__dict__, "description": "", "include": (),
+                                           "examples": ()})
+    broken = {"disease": aspects["disease"], "method": empty, "population": aspects["population"]}
+    report = check_heads(copy, corpus, broken, ASPECTS, n_pairs=5)
+    assert report == {"checked": False, "reason": report["reason"]} and "method" in report["reason"]
