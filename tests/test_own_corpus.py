@@ -128,6 +128,13 @@ def test_every_stage_runs_on_an_own_corpus_from_relative_paths(own_run):
     assert metrics["evaluation"]["documents"] == len(split["validation"])
     if distill["mode"] == "frozen":
         assert distill["config"]["head_refit"] is False and distill["refit_on_train_and_validation"] is False
+    # Stage 03 checked each head against its encoder (or said why not), and stage 06 passes the verdict on.
+    guard = json.loads((RunDir(run).unified_model / "guard.json").read_text())
+    assert metrics["guard"] == guard and (guard["checked"] or guard["reason"])
+    if guard["checked"]:
+        assert all(r["verdict"] for r in guard["aspects"].values())
+    report = (home / "reports" / "run" / "06_evaluate.html").read_text()
+    assert "against its encoder" in report
 
 
 def test_a_reordered_reexport_with_one_more_paper_generates_only_that_paper(own_run, smollm):
