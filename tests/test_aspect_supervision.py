@@ -207,3 +207,48 @@ def test_the_guard_says_why_it_did_not_check(guarded_run, tmp_path):
     broken = {"disease": aspects["disease"], "method": empty, "population": aspects["population"]}
     report = check_heads(copy, corpus, broken, ASPECTS, n_pairs=5)
     assert report == {"checked": False, "reason": report["reason"]} and "method" in report["reason"]
+
+
+# ------------------------------------------------------------------------------------------ bad input
+
+def test_one_sentence_and_empty_abstracts_keep_their_whole_vector():
+    from workbench.embed.features import DocumentFeatures
+
+    aspects = load_aspects(ASPECT_FILE)
+    rng = np.random.default_rng(1)
+    protos = aspectfile.aspect_prototypes(aspects, ASPECTS, lambda t: rng.normal(size=(len(t), 6)))
+    whole = rng.normal(size=(2, 6)).astype(np.float32)
+    whole /= np.linalg.norm(whole, axis=1, keepdims=True)
+    feats = DocumentFeatures(whole, [whole[:1].copy(), np.zeros((0, 6), np.float32)], [["One sentence."], []])
+    floor = aspectfile.zero_shot_embeddings(feats, protos)
+    for a in ASPECTS:
+        np.testing.assert_allclose(floor[a], whole, atol=1e-6)  # the one sentence is the abstract; none: whole
+    assert aspectfile.sentence_marks(feats, protos)[1] == {a: [] for a in ASPECTS}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["an aspect no abstract states", "five abstracts"])
+def test_the_guard_finishes_on_odd_input(case, tmp_path, capsys):
+    from workbench.embed.guard import check_heads
+    from workbench.embed.heads import PooledAspectModel
+
+    aspects = load_aspects(ASPECT_FILE)
+    names = list(ASPECTS)
+    if case == "an aspect no abstract states":
+        funding = aspects["method"].__class__(**{**aspects["method"].__dict__, "name": "funding",
+                                                 "description": "Who paid for the research and on what terms.",
+                                                 "include": ("the sponsor", "the grant"), "examples": ()})
+        aspects = {**{a: aspects[a] for a in ASPECTS}, "funding": funding}
+        names.append("funding")
+        corpus, val = user_corpus(seed=2, n=30), slice(10, 30)
+    else:
+        corpus, val = user_corpus(seed=2, n=5), slice(2, 5)
+    run = RunDir(tmp_path)
+    run.write_split(corpus.ids[:val.start], corpus.ids[val])
+    PooledAspectModel("minilm", names, hidden=384, pool=True).save_pretrained(run.unified_model)
+    report = check_heads(run, corpus, aspects, names, n_pairs=5)
+    assert (run.unified_model / "guard.json").is_file()
+    if report["checked"]:
+        assert set(report["aspects"]) == set(names) and all(r["verdict"] for r in report["aspects"].values())
+    else:
+        assert report["reason"] and "not checked" in capsys.readouterr().out

@@ -127,7 +127,7 @@ def check_heads(run_dir, corpus, aspect_set, aspects: Sequence[str], doc_ids: Se
         write_json(run.unified_model / GUARD_NAME, report)
         return report
     ids = [str(d) for d in (doc_ids if doc_ids is not None else run.split()[1])]
-    held = corpus.subset(ids=ids) if hasattr(corpus, "subset") else corpus
+    held = corpus.subset(ids=ids)
     texts = held.texts()
     features = model.features(texts)
     try:
