@@ -252,3 +252,31 @@ def test_the_guard_finishes_on_odd_input(case, tmp_path, capsys):
         assert set(report["aspects"]) == set(names) and all(r["verdict"] for r in report["aspects"].values())
     else:
         assert report["reason"] and "not checked" in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------------------------------ grounded views
+
+def test_llm_answers_must_find_their_abstract_and_not_copy_it(tmp_path, monkeypatch):
+    """Bag-of-words stand-in encoder: a specific answer is kept, a generic one and a copied sentence go."""
+    from stand_ins import BagOfWords
+    from workbench.embed import grounding
+    from workbench.generate.summaries import summary_store
+
+    frame = synthetic_frame(n_train=0, n_val=0, n_test=40, seed=4)
+    corpus = Corpus(frame[["doc_id", "title", "abstract"]])
+    first, sentence = frame.iloc[0], frame.iloc[0]["sentences"][0]
+    store = summary_store(tmp_path)
+    said = first["sentences"]  # a paraphrase stands in for the LLM: words of two of the paper's sentences
+    specific = " ".join(said[0].rstrip(".").split()[-5:] + said[1].rstrip(".").split()[-5:]) + "."
+    answers = {"specific": "The paper concerns " + specific,
+               "generic": "This is a summary of the method of the study.", "copy": sentence}
+    for n, (kind, text) in enumerate(answers.items()):
+        store.append([{"doc_id": first["doc_id"], "aspect": "disease", "key": "disease", "sample": n,
+                       "status": "ok", "text": text, "raw": json.dumps({"sentence": text}), "model": "fake",
+                       "prompt_hash": "h"}])
+    monkeypatch.setattr(grounding, "FrozenBackbone", lambda name: BagOfWords())
+    views = grounding.grounded_views(["disease"], tmp_path, corpus, include_human=False)
+    kept = views["disease"].views.get(first["doc_id"], [])
+    assert answers["specific"] in kept and answers["generic"] not in kept and sentence not in kept
+    table = grounding.grounding_table(tmp_path)
+    assert table.loc["disease"].to_dict() == {"llm views": 3, "kept": 1, "generic": 1, "copy": 1}

@@ -48,6 +48,7 @@ from ..core.accel import ConfigDict, adamw, make_accelerator
 from ..core.devices import best_device
 from .features import FeatureCache, frozen_backbone
 from ..core.files import strict, write_json
+from .grounding import grounded_views
 from .headtrain import resolve_mode, train_view_head, sentence_supervision, MODES
 from .losses import info_nce
 from ..evaluate.metrics import retrieval_report
@@ -158,7 +159,8 @@ def prepare_views(aspects: Sequence[str], run_dir=None, corpus=None, val_split: 
         from ..data.corpus import load_corpus
 
         corpus = load_corpus(corpus)
-    views = collect_views(list(aspects), run_dir, corpus, include_human=include_human)
+    # LLM answers that do not find their own abstract, or copy it, are left out (grounding.py).
+    views = grounded_views(list(aspects), run_dir, corpus, include_human=include_human)
     # Corpus order when there is a corpus (stable splits), else first-seen order.
     seen = {d for v in views.values() for d in v.views}
     order = [d for d in corpus.ids if d in seen] if corpus is not None else []
