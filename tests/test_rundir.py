@@ -55,3 +55,23 @@ def test_run_metrics_writes_each_section_at_once(tmp_path):
     metrics.save(complete=True)
     on_disk = load_metrics(tmp_path)
     assert on_disk["evaluation"]["backbone"] == "minilm" and on_disk["written"]["complete"] is True
+
+
+def test_tensors_are_written_whole_or_not_at_all(tmp_path):
+    """write_tensors / write_arrays read back what they wrote, and a failed write leaves no file behind."""
+    import numpy as np
+    import torch
+    from safetensors.numpy import load_file as load_numpy
+    from safetensors.torch import load_file as load_torch
+
+    from workbench.core.files import write_arrays, write_tensors
+
+    t = torch.arange(6, dtype=torch.float32).reshape(2, 3).t()  # not contiguous: written contiguous
+    write_tensors(tmp_path / "m.safetensors", {"w": t}, metadata={"format": "pt"})
+    assert torch.equal(load_torch(str(tmp_path / "m.safetensors"))["w"], t)
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)[:, ::2]
+    write_arrays(tmp_path / "a.safetensors", {"x": a})
+    np.testing.assert_array_equal(load_numpy(str(tmp_path / "a.safetensors"))["x"], a)
+    with pytest.raises(Exception):
+        write_arrays(tmp_path / "bad.safetensors", {"x": np.array(["text"], dtype=object)})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.safetensors", "m.safetensors"]

@@ -19,6 +19,8 @@ import socket
 import time
 from pathlib import Path
 
+import numpy as np
+
 LOCK_NAME = ".workbench.lock"
 
 
@@ -70,6 +72,38 @@ def json_text(data, indent: int | None = 2) -> str:
 def write_json(path, data, indent: int | None = 2) -> Path:
     """Write `data` as strict JSON (NaN and infinities as null) whole or not at all."""
     return write_text(path, json_text(data, indent) + "\n")
+
+
+def write_tensors(path, tensors: dict, metadata: dict | None = None) -> Path:
+    """Write torch tensors as safetensors at `path`, whole or not at all (a temporary file, then a rename).
+
+    The one way every checkpoint of the package writes its weights; its JSON config is written
+    after it, so a folder without its config is an unfinished save. Numpy arrays: `write_arrays`.
+    """
+    from safetensors.torch import save_file  # lazy: torch
+
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        save_file({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, str(tmp), metadata=metadata)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return replace_from(tmp, path)
+
+
+def write_arrays(path, arrays: dict, metadata: dict | None = None) -> Path:
+    """`write_tensors` for numpy arrays (stored contiguous, as given)."""
+    from safetensors.numpy import save_file  # lazy: only the maps write numpy tensors
+
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        save_file({k: np.ascontiguousarray(v) for k, v in arrays.items()}, str(tmp), metadata=metadata)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return replace_from(tmp, path)
 
 
 def replace_from(source, target) -> Path:

@@ -50,7 +50,7 @@ from torch.nn import functional as F
 from ..core.accel import ConfigDict
 from ..embed.encoders import CheckpointError
 from ..core.models import cache_keyword, load_causal_lm
-from ..core.files import write_json
+from ..core.files import write_json, write_tensors
 
 WEIGHTS_NAME = "decoder.safetensors"
 CONFIG_NAME = "decoder_config.json"
@@ -412,7 +412,6 @@ class EmbeddingDecoder(nn.Module):
 
     def save_pretrained(self, folder: str | os.PathLike, extra: dict | None = None) -> Path:
         """Write decoder.safetensors (mapping + learned tokens only) and decoder_config.json (LM id, sizes)."""
-        from safetensors.torch import save_file
 
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
@@ -420,10 +419,8 @@ class EmbeddingDecoder(nn.Module):
                   "emb_dim": self.emb_dim, "aspect": self.aspect, "aspects": self.aspects, "chat": self.chat,
                   "config": self.config.to_dict(), "extra": extra or {}}
         json.dumps(config)  # fail before writing anything if `extra` is not JSON-serialisable
-        tensors = {k: v.detach().float().cpu().contiguous() for k, v in self.saved_state().items()}
-        tmp = folder / (WEIGHTS_NAME + ".tmp")
-        save_file(tensors, str(tmp), metadata={"format": "pt"})
-        os.replace(tmp, folder / WEIGHTS_NAME)
+        write_tensors(folder / WEIGHTS_NAME, {k: v.float() for k, v in self.saved_state().items()},
+                      metadata={"format": "pt"})
         # The config last: a folder without it is an unfinished save.
         write_json(folder / CONFIG_NAME, config)
         return folder

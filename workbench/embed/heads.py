@@ -42,7 +42,7 @@ from torch import nn
 
 from .encoders import AspectModel, CheckpointError, valid_aspects
 from .features import N_POSITION, DocumentFeatures, FeatureCache, FrozenBackbone
-from ..core.files import write_json
+from ..core.files import write_json, write_tensors
 from ..core.devices import best_device
 
 FORMAT = "workbench-pooled-encoder"
@@ -204,7 +204,6 @@ class PooledAspectModel(AspectModel):
 
     def save_pretrained(self, folder: str | os.PathLike, extra: dict | None = None) -> Path:
         """Write `model.safetensors` (the heads) and `workbench_config.json` (last: a folder without it is unfinished)."""
-        from safetensors.torch import save_file
 
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
@@ -212,11 +211,8 @@ class PooledAspectModel(AspectModel):
             self.extra.update(extra)
         config = self.config()
         json.dumps(config)  # fail before writing anything if `extra` is not JSON-serialisable
-        state = {k: v.detach().cpu().contiguous() for k, v in self.state_dict().items()}
-        tmp = folder / (WEIGHTS_NAME + ".tmp")
-        save_file(state, str(tmp), metadata={"format": "pt"})
-        os.replace(tmp, folder / WEIGHTS_NAME)
-        write_json(folder / CONFIG_NAME, config)
+        write_tensors(folder / WEIGHTS_NAME, self.state_dict(), metadata={"format": "pt"})
+        write_json(folder / CONFIG_NAME, config)  # last: a folder without it is unfinished
         return folder
 
     @classmethod

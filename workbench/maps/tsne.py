@@ -51,13 +51,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from pathlib import Path
 from typing import Mapping
 
 import numpy as np
 
-from ..core.files import write_json
+from ..core.files import write_arrays, write_json
 from ..core.vectors import unit_rows
 from .tsne_math import (CHUNK, calibrate_rows, check_embeddings, effective_perplexity, gradient_descent,
                         joint_probabilities, knn_rows, normalize_weights, pca_init, unit32, weighted_features)
@@ -473,7 +472,6 @@ class AspectMap:
 
     def save(self, folder) -> Path:
         """Write folder/map.safetensors (coords and one tensor per aspect) and folder/map_config.json; no pickles."""
-        from safetensors.numpy import save_file
 
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
@@ -481,9 +479,7 @@ class AspectMap:
         # Keys by position, not by name: the names (any string) live in the config.
         for i, a in enumerate(self.aspects):
             tensors[f"embeddings/{i}"] = np.ascontiguousarray(self.embeddings[a])
-        tmp = folder / f".{WEIGHTS_NAME}.{os.getpid()}.tmp"
-        save_file(tensors, str(tmp))
-        os.replace(tmp, folder / WEIGHTS_NAME)  # whole or not at all; the config last
+        write_arrays(folder / WEIGHTS_NAME, tensors)  # the config last
         config = {"format": FORMAT, "version": VERSION, "aspects": self.aspects, "weights": self.weights,
                   "perplexity": self.perplexity, "seed": self.seed, "method": self.method, "n": len(self)}
         write_json(folder / CONFIG_NAME, config)

@@ -10,12 +10,11 @@ answered pairs and balanced per question; saved as safetensors + JSON, never pic
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import numpy as np
 
-from ..core.files import write_json
+from ..core.files import write_json, write_tensors
 from ..core.vectors import unit_rows
 from ..core.rundir import RunDir
 
@@ -107,13 +106,10 @@ def agreement(probs: np.ndarray, targets: np.ndarray, mask: np.ndarray) -> dict:
 
 def save_mbqa(model, folder, config: dict) -> Path:
     """Save the classifier as safetensors + JSON config (questions, metrics); never pickle."""
-    from safetensors.torch import save_file
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    tmp = folder / f".{WEIGHTS_NAME}.{os.getpid()}.tmp"
-    save_file({k: v.detach().contiguous() for k, v in model.state_dict().items()}, str(tmp))
-    os.replace(tmp, folder / WEIGHTS_NAME)  # whole or not at all; the config last
+    write_tensors(folder / WEIGHTS_NAME, model.state_dict())  # the config last
     write_json(folder / CONFIG_NAME, {"format": FORMAT, "version": 1, **config}, indent=1)
     return folder
 
