@@ -391,16 +391,13 @@ def load_retrieval_decoders(folder, aspects: Sequence[str] | None = None, lm=Non
     """{aspect: RetrievalDecoder} from a saved folder; each aspect's model is found in the run (stage 02)."""
     from safetensors.numpy import load_file
 
-    from ..embed.encoders import CheckpointError
+    from ..embed.encoders import CheckpointError, read_config  # lazy: torch
 
     folder = Path(folder)
     meta_path = folder / MEMORY_NAME
     if not meta_path.is_file() or not (folder / VECTORS_NAME).is_file():
         raise FileNotFoundError(f"no retrieval decoder in {folder}: run stage 04 (decode) first")
-    try:
-        meta = json.loads(meta_path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise CheckpointError(f"{meta_path} is not valid JSON: {exc}") from exc
+    meta = read_config(meta_path)
     if meta.get("format") != FORMAT:
         raise CheckpointError(f"{meta_path} is not a retrieval decoder (format {meta.get('format')!r})")
     try:

@@ -48,7 +48,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from ..core.accel import ConfigDict
-from ..embed.encoders import CheckpointError
+from ..embed.encoders import CheckpointError, read_config
 from ..core.models import cache_keyword, load_causal_lm
 from ..core.files import write_json, write_tensors
 
@@ -440,13 +440,7 @@ class EmbeddingDecoder(nn.Module):
         config_path, weights = folder / CONFIG_NAME, folder / WEIGHTS_NAME
         if not config_path.is_file() or not weights.is_file():
             raise CheckpointError(f"{folder} is not a decoder checkpoint: it needs {CONFIG_NAME} and {WEIGHTS_NAME}")
-        try:
-            saved = json.loads(config_path.read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise CheckpointError(f"{config_path} is not valid JSON: {exc}") from exc
-        if saved.get("format") != FORMAT or saved.get("version") != VERSION:
-            raise CheckpointError(f"{config_path} has format {saved.get('format')!r} version "
-                                  f"{saved.get('version')!r}; this workbench reads {FORMAT!r} version {VERSION}")
+        saved = read_config(config_path, FORMAT, VERSION)
         try:
             state = load_file(str(weights))
         except (SafetensorError, OSError) as exc:

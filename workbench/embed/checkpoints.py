@@ -11,11 +11,10 @@ whose "format" says which. `load_model` reads it and returns the right model, so
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
-from .encoders import CONFIG_NAME, AspectEncoder, CheckpointError
+from .encoders import CONFIG_NAME, AspectEncoder, read_config
 from .features import FeatureCache
 from .heads import FORMAT as POOLED_FORMAT
 from .heads import PooledAspectModel
@@ -36,10 +35,7 @@ def load_model(folder: str | os.PathLike, device: str | None = None, aspects=Non
     config_path = folder / CONFIG_NAME
     fmt = None
     if config_path.is_file():
-        try:
-            fmt = json.loads(config_path.read_text()).get("format")
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise CheckpointError(f"{config_path} is not valid JSON: {exc}") from exc
+        fmt = read_config(config_path).get("format")
     if fmt != POOLED_FORMAT:
         return AspectEncoder.from_pretrained(folder, device=device, aspects=aspects,
                                              trust_remote_code=trust_remote_code)

@@ -53,6 +53,20 @@ class CheckpointError(ValueError):
     """A folder that cannot be loaded as a workbench aspect encoder; the message says why."""
 
 
+def read_config(path, fmt: str | None = None, version: int | None = None) -> dict:
+    """A checkpoint's JSON config. CheckpointError, naming the file, when it cannot be read, is not JSON, or
+    (given `fmt`) is not of that format and version: the one check every loader of the package makes."""
+    path = Path(path)
+    try:
+        config = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise CheckpointError(f"{path} is not valid JSON: {exc}") from exc
+    if fmt is not None and (config.get("format") != fmt or (version is not None and config.get("version") != version)):
+        raise CheckpointError(f"{path} has format {config.get('format')!r} version {config.get('version')!r}; "
+                              f"this workbench reads format {fmt!r} version {version}")
+    return config
+
+
 def config_hidden_size(config) -> int:
     """The width of a transformers backbone's hidden states, read from its config (hidden_size, d_model or dim)."""
     for name in ("hidden_size", "d_model", "dim"):
@@ -365,15 +379,7 @@ class AspectEncoder(AspectModel):
             if (folder / "config.json").is_file():
                 hint = " It looks like a plain transformers model: use AspectEncoder.from_base() to add fresh heads."
             raise CheckpointError(f"{folder} is not a workbench encoder checkpoint: it has no {CONFIG_NAME}.{hint}")
-        try:
-            config = json.loads(config_path.read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise CheckpointError(f"{config_path} is not valid JSON: {exc}") from exc
-        if config.get("format") != FORMAT or config.get("version") != VERSION:
-            raise CheckpointError(
-                f"{config_path} has format {config.get('format')!r} version {config.get('version')!r}; "
-                f"this workbench reads format {FORMAT!r} version {VERSION}"
-            )
+        config = read_config(config_path, FORMAT, VERSION)
         available = list(config["aspects"])
         wanted = available if aspects is None else ([aspects] if isinstance(aspects, str) else list(aspects))
         unknown = [a for a in wanted if a not in available]

@@ -40,7 +40,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .encoders import AspectModel, CheckpointError, valid_aspects
+from .encoders import AspectModel, CheckpointError, read_config, valid_aspects
 from .features import N_POSITION, DocumentFeatures, FeatureCache, FrozenBackbone
 from ..core.files import write_json, write_tensors
 from ..core.devices import best_device
@@ -228,13 +228,7 @@ class PooledAspectModel(AspectModel):
         from safetensors.torch import load_file
 
         folder = Path(folder).expanduser()
-        try:
-            config = json.loads((folder / CONFIG_NAME).read_text())
-        except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise CheckpointError(f"{folder / CONFIG_NAME} cannot be read: {exc}") from exc
-        if config.get("format") != FORMAT or config.get("version") != VERSION:
-            raise CheckpointError(f"{folder / CONFIG_NAME} has format {config.get('format')!r} version "
-                                  f"{config.get('version')!r}; this loader reads {FORMAT!r} version {VERSION}")
+        config = read_config(folder / CONFIG_NAME, FORMAT, VERSION)
         available = list(config["aspects"])
         wanted = available if aspects is None else ([aspects] if isinstance(aspects, str) else list(aspects))
         unknown = [a for a in wanted if a not in available]
