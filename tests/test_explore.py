@@ -155,7 +155,11 @@ def test_no_question_axes_changes_nothing(explorer_run, monkeypatch):
     _, _, explorer = explorer_run
     assert explorer.question_axes() == {}
     assert explorer.region_labels(3, by="questions") == [] and explorer.hover_questions() is None
-    assert explorer.region_labels(3) == []  # statements by default; no decoders here
+    assert explorer.region_labels(3, by="statements") == []  # no decoders here
+    terms = explorer.region_labels(3)  # key phrases need no decoder
+    aspect = max(explorer.weights, key=explorer.weights.get)
+    assert len(terms) == 3 and len({t[2] for t in terms}) == 3
+    assert all(t[2].startswith(f"{aspect}: ") and len(t[2]) <= 60 and "papers)" in t[3] for t in terms)
     seen = _pane_arguments(explorer, monkeypatch, labels=3)
     assert seen["on_compare"] is None and "questions" not in seen["meta"]
     with pytest.raises(ValueError, match="statements"):

@@ -28,6 +28,7 @@ from ..core.progress import notice
 from ..decode.faithfulness import LOW_MEANS, describe_with_confidence
 from ..embed.distill import embed_corpus
 from ..generate.summaries import summaries_frame
+from .labels import region_term_labels
 from .mapview import cluster_labels, export_html
 from .pane import MapPane
 from .tsne import AspectMap, normalize_weights
@@ -283,9 +284,14 @@ class Explorer:
         return table.reset_index(drop=True)
 
     def region_labels(self, k: int = 8, words: int = 10, aspect: str | None = None,
-                      by: str = "statements") -> list[tuple]:
-        """Decoded descriptions of the k regions of the map: [(x, y, short text, full text), ...].
+                      by: str = "terms") -> list[tuple]:
+        """Labels of the k regions of the map: [(x, y, short text, full text), ...], in region order.
 
+        by="terms" (the default): the short text names the aspect and the key phrases that set the
+        region's own statements apart (`labels.region_term_labels`, class-based TF-IDF, at most
+        60 characters); the full text is the region's nearest statement (as by="statements")
+        where the run has decoders, else the phrases and the number of papers.
+        by="statements": the decoded statement itself, cut to `words` words.
         by="questions" labels them with question axes instead (`region_question_labels`).
 
         Regions are KMeans clusters of the map positions (`cluster_labels`, the same as the
@@ -297,8 +303,10 @@ class Explorer:
         """
         if by == "questions":
             return self.region_question_labels(k, words, aspect)
+        if by == "terms":
+            return self.region_term_labels(k, words, aspect)
         if by != "statements":
-            raise ValueError(f"by={by!r}: use 'statements' or 'questions'")
+            raise ValueError(f"by={by!r}: use 'terms', 'statements' or 'questions'")
         if self.decoders is None:
             return []
         aspect = aspect or max(self.weights, key=self.weights.get)
@@ -330,6 +338,28 @@ class Explorer:
             rest = w[common:]
             short = ("…" if common else "") + " ".join(rest[:words]) + ("…" if len(rest) > words else "")
             out.append((float(x), float(y), short, detail))
+        return out
+
+    def statements_of(self, aspect: str) -> list[str]:
+        """Each paper's statement of an aspect: its summary where the map has one (human or LLM), else its abstract."""
+        column = f"summary_{aspect}"
+        abstracts = self.corpus.docs["abstract"].fillna("").astype(str).tolist()
+        if column not in self.meta:
+            return abstracts
+        return [s if isinstance(s, str) and s.strip() else a for s, a in zip(self.meta[column], abstracts)]
+
+    def region_term_labels(self, k: int = 8, words: int = 10, aspect: str | None = None) -> list[tuple]:
+        """The k regions labelled by their key phrases in one aspect (see `region_labels`, by="terms")."""
+        aspect = aspect or max(self.weights, key=self.weights.get)
+        groups = cluster_labels(self.coords, k)
+        names = region_term_labels(self.statements_of(aspect), groups, aspect)
+        nearest = self.region_labels(k, words, aspect, by="statements") if self.decoders is not None else []
+        out = []
+        for i, g in enumerate(np.unique(groups)):
+            members = groups == g
+            x, y = self.coords[members].mean(axis=0)
+            detail = nearest[i][3] if i < len(nearest) else f"{names[int(g)]} ({int(members.sum())} papers)"
+            out.append((float(x), float(y), names[int(g)], detail))
         return out
 
     def region_question_labels(self, k: int = 8, words: int = 10, aspect: str | None = None,
@@ -462,10 +492,11 @@ class Explorer:
         decoded = self._decoded_html({a: vectors[a][0] for a in self.map_aspects()})
         return float(x), float(y), f"<h4>Placed at ({x:.1f}, {y:.1f})</h4><p>Most similar papers:</p><ul>{titles}</ul>{decoded}"
 
-    def pane(self, labels: bool | int = True, color_by=None, label_source: str = "statements"):
+    def pane(self, labels: bool | int = True, color_by=None, label_source: str = "terms"):
         """The interactive JupyterLab pane (ipywidgets sliders + Bokeh map).
 
-        label_source: "statements" (decoded) or "questions" (question axes) region labels.
+        label_source: "terms" (key phrases, the nearest statement as the detail), "statements" (decoded) or
+        "questions" (question axes) region labels.
         With question axes, two tapped papers (or a paper and then an empty spot) are compared.
         """
         k = labels if isinstance(labels, int) and labels > 1 else 8
@@ -479,7 +510,7 @@ class Explorer:
     # ------------------------------------------------------------------ export and storage
 
     def export(self, path, presets: Mapping[str, Mapping[str, float]] | None = None, labels: bool | int = True,
-               title: str = "", color_by=None, label_source: str = "statements") -> Path:
+               title: str = "", color_by=None, label_source: str = "terms") -> Path:
         """A standalone HTML map with a few weight presets precomputed (no kernel needed).
 
         presets: {name: weights}; default: the current weights, each aspect alone, and all
