@@ -4,9 +4,11 @@
     summaries.jsonl, judgements.jsonl     01 generate: the views and the LLM's judgements
     aspect_models/split.json              02 train: {"val_split", "train": [doc ids], "validation": [doc ids]}
     aspect_models/<aspect>/               02 train: the model of each aspect
+    grounding.json                        02 train: which LLM answers were kept as views, and why not
     features/<backbone>/                  02-03 frozen mode: the backbone's cached sentence vectors
     targets.json, targets.safetensors     03 distill: the aspect models' embeddings of the training views
     unified_model/                        03 distill: one model for every aspect
+    unified_model/guard.json              03 distill: each head checked against its encoder
     embeddings/                           the unified model's embeddings of a corpus, cached
     decoders/                             04 decode: the decoders, metrics.json (their faithfulness)
                                           and confidence.json (the confidence calibration)
@@ -42,6 +44,8 @@ JUDGEMENTS = "judgements.jsonl"
 TARGETS_INDEX = "targets.json"
 TARGETS_NAME = "targets.safetensors"
 METRICS_FILE = "metrics.json"
+GROUNDING_NAME = "grounding.json"
+GUARD_NAME = "guard.json"
 PARAMS_FILE = "params.yaml"
 RUN_FILE = "run.json"
 # Folders that can be deleted and are rebuilt when needed (`workbench runs --clean`).
@@ -111,6 +115,10 @@ class RunDir(os.PathLike):
     def split_file(self) -> Path:
         return self.path / MODELS_DIR / SPLIT_NAME
 
+    @property
+    def grounding(self) -> Path:
+        return self.path / GROUNDING_NAME
+
     def aspect_model(self, aspect: str, must_exist: bool = False) -> Path:
         """Folder of the stage-02 model of an aspect."""
         folder = self.aspect_models / aspect
@@ -139,6 +147,10 @@ class RunDir(os.PathLike):
     @property
     def unified_model(self) -> Path:
         return self.path / UNIFIED_DIR
+
+    @property
+    def guard(self) -> Path:
+        return self.path / UNIFIED_DIR / GUARD_NAME
 
     @property
     def targets(self) -> Path:

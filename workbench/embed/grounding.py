@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import math
 
-import numpy as np
 import pandas as pd
 
 from ..core.files import write_json
@@ -33,7 +32,6 @@ REFERENCE = "minilm"  # the encoder that judges grounding: fixed, so the rule do
 TOP_SHARE = 0.1
 TOP_MIN = 3
 COPY_COSINE = 0.95
-REPORT_NAME = "grounding.json"
 
 
 def judge_views(views: dict[str, AspectViews], corpus, cache: FeatureCache) -> dict[str, dict]:
@@ -83,7 +81,7 @@ def grounded_views(aspects, run_dir, corpus, include_human: bool = True, **optio
         report[aspect] = {"llm views": len(verdicts[aspect]), "kept": int(counts.get("kept", 0)),
                           "generic": int(counts.get("generic", 0)), "copy": int(counts.get("copy", 0))}
         out[aspect] = kept
-    write_json(RunDir(run_dir).path / REPORT_NAME,
+    write_json(RunDir(run_dir).grounding,
                {"rule": f"kept when its own abstract is in the top {TOP_SHARE:.0%} (at least {TOP_MIN}) of the "
                         f"corpus by {REFERENCE} cosine and no sentence of it has cosine {COPY_COSINE} or more",
                 "aspects": report})
@@ -92,7 +90,7 @@ def grounded_views(aspects, run_dir, corpus, include_human: bool = True, **optio
 
 def grounding_table(run_dir) -> pd.DataFrame:
     """Per aspect: the LLM views, how many were kept, and why the others went (from grounding.json)."""
-    path = RunDir(run_dir).path / REPORT_NAME
+    path = RunDir(run_dir).grounding
     if not path.is_file():
         return pd.DataFrame(columns=["llm views", "kept", "generic", "copy"])
     return pd.DataFrame(json.loads(path.read_text())["aspects"]).T.rename_axis("aspect")

@@ -42,7 +42,6 @@ from .checkpoints import load_model
 from .features import FeatureCache, FrozenBackbone
 from .heads import PooledAspectModel
 
-GUARD_NAME = "guard.json"
 BASE = "base"
 MARGIN = 0.0  # a head is kept when its selectivity is at least the base's plus this ...
 FLOOR_FACTOR = 2.0  # ... and more than 1 / FLOOR_FACTOR of the aspect-file head's
@@ -124,7 +123,7 @@ def check_heads(run_dir, corpus, aspect_set, aspects: Sequence[str], doc_ids: Se
     aspects = list(aspects)
     if not isinstance(model, PooledAspectModel) or not model.pool:
         report = {"checked": False, "reason": "the unified model is fine-tuned, not frozen-encoder heads"}
-        write_json(run.unified_model / GUARD_NAME, report)
+        write_json(run.guard, report)
         return report
     ids = [str(d) for d in (doc_ids if doc_ids is not None else run.split()[1])]
     held = corpus.subset(ids=ids)
@@ -135,7 +134,7 @@ def check_heads(run_dir, corpus, aspect_set, aspects: Sequence[str], doc_ids: Se
     except ValueError as exc:  # an aspect the file says nothing about: nothing to build a floor from
         notice(f"heads not checked against the aspect file: {exc}")
         report = {"checked": False, "reason": str(exc)}
-        write_json(run.unified_model / GUARD_NAME, report)
+        write_json(run.guard, report)
         return report
     marks, source = aspect_sentences(held, aspects, run, features, protos)
 
@@ -156,7 +155,7 @@ def check_heads(run_dir, corpus, aspect_set, aspects: Sequence[str], doc_ids: Se
     except ValueError as exc:
         notice(f"heads not checked: the swap probe found nothing to swap ({exc})")
         report = {"checked": False, "reason": f"the swap probe found nothing to swap ({exc})", "marks": source}
-        write_json(run.unified_model / GUARD_NAME, report)
+        write_json(run.guard, report)
         return report
     matrix, results, replaced = probe["matrix"], {}, []
     for a in aspects:
@@ -192,11 +191,11 @@ def check_heads(run_dir, corpus, aspect_set, aspects: Sequence[str], doc_ids: Se
         for a in replaced:
             model.heads[a].load_state_dict(floor.heads[a].state_dict())
         model.save_pretrained(run.unified_model, extra={"guard": {a: results[a]["kept"] for a in aspects}})
-    write_json(run.unified_model / GUARD_NAME, report)
+    write_json(run.guard, report)
     return report
 
 
 def load_guard(run_dir) -> dict | None:
     """The guard's report of a run (unified_model/guard.json), or None when stage 03 did not write one."""
-    path = RunDir(run_dir).unified_model / GUARD_NAME
+    path = RunDir(run_dir).guard
     return json.loads(path.read_text()) if path.is_file() else None
