@@ -80,6 +80,7 @@ def aspect_prototypes(aspect_set, aspects: Sequence[str], embed) -> AspectProtot
 
 
 def softmax(x: np.ndarray, temperature: float) -> np.ndarray:
+    """exp(x / temperature), normalised to sum to 1 (shifted by the maximum first, so it cannot overflow)."""
     z = (x - x.max()) / temperature
     e = np.exp(z)
     return e / e.sum()
