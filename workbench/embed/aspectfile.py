@@ -26,7 +26,7 @@ corpus has neither highlights nor LLM sentence labels.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Sequence
 
 import numpy as np
 
@@ -123,11 +123,3 @@ def sentence_marks(features, prototypes: AspectPrototypes, temperature: float = 
     `health.corpus_sentence_aspects`, so the swap probe can read a corpus without highlights."""
     return [{a: [float(x >= share) for x in w[a]] for a in prototypes.aspects}
             for w in sentence_weights(features, prototypes, temperature)]
-
-
-def top_sentences(features, prototypes: AspectPrototypes, doc: int, temperature: float = TEMPERATURE,
-                  n: int = 1) -> Mapping[str, list[tuple[str, float]]]:
-    """{aspect: [(sentence, weight)]} of one document: which sentences the aspect file points at (for reports)."""
-    w = sentence_weights(features.subset([doc]), prototypes, temperature)[0]
-    texts = features.sentence_texts[doc]
-    return {a: [(texts[k], float(w[a][k])) for k in np.argsort(-w[a])[:n]] for a in prototypes.aspects}

@@ -138,8 +138,10 @@ def check_heads(run_dir, corpus, aspect_set, aspects: Sequence[str], doc_ids: Se
         return report
     marks, source = aspect_sentences(held, aspects, run, features, protos)
 
+    # The floor is a copy of the model's heads; the feature cache (every cached vector) is shared, not copied.
+    cache, model.cache = model.cache, None
     floor = copy.deepcopy(model)
-    floor.cache = model.cache
+    model.cache = floor.cache = cache
     for j, a in enumerate(aspects):
         floor.heads[a].load_state_dict(floor_state(floor.heads[a], protos.queries[j],
                                                    floor_bias(features, protos.queries[j])))

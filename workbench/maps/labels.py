@@ -44,16 +44,13 @@ def class_tfidf(region_texts: Sequence[str]) -> tuple[np.ndarray, list[str]]:
     return scores, list(vectorizer.get_feature_names_out())
 
 
-def _pick(scores: np.ndarray, terms: list[str], taken: set, prefix: str,
+def _pick(scores: np.ndarray, terms: list[str], bigrams: dict[str, list[int]], taken: set, prefix: str,
           min_terms: int, max_terms: int, max_chars: int) -> str:
-    """The best-scoring terms that fit: up to max_terms, stopping early once min_terms make a label not taken."""
+    """The best-scoring terms that fit: up to max_terms, stopping early once min_terms make a label not taken.
+
+    bigrams: {word: indices of the two-word terms holding it}."""
     chosen: list[str] = []
     label = prefix.rstrip(": ")
-    bigrams: dict[str, list[int]] = {}
-    for m, t in enumerate(terms):
-        if " " in t:
-            for word in t.split():
-                bigrams.setdefault(word, []).append(m)
     for j in np.argsort(-scores, kind="stable"):
         term = terms[j]
         if scores[j] <= 0:
@@ -85,10 +82,15 @@ def region_term_labels(texts: Sequence[str], regions: Sequence[int], aspect: str
     joined = [" ".join(str(texts[i]) for i in np.flatnonzero(regions == g) if isinstance(texts[i], str))
               for g in ids]
     scores, terms = class_tfidf(joined)
+    bigrams: dict[str, list[int]] = {}  # the same terms for every region: indexed once
+    for m, t in enumerate(terms):
+        if " " in t:
+            for word in t.split():
+                bigrams.setdefault(word, []).append(m)
     prefix = f"{aspect}: " if aspect else ""
     out, taken = {}, set()
     for row, g in enumerate(ids):
-        label = _pick(scores[row], terms, taken, prefix, min_terms, max_terms, max_chars) if terms else \
+        label = _pick(scores[row], terms, bigrams, taken, prefix, min_terms, max_terms, max_chars) if terms else \
             prefix.rstrip(": ")
         if label in taken:  # still the same as another region's: say which region it is
             label = f"{label} ({int(g) + 1})"[:max_chars]
