@@ -209,6 +209,78 @@ def test_the_guard_says_why_it_did_not_check(guarded_run, tmp_path):
     assert report == {"checked": False, "reason": report["reason"]} and "method" in report["reason"]
 
 
+def test_label_scores_against_scipy():
+    from workbench.embed.guard import label_scores
+
+    rng = np.random.default_rng(3)
+    v = rng.normal(size=(9, 4))
+    labels = ["a", "b", "a", "c", None, "b", "a", "c", "b"]
+    got = label_scores({"x": v}, labels)["x"]
+    unit = v / np.linalg.norm(v, axis=1, keepdims=True)
+    sim = unit @ unit.T
+    rows = []
+    for i in range(9):
+        if labels[i] is None:
+            continue
+        js = [j for j in range(9) if j != i and labels[j] is not None]
+        rows.append(spearmanr(sim[i, js], [labels[i] == labels[j] for j in js])[0])
+    assert got == pytest.approx(100 * np.nanmean(rows))
+
+
+@pytest.mark.slow
+def test_swapped_descriptions_are_caught_by_label_columns_and_the_base_is_kept(tmp_path, capsys):
+    """An aspect file whose disease and method descriptions are swapped: heads built from it follow the
+    wrong aspect. The swap probe cannot see it (its sentences come from the same file); the user's label
+    columns can, and the heads fall back to the encoder's whole abstract."""
+    from workbench.embed.checkpoints import load_model
+    from workbench.embed.guard import check_heads, floor_bias, floor_state, load_guard
+    from workbench.embed.heads import PooledAspectModel
+
+    corpus = user_corpus(seed=4, n=60)
+    corpus = Corpus(corpus.docs.assign(**{f"label_{a}": corpus.docs[a] for a in ASPECTS}))
+    right = load_aspects(ASPECT_FILE)
+    fields = ("description", "include", "examples")
+    swapped = {**{a: right[a] for a in ASPECTS},
+               "disease": right["disease"].__class__(**{**right["disease"].__dict__,
+                                                        **{f: getattr(right["method"], f) for f in fields}}),
+               "method": right["method"].__class__(**{**right["method"].__dict__,
+                                                      **{f: getattr(right["disease"], f) for f in fields}})}
+    run = RunDir(tmp_path)
+    run.write_split(corpus.ids[:20], corpus.ids[20:])
+    PooledAspectModel("minilm", ASPECTS, hidden=384, pool=True).save_pretrained(
+        run.unified_model, extra={"stage": "distill", "mode": "frozen"})
+    model = load_model(run.unified_model, run_dir=run)
+    protos = aspectfile.aspect_prototypes(swapped, ASPECTS, model.cache.vectors)
+    feats = model.features(corpus.subset(ids=corpus.ids[20:]).texts())
+    for j, a in enumerate(ASPECTS):  # what supervision from the swapped file teaches: its own zero-shot head
+        model.heads[a].load_state_dict(floor_state(model.heads[a], protos.queries[j],
+                                                   floor_bias(feats, protos.queries[j])))
+    model.save_pretrained(run.unified_model)
+
+    report = check_heads(run, corpus, swapped, ASPECTS, n_pairs=20)
+    assert report["checked"] and set(report["labels"]) == set(ASPECTS)
+    for a in ("disease", "method"):
+        row = report["aspects"][a]
+        assert row["checked by"] == f"label_{a}" and row["kept"] == "base", row
+        assert row["labels"]["head"] < row["labels"]["base"] - 1
+        assert "less than the encoder" in row["verdict"] and "description" in row["verdict"]
+    assert "disease" in capsys.readouterr().out
+    assert load_guard(run)["aspects"]["disease"]["kept"] == "base"  # what stage 06 prints
+    after = load_model(run.unified_model, run_dir=run)
+    texts = corpus.texts()[:6]
+    np.testing.assert_allclose(after.encode(texts)["disease"], after.base_vectors(texts), atol=1e-5)
+    # With the right file the same check keeps the heads it builds.
+    run2 = RunDir(tmp_path / "right")
+    shutil.copytree(run, run2)
+    protos = aspectfile.aspect_prototypes(right, ASPECTS, model.cache.vectors)
+    for j, a in enumerate(ASPECTS):
+        model.heads[a].load_state_dict(floor_state(model.heads[a], protos.queries[j],
+                                                   floor_bias(feats, protos.queries[j])))
+    model.save_pretrained(run2.unified_model)
+    kept = check_heads(run2, corpus, right, ASPECTS, n_pairs=20)
+    assert all(kept["aspects"][a]["kept"] == "head" for a in ASPECTS), kept["aspects"]
+
+
 # ------------------------------------------------------------------------------------------ bad input
 
 def test_one_sentence_and_empty_abstracts_keep_their_whole_vector():

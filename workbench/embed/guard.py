@@ -23,6 +23,14 @@ kept: 1.73, 5.26 and 2.75 against the floor's 1.00, 3.95 and 1.20.
 The sentences that state each aspect come from the corpus's human highlights or stage 01's
 LLM sentence labels where there are some (`health.corpus_sentence_aspects`), else from the
 aspect file itself (`aspectfile.sentence_marks`).
+
+Where the corpus carries the user's own categories of an aspect (a `label_<aspect>` column),
+they decide instead: each of the three is scored by the per-paper Spearman of its cosine
+similarities against "shares the category" (Table 2's label truth) on the same papers, and
+the best is kept, the head unless another beats it by more than `LABEL_MARGIN`. Only this
+check sees a wrong aspect file (descriptions swapped between aspects): the swap probe's
+sentences and the floor come from that same file. A head replaced by the base then returns
+the encoder's whole-abstract vector.
 """
 
 from __future__ import annotations
@@ -36,6 +44,7 @@ import numpy as np
 from ..core.files import write_json
 from ..core.progress import notice
 from ..core.rundir import RunDir
+from ..evaluate.evaluation import label_similarity, rowwise_spearman
 from ..evaluate.health import corpus_sentence_aspects, hard_negative_probe
 from .aspectfile import TEMPERATURE, aspect_prototypes, sentence_marks
 from .checkpoints import load_model
@@ -45,6 +54,8 @@ from .heads import PooledAspectModel
 BASE = "base"
 MARGIN = 0.0  # a head is kept when its selectivity is at least the base's plus this ...
 FLOOR_FACTOR = 2.0  # ... and more than 1 / FLOOR_FACTOR of the aspect-file head's
+LABEL_MARGIN = 1.0  # with label columns: another column must beat the head by this (Spearman x 100)
+MIN_LABELLED = 6  # papers with a label before the labels decide
 
 
 def floor_state(head, query: np.ndarray, bias: float, temperature: float = TEMPERATURE) -> dict:
@@ -64,6 +75,28 @@ def floor_state(head, query: np.ndarray, bias: float, temperature: float = TEMPE
     if "up" in state:
         state["up"] = torch.zeros_like(state["up"])
     return state
+
+
+def base_state(head) -> dict:
+    """The state of a `SentencePoolingHead` that returns the encoder's whole-abstract vector (gate at 1)."""
+    import torch
+
+    state = {k: v.detach().clone() for k, v in head.state_dict().items()}
+    state["gate"] = torch.tensor(30.0, dtype=state["gate"].dtype)  # sigmoid(30) = 1 - 1e-13
+    if "up" in state:
+        state["up"] = torch.zeros_like(state["up"])
+    return state
+
+
+def label_scores(vectors: dict[str, np.ndarray], labels) -> dict[str, float]:
+    """{column: mean per-paper Spearman x 100 of its cosine similarities against "shares the label"}."""
+    truth = label_similarity(list(labels))
+    out = {}
+    for name, v in vectors.items():
+        v = np.asarray(v, dtype=np.float64)
+        v = v / np.linalg.norm(v, axis=1, keepdims=True).clip(1e-12)
+        out[name] = float(np.nanmean(rowwise_spearman(v @ v.T, truth)) * 100)
+    return out
 
 
 def floor_bias(features, query: np.ndarray, temperature: float = TEMPERATURE) -> float:
@@ -114,8 +147,9 @@ def check_heads(run_dir, corpus, aspect_set, aspects: Sequence[str], doc_ids: Se
 
     corpus: the run's corpus; doc_ids: the papers checked (default: stage 02's validation
     papers). Returns {"aspects": {aspect: {"head", "aspect file", "base": selectivity, "kept",
-    "verdict"}}, "marks": where the aspect sentences came from, "pairs": ...}; with apply, a
-    head replaced by the floor is saved into the unified model. Writes unified_model/guard.json.
+    "verdict", and with a label column "labels": {column: Spearman x 100}, "checked by"}},
+    "marks": where the aspect sentences came from, "labels": the aspects the labels decided,
+    ...}; with apply, a head replaced by the floor or the base is saved into the unified model. Writes unified_model/guard.json.
     A model that is not frozen-mode heads (the GPU fine-tuning path) is reported as not checked.
     """
     run = RunDir(run_dir)
@@ -155,49 +189,96 @@ def check_heads(run_dir, corpus, aspect_set, aspects: Sequence[str], doc_ids: Se
     try:
         probe = hard_negative_probe(texts, marks, encode, n_pairs=n_pairs, seed=seed)
     except ValueError as exc:
-        notice(f"heads not checked: the swap probe found nothing to swap ({exc})")
-        report = {"checked": False, "reason": f"the swap probe found nothing to swap ({exc})", "marks": source}
+        probe = {"matrix": {}, "n_pairs": 0, "error": f"the swap probe found nothing to swap ({exc})"}
+    results = {a: probe_verdict(probe["matrix"], a) for a in aspects}
+    labelled = label_verdicts(held, aspects, encode(texts))
+    if not labelled and "error" in probe:
+        notice(f"heads not checked: {probe['error']}")
+        report = {"checked": False, "reason": probe["error"], "marks": source}
         write_json(run.guard, report)
         return report
-    matrix, results, replaced = probe["matrix"], {}, []
-    for a in aspects:
-        if a not in matrix:
-            results[a] = {"head": None, "aspect file": None, "base": None, "kept": "head",
-                          "verdict": "not checked: no validation paper has a sentence of this aspect alone"}
-            continue
-        head, zero, base = (selectivity(matrix, a, a), selectivity(matrix, f"floor:{a}", a),
-                            selectivity(matrix, BASE, a))
-        if np.isfinite(head) and np.isfinite(base) and head < base + MARGIN and zero > head:
-            kept, verdict = "aspect file", (f"the trained head follows {a} less than the encoder's whole abstract does "
-                                            f"(selectivity {head:.2f} against {base:.2f}); replaced by the aspect "
-                                            f"file's zero-shot head ({zero:.2f})")
-            replaced.append(a)
-        elif np.isfinite(head) and np.isfinite(zero) and zero >= FLOOR_FACTOR * head:
-            kept, verdict = "aspect file", (f"the trained head follows {a} more than the encoder does ({head:.2f} "
-                                            f"against {base:.2f}) but less than half as much as the aspect file's "
-                                            f"zero-shot head ({zero:.2f}), which replaces it")
-            replaced.append(a)
-        elif np.isfinite(head) and np.isfinite(base) and head < base + MARGIN:
-            kept, verdict = "head", (f"the trained head follows {a} no more than the encoder does ({head:.2f} against "
-                                     f"{base:.2f}), and the aspect file does no better ({zero:.2f}): improve the "
-                                     "aspect's description and examples, or the summaries")
-        else:
-            kept, verdict = "head", (f"the trained head follows {a} more than the encoder does ({head:.2f} against "
-                                     f"{base:.2f}; the aspect file alone: {zero:.2f})")
-        results[a] = {"head": head, "aspect file": zero, "base": base, "kept": kept, "verdict": verdict}
+    for a, verdict in labelled.items():  # the labels decide; the probe's selectivities stay beside them
+        results[a] = {**results[a], **verdict}
+    replaced = [a for a in aspects if results[a]["kept"] != "head"]
     report = {"checked": True, "marks": source, "papers": len(texts), "n_pairs": probe["n_pairs"],
-              "aspects": results, "replaced": replaced}
+              "labels": sorted(labelled), "aspects": results, "replaced": replaced}
     for a in replaced:
         notice(f"{a}: {results[a]['verdict']}")
     if apply and replaced:
         for a in replaced:
-            model.heads[a].load_state_dict(floor.heads[a].state_dict())
+            state = floor.heads[a].state_dict() if results[a]["kept"] == "aspect file" else \
+                base_state(model.heads[a])
+            model.heads[a].load_state_dict(state)
         model.save_pretrained(run.unified_model, extra={"guard": {a: results[a]["kept"] for a in aspects}})
     write_json(run.guard, report)
     return report
+
+
+def probe_verdict(matrix: dict, a: str) -> dict:
+    """One aspect's swap-probe selectivities (head, aspect file, base), what is kept and why, in words."""
+    if a not in matrix:
+        return {"head": None, "aspect file": None, "base": None, "kept": "head",
+                "verdict": "not checked: no validation paper has a sentence of this aspect alone"}
+    head, zero, base = (selectivity(matrix, a, a), selectivity(matrix, f"floor:{a}", a),
+                        selectivity(matrix, BASE, a))
+    if np.isfinite(head) and np.isfinite(base) and head < base + MARGIN and zero > head:
+        kept, verdict = "aspect file", (f"the trained head follows {a} less than the encoder's whole abstract does "
+                                        f"(selectivity {head:.2f} against {base:.2f}); replaced by the aspect "
+                                        f"file's zero-shot head ({zero:.2f})")
+    elif np.isfinite(head) and np.isfinite(zero) and zero >= FLOOR_FACTOR * head:
+        kept, verdict = "aspect file", (f"the trained head follows {a} more than the encoder does ({head:.2f} "
+                                        f"against {base:.2f}) but less than half as much as the aspect file's "
+                                        f"zero-shot head ({zero:.2f}), which replaces it")
+    elif np.isfinite(head) and np.isfinite(base) and head < base + MARGIN:
+        kept, verdict = "head", (f"the trained head follows {a} no more than the encoder does ({head:.2f} against "
+                                 f"{base:.2f}), and the aspect file does no better ({zero:.2f}): improve the "
+                                 "aspect's description and examples, or the summaries")
+    else:
+        kept, verdict = "head", (f"the trained head follows {a} more than the encoder does ({head:.2f} against "
+                                 f"{base:.2f}; the aspect file alone: {zero:.2f})")
+    return {"head": head, "aspect file": zero, "base": base, "kept": kept, "verdict": verdict}
+
+
+def label_verdicts(held, aspects: Sequence[str], vectors: dict) -> dict:
+    """{aspect: verdict} for the aspects whose `label_<aspect>` column labels at least MIN_LABELLED of the
+    papers with two or more categories: head, aspect file and base scored against the labels (the swap
+    probe's selectivities stay beside them). `vectors`: the check's encode() of the papers."""
+    out = {}
+    for a in aspects:
+        column = f"label_{a}"
+        labels = held.docs[column] if column in held.docs else None
+        if labels is None or labels.notna().sum() < MIN_LABELLED or labels.dropna().astype(str).nunique() < 2:
+            continue
+        scores = label_scores({"head": vectors[a], "aspect file": vectors[f"floor:{a}"], "base": vectors[BASE]},
+                              labels.tolist())
+        best = max(("aspect file", "base"), key=lambda c: scores[c])
+        said = ", ".join(f"{c} {v:.1f}" for c, v in scores.items())
+        if scores[best] > scores["head"] + LABEL_MARGIN:
+            kept = best
+            verdict = (f"against your {column} column the trained head follows {a} less than the "
+                       f"{'encoder' if best == 'base' else 'aspect file'} does (Spearman x100: {said}); "
+                       f"replaced by the {'encoder whole abstract' if best == 'base' else 'aspect file head'}"
+                       + (": check the aspect file's description of this aspect" if best == "base" else ""))
+        else:
+            kept, verdict = "head", f"against your {column} column the trained head holds its place ({said})"
+        out[a] = {"labels": scores, "kept": kept, "verdict": verdict, "checked by": column}
+    return out
 
 
 def load_guard(run_dir) -> dict | None:
     """The guard's report of a run (unified_model/guard.json), or None when stage 03 did not write one."""
     path = RunDir(run_dir).guard
     return json.loads(path.read_text()) if path.is_file() else None
+
+
+def guard_table(report: dict):
+    """The guard's report as a DataFrame: one row per aspect, the swap probe's selectivities, the label scores
+    where a label column decided (`labels: head`, ...), and what was kept."""
+    import pandas as pd
+
+    rows = {}
+    for a, r in report.get("aspects", {}).items():
+        row = {f"selectivity: {c}": r.get(c) for c in ("head", "aspect file", BASE)}
+        row.update({f"labels: {c}": v for c, v in (r.get("labels") or {}).items()})
+        rows[a] = {**row, "kept": r["kept"]}
+    return pd.DataFrame.from_dict(rows, orient="index")
