@@ -14,7 +14,8 @@ import pandas as pd
 import pytest
 
 from workbench.maps import mapview
-from workbench.maps.mapview import cluster_labels, export_html, map_figure, map_frame
+from workbench.maps.mapview import cluster_labels, map_figure, map_frame
+from workbench.maps.page import export_html
 from workbench.maps.pane import MapPane
 
 N = 60
@@ -350,11 +351,11 @@ def _chromium() -> str:
     return path
 
 
-def _run_chromium(tmp_path, url: str, *mode: str) -> subprocess.CompletedProcess:
+def _run_chromium(tmp_path, url: str, *mode: str, budget_ms: int = 5000) -> subprocess.CompletedProcess:
     cmd = [_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
            "--disable-background-networking", "--disable-component-update", "--disable-sync",
            f"--user-data-dir={tmp_path / 'chromium-profile'}", "--window-size=1000,800",
-           "--virtual-time-budget=5000", *mode, url]
+           f"--virtual-time-budget={budget_ms}", *mode, url]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr[-2000:]
     return done
@@ -474,3 +475,108 @@ def test_exported_page_escapes_text_and_runs_its_widgets(pages, tmp_path, preset
     assert set(out["alpha"]) == {1, mapview.DIM_ALPHA} and out["status"] == "11 papers match"
     assert out["xss_hits"] == [3]  # the payload is searchable text, not markup
     assert set(out["alpha_cleared"]) == {mapview.BASE_ALPHA}
+
+
+SELECTION_PROBE = """
+<pre id="probe"></pre>
+<script>
+const pause = () => new Promise(resolve => setTimeout(resolve, 300));
+const blobs = [];
+const createObjectURL = URL.createObjectURL;
+URL.createObjectURL = blob => { blobs.push(blob); return createObjectURL.call(URL, blob); };
+(async function probe() {
+  const out = {};
+  try {
+    const docs = (window.Bokeh && Bokeh.documents) || [];
+    if (!docs.length || !docs[0].get_model_by_name("points")) { setTimeout(probe, 50); return; }
+    const doc = docs[0], src = doc.get_model_by_name("points");
+    const view = doc.get_model_by_name("points_glyph").view;
+    const shown = () => view.filter.booleans.map((b, k) => b ? k : -1).filter(k => k >= 0);
+    const years = doc.get_model_by_name("years"), venue = doc.get_model_by_name("filter:venue");
+    const download = async name => {
+      const button = doc.get_model_by_name(name);
+      await button.js_event_callbacks["button_click"][0].execute(button, {});
+      await pause();
+      return await blobs[blobs.length - 1].text();
+    };
+    out.all = shown().length;
+    years.value = [2000, 2004];
+    await pause();
+    out.years = shown();
+    out.filter_status = doc.get_model_by_name("filter_status").text;
+    years.value = [years.start, years.end];
+    venue.value = "ACL";
+    await pause();
+    out.venue = shown();
+    out.csv_shown = await download("export_csv");
+    out.venue_options = Array.from(venue.options);
+    venue.value = "(all)";
+    await pause();
+    const region = doc.get_model_by_name("region");
+    out.region_options = Array.from(region.options);
+    region.value = region.options[1];
+    await pause();
+    out.region = Array.from(src.data.group).map((g, k) => g === "region 1" ? k : -1).filter(k => k >= 0);
+    out.selected = Array.from(src.selected.indices);
+    src.selected.indices = [0, 1, 3, 7];
+    out.csv = await download("export_csv");
+    out.ris = await download("export_ris");
+    out.export_status = doc.get_model_by_name("export_status").text;
+    doc.get_model_by_name("preset").value = "method only";
+    await pause();
+    out.region_options_after = Array.from(region.options);
+  } catch (e) { out.error = String(e) + " " + e.stack; }
+  document.getElementById("probe").textContent = JSON.stringify(out);
+})();
+</script>
+"""
+
+
+def test_exported_page_filters_by_year_and_metadata_and_downloads_the_selection(meta, presets, tmp_path):
+    from workbench.data.corpus import load_corpus
+
+    records = meta.assign(doc_id=[f"d{i}" for i in range(N)],  # paper 3's title is a script element
+                          abstract=[f"Abstract {i}, with a comma." for i in range(N)])
+    records.loc[1, "abstract"] = 'A "quoted" claim; a second line\nand, after a blank line,\n\na second paragraph.'
+    records.loc[5, "venue"] = "<b>ACL</b>"  # a metadata value is an option's text
+    records.drop(columns=["summary_method", "summary_task"]).to_csv(tmp_path / "export.csv", index=False)
+    records = load_corpus(tmp_path / "export.csv").docs  # as the user's export was read: what must come back
+    labels = {name: [(0.0, 0.0, f"{name} one"), (1.0, 1.0, f"{name} two")] for name in presets}
+    page = export_html(tmp_path / "map.html", presets, meta, labels, color_by=2, records=records)
+    probed = tmp_path / "probed.html"
+    head, tail = page.read_text().rsplit("</body>", 1)
+    probed.write_text(head + SELECTION_PROBE + "</body>" + tail)
+    dom = _run_chromium(tmp_path, probed.as_uri(), "--dump-dom", budget_ms=60000).stdout
+    out = json.loads(html.unescape(re.search(r'<pre id="probe">(.*?)</pre>', dom, re.S).group(1)))
+    assert "error" not in out, out.get("error")
+
+    years = pd.to_numeric(meta["year"], errors="coerce")
+    assert out["all"] == N
+    assert out["years"] == [i for i in range(N) if 2000 <= years[i] <= 2004]  # paper 4 has no year: hidden
+    assert out["filter_status"] == f"{len(out['years'])} of {N} papers shown"
+    assert out["venue"] == [i for i in range(N) if meta["venue"][i] == "ACL"]
+    assert out["venue_options"] == ["(all)", "<b>ACL</b>", "ACL", "EMNLP", "NAACL"]  # text, never markup
+    assert out["region_options"] == ["(none)", "1: balanced one", "2: balanced two"]
+    assert out["selected"] == out["region"] and 0 < len(out["region"]) < N
+    assert out["region_options_after"][1] == "1: method only one"
+    assert out["export_status"] == "exported 4 selected papers as RIS"
+
+    def read_back(text: str, suffix: str):
+        path = tmp_path / f"selection{suffix}"
+        path.write_text(text, encoding="utf-8")
+        return load_corpus(path).docs
+
+    shown = read_back(out["csv_shown"], ".csv")  # nothing selected: every paper the filter shows
+    assert shown["doc_id"].tolist() == [f"d{i}" for i in out["venue"]]
+    assert shown["venue"].tolist() == ["ACL"] * len(out["venue"])
+    picked = [0, 1, 3, 7]
+    for suffix, text in ((".csv", out["csv"]), (".ris", out["ris"])):
+        docs = read_back(text, suffix)
+        assert docs["doc_id"].tolist() == [f"d{i}" for i in picked], suffix
+        assert docs["title"].tolist() == records["title"][picked].tolist(), suffix
+        expected = records["abstract"][picked].tolist()
+        if suffix == ".ris":  # a RIS tag is one line: a paragraph's line breaks become spaces, paragraphs stay
+            expected = ["\n\n".join(" ".join(p.split()) for p in re.split(r"\n\s*\n", t)) for t in expected]
+        assert docs["abstract"].tolist() == expected, suffix
+    records_ris = [r for r in out["ris"].split("ER  - ") if r.strip()]
+    assert len(records_ris) == 4 and all(all(f"{t}  - " in r for t in ("TY", "TI", "AB", "ID")) for r in records_ris)

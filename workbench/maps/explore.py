@@ -9,7 +9,7 @@
     question axes  yes/no questions answered from an aspect embedding (stage 07, optional):
                  why two papers are close, region labels, hover questions
 
-and hands plain callbacks to the view (`pane.MapPane` in JupyterLab, `mapview.export_html`
+and hands plain callbacks to the view (`pane.MapPane` in JupyterLab, `page.export_html`
 for a standalone page). Everything a callback returns as HTML is escaped here.
 """
 
@@ -29,7 +29,8 @@ from ..decode.faithfulness import LOW_MEANS, describe_with_confidence
 from ..embed.distill import embed_corpus
 from ..generate.summaries import summaries_frame
 from .labels import region_term_labels
-from .mapview import cluster_labels, export_html
+from .mapview import cluster_labels
+from .page import export_html
 from .pane import MapPane
 from .tsne import AspectMap, normalize_weights
 from .weights import fit_weights, map_weights
@@ -536,8 +537,9 @@ class Explorer:
             self.map = keep
         # A preset whose weighted aspects have no axes still needs the column: empty hover text.
         questions = {name: q or [""] * len(self.meta) for name, q in asked.items()} if any(asked.values()) else None
+        # The papers' own fields travel with the page, so a selection downloads as CSV or RIS.
         return export_html(path, coords, self.meta, labels_by_preset=drawn, title=title, color_by=color_by,
-                           weights_by_preset=used, questions_by_preset=questions)
+                           weights_by_preset=used, questions_by_preset=questions, records=self.corpus.docs)
 
     def default_presets(self) -> dict[str, dict[str, float]]:
         """Current weights, equal weights, and each aspect alone."""

@@ -6,8 +6,7 @@ driven and tested without a model or a browser.
 Two entry points here, and the pane beside them:
 
 * `map_figure` - a static Bokeh figure with hover, tap and region labels;
-* `export_html` - a standalone HTML page (Bokeh JS inlined, no CDN) that switches between
-  precomputed weight presets and searches titles on the client, without a kernel;
+* `page.export_html` - the standalone HTML page built from the same figure;
 * `pane.MapPane` - the JupyterLab pane, built from this module's data (`map_frame`) and
   figure (`build_figure`).
 
@@ -17,13 +16,10 @@ and Bokeh escapes `@field` tooltips; the few HTML snippets built here use `displ
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pandas as pd
 
 from ..core.display import esc
-from ..core.files import write_text
 
 DEFAULT_CLUSTERS = 8
 MISSING_COLOR = "#9e9e9e"
@@ -288,96 +284,3 @@ def map_figure(coords, meta: pd.DataFrame, color_by=None, labels=None, title: st
     data = map_frame(coords, meta, color_by)
     fig, _, _ = build_figure(data, labels, group_title(color_by), title, width, height)
     return fig
-
-
-# --------------------------------------------------------------------------- HTML export
-
-_PRESET_JS = """
-const i = names.indexOf(cb_obj.value);
-if (i < 0) { return; }
-const d = Object.assign({}, source.data);
-for (const c of columns) { d[c] = d[c + "__" + i]; }
-source.data = d;
-labels.data = label_data[i];
-legend.text = legends[i];
-caption.text = captions[i];
-"""
-
-# The query is never echoed into HTML (the Div renders markup); only a count is shown.
-_SEARCH_JS = """
-const q = (cb_obj.value_input || "").trim().toLowerCase();
-const titles = source.data.title;
-const n = titles.length;
-const alpha = new Array(n), size = new Array(n);
-let hits = 0;
-for (let k = 0; k < n; k++) {
-  const hit = q !== "" && String(titles[k]).toLowerCase().includes(q);
-  if (hit) { hits++; }
-  alpha[k] = q === "" ? base_alpha : (hit ? 1.0 : dim_alpha);
-  size[k] = hit ? hit_size : point_size;
-}
-source.data = Object.assign({}, source.data, {alpha: alpha, size: size});
-status.text = q === "" ? "" : hits + (hits === 1 ? " paper matches" : " papers match");
-"""
-
-
-def export_html(path, coords_by_preset: dict[str, np.ndarray], meta: pd.DataFrame,
-                labels_by_preset: dict | None = None, title: str = "", color_by=None,
-                width: int = 800, height: int = 600, weights_by_preset: dict | None = None,
-                questions_by_preset: dict | None = None) -> Path:
-    """Write a standalone map page (Bokeh JS inlined, works offline) and return its path.
-
-    The page has the scatter with hover, a Select switching between the precomputed weight
-    presets (coordinates, cluster colours and region labels swapped by CustomJS, no
-    kernel), and a "search by title" box that highlights case-insensitive substring
-    matches. Beside the map, a legend per preset: the aspect weights that made it
-    (`weights_by_preset`) and each region's colour, number and label. questions_by_preset:
-    {name: one text per paper} (`Explorer.hover_questions` for that preset's weights), an
-    extra hover line swapped with the preset; None: no such line. All paper text travels as
-    JSON in the data source or is escaped (title, legend).
-    """
-    from bokeh.embed import file_html
-    from bokeh.layouts import column, row
-    from bokeh.models import CustomJS, Div, Select, TextInput
-    from bokeh.resources import INLINE
-
-    if not coords_by_preset:
-        raise ValueError("export_html needs at least one preset")
-    names = [str(name) for name in coords_by_preset]
-    labels_by_preset = labels_by_preset or {}
-    metas = {k: meta if questions_by_preset is None else meta.assign(**{QUESTIONS: questions_by_preset[k]})
-             for k in coords_by_preset}
-    frames = [map_frame(c, metas[k], color_by) for k, c in coords_by_preset.items()]
-    # Presets are stored as indexed columns (x__0, y__0, ...) so any preset name is safe.
-    columns = ["x", "y", "color", "group"] + ([QUESTIONS, "hover"] if questions_by_preset is not None else [])
-    data = dict(frames[0])
-    for i, frame in enumerate(frames):
-        for c in columns:
-            data[f"{c}__{i}"] = frame[c]
-    label_data = [label_source_data(labels_by_preset.get(name)) for name in coords_by_preset]
-    fig, source, label_source = build_figure(data, labels_by_preset.get(names[0]), group_title(color_by),
-                                              "", width, height)
-
-    weights_by_preset = weights_by_preset or {}
-    legends = [legend_html(labels_by_preset.get(name), weights_by_preset.get(name),
-                           region_colors(labels_by_preset.get(name), color_by)) for name in coords_by_preset]
-    legend = Div(text=legends[0], name="legend", width=360)
-    captions = [caption_html(weights_by_preset.get(name), color_by, len(meta)) for name in coords_by_preset]
-    caption = Div(text=captions[0], name="caption", width=width + 360)
-    select = Select(title="Weight preset", value=names[0], options=names, name="preset", width=220)
-    select.js_on_change("value", CustomJS(args=dict(source=source, labels=label_source, names=names,
-                                                    columns=columns, label_data=label_data, legend=legend,
-                                                    legends=legends, caption=caption, captions=captions),
-                                          code=_PRESET_JS))
-    status = Div(text="", name="search_status", width=200, render_as_text=True)
-    search = TextInput(title="Search by title", placeholder="substring, any case", name="search", width=300)
-    search.js_on_change("value_input", CustomJS(args=dict(
-        source=source, status=status, base_alpha=BASE_ALPHA, dim_alpha=DIM_ALPHA,
-        point_size=POINT_SIZE, hit_size=HIT_SIZE), code=_SEARCH_JS))
-    header = Div(text=f"<h2 style='margin:4px 0'>{esc(title)}</h2>" if title else "", name="header")
-    # Named so that page scripts (and the browser test) can find models with get_model_by_name.
-    layout = column(header, row(select, search, status, name="controls"), caption, row(fig, legend), name="page")
-
-    # file_html escapes the <title>; INLINE embeds BokehJS so the page needs no network. Written whole or not
-    # at all: a full disk leaves the earlier page, not a torn one.
-    return write_text(Path(path), file_html(layout, resources=INLINE, title=title or "Map"))

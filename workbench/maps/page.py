@@ -1,0 +1,271 @@
+"""The map as one standalone HTML page (`05_map.html`): presets, search, filters and a selection to take away.
+
+Everything runs in the browser, without a kernel: BokehJS is inlined, so the file works
+offline and can be mailed. The page holds
+
+* the scatter of `mapview.build_figure` (hover, tap, lasso and box selection);
+* a Select switching between precomputed weight presets (coordinates, colours, region
+  labels, legend and caption swapped by CustomJS);
+* a title search that highlights matches;
+* filters: a year range and one choice per metadata column (`filters`); a hidden
+  paper cannot be hovered, tapped or selected;
+* "select a region" and two buttons that download the selection (or, with none, every
+  paper the filters show) as CSV and RIS. Both read back through `load_corpus` with the
+  same ids, titles and abstracts, so a region goes back into a reference manager.
+
+Paper text travels as JSON in the data source or is escaped (`display.esc`); the JavaScript
+builds files from that data and never writes it into the page's markup.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+
+from ..core.display import esc
+from ..core.files import write_text
+from .mapview import (BASE_ALPHA, DIM_ALPHA, HIT_SIZE, POINT_SIZE, QUESTIONS, as_text, build_figure, caption_html,
+                      group_title, label_source_data, legend_html, map_frame, region_colors)
+
+MAX_FILTER_VALUES = 40  # a column with more distinct values is text, not a category to filter by
+NO_REGION = "(none)"
+ALL = "(all)"
+
+_PRESET_JS = """
+const i = names.indexOf(cb_obj.value);
+if (i < 0) { return; }
+const d = Object.assign({}, source.data);
+for (const c of columns) { d[c] = d[c + "__" + i]; }
+source.data = d;
+labels.data = label_data[i];
+legend.text = legends[i];
+caption.text = captions[i];
+if (region) { region.options = region_options[i]; region.value = region_options[i][0]; }
+"""
+
+# The query is never echoed into HTML (the Div renders markup); only a count is shown.
+_SEARCH_JS = """
+const q = (cb_obj.value_input || "").trim().toLowerCase();
+const titles = source.data.title;
+const n = titles.length;
+const alpha = new Array(n), size = new Array(n);
+let hits = 0;
+for (let k = 0; k < n; k++) {
+  const hit = q !== "" && String(titles[k]).toLowerCase().includes(q);
+  if (hit) { hits++; }
+  alpha[k] = q === "" ? base_alpha : (hit ? 1.0 : dim_alpha);
+  size[k] = hit ? hit_size : point_size;
+}
+source.data = Object.assign({}, source.data, {alpha: alpha, size: size});
+status.text = q === "" ? "" : hits + (hits === 1 ? " paper matches" : " papers match");
+"""
+
+# Shown: year within the range (a paper without a year only while the range is the whole span) and, per
+# metadata filter with a value chosen, that value.
+_FILTER_JS = """
+const d = source.data, n = d.title.length;
+const mask = new Array(n);
+let lo = -Infinity, hi = Infinity, whole = true;
+if (years) { lo = years.value[0]; hi = years.value[1]; whole = lo <= years.start && hi >= years.end; }
+let shown = 0;
+for (let k = 0; k < n; k++) {
+  const y = d.year_value ? d.year_value[k] : null;
+  let ok = (y === null || Number.isNaN(y)) ? whole : (y >= lo && y <= hi);
+  for (const f of filters) {
+    if (ok && f.value !== all) { ok = String(d["filter:" + f.name.slice(7)][k]) === f.value; }
+  }
+  mask[k] = ok;
+  if (ok) { shown++; }
+}
+view.filter.booleans = mask;
+source.selected.indices = source.selected.indices.filter(k => mask[k]);
+status.text = shown === n ? "" : shown + " of " + n + " papers shown";
+"""
+
+_REGION_JS = """
+const v = cb_obj.value;
+if (!v || v === none) { source.selected.indices = []; return; }
+const group = "region " + v.split(":")[0];
+const mask = view.filter.booleans;
+const picked = [];
+for (let k = 0; k < source.data.group.length; k++) {
+  if (source.data.group[k] === group && (!mask || mask[k])) { picked.push(k); }
+}
+source.selected.indices = picked;
+"""
+
+# Selected papers (else every paper shown) as a file: CSV with every field quoted (RFC 4180), or RIS with
+# one AB tag per paragraph. Downloaded through a Blob link; nothing is written into the page.
+_EXPORT_JS = """
+const d = source.data, mask = view.filter.booleans;
+let rows = source.selected.indices.filter(k => !mask || mask[k]);
+const what = rows.length ? "selected" : "shown";
+if (!rows.length) { rows = [...Array(d.title.length).keys()].filter(k => !mask || mask[k]); }
+const text = v => (v === null || v === undefined || (typeof v === "number" && Number.isNaN(v))) ? "" : String(v);
+let out;
+if (format === "csv") {
+  const q = v => '"' + text(v).replace(/"/g, '""') + '"';
+  const head = ["doc_id", "title", "abstract", "year"].concat(extra);
+  out = [head.map(q).join(",")].concat(rows.map(k => [d.doc_id[k], d.title[k], d.abstract[k], d.year[k]]
+      .concat(extra.map(c => d["filter:" + c][k])).map(q).join(","))).join("\\r\\n") + "\\r\\n";
+} else {
+  const line = (tag, v) => tag + "  - " + text(v).replace(/\\s*\\n\\s*/g, " ").trim();
+  out = rows.map(k => {
+    const lines = ["TY  - JOUR", line("ID", d.doc_id[k]), line("TI", d.title[k])];
+    for (const para of text(d.abstract[k]).split(/\\n\\s*\\n/)) { if (para.trim()) { lines.push(line("AB", para)); } }
+    if (text(d.year[k])) { lines.push(line("PY", d.year[k])); }
+    lines.push("ER  - ");
+    return lines.join("\\r\\n");
+  }).join("\\r\\n\\r\\n") + "\\r\\n";
+}
+const blob = new Blob([out], {type: format === "csv" ? "text/csv" : "application/x-research-info-systems"});
+const a = document.createElement("a");
+a.href = URL.createObjectURL(blob);
+a.download = "selection." + format;
+document.body.appendChild(a);
+a.click();
+a.remove();
+status.text = "exported " + rows.length + " " + what + (rows.length === 1 ? " paper" : " papers") + " as " + format.toUpperCase();
+"""
+
+
+def filter_columns(records: pd.DataFrame) -> list[str]:
+    """The metadata columns worth a filter: 2 to MAX_FILTER_VALUES distinct values, not text or ids."""
+    skip = {"doc_id", "title", "abstract", "year", "sentences"}
+    out = []
+    for c in records.columns:
+        if c in skip or str(c).startswith(("summary_", "highlights_")):
+            continue
+        values = records[c].dropna().map(as_text)
+        if 2 <= values.nunique() <= MAX_FILTER_VALUES:
+            out.append(str(c))
+    return out
+
+
+def year_values(meta: pd.DataFrame) -> list[float]:
+    """Each paper's year as a number (NaN when missing or not a year)."""
+    if "year" not in meta.columns:
+        return [math.nan] * len(meta)
+    return pd.to_numeric(meta["year"], errors="coerce").astype(float).tolist()
+
+
+def export_html(path, coords_by_preset: dict[str, np.ndarray], meta: pd.DataFrame,
+                labels_by_preset: dict | None = None, title: str = "", color_by=None,
+                width: int = 800, height: int = 600, weights_by_preset: dict | None = None,
+                questions_by_preset: dict | None = None, records: pd.DataFrame | None = None,
+                filters: Sequence[str] | None = None) -> Path:
+    """Write the standalone map page (see the module doc) and return its path.
+
+    coords_by_preset: {preset name: (n, 2)}; meta: one row per paper (`explore.hover_meta`);
+    labels_by_preset: {name: [(x, y, text[, detail]), ...]}; weights_by_preset: {name: the
+    aspect weights}, said in the caption and legend; questions_by_preset: {name: one text per
+    paper}, an extra hover line. records: the papers' doc_id, title, abstract and year (and
+    metadata), row for row with meta, for the selection export; None: the export holds ids and
+    titles only. filters: metadata columns of records to filter by (default `filter_columns`).
+    """
+    from bokeh.embed import file_html
+    from bokeh.layouts import column, row
+    from bokeh.models import (BooleanFilter, BoxSelectTool, Button, CDSView, CustomJS, Div, LassoSelectTool,
+                              RangeSlider, Select, TextInput)
+    from bokeh.resources import INLINE
+
+    if not coords_by_preset:
+        raise ValueError("export_html needs at least one preset")
+    names = [str(name) for name in coords_by_preset]
+    labels_by_preset = labels_by_preset or {}
+    metas = {k: meta if questions_by_preset is None else meta.assign(**{QUESTIONS: questions_by_preset[k]})
+             for k in coords_by_preset}
+    frames = [map_frame(c, metas[k], color_by) for k, c in coords_by_preset.items()]
+    # Presets are stored as indexed columns (x__0, y__0, ...) so any preset name is safe.
+    columns = ["x", "y", "color", "group"] + ([QUESTIONS, "hover"] if questions_by_preset is not None else [])
+    data = dict(frames[0])
+    for i, frame in enumerate(frames):
+        for c in columns:
+            data[f"{c}__{i}"] = frame[c]
+    records = (records if records is not None else meta[[c for c in ("doc_id", "title") if c in meta]])
+    records = records.reset_index(drop=True)
+    if len(records) != len(meta):
+        raise ValueError(f"{len(records)} records for {len(meta)} papers on the map")
+    filters = filter_columns(records) if filters is None else [str(f) for f in filters]
+    data["doc_id"] = [as_text(v) for v in records.get("doc_id", meta.get("doc_id", pd.Series([""] * len(meta))))]
+    # The abstract as read (paragraph breaks kept, which RIS writes as one AB tag each), not as_text's one line.
+    data["abstract"] = ([v if isinstance(v, str) else as_text(v) for v in records["abstract"]]
+                        if "abstract" in records else [""] * len(meta))
+    data["year_value"] = year_values(meta)
+    for f in filters:
+        data[f"filter:{f}"] = [as_text(v) for v in records[f]]
+
+    fig, source, label_source = build_figure(data, labels_by_preset.get(names[0]), group_title(color_by),
+                                              "", width, height)
+    points = fig.select_one({"name": "points_glyph"})
+    view = CDSView(filter=BooleanFilter(booleans=[True] * len(meta)))
+    points.view = view
+    fig.add_tools(LassoSelectTool(renderers=[points]), BoxSelectTool(renderers=[points]))
+
+    weights_by_preset = weights_by_preset or {}
+    legends = [legend_html(labels_by_preset.get(name), weights_by_preset.get(name),
+                           region_colors(labels_by_preset.get(name), color_by)) for name in coords_by_preset]
+    legend = Div(text=legends[0], name="legend", width=360)
+    captions = [caption_html(weights_by_preset.get(name), color_by, len(meta)) for name in coords_by_preset]
+    caption = Div(text=captions[0], name="caption", width=width + 360)
+
+    region_options = [[NO_REGION] + [f"{i + 1}: {t}" for i, t in
+                                     enumerate(label_source_data(labels_by_preset.get(name))["text"])]
+                      for name in coords_by_preset]
+    region = Select(title="Select a region", value=NO_REGION, options=region_options[0], name="region", width=260)
+    region.js_on_change("value", CustomJS(args=dict(source=source, view=view, none=NO_REGION), code=_REGION_JS))
+    select = Select(title="Weight preset", value=names[0], options=names, name="preset", width=220)
+    select.js_on_change("value", CustomJS(args=dict(source=source, labels=label_source, names=names,
+                                                    columns=columns, label_data=label_data(labels_by_preset, names),
+                                                    legend=legend, legends=legends, caption=caption,
+                                                    captions=captions, region=region,
+                                                    region_options=region_options),
+                                          code=_PRESET_JS))
+    status = Div(text="", name="search_status", width=200, render_as_text=True)
+    search = TextInput(title="Search by title", placeholder="substring, any case", name="search", width=300)
+    search.js_on_change("value_input", CustomJS(args=dict(
+        source=source, status=status, base_alpha=BASE_ALPHA, dim_alpha=DIM_ALPHA,
+        point_size=POINT_SIZE, hit_size=HIT_SIZE), code=_SEARCH_JS))
+
+    filter_status = Div(text="", name="filter_status", width=220, render_as_text=True)
+    known = [y for y in data["year_value"] if not math.isnan(y)]
+    years = (RangeSlider(title="Years", start=min(known), end=max(known), value=(min(known), max(known)), step=1,
+                         name="years", width=260) if len(set(known)) >= 2 else None)
+    # A Select, not a MultiChoice: its options are text, where MultiChoice's widget reads them as HTML.
+    choices = [Select(title=f, options=[ALL] + sorted(set(data[f"filter:{f}"]) - {""}), value=ALL,
+                      name=f"filter:{f}", width=200) for f in filters]
+    on_filter = CustomJS(args=dict(source=source, view=view, years=years, filters=choices, status=filter_status,
+                                   all=ALL),
+                         code=_FILTER_JS)
+    if years is not None:
+        years.js_on_change("value", on_filter)
+    for choice in choices:
+        choice.js_on_change("value", on_filter)
+
+    export_status = Div(text="", name="export_status", width=300, render_as_text=True)
+    buttons = []
+    for fmt in ("csv", "ris"):
+        button = Button(label=f"Download selection ({fmt.upper()})", name=f"export_{fmt}", width=200)
+        button.js_on_click(CustomJS(args=dict(source=source, view=view, format=fmt, extra=filters,
+                                              status=export_status), code=_EXPORT_JS))
+        buttons.append(button)
+
+    header = Div(text=f"<h2 style='margin:4px 0'>{esc(title)}</h2>" if title else "", name="header")
+    hint = Div(text="<small>Lasso or box-select papers on the map (toolbar), or pick a region; the buttons "
+                    "download the selection, or every paper shown when nothing is selected.</small>", width=360)
+    # Named so that page scripts (and the browser test) can find models with get_model_by_name.
+    layout = column(header, row(select, search, status, name="controls"),
+                    row(*([years] if years is not None else []), *choices, filter_status, name="filters"),
+                    caption, row(fig, column(legend, region, *buttons, export_status, hint)), name="page")
+    # file_html escapes the <title>; INLINE embeds BokehJS so the page needs no network. Written whole or not
+    # at all: a full disk leaves the earlier page, not a torn one.
+    return write_text(Path(path), file_html(layout, resources=INLINE, title=title or "Map"))
+
+
+def label_data(labels_by_preset: dict, names: Sequence[str]) -> list[dict]:
+    """Per preset, its region labels as LabelSet data."""
+    return [label_source_data(labels_by_preset.get(name)) for name in names]
