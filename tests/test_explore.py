@@ -229,7 +229,7 @@ def test_region_question_labels_and_hover_questions_come_from_the_papers(axes_ex
 
 
 def test_the_empty_spot_is_between_regions_and_away_from_every_paper():
-    from workbench.maps.explore import empty_spot
+    from workbench.maps.tsne import empty_spot
 
     rng = np.random.default_rng(0)
     # Three blobs in a row: the midpoint of the two outer (largest) ones falls inside the middle one.
@@ -241,3 +241,50 @@ def test_the_empty_spot_is_between_regions_and_away_from_every_paper():
     naive = (coords[groups == 0].mean(0) + coords[groups == 2].mean(0)) / 2
     assert nearest > 3 * np.linalg.norm(coords - naive, axis=1).min() and nearest > 2.0
     assert empty_spot(coords[:5], np.zeros(5, dtype=int)).shape == (2,)  # one region: its centre
+
+
+def test_the_selection_and_marks_survive_a_kernel_restart_and_export_as_csv_and_ris(explorer_run, tmp_path):
+    """Lasso in the pane -> explorer.selection; marks too; a new Explorer on the same run (a restarted kernel)
+    has both; the selection written as CSV and RIS reads back through load_corpus with the same papers."""
+    from workbench.data.corpus import load_corpus
+    from workbench.maps.explore import Explorer
+
+    run, docs, explorer = explorer_run
+    pane = explorer.pane(labels=False)
+    pane.select([4, 0, 7])  # what a lasso does: the source's selection changes
+    assert explorer.selection["doc_id"].tolist() == [docs.ids[i] for i in (4, 0, 7)]
+    assert "3 papers selected" in pane.selection_info.value
+    pane.tapped = [1, 2]
+    pane.mark(True)
+    assert explorer.marked_pairs[["doc_id_a", "doc_id_b", "similar"]].values.tolist() == [
+        [docs.ids[1], docs.ids[2], True]]
+
+    reordered = docs.subset(ids=list(reversed(docs.ids)))  # a re-export in another order
+    again = Explorer(run, reordered, ASPECTS, perplexity=5.0, decode=False)
+    assert again.selection["doc_id"].tolist() == [docs.ids[i] for i in (4, 0, 7)]
+    assert again.marked_pairs["doc_id_a"].tolist() == [docs.ids[1]]
+    restored = again.pane(labels=False)
+    row = {d: i for i, d in enumerate(reordered.ids)}
+    assert restored.source.selected.indices == [row[docs.ids[i]] for i in (4, 0, 7)]
+    assert restored.marks == [(row[docs.ids[1]], row[docs.ids[2]], True)]
+
+    for suffix in (".csv", ".ris"):
+        back = load_corpus(again.export_selection(tmp_path / f"picked{suffix}")).docs
+        want = again.selection
+        assert back["doc_id"].tolist() == want["doc_id"].tolist(), suffix
+        assert back["title"].tolist() == want["title"].tolist(), suffix  # paper 0's title is a script element
+        assert back["abstract"].tolist() == want["abstract"].tolist(), suffix
+
+    region = again.select_region(1, k=3)
+    assert 0 < len(region) < len(docs)
+    with pytest.raises(ValueError, match="region 9 does not exist"):
+        again.select_region(9, k=3)
+    with pytest.raises(ValueError, match="not papers of this map"):
+        again.select(["nope"])
+    again.select([])
+    with pytest.raises(ValueError, match="nothing is selected"):
+        again.export_selection(tmp_path / "none.ris")
+    with pytest.raises(ValueError, match=r"\.csv or \.ris"):
+        again.select([0]) is not None and again.export_selection(tmp_path / "picked.xlsx")
+    RunDir(run).selection.write_text("{not json")  # a torn or hand-edited file: said, and an empty selection
+    assert Explorer(run, docs, ASPECTS, perplexity=5.0, decode=False).selection.empty

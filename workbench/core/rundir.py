@@ -13,6 +13,7 @@
     decoders/                             04 decode: the decoders, metrics.json (their faithfulness)
                                           and confidence.json (the confidence calibration)
     maps/<name>/                          05 visualize: saved maps
+    maps/selection.json                   05 visualize: the pane's selection and marked pairs
     metrics.json                          06 evaluate: every number of the run
     questions/<aspect>/                   07 questions: the question axes of an aspect
 
@@ -181,6 +182,11 @@ class RunDir(os.PathLike):
     # 05-07
     def map(self, name: str = "current") -> Path:
         return self.path / MAPS / name
+
+    @property
+    def selection(self) -> Path:
+        """The papers selected on the map and the pairs marked similar or not (`Explorer.selection`)."""
+        return self.path / MAPS / "selection.json"
 
     @property
     def metrics(self) -> Path:

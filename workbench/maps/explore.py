@@ -15,7 +15,6 @@ for a standalone page). Everything a callback returns as HTML is escaped here.
 
 from __future__ import annotations
 
-import textwrap
 import html
 from pathlib import Path
 from typing import Mapping, Sequence
@@ -24,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from ..core.files import write_json
+from ..data.writers import write_records
 from ..core.progress import notice
 from ..decode.faithfulness import LOW_MEANS, describe_with_confidence
 from ..embed.distill import embed_corpus
@@ -31,14 +31,12 @@ from ..generate.summaries import summaries_frame
 from .labels import region_term_labels
 from .mapview import cluster_labels
 from .page import export_html
+from .selection import Selection
 from .pane import MapPane
 from .tsne import AspectMap, normalize_weights
 from .weights import fit_weights, map_weights
 from ..core.rundir import RunDir
 from ..core.vectors import unit_rows
-
-# Kept importable from here (they moved to tsne.py).
-from .tsne import empty_spot, leave_one_out_reconstruction  # noqa: F401
 
 
 def compare_html(axes: Mapping, a: Mapping[str, np.ndarray], b: Mapping[str, np.ndarray],
@@ -123,6 +121,7 @@ class Explorer:
         # doc_id -> title: a decoded statement names its paper by id
         self.titles = dict(zip(self.meta["doc_id"].astype(str), self.meta["title"].fillna("").astype(str)))
         self.map = AspectMap.fit(self.embeddings, weights, perplexity=perplexity, method=method, seed=seed)
+        self.picked = Selection.load(self.run_dir, self.meta["doc_id"])  # kept across kernel restarts
         self.sampling = {"greedy": True, "max_new_tokens": 40, **(sampling or {})}
         self._unified = None
         self._aspect_models: dict[str, object] = {}
@@ -502,11 +501,56 @@ class Explorer:
         """
         k = labels if isinstance(labels, int) and labels > 1 else 8
         relabel = (lambda: self.region_labels(k, by=label_source)) if labels else None
+        row = {d: i for i, d in enumerate(self.meta["doc_id"])}
         return MapPane(self.coords, self.meta, self.aspects, self.weights, on_weights=self.reweight,
                        on_tap=self.on_tap, on_place=self.on_place, on_search=self.search,
                        labels=relabel() if relabel else None, color_by=color_by, on_labels=relabel,
                        on_fit_weights=lambda marked: self.fit_weights(pairs=marked, apply=False),
-                       on_compare=self.on_compare if self.question_axes() else None)
+                       on_compare=self.on_compare if self.question_axes() else None,
+                       selected=[row[d] for d in self.picked.doc_ids],
+                       marks=[(row[a], row[b], s) for a, b, s in self.picked.marks],
+                       on_select=self.select, on_marks=self.set_marks)
+
+    # ------------------------------------------------------------------ the user's selection
+
+    @property
+    def selection(self) -> pd.DataFrame:
+        """The papers selected on the map (lasso, box or region; in the pane or by `select`), from the corpus."""
+        return self.picked.papers(self.corpus.docs)
+
+    @property
+    def marked_pairs(self) -> pd.DataFrame:
+        """The pairs marked similar or not in the pane, by doc_id and title."""
+        return self.picked.pairs(self.titles)
+
+    def select(self, papers: Sequence) -> pd.DataFrame:
+        """Select papers by row index or doc_id (replacing the selection); saved in the run directory."""
+        ids = self.meta["doc_id"].tolist()
+        self.picked.doc_ids = [ids[int(p)] if isinstance(p, (int, np.integer)) else str(p) for p in papers]
+        unknown = sorted(set(self.picked.doc_ids) - set(ids))
+        if unknown:
+            raise ValueError(f"not papers of this map: {unknown[:5]}")
+        self.picked.save(self.run_dir)
+        return self.selection
+
+    def select_region(self, region: int, k: int = 8) -> pd.DataFrame:
+        """Select the papers of region `region` (numbered from 1, as in the legend) of the map's k regions."""
+        regions = cluster_labels(self.coords, k) + 1
+        if int(region) not in regions:
+            raise ValueError(f"region {region} does not exist: the map has regions 1 to {int(regions.max())}")
+        return self.select(np.flatnonzero(regions == int(region)).tolist())
+
+    def set_marks(self, marks: Sequence[tuple[int, int, bool]]) -> None:
+        """Keep the pane's marked pairs (row indices) by doc_id in the run directory."""
+        ids = self.meta["doc_id"].tolist()  # row -> doc_id
+        self.picked.marks = [(ids[int(i)], ids[int(j)], bool(s)) for i, j, s in marks]
+        self.picked.save(self.run_dir)
+
+    def export_selection(self, path) -> Path:
+        """Write the selected papers as CSV or RIS (by suffix), for a reference manager; `load_corpus` reads it."""
+        if not self.picked.doc_ids:
+            raise ValueError("nothing is selected: lasso or box-select papers in the pane, or call select()")
+        return write_records(self.selection, path)
 
     # ------------------------------------------------------------------ export and storage
 
@@ -554,34 +598,3 @@ class Explorer:
         write_json(folder / "doc_ids.json", self.meta["doc_id"].tolist(), indent=None)
         return folder
 
-
-def plot_map(coords, labels=None, groups=None, ax=None, title: str = "", marks: Mapping[str, tuple] | None = None,
-             s: float = 12):
-    """A static (matplotlib) picture of a map for reports: points, region labels, marked spots.
-
-    groups: a colour per point (e.g. cluster ids); marks: {name: (x, y)} drawn as stars
-    with their name (a placed abstract, an inverted spot).
-    """
-    import matplotlib.pyplot as plt
-
-    coords = np.asarray(coords)
-    if ax is None:
-        _, ax = plt.subplots(figsize=(6, 5))
-    groups = cluster_labels(coords, 8) if groups is None else groups
-    ax.scatter(coords[:, 0], coords[:, 1], c=pd.factorize(pd.Series(groups))[0], cmap="tab10", s=s, alpha=0.75,
-               linewidths=0)
-    # Region labels: a number on the map (the points stay visible), the text in a list below it.
-    labels = list(labels or [])
-    for i, label in enumerate(labels):
-        ax.annotate(str(i + 1), label[:2], fontsize=8, weight="bold", ha="center", va="center",
-                    bbox=dict(boxstyle="circle,pad=0.2", fc="white", ec="0.3", alpha=0.85))
-    if labels:
-        listing = "\n".join(textwrap.shorten(f"{i + 1}. {label[2]}", 90) for i, label in enumerate(labels))
-        ax.text(0.0, -0.02, listing, transform=ax.transAxes, va="top", ha="left", fontsize=7)
-    for name, (x, y) in (marks or {}).items():
-        ax.scatter([x], [y], marker="*", s=260, c="gold", edgecolors="black", zorder=5)
-        ax.annotate(name, (x, y), xytext=(6, 6), textcoords="offset points", fontsize=8, weight="bold")
-    ax.set_title(title)
-    ax.set_xticks([])
-    ax.set_yticks([])
-    return ax

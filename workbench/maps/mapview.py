@@ -16,6 +16,9 @@ and Bokeh escapes `@field` tooltips; the few HTML snippets built here use `displ
 
 from __future__ import annotations
 
+import textwrap
+from typing import Mapping
+
 import numpy as np
 import pandas as pd
 
@@ -284,3 +287,36 @@ def map_figure(coords, meta: pd.DataFrame, color_by=None, labels=None, title: st
     data = map_frame(coords, meta, color_by)
     fig, _, _ = build_figure(data, labels, group_title(color_by), title, width, height)
     return fig
+
+
+# --------------------------------------------------------------------------- static picture
+def plot_map(coords, labels=None, groups=None, ax=None, title: str = "", marks: Mapping[str, tuple] | None = None,
+             s: float = 12):
+    """A static (matplotlib) picture of a map for reports: points, region labels, marked spots.
+
+    groups: a colour per point (e.g. cluster ids); marks: {name: (x, y)} drawn as stars
+    with their name (a placed abstract, an inverted spot).
+    """
+    import matplotlib.pyplot as plt
+
+    coords = np.asarray(coords)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6, 5))
+    groups = cluster_labels(coords, 8) if groups is None else groups
+    ax.scatter(coords[:, 0], coords[:, 1], c=pd.factorize(pd.Series(groups))[0], cmap="tab10", s=s, alpha=0.75,
+               linewidths=0)
+    # Region labels: a number on the map (the points stay visible), the text in a list below it.
+    labels = list(labels or [])
+    for i, label in enumerate(labels):
+        ax.annotate(str(i + 1), label[:2], fontsize=8, weight="bold", ha="center", va="center",
+                    bbox=dict(boxstyle="circle,pad=0.2", fc="white", ec="0.3", alpha=0.85))
+    if labels:
+        listing = "\n".join(textwrap.shorten(f"{i + 1}. {label[2]}", 90) for i, label in enumerate(labels))
+        ax.text(0.0, -0.02, listing, transform=ax.transAxes, va="top", ha="left", fontsize=7)
+    for name, (x, y) in (marks or {}).items():
+        ax.scatter([x], [y], marker="*", s=260, c="gold", edgecolors="black", zorder=5)
+        ax.annotate(name, (x, y), xytext=(6, 6), textcoords="offset points", fontsize=8, weight="bold")
+    ax.set_title(title)
+    ax.set_xticks([])
+    ax.set_yticks([])
+    return ax

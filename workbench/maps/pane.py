@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -100,7 +100,10 @@ class MapPane:
       map uses their positive part (a t-SNE distance cannot weigh an aspect negatively);
     * `on_compare(i, other) -> html`: why paper i and `other` are close (question axes); other
       is a paper index when two papers were tapped in turn, or the (x, y) of an empty spot
-      tapped right after paper i. Shown below `on_tap`'s description; the caller escapes it.
+      tapped right after paper i. Shown below `on_tap`'s description; the caller escapes it;
+    * `on_select(indices)`: the papers selected with the lasso or box tool (or `select`);
+      `on_marks(marks)`: the marked pairs after each change. `selected` and `marks` restore
+      both when the pane is built again (after a kernel restart, from the run directory).
 
     The widgets call the public methods `set_weights`, `tap`, `place`, `search`, `mark` and
     `fit_marks`, so a
@@ -116,10 +119,13 @@ class MapPane:
                  labels=None, color_by=None, width: int = MAP_WIDTH, height: int = MAP_HEIGHT,
                  hit_fraction: float = 0.015, on_labels: Callable[[], list] | None = None,
                  on_fit_weights: Callable[[list], object] | None = None,
-                 on_compare: Callable[[int, int | tuple[float, float]], str] | None = None):
+                 on_compare: Callable[[int, int | tuple[float, float]], str] | None = None,
+                 selected: Sequence[int] = (), marks: Sequence[tuple[int, int, bool]] = (),
+                 on_select: Callable[[list[int]], object] | None = None,
+                 on_marks: Callable[[list], object] | None = None):
         import ipywidgets as widgets
         from bokeh.events import Tap
-        from bokeh.models import ColumnDataSource
+        from bokeh.models import BoxSelectTool, ColumnDataSource, LassoSelectTool
         from jupyter_bokeh import BokehModel
 
         self.meta = meta.reset_index(drop=True)
@@ -131,7 +137,8 @@ class MapPane:
         self.on_compare = on_compare
         self.tapped: list[int] = []  # the last two tapped papers: the pair the mark buttons record
         self.last_tap: int | None = None  # the paper of the last tap (None: an empty spot), for on_compare
-        self.marks: list[tuple[int, int, bool]] = []  # (i, j, similar) pairs marked so far
+        self.marks: list[tuple[int, int, bool]] = [tuple(m) for m in marks]  # (i, j, similar) pairs marked so far
+        self.on_select, self.on_marks = on_select, on_marks
         # A tap within this fraction of the map's extent of a point counts as tapping it.
         self.hit_fraction = hit_fraction
         self.coords = as_coords(coords)
@@ -148,6 +155,10 @@ class MapPane:
         self.figure.scatter("x", "y", source=self.placed_source, marker="star", size=20,
                             fill_color="#ffd700", line_color="black", name="placed_glyph")
         self.figure.on_event(Tap, self._on_tap_event)
+        points = self.figure.select_one({"name": "points_glyph"})
+        self.figure.add_tools(LassoSelectTool(renderers=[points]), BoxSelectTool(renderers=[points]))
+        self.source.selected.indices = [int(i) for i in selected]
+        self.source.selected.on_change("indices", lambda attr, old, new: self._on_selection(new))
 
         weights = {a: float(w) for a, w in dict(weights or {}).items()}
         total = sum(w for w in weights.values() if w > 0)
@@ -183,6 +194,7 @@ class MapPane:
         self.legend = widgets.HTML(value=legend_html(labels, self.weights(), region_colors(labels, color_by)),
                                    layout=widgets.Layout(width=f"{READOUT_WIDTH + width - 350}px"))
         self.mark_info = widgets.HTML(value=self._marks_html())
+        self.selection_info = widgets.HTML(value=self._selection_html())
         self.similar_button = widgets.Button(description="similar")
         self.similar_button.on_click(lambda _: self.mark(True))
         self.dissimilar_button = widgets.Button(description="not similar")
@@ -201,7 +213,8 @@ class MapPane:
         named = {"wb-map": self.bokeh, "wb-readout": self.detail, "wb-legend": self.legend,
                  "wb-place-text": self.place_text, "wb-place-button": self.place_button,
                  "wb-similar": self.similar_button, "wb-not-similar": self.dissimilar_button,
-                 "wb-fit": self.fit_button, "wb-marks": self.mark_info, "wb-search": self.search_button}
+                 "wb-fit": self.fit_button, "wb-marks": self.mark_info, "wb-search": self.search_button,
+                 "wb-selection": self.selection_info}
         named.update({"wb-weight-" + re.sub(r"[^A-Za-z0-9_-]", "-", a): s for a, s in self.sliders.items()})
         for css, widget in named.items():
             widget.add_class(css)
@@ -219,7 +232,8 @@ class MapPane:
                                  *self.sliders.values(),
                                  widgets.HTML("<b>What I mean by similar</b>"), self.mark_info,
                                  widgets.HBox([self.similar_button, self.dissimilar_button]),
-                                 widgets.HBox([self.fit_button, self.clear_marks_button])],
+                                 widgets.HBox([self.fit_button, self.clear_marks_button]),
+                                 widgets.HTML("<b>Selection</b>"), self.selection_info],
                                 layout=widgets.Layout(width="340px"))
         place = widgets.VBox([widgets.HTML("<b>Place an abstract</b>"), self.place_text, self.place_button],
                              layout=widgets.Layout(width=f"{self.width + READOUT_WIDTH}px"))
@@ -435,6 +449,32 @@ class MapPane:
                 else "tap two papers to compare them")
         return (f"<small>Pair: {pair}<br>{n_sim} similar, {len(self.marks) - n_sim} not similar marked</small>")
 
+    def _selection_html(self) -> str:
+        n = len(self.source.selected.indices) if hasattr(self, "source") else 0
+        return ("<small>Lasso or box-select papers (toolbar above the map).</small>" if not n else
+                f"<small>{n} papers selected: <code>explorer.selection</code> is the table, "
+                "<code>explorer.export_selection('papers.ris')</code> (or .csv) writes them.</small>")
+
+    def _on_selection(self, indices) -> None:
+        try:
+            if self.on_select is not None:
+                self.on_select([int(i) for i in indices])
+            self.selection_info.value = self._selection_html()
+        except Exception as exc:
+            self._fail("Keeping the selection", exc)
+
+    def select(self, indices: Sequence[int]) -> None:
+        """Select papers by row index, as the lasso does (the map highlights them; `on_select` keeps them)."""
+        self.source.selected.indices = [int(i) for i in indices]
+
+    def _marks_changed(self) -> None:
+        self.mark_info.value = self._marks_html()
+        if self.on_marks is not None:
+            try:
+                self.on_marks(list(self.marks))
+            except Exception as exc:
+                self._fail("Keeping the marks", exc)
+
     def mark(self, similar: bool) -> tuple[int, int, bool] | None:
         """Record the last two tapped papers as a similar (or not similar) pair."""
         if len(self.tapped) < 2:
@@ -444,13 +484,13 @@ class MapPane:
         pair = (int(i), int(j), bool(similar))
         # Marking the same pair again replaces the earlier mark: the user changed their mind.
         self.marks = [m for m in self.marks if {m[0], m[1]} != {i, j}] + [pair]
-        self.mark_info.value = self._marks_html()
+        self._marks_changed()
         return pair
 
     def clear_marks(self) -> None:
         """Forget the marked pairs and the tapped papers."""
         self.marks, self.tapped = [], []
-        self.mark_info.value = self._marks_html()
+        self._marks_changed()
 
     def fit_marks(self) -> dict[str, float] | None:
         """Fit the aspect weights to the marked pairs (`on_fit_weights`) and re-layout the map with them.
