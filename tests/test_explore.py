@@ -288,3 +288,101 @@ def test_the_selection_and_marks_survive_a_kernel_restart_and_export_as_csv_and_
         again.select([0]) is not None and again.export_selection(tmp_path / "picked.xlsx")
     RunDir(run).selection.write_text("{not json")  # a torn or hand-edited file: said, and an empty selection
     assert Explorer(run, docs, ASPECTS, perplexity=5.0, decode=False).selection.empty
+
+
+PAGE_CHECKS = """
+const doc = Bokeh.documents[0];
+const src = doc.get_model_by_name("points"), labels = doc.get_model_by_name("labels");
+return {caption: doc.get_model_by_name("caption").text, legend: doc.get_model_by_name("legend").text,
+        labels: Array.from(labels.data.text), color: Array.from(src.data.color), group: Array.from(src.data.group),
+        shown: doc.get_model_by_name("points_glyph").view.filter.booleans.filter(b => b).length};
+"""
+
+TOOLTIP_RECT = """
+const out = [];
+const walk = root => { for (const el of root.querySelectorAll('*')) {
+  if (el.shadowRoot) { walk(el.shadowRoot); }
+  if (String(el.className).includes('bk-tooltip-content')) {
+    const r = el.getBoundingClientRect();
+    if (r.width) { out.push({left: r.left, top: r.top, right: r.right, bottom: r.bottom, text: el.textContent}); }
+  } } };
+walk(document);
+return out;
+"""
+
+
+def test_the_exported_map_explains_itself_in_a_1280_by_800_window(explorer_run, tmp_path):
+    """05_map.html as Explorer.export writes it, in headless Chromium at 1,280 x 800: the caption follows the
+    preset; labels are short, name their aspect, and differ; hover, colours and legend number regions alike;
+    every tooltip stays inside the window; the year filter hides points (and their hover)."""
+    import re
+    import time
+
+    from lab_harness import Browser, chromium_paths
+    from workbench.data.corpus import Corpus
+    from workbench.maps.explore import Explorer
+
+    if chromium_paths() is None:
+        pytest.fail("chromium and chromium-driver are required (scripts/setup.sh installs them)")
+    run, docs, _ = explorer_run
+    frame = docs.docs.assign(year=[2010 + i % 8 for i in range(len(docs))])
+    explorer = Explorer(run, Corpus(frame), ASPECTS, perplexity=5.0, decode=False)
+    presets = {"challenge first": {"challenge": 3.0, "approach": 1.0}, "approach only": {"approach": 1.0}}
+    page = explorer.export(tmp_path / "05_map.html", presets=presets, labels=4)
+    browser = Browser(tmp_path / "profile")
+    try:
+        browser.driver.get(page.as_uri())
+        browser.wait(lambda: browser.js("return !!(window.Bokeh && Bokeh.documents.length && "
+                                        "Bokeh.documents[0].get_model_by_name('points'))"), 30, "the map loads")
+        time.sleep(0.5)
+        state = browser.js(PAGE_CHECKS)
+        assert "Each dot is a paper (30 in all)" in state["caption"] and "challenge 0.75, approach 0.25" in state["caption"]
+        for preset, aspect in (("challenge first", "challenge"), ("approach only", "approach")):
+            browser.js("Bokeh.documents[0].get_model_by_name('preset').value = arguments[0];", preset)
+            time.sleep(0.4)
+            state = browser.js(PAGE_CHECKS)
+            assert (f"({'approach 1.00' if aspect == 'approach' else 'challenge 0.75, approach 0.25'})"
+                    in state["caption"])
+            assert len(state["labels"]) == 4 and len(set(state["labels"])) == 4, state["labels"]
+            for label in state["labels"]:  # short, of its aspect, two terms or more, no citation fragment
+                assert len(label) <= 60 and label.startswith(f"{aspect}: ") and ", " in label, label
+                assert not re.search(r"et al|\d{4}\)|\.\.\.|…", label), label
+            # The legend's swatch i is the colour of every point the hover calls "region i".
+            swatches = re.findall(r"background:(#[0-9a-fA-F]{6})", state["legend"])
+            assert len(swatches) == 4
+            for colour, group in zip(state["color"], state["group"]):
+                assert colour == swatches[int(group.split()[-1]) - 1], (colour, group)
+
+        viewport = browser.js("return [window.innerWidth, window.innerHeight]")
+
+        def hover(k: int) -> list[dict]:
+            points = browser.map_points()
+            browser.js("window.scrollBy(0, arguments[0] - window.innerHeight / 2);", points["py"][k])
+            time.sleep(0.2)
+            points = browser.map_points()
+            browser.driver.execute_cdp_cmd("Input.dispatchMouseEvent", {"type": "mouseMoved", "x": 1, "y": 1})
+            time.sleep(0.2)
+            browser.driver.execute_cdp_cmd("Input.dispatchMouseEvent", {
+                "type": "mouseMoved", "x": points["px"][k], "y": points["py"][k]})
+            time.sleep(0.4)
+            return browser.js(TOOLTIP_RECT)
+
+        points = browser.map_points()
+        extremes = {int(np.argmin(points["px"])), int(np.argmax(points["px"])), int(np.argmin(points["py"])),
+                    int(np.argmax(points["py"]))}
+        for k in extremes:
+            tips = hover(k)
+            assert tips, f"no tooltip over paper {k}"
+            for tip in tips:
+                assert tip["left"] >= 0 and tip["top"] >= 0, tip
+                assert tip["right"] <= viewport[0] and tip["bottom"] <= viewport[1], tip
+            assert any(f"region: {state['group'][k]}" in t["text"] for t in tips), (tips, state["group"][k])
+
+        browser.js("Bokeh.documents[0].get_model_by_name('years').value = [2010, 2011];")
+        time.sleep(0.4)
+        state = browser.js(PAGE_CHECKS)
+        assert state["shown"] == sum(1 for y in frame["year"] if y <= 2011)
+        hidden = next(k for k, y in enumerate(frame["year"]) if y > 2011)
+        assert not hover(hidden)  # a hidden paper has no hover
+    finally:
+        browser.close()

@@ -30,7 +30,8 @@ BASE_ALPHA = 0.8
 DIM_ALPHA = 0.08  # points not matching a title search: faint but still there for context
 POINT_SIZE = 8
 HIT_SIZE = 12
-TOOLTIP_CHARS = 200  # long summaries would make the tooltip cover the whole map
+TOOLTIP_CHARS = 110  # per summary: the tooltip (TOOLTIP_WIDTH wide) stays inside a 1,280 x 800 window
+TOOLTIP_WIDTH = 300
 # The pane's map and its readout side by side fit JupyterLab's notebook at 1,280 x 800 with the file
 # browser open (about 880 px for an output): 480 + 340 px and the gaps, no sideways scroll.
 MAP_WIDTH, MAP_HEIGHT, READOUT_WIDTH = 480, 420, 340
@@ -250,6 +251,24 @@ def region_colors(labels, color_by) -> list[str] | None:
 # --------------------------------------------------------------------------- figure
 
 
+def tooltip_template(data: dict, group_name: str) -> str:
+    """The hover's HTML template: title, year, the colour's group, each aspect's summary, wrapped at TOOLTIP_WIDTH.
+
+    A fixed width that wraps keeps the tooltip inside the window (Bokeh's default rows never wrap).
+    Plain `@field`s only: Bokeh escapes their values; `{safe}` would let a title inject markup.
+    """
+    row = "<div style='-webkit-line-clamp:4;display:-webkit-box;-webkit-box-orient:vertical;overflow:hidden'>" \
+          "<span style='color:#666'>{}:</span> {}</div>"
+    clamp = "display:-webkit-box;-webkit-box-orient:vertical;overflow:hidden;-webkit-line-clamp:"
+    rows = [f"<div style='font-weight:bold;{clamp}3'>@title</div>", row.format("year", "@year"),
+            row.format(esc(group_name), "@group")]
+    rows += [row.format(esc(c[len("summary_"):]), f"@{{{c}}}") for c in data if c.startswith("summary_")]
+    if QUESTIONS in data:
+        rows.append(row.format("yes to", f"@{QUESTIONS}"))
+    return (f"<div style='width:{TOOLTIP_WIDTH}px;white-space:normal;overflow-wrap:anywhere;font-size:12px;"
+            f"line-height:1.25'>" + "".join(rows) + "</div>")
+
+
 def build_figure(data: dict, labels, group_name: str, title: str, width: int, height: int):
     """(figure, points source, label source) for map data from `map_frame`."""
     from bokeh.models import ColumnDataSource, HoverTool, LabelSet, TapTool
@@ -261,12 +280,7 @@ def build_figure(data: dict, labels, group_name: str, title: str, width: int, he
                  active_scroll="wheel_zoom", match_aspect=True)
     points = fig.scatter("x", "y", source=source, size="size", fill_color="color", line_color="color",
                          fill_alpha="alpha", line_alpha="alpha", name="points_glyph")
-    # Plain `@field`s only: Bokeh escapes them; `{safe}` would let a title inject markup.
-    tooltips = [("title", "@title"), ("year", "@year"), (group_name, "@group")]
-    tooltips += [(c[len("summary_"):], f"@{{{c}}}") for c in data if c.startswith("summary_")]
-    if QUESTIONS in data:
-        tooltips.append(("yes to", f"@{QUESTIONS}"))
-    fig.add_tools(HoverTool(renderers=[points], tooltips=tooltips),
+    fig.add_tools(HoverTool(renderers=[points], tooltips=tooltip_template(data, group_name)),
                   TapTool(renderers=[points]))
     fig.add_layout(LabelSet(x="x", y="y", text="number", source=label_source, text_font_size="10pt",
                             text_font_style="bold", text_align="center", text_baseline="middle",

@@ -155,7 +155,7 @@ def year_values(meta: pd.DataFrame) -> list[float]:
 
 def export_html(path, coords_by_preset: dict[str, np.ndarray], meta: pd.DataFrame,
                 labels_by_preset: dict | None = None, title: str = "", color_by=None,
-                width: int = 800, height: int = 600, weights_by_preset: dict | None = None,
+                width: int = 800, height: int = 520, weights_by_preset: dict | None = None,
                 questions_by_preset: dict | None = None, records: pd.DataFrame | None = None,
                 filters: Sequence[str] | None = None) -> Path:
     """Write the standalone map page (see the module doc) and return its path.
