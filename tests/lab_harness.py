@@ -287,6 +287,14 @@ class Browser:
             return {x: Array.from(xs), y: Array.from(ys), title: Array.from(src.data.title), px: px, py: py,
                     frame: [box.left + f.left, box.top + f.top, box.left + f.right, box.top + f.bottom]};"""))
 
+    def select_points(self, indices: list[int]) -> bool:
+        """Select papers on the map as the lasso tool does when it ends: set the points source's selection."""
+        return self.js(_PLOT_JS.replace("return plots;", """
+            for (const v of plots) { for (const r of v.model.renderers) {
+              if (r.data_source && r.data_source.name === 'points') {
+                r.data_source.selected.indices = arguments[0]; return true; } } }
+            return false;"""), [int(i) for i in indices])
+
     def source_length(self, name: str) -> int:
         return self.js(_PLOT_JS.replace("return plots;", """
             for (const v of plots) { for (const r of v.model.renderers) {

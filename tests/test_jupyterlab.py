@@ -21,6 +21,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from workbench.core.rundir import RunDir
+
 from lab_harness import ASPECTS, CORPUS, Browser, JupyterLab, chromium_paths, ink, notebook, tiny_map_run
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
@@ -174,21 +176,21 @@ def _no_sideways_scroll(browser: Browser) -> None:
 
 
 def test_the_pane_draws_and_every_interaction_works_in_jupyterlab(lab):
-    server, browser, _ = lab
-    _drive_the_pane(server, browser, "lab", "pane.ipynb")
+    server, browser, run = lab
+    _drive_the_pane(server, browser, "lab", "pane.ipynb", run)
 
 
 def test_the_pane_works_in_jupyter_notebook_7(lab, tmp_path):
     """The same pane, the same gestures, in Jupyter Notebook 7 (its own server on the same notebooks)."""
-    server, browser, _ = lab
+    server, browser, run = lab
     browser.driver.get("about:blank")
     browser.drain_console()
     browser.console.clear()
     with JupyterLab(server.root, tmp_path / "home", app="notebook") as notebook7:
-        _drive_the_pane(notebook7, browser, "notebook7", "pane_notebook7.ipynb")
+        _drive_the_pane(notebook7, browser, "notebook7", "pane_notebook7.ipynb", run)
 
 
-def _drive_the_pane(server: JupyterLab, browser: Browser, app: str, name: str) -> None:
+def _drive_the_pane(server: JupyterLab, browser: Browser, app: str, name: str, run: Path) -> None:
     """Every gesture of the issue on notebook `name`, checked on the page; screenshots named after `app`."""
     def _shot_of(name):
         _shot(browser, f"{app}_{name}")
@@ -266,6 +268,17 @@ def _drive_the_pane(server: JupyterLab, browser: Browser, app: str, name: str) -
     browser.wait(lambda: _weights(browser) != weights_before_fit, 90, "fitting did not change the weights")
     _shot_of("06_fitted")
     assert _watched_errors(browser) == []
+
+    # A selection made in the page (what the lasso sets) reaches the kernel: the pane counts it and the run
+    # directory keeps it for explorer.selection after a restart. Cleared again, so the next pane starts bare.
+    stored = RunDir(run).selection
+    assert browser.select_points([0, 2, 5])
+    browser.wait(lambda: "3 papers selected" in browser.js("return document.querySelector('.wb-selection').innerText"),
+                 30, "the pane did not count the selection")
+    assert len(json.loads(stored.read_text())["doc_ids"]) == 3
+    assert len(json.loads(stored.read_text())["marks"]) == 4  # the marked pairs too
+    assert browser.select_points([])
+    browser.wait(lambda: json.loads(stored.read_text())["doc_ids"] == [], 30, "the selection was not cleared")
 
     # After a page reload the map draws again (the widgets come back from the live kernel).
     browser.save()

@@ -125,7 +125,7 @@ class MapPane:
                  on_marks: Callable[[list], object] | None = None):
         import ipywidgets as widgets
         from bokeh.events import Tap
-        from bokeh.models import BoxSelectTool, ColumnDataSource, LassoSelectTool
+        from bokeh.models import BoxSelectTool, ColumnDataSource, LassoSelectTool, TapTool
         from jupyter_bokeh import BokehModel
 
         self.meta = meta.reset_index(drop=True)
@@ -157,6 +157,9 @@ class MapPane:
         self.figure.on_event(Tap, self._on_tap_event)
         points = self.figure.select_one({"name": "points_glyph"})
         self.figure.add_tools(LassoSelectTool(renderers=[points]), BoxSelectTool(renderers=[points]))
+        # A tap reads a paper (the Tap event above); only the lasso and the box select, so a tap neither
+        # replaces the user's selection nor lands in the stored one.
+        self.figure.select_one(TapTool).behavior = "inspect"
         self.source.selected.indices = [int(i) for i in selected]
         self.source.selected.on_change("indices", lambda attr, old, new: self._on_selection(new))
 
