@@ -114,7 +114,7 @@ def axes_explorer(explorer_run, tmp_path_factory):
 
 
 def test_compare_html_agrees_and_disagrees_with_hand_computed_answers(tmp_path):
-    from workbench.maps.explore import compare_html
+    from workbench.questions.report import compare_html
     from workbench.questions.axes import QuestionAxes
 
     _save_axes(tmp_path, "challenge")
@@ -167,7 +167,7 @@ def test_no_question_axes_changes_nothing(explorer_run, monkeypatch):
 
 
 def test_explorer_compares_papers_and_a_tapped_spot(axes_explorer, monkeypatch):
-    from workbench.maps.explore import compare_html
+    from workbench.questions.report import compare_html
 
     ex = axes_explorer
     assert list(ex.question_axes()) == ["challenge"]  # "approach" has no axes: left out, no error
@@ -386,3 +386,55 @@ def test_the_exported_map_explains_itself_in_a_1280_by_800_window(explorer_run, 
         assert not hover(hidden)  # a hidden paper has no hover
     finally:
         browser.close()
+
+
+def test_papers_added_later_are_embedded_and_placed_without_moving_the_rest(explorer_run, monkeypatch, tmp_path):
+    """A corpus that grew by 6 papers (and came back in another order): only the 6 go through the model, the
+    24 mapped before keep their positions, the 6 land where the frozen map places them."""
+    from workbench.embed import embeddings as embeddings_module
+    from workbench.maps.explore import Explorer
+
+    shared, docs, _ = explorer_run
+    run = tmp_path / "run"  # the same model, an empty embedding cache
+    run.mkdir()
+    (run / "unified_model").symlink_to(shared / "unified_model")
+    before = docs.subset(ids=docs.ids[:24])
+    first = Explorer(run, before, ASPECTS, perplexity=5.0, decode=False, reuse_map=None)
+    first.save_map("grown")
+
+    encoded: list[str] = []
+    load = embeddings_module.load_model
+
+    def counting(*args, **kwargs):
+        model = load(*args, **kwargs)
+        encode = model.encode
+        model.encode = lambda texts, **kw: (encoded.extend(texts), encode(texts, **kw))[1]
+        return model
+
+    monkeypatch.setattr(embeddings_module, "load_model", counting)
+    grown = docs.subset(ids=list(reversed(docs.ids)))
+    later = Explorer(run, grown, ASPECTS, perplexity=5.0, decode=False, reuse_map="grown")
+    new_ids = docs.ids[24:]
+    assert sorted(encoded) == sorted(docs.subset(ids=new_ids).texts())  # only the new abstracts
+    row = {d: i for i, d in enumerate(grown.ids)}
+    for i, d in enumerate(before.ids):  # nothing mapped before moved
+        np.testing.assert_array_equal(later.coords[row[d]], first.coords[i])
+    placed = first.map.place({a: later.embeddings[a][[row[d] for d in new_ids]] for a in ASPECTS})
+    np.testing.assert_allclose(later.coords[[row[d] for d in new_ids]], placed, atol=1e-8)
+    # The reused rows are the model's own embeddings of those papers.
+    fresh = load(RunDir(run).unified_model).encode(grown.texts(), normalize=True, progress=False)
+    for a in ASPECTS:
+        np.testing.assert_allclose(later.embeddings[a], fresh[a], atol=1e-5)
+
+    other = Explorer(run, grown, ASPECTS, weights={"challenge": 1.0, "approach": 0.0}, perplexity=5.0,
+                     decode=False, reuse_map="grown")
+    assert other.weights == {"challenge": 1.0, "approach": 0.0}  # other weights: a warm refit from that layout
+    assert Explorer(run, grown, ASPECTS, perplexity=6.0, decode=False, reuse_map="grown").map.perplexity == 6.0
+
+    from workbench.data.corpus import Corpus
+
+    edited = grown.docs.copy()
+    edited.loc[edited.index[0], "abstract"] = "A corrected abstract of the first paper, about parsing."
+    encoded.clear()
+    Explorer(run, Corpus(edited), ASPECTS, perplexity=5.0, decode=False, reuse_map=None)
+    assert encoded == ["A corrected abstract of the first paper, about parsing."]  # a changed text: embedded again

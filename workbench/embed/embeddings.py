@@ -1,8 +1,9 @@
 """The `embeddings/` artifact of a run: every aspect of every abstract, from one model pass, cached.
 
 Stage 03 writes it, stages 04-06 read it. The cache key hashes the model's weights and
-config and the corpus's ids and abstracts, so a re-run loads it and any change to the
-model or the corpus computes afresh.
+config and the corpus's ids and abstracts, so a re-run loads it and a changed model computes
+afresh. A corpus that grew (papers added to the export later) reuses the rows of the papers
+already embedded by the same model and embeds only the new ones.
 """
 
 from __future__ import annotations
@@ -88,9 +89,30 @@ def embed_corpus(model_dir: str | os.PathLike, corpus, run_dir: str | os.PathLik
                 return {a: arrays[a] for a in meta["aspects"]}
         except Exception:  # a damaged cache entry is recomputed and overwritten
             pass
-    model = load_model(model_dir, device=device, run_dir=run_dir)
-    use_free_cores()  # two threads on a core another job keeps busy run several times slower
-    vectors = model.encode(corpus.texts(), batch_size=batch_size, normalize=True, progress=progress)
+    texts = corpus.texts()
+    hashes = text_hashes(texts)
+    # Papers added to a corpus later: rows of earlier entries of the same model are reused, so only the
+    # new abstracts go through the model (a changed abstract has another hash and is embedded again).
+    known = reusable_rows(folder, model_key(model_dir), corpus.ids, hashes)
+    todo = [i for i, (d, h) in enumerate(zip(corpus.ids, hashes)) if (d, h) not in known]
+    model = load_model(model_dir, device=device, run_dir=run_dir) if todo or not known else None
+    if todo and known and progress:
+        print(f"embedding {len(todo)} new abstracts; {len(corpus) - len(todo)} reused from the cache")
+    if model is not None:
+        use_free_cores()  # two threads on a core another job keeps busy run several times slower
+        fresh = model.encode([texts[i] for i in todo], batch_size=batch_size, normalize=True, progress=progress)
+        aspects, dim, max_length = list(fresh), int(model.dim), model.max_length
+    else:
+        fresh, (aspects, dim, max_length) = {}, next(iter(known.values()))[1]
+    vectors = {}
+    for a in aspects:
+        rows = np.zeros((len(corpus), dim), dtype=np.float32)
+        for k, i in enumerate(todo):
+            rows[i] = fresh[a][k]
+        for i, (d, h) in enumerate(zip(corpus.ids, hashes)):
+            if (d, h) in known:
+                rows[i] = known[(d, h)][0][a]
+        vectors[a] = rows
     folder.mkdir(parents=True, exist_ok=True)
     tmp = folder / f"{key}.safetensors.tmp"
     save_file({a: np.ascontiguousarray(v) for a, v in vectors.items()}, str(tmp))
@@ -98,8 +120,37 @@ def embed_corpus(model_dir: str | os.PathLike, corpus, run_dir: str | os.PathLik
     # The JSON is written last: a cache entry without it is incomplete and ignored.
     write_json(meta_path, {
         "model_dir": str(Path(model_dir).resolve()), "model_key": model_key(model_dir), "corpus": corpus.name,
-        "corpus_fingerprint": corpus.fingerprint(), "n_docs": len(corpus), "aspects": list(vectors),
-        "dim": int(model.dim), "max_length": model.max_length, "normalized": True,
-        "created": time.strftime("%Y-%m-%d %H:%M:%S"), "doc_ids": corpus.ids,
+        "corpus_fingerprint": corpus.fingerprint(), "n_docs": len(corpus), "aspects": aspects,
+        "dim": dim, "max_length": max_length, "normalized": True,
+        "created": time.strftime("%Y-%m-%d %H:%M:%S"), "doc_ids": corpus.ids, "text_hashes": hashes,
     }, indent=1)
     return vectors
+
+
+def text_hashes(texts: Sequence[str]) -> list[str]:
+    """A short sha1 per abstract: a cached row is reused only for the same paper with the same text."""
+    return [hashlib.sha1(t.encode("utf-8")).hexdigest()[:16] for t in texts]
+
+
+def reusable_rows(folder: Path, key: str, doc_ids: Sequence[str], hashes: Sequence[str]) -> dict:
+    """{(doc_id, text hash): ({aspect: row}, (aspects, dim, max_length))} from the folder's cache entries of the
+    model `key`, for the papers asked for. Entries from before text hashes were stored are skipped."""
+    from safetensors.numpy import load_file
+
+    wanted, out = set(zip(map(str, doc_ids), hashes)), {}
+    for meta_path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        try:
+            meta = json.loads(meta_path.read_text())
+            if meta.get("model_key") != key or "text_hashes" not in meta:
+                continue
+            hits = [(i, pair) for i, pair in enumerate(zip(meta["doc_ids"], meta["text_hashes"]))
+                    if pair in wanted and pair not in out]
+            if not hits:
+                continue
+            arrays = load_file(str(meta_path.with_suffix(".safetensors")))
+            shape = (list(meta["aspects"]), int(meta["dim"]), meta.get("max_length"))
+            for i, pair in hits:
+                out[pair] = ({a: arrays[a][i] for a in meta["aspects"]}, shape)
+        except (OSError, ValueError, KeyError):  # a damaged entry: its papers are embedded again
+            continue
+    return out

@@ -22,7 +22,6 @@ from typing import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from ..core.files import write_json
 from ..data.writers import write_records
 from ..core.progress import notice
 from ..decode.faithfulness import LOW_MEANS, describe_with_confidence
@@ -31,42 +30,14 @@ from ..generate.summaries import summaries_frame
 from .labels import region_term_labels
 from .mapview import cluster_labels
 from .page import export_html
+from ..questions.report import compare_html
+from .saved import reopen_map, save_map
 from .selection import Selection
 from .pane import MapPane
 from .tsne import AspectMap, normalize_weights
 from .weights import fit_weights, map_weights
 from ..core.rundir import RunDir
 from ..core.vectors import unit_rows
-
-
-def compare_html(axes: Mapping, a: Mapping[str, np.ndarray], b: Mapping[str, np.ndarray],
-                 names: tuple[str, str] = ("A", "B"), weights: Mapping[str, float] | None = None,
-                 top: int = 3) -> str:
-    """Escaped HTML: per aspect, the questions two points answer alike and differently (`QuestionAxes.compare`).
-
-    axes: {aspect: QuestionAxes}; a, b: {aspect: (D,) embedding}; only aspects in all three
-    are listed, in the order of `a`. names: what A and B are (titles), for the header.
-    weights: shown beside each aspect. The numbers are the classifier's P(yes) for A and B.
-    """
-    yn = lambda p: "yes" if p > 0.5 else "no"  # noqa: E731 - QuestionAxes.compare's threshold
-    blocks = []
-    for aspect in a:
-        if aspect not in axes or aspect not in b:
-            continue
-        agree, disagree = axes[aspect].compare(a[aspect], b[aspect], top)
-        rows = [f"<li>both {yn(q['a'])}: {html.escape(q['question'])} <small>({q['a']:.2f}, {q['b']:.2f})</small></li>"
-                for q in agree] or ["<li><i>none</i></li>"]
-        rows_d = [f"<li>A {yn(q['a'])}, B {yn(q['b'])}: {html.escape(q['question'])} "
-                  f"<small>({q['a']:.2f}, {q['b']:.2f})</small></li>" for q in disagree] or ["<li><i>none</i></li>"]
-        weight = f" (weight {float(weights[aspect]):.2f})" if weights and aspect in weights else ""
-        blocks.append(f"<p style='margin:4px 0'><b>{html.escape(aspect)}</b>{weight}</p>"
-                      f"<p style='margin:2px 0'>Agree on:</p><ul>{''.join(rows)}</ul>"
-                      f"<p style='margin:2px 0'>Disagree on:</p><ul>{''.join(rows_d)}</ul>")
-    if not blocks:
-        return "<p><i>No question axes (stage 07) for the weighted aspects, so no questions to compare.</i></p>"
-    return (f"<h4>Why close? Questions answered from the embeddings</h4>"
-            f"<p><b>A</b>: {html.escape(str(names[0]))}<br><b>B</b>: {html.escape(str(names[1]))}</p>"
-            + "".join(blocks))
 
 
 def hover_meta(corpus, aspects: Sequence[str], run_dir=None) -> pd.DataFrame:
@@ -98,12 +69,15 @@ class Explorer:
 
     run_dir: a run with a unified model (stage 03); decoders (stage 04) and aspect models
     (stage 02) are used when present (`decode=False` skips loading the decoders, e.g.
-    for a quick map). weights: {aspect: weight} (normalised; None = equal).
+    for a quick map). weights: {aspect: weight} (normalised; None = equal). reuse_map: the
+    saved map (`save_map`) to reopen when it was drawn with the same aspects, perplexity and
+    seed: its papers keep their place and papers added to the corpus since are placed on it
+    (`saved.reopen_map`); None always fits a new map.
     """
 
     def __init__(self, run_dir, corpus, aspects: Sequence[str] | None = None, weights=None,
                  perplexity: float = 30.0, method: str = "auto", seed: int = 42, decode: bool = True,
-                 device: str | None = None, sampling: Mapping | None = None):
+                 device: str | None = None, sampling: Mapping | None = None, reuse_map: str | None = "current"):
         self.run_dir = RunDir(run_dir)
         self.corpus = corpus
         self.device = device
@@ -120,7 +94,10 @@ class Explorer:
         self.meta = hover_meta(corpus, self.aspects, self.run_dir)
         # doc_id -> title: a decoded statement names its paper by id
         self.titles = dict(zip(self.meta["doc_id"].astype(str), self.meta["title"].fillna("").astype(str)))
-        self.map = AspectMap.fit(self.embeddings, weights, perplexity=perplexity, method=method, seed=seed)
+        # The run's saved map when it fits (papers added since are placed on it, nothing else moves), else a fit.
+        reopened = reopen_map(self.run_dir, reuse_map, self.meta["doc_id"], self.embeddings, weights, perplexity,
+                              seed, method) if reuse_map else None
+        self.map = reopened or AspectMap.fit(self.embeddings, weights, perplexity=perplexity, method=method, seed=seed)
         self.picked = Selection.load(self.run_dir, self.meta["doc_id"])  # kept across kernel restarts
         self.sampling = {"greedy": True, "max_new_tokens": 40, **(sampling or {})}
         self._unified = None
@@ -592,9 +569,6 @@ class Explorer:
         return presets
 
     def save_map(self, name: str = "current") -> Path:
-        """Store the current map under <run_dir>/maps/<name>/ (safetensors + JSON)."""
-        folder = self.run_dir.map(name)
-        self.map.save(folder)
-        write_json(folder / "doc_ids.json", self.meta["doc_id"].tolist(), indent=None)
-        return folder
+        """Store the current map under <run_dir>/maps/<name>/ (safetensors + JSON); a later Explorer reopens it."""
+        return save_map(self.run_dir, name, self.map, self.meta["doc_id"].tolist())
 

@@ -320,6 +320,18 @@ class AspectMap:
         y0 = self.coords[near].mean(axis=1)
         return self._optimise_positions(p, y0, n_iter)
 
+    def extend(self, new_embeddings: Mapping[str, np.ndarray], n_iter: int = 250) -> "AspectMap":
+        """This map with new papers appended: each placed on the frozen map (`place`), nothing else moves.
+
+        For papers added to a corpus after its map was drawn: the rest keeps its positions, so
+        the map a user knows stays the map; a fresh fit (or `with_weights`) re-lays out everything.
+        """
+        placed = self.place(new_embeddings, n_iter=n_iter)
+        embeddings = {a: np.concatenate([self.embeddings[a], unit32(np.asarray(new_embeddings[a]))])
+                      for a in self.aspects}
+        return type(self)(embeddings, self.weights, np.concatenate([self.coords, placed]), self.perplexity,
+                          self.seed, self.method)
+
     def _position_loss(self, p, y, with_grad=True):
         # KL terms that depend on the new points' positions y (m, 2), up to a constant:
         # -2 sum_j p_j log w_j + log(Z_map + 2 sum_j w_j), and the gradient 4 sum_j (p_j - w_j / Z) w_j (y - y_j).

@@ -13,6 +13,7 @@ what it built, so that notebook 07 holds parameters, calls, plots and tables onl
 
 from __future__ import annotations
 
+import html
 import json
 import time
 from typing import Mapping, Sequence
@@ -175,3 +176,33 @@ def write_summary(run_dir, reports: Mapping[str, dict], built: Mapping, costs: M
     summary = {"backend": backend, "model": str(model), "encoder_s_per_paper": encode_s, "reading": reading,
                "settings": dict(settings), "aspects": aspects}
     return write_json(RunDir(run_dir).questions() / "summary.json", summary, indent=1)
+
+
+def compare_html(axes: Mapping, a: Mapping[str, np.ndarray], b: Mapping[str, np.ndarray],
+                 names: tuple[str, str] = ("A", "B"), weights: Mapping[str, float] | None = None,
+                 top: int = 3) -> str:
+    """Escaped HTML: per aspect, the questions two points answer alike and differently (`QuestionAxes.compare`).
+
+    axes: {aspect: QuestionAxes}; a, b: {aspect: (D,) embedding}; only aspects in all three
+    are listed, in the order of `a`. names: what A and B are (titles), for the header.
+    weights: shown beside each aspect. The numbers are the classifier's P(yes) for A and B.
+    """
+    yn = lambda p: "yes" if p > 0.5 else "no"  # noqa: E731 - QuestionAxes.compare's threshold
+    blocks = []
+    for aspect in a:
+        if aspect not in axes or aspect not in b:
+            continue
+        agree, disagree = axes[aspect].compare(a[aspect], b[aspect], top)
+        rows = [f"<li>both {yn(q['a'])}: {html.escape(q['question'])} <small>({q['a']:.2f}, {q['b']:.2f})</small></li>"
+                for q in agree] or ["<li><i>none</i></li>"]
+        rows_d = [f"<li>A {yn(q['a'])}, B {yn(q['b'])}: {html.escape(q['question'])} "
+                  f"<small>({q['a']:.2f}, {q['b']:.2f})</small></li>" for q in disagree] or ["<li><i>none</i></li>"]
+        weight = f" (weight {float(weights[aspect]):.2f})" if weights and aspect in weights else ""
+        blocks.append(f"<p style='margin:4px 0'><b>{html.escape(aspect)}</b>{weight}</p>"
+                      f"<p style='margin:2px 0'>Agree on:</p><ul>{''.join(rows)}</ul>"
+                      f"<p style='margin:2px 0'>Disagree on:</p><ul>{''.join(rows_d)}</ul>")
+    if not blocks:
+        return "<p><i>No question axes (stage 07) for the weighted aspects, so no questions to compare.</i></p>"
+    return (f"<h4>Why close? Questions answered from the embeddings</h4>"
+            f"<p><b>A</b>: {html.escape(str(names[0]))}<br><b>B</b>: {html.escape(str(names[1]))}</p>"
+            + "".join(blocks))
