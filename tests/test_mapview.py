@@ -582,3 +582,17 @@ def test_exported_page_filters_by_year_and_metadata_and_downloads_the_selection(
         assert docs["abstract"].tolist() == expected, suffix
     records_ris = [r for r in out["ris"].split("ER  - ") if r.strip()]
     assert len(records_ris) == 4 and all(all(f"{t}  - " in r for t in ("TY", "TI", "AB", "ID")) for r in records_ris)
+
+
+def test_a_first_frame_is_drawn_while_the_layout_settles(meta, presets):
+    drawn = []
+
+    def on_weights(weights, on_frame=None):
+        on_frame(presets["method only"])  # what with_weights hands over after its first iterations
+        drawn.append(list(pane.source.data["x"]))
+        return presets["balanced"] + 1.0
+
+    pane = MapPane(presets["balanced"], meta, ["method", "task"], {"method": 0.5, "task": 0.5}, on_weights=on_weights)
+    pane.set_weights({"method": 1.0, "task": 0.0})
+    assert drawn == [presets["method only"][:, 0].tolist()]  # the first frame reached the map's data
+    assert pane.source.data["x"] == (presets["balanced"][:, 0] + 1.0).tolist()  # then the settled layout

@@ -180,6 +180,60 @@ def test_opentsne_path_fits_and_warm_starts(monkeypatch):
     assert 0 < shift < 0.3 * np.std(amap.coords)
 
 
+def test_blocked_search_finds_the_weighted_space_s_nearest():
+    """`reweight.nearest` against the brute-force weighted distance matrix (a block boundary inside the corpus)."""
+    from workbench.maps import reweight
+
+    emb, _ = _manifold(300, seed=9)
+    alpha = normalize_weights({"task": 0.6, "method": 0.3, "outcome": 0.1}, list(emb))
+    old, reweight.BLOCK = reweight.BLOCK, 128
+    try:
+        idx, dist = reweight.nearest(weighted_features(emb, alpha), 30)
+    finally:
+        reweight.BLOCK = old
+    full = weighted_distance(emb, alpha)
+    np.fill_diagonal(full, np.inf)
+    exact = np.sort(full, axis=1)[:, :30]
+    np.testing.assert_allclose(dist, exact, atol=1e-5)  # the same k distances, nearest first
+    np.testing.assert_allclose(np.take_along_axis(full, idx, axis=1), dist, atol=1e-5)
+    assert not np.any(idx == np.arange(300)[:, None])
+
+
+def test_reweighted_affinities_are_opentsne_s_exact_ones():
+    from openTSNE.affinity import PerplexityBasedNN
+    from workbench.maps.reweight import reweighted_affinities
+
+    emb, _ = _manifold(200, seed=10)
+    features = weighted_features(emb, {"task": 0.5, "method": 0.3, "outcome": 0.2})
+    ours = reweighted_affinities(features, perplexity=10).P
+    theirs = PerplexityBasedNN(features.astype(np.float64), perplexity=10, method="exact", metric="euclidean").P
+    np.testing.assert_allclose(ours.toarray(), theirs.toarray(), atol=1e-6)
+
+
+def test_a_weight_change_on_an_opentsne_map_draws_a_first_frame_then_settles(monkeypatch):
+    emb, labels = _manifold(400, seed=11)
+    monkeypatch.setattr(tsne, "EXAGGERATION_ITER", 50)
+    amap = AspectMap.fit(emb, {"task": 0.6, "method": 0.2, "outcome": 0.2}, method="opentsne", n_iter=150, seed=0)
+    frames = []
+    moved = amap.with_weights({"task": 0.2, "method": 0.6, "outcome": 0.2}, on_frame=frames.append)
+    assert len(frames) == 1 and frames[0].shape == (400, 2) and not np.allclose(frames[0], moved.coords)
+    assert moved.weights == pytest.approx({"task": 0.2, "method": 0.6, "outcome": 0.2})
+
+    def knn10(coords, weights):  # share of each paper's 10 map neighbours among its 10 nearest papers
+        full = weighted_distance(emb, weights)
+        np.fill_diagonal(full, np.inf)
+        near = np.argsort(full, axis=1)[:, :10]
+        d2 = np.sum((coords[:, None] - coords[None]) ** 2, axis=-1)
+        np.fill_diagonal(d2, np.inf)
+        drawn = np.argsort(d2, axis=1)[:, :10]
+        return np.mean([len(set(a) & set(b)) / 10 for a, b in zip(near, drawn)])
+
+    new = moved.weights
+    fresh = AspectMap.fit(emb, new, method="opentsne", n_iter=150, seed=1)
+    assert knn10(moved.coords, new) >= knn10(fresh.coords, new) - 0.05
+    assert knn10(moved.coords, new) > knn10(amap.coords, new) + 0.02  # it did follow the new weights
+
+
 def test_with_weights_moves_points_less_than_a_fresh_fit():
     emb, _ = _manifold(150, seed=7)
     old = AspectMap.fit(emb, {"task": 0.5, "method": 0.3, "outcome": 0.2}, seed=0, n_iter=400)

@@ -173,9 +173,9 @@ class Explorer:
 
     # ------------------------------------------------------------------ map operations
 
-    def reweight(self, weights) -> np.ndarray:
-        """Refit the map for new aspect weights, warm-started from the current layout."""
-        self.map = self.map.with_weights(normalize_weights(weights, self.aspects))
+    def reweight(self, weights, on_frame=None) -> np.ndarray:
+        """Refit the map for new aspect weights, warm-started from the current layout (on_frame: a first frame)."""
+        self.map = self.map.with_weights(normalize_weights(weights, self.aspects), on_frame=on_frame)
         return self.map.coords
 
     def fit_weights(self, labels=None, pairs=None, groups=None, negative: Sequence[str] = (), apply: bool = True,

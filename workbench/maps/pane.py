@@ -7,6 +7,7 @@ come from `mapview.py`. Paper text in the pane's HTML goes through `display.esc`
 
 from __future__ import annotations
 
+import inspect
 import logging
 import re
 from typing import Callable, Sequence
@@ -310,7 +311,10 @@ class MapPane:
                 return None
             normalised = {a: w / total for a, w in merged.items()}
             self._show(_message_html("Computing the new layout…"))
-            coords = as_coords(self.on_weights(normalised))
+            # A first frame, where on_weights offers one (large maps), is drawn while the layout settles.
+            takes_frames = "on_frame" in inspect.signature(self.on_weights).parameters
+            coords = as_coords(self.on_weights(normalised, on_frame=self._draw_frame) if takes_frames
+                               else self.on_weights(normalised))
             if len(coords) != len(self.coords):
                 raise ValueError(f"on_weights returned {len(coords)} points, the map has {len(self.coords)}")
             self._set_sliders(normalised)  # one way to show weights: the sliders, legend and status agree
@@ -324,6 +328,12 @@ class MapPane:
         except Exception as exc:  # shown to the user, never raised into the kernel
             self._fail("Re-weighting", exc)
             return None
+
+    def _draw_frame(self, coords) -> None:
+        # Positions only: the colours and labels follow with the settled layout.
+        coords = as_coords(coords)
+        if len(coords) == len(self.coords):
+            self.source.data.update({"x": coords[:, 0].tolist(), "y": coords[:, 1].tolist()})
 
     def weights(self) -> dict[str, float]:
         """The aspect weights the sliders show (normalised to sum 1 once the map has been laid out with them)."""

@@ -1,0 +1,82 @@
+"""A weight change on a large map: exact neighbours by blocked products, then a first frame and a settled layout.
+
+Moving an aspect weight changes every distance d(i, j) = sum_a alpha_a (1 - cos_a(i, j)), so
+the k = 3 x perplexity nearest papers of every paper must be found again. openTSNE finds them
+with an approximate index (Annoy), which took half of the 15 s a 10,000-paper weight change
+took on one core. On the weighted features (unit rows, a few hundred dimensions) the exact
+search is one blocked matrix product and a top-k per block: about half a second at 10,000
+papers, in float32 (`nearest`). The affinities then come from openTSNE's own perplexity
+calibration (`joint_probabilities_nn`), and the layout from its gradient, warm from the
+current map: `FIRST_ITER` iterations give a first frame, handed to `on_frame` so a pane can
+draw it at once, and `SETTLE_ITER` more the settled map.
+
+Above `EXACT_SEARCH_MAX` papers the product grows as n^2 and openTSNE's own search takes over.
+Quality against a fresh fit is measured in `benchmarks/maps.py` (kNN@10).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+EXACT_SEARCH_MAX = 30000  # exact blocked search up to here; openTSNE's approximate one above
+FIRST_ITER = 5  # iterations before the first frame
+SETTLE_ITER = 55  # more iterations to the settled layout
+BLOCK = 1024  # query rows per product: BLOCK x n float32 similarities at a time
+
+
+def nearest(features: np.ndarray, k: int, n_jobs: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """(n, k) indices and 1 - cos distances of each row's k nearest other rows, nearest first (unit rows)."""
+    import torch  # lazy: torch's top-k is threaded, numpy's argpartition is not
+
+    f = torch.from_numpy(np.ascontiguousarray(features, dtype=np.float32))
+    n = f.shape[0]
+    k = min(int(k), n - 1)
+    idx = np.empty((n, k), dtype=np.int64)
+    dist = np.empty((n, k), dtype=np.float64)
+    before = torch.get_num_threads()
+    torch.set_num_threads(max(1, int(n_jobs)))
+    try:
+        with torch.no_grad():
+            for start in range(0, n, BLOCK):
+                sims = f[start:start + BLOCK] @ f.T
+                rows = torch.arange(sims.shape[0])
+                sims[rows, start + rows] = -float("inf")  # a paper is not its own neighbour
+                top, where = torch.topk(sims, k, dim=1)  # sorted, largest first
+                idx[start:start + BLOCK] = where.numpy()
+                dist[start:start + BLOCK] = np.clip(1.0 - top.double().numpy(), 0.0, 2.0)
+    finally:
+        torch.set_num_threads(before)
+    return idx, dist
+
+
+def reweighted_affinities(features: np.ndarray, perplexity: float, n_jobs: int = 1, seed: int = 0):
+    """openTSNE affinities (symmetric P over the 3 x perplexity nearest papers) of unit weighted features."""
+    from openTSNE.affinity import PerplexityBasedNN, PrecomputedAffinities, joint_probabilities_nn
+
+    k = int(3 * perplexity)
+    if len(features) > EXACT_SEARCH_MAX:
+        return PerplexityBasedNN(np.asarray(features, dtype=np.float64), perplexity=perplexity, metric="euclidean",
+                                 n_jobs=n_jobs, random_state=seed)
+    idx, d = nearest(features, k, n_jobs)
+    # openTSNE squares its (Euclidean) distances; on unit weighted features |f_i - f_j|^2 = 2 d(i, j).
+    P = joint_probabilities_nn(idx, np.sqrt(2.0 * d), [perplexity], symmetrize=True, n_jobs=n_jobs)
+    return PrecomputedAffinities(P, normalize=False)
+
+
+def reweight(coords: np.ndarray, affinities, first_iter: int = FIRST_ITER, settle_iter: int = SETTLE_ITER,
+             on_frame: Callable[[np.ndarray], object] | None = None, gradient: str = "bh", n_jobs: int = 1,
+             seed: int = 0) -> np.ndarray:
+    """The layout under new affinities, warm from `coords`: on_frame(first frame), then the settled (n, 2)."""
+    from openTSNE import TSNEEmbedding
+
+    emb = TSNEEmbedding(np.array(coords, dtype=np.float64), affinities, negative_gradient_method=gradient,
+                        n_jobs=n_jobs, random_state=seed)
+    if first_iter:
+        emb.optimize(first_iter, momentum=0.8, learning_rate="auto", inplace=True)
+    if on_frame is not None:
+        on_frame(np.array(emb, dtype=np.float64))
+    if settle_iter:
+        emb.optimize(settle_iter, momentum=0.8, learning_rate="auto", inplace=True)
+    return np.array(emb, dtype=np.float64)
