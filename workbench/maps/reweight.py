@@ -8,7 +8,7 @@ search is one blocked matrix product and a top-k per block: about half a second 
 papers, in float32 (`nearest`). The affinities then come from openTSNE's own perplexity
 calibration (`joint_probabilities_nn`), and the layout from its gradient, warm from the
 current map: `FIRST_ITER` iterations give a first frame, handed to `on_frame` so a pane can
-draw it at once, and `SETTLE_ITER` more the settled map.
+draw it at once, and the rest of `iterations(n)` the settled map.
 
 Above `EXACT_SEARCH_MAX` papers the product grows as n^2 and openTSNE's own search takes over.
 Quality against a fresh fit is measured in `benchmarks/maps.py` (kNN@10).
@@ -22,7 +22,11 @@ import numpy as np
 
 EXACT_SEARCH_MAX = 30000  # exact blocked search up to here; openTSNE's approximate one above
 FIRST_ITER = 5  # iterations before the first frame
-SETTLE_ITER = 55  # more iterations to the settled layout
+# Iterations in all, as many as cost about the same time at any size (each is O(n)): 80 at 10,000
+# papers (about 2 s on 2 cores), 400 at 2,000, never under 40 nor over 500. A large weight change
+# needs more than a small one; a warm start settles a small change to a fresh fit's quality.
+POINT_ITERATIONS = 800_000
+MIN_ITER, MAX_ITER = 40, 500
 BLOCK = 1024  # query rows per product: BLOCK x n float32 similarities at a time
 
 
@@ -65,7 +69,12 @@ def reweighted_affinities(features: np.ndarray, perplexity: float, n_jobs: int =
     return PrecomputedAffinities(P, normalize=False)
 
 
-def reweight(coords: np.ndarray, affinities, first_iter: int = FIRST_ITER, settle_iter: int = SETTLE_ITER,
+def iterations(n: int) -> int:
+    """How many warm iterations a weight change on a map of n papers gets, first frame included."""
+    return int(np.clip(POINT_ITERATIONS // max(n, 1), MIN_ITER, MAX_ITER))
+
+
+def reweight(coords: np.ndarray, affinities, first_iter: int = FIRST_ITER, settle_iter: int = 35,
              on_frame: Callable[[np.ndarray], object] | None = None, gradient: str = "bh", n_jobs: int = 1,
              seed: int = 0) -> np.ndarray:
     """The layout under new affinities, warm from `coords`: on_frame(first frame), then the settled (n, 2)."""
