@@ -258,7 +258,7 @@ def test_explorer_fit_weights_refits_the_map_with_the_positive_part(corpus):
         def __init__(self, weights):
             self.weights, self.coords = weights, np.zeros((120, 2))
 
-        def with_weights(self, weights):
+        def with_weights(self, weights, on_frame=None):
             return StubMap(weights)
 
     ex = Explorer.__new__(Explorer)  # no run directory needed for the wiring
