@@ -438,3 +438,8 @@ def test_papers_added_later_are_embedded_and_placed_without_moving_the_rest(expl
     encoded.clear()
     Explorer(run, Corpus(edited), ASPECTS, perplexity=5.0, decode=False, reuse_map=None)
     assert encoded == ["A corrected abstract of the first paper, about parsing."]  # a changed text: embedded again
+
+    weights_file = RunDir(run).map("grown") / "map.safetensors"
+    weights_file.write_bytes(weights_file.read_bytes()[:100])  # a torn saved map: said, and a new map is fitted
+    torn = Explorer(run, grown, ASPECTS, perplexity=5.0, decode=False, reuse_map="grown")
+    assert torn.coords.shape == (len(grown), 2) and np.all(np.isfinite(torn.coords))

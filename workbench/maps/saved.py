@@ -43,7 +43,7 @@ def reopen_map(run_dir, name: str, doc_ids: Sequence[str], embeddings: Mapping[s
     try:
         saved = AspectMap.load(folder)
         saved_ids = [str(d) for d in json.loads((folder / DOC_IDS).read_text())]
-    except (OSError, ValueError, KeyError) as exc:  # a damaged saved map: draw a new one, and say so
+    except Exception as exc:  # a damaged saved map (safetensors raises its own error): draw a new one, and say so
         notice(f"the saved map {folder} cannot be read ({exc}); fitting a new one")
         return None
     if len(saved_ids) != len(saved):
