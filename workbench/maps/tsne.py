@@ -58,7 +58,7 @@ import numpy as np
 
 from ..core.files import write_arrays, write_json
 from ..core.vectors import unit_rows
-from .reweight import FIRST_ITER, iterations, reweight, reweighted_affinities
+from .reweight import FIRST_ITER, iterations, nearest, reweight, reweighted_affinities
 from .tsne_math import (CHUNK, calibrate_rows, check_embeddings, effective_perplexity, gradient_descent,
                         joint_probabilities, knn_rows, normalize_weights, pca_init, unit32, weighted_features)
 
@@ -247,7 +247,8 @@ class AspectMap:
             else:
                 from scipy import sparse
 
-                idx, d = knn_rows(f, min(n - 1, int(3 * perplexity)))
+                # float32 search (products and top-k): distances to 1e-7, well within the calibration's tolerance
+                idx, d = nearest(f, min(n - 1, int(3 * perplexity)), thread_count())
                 cond, beta, log_norm = calibrate_rows(d, perplexity)
                 rows = np.repeat(np.arange(n), idx.shape[1])
                 C = sparse.csr_matrix((cond.ravel(), (rows, idx.ravel())), shape=(n, n))
