@@ -596,3 +596,13 @@ def test_a_first_frame_is_drawn_while_the_layout_settles(meta, presets):
     pane.set_weights({"method": 1.0, "task": 0.0})
     assert drawn == [presets["method only"][:, 0].tolist()]  # the first frame reached the map's data
     assert pane.source.data["x"] == (presets["balanced"][:, 0] + 1.0).tolist()  # then the settled layout
+
+
+def test_a_negative_or_nan_weight_is_refused_in_the_pane(meta, presets):
+    calls = []
+    pane = MapPane(presets["balanced"], meta, ["method", "task"], {"method": 0.5, "task": 0.5},
+                   on_weights=lambda w: calls.append(w) or presets["balanced"])
+    for bad in ({"method": -0.5}, {"task": float("nan")}):
+        assert pane.set_weights(bad) is None
+        assert "non-negative" in pane.detail.value
+    assert calls == []  # nothing was laid out

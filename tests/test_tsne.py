@@ -63,6 +63,16 @@ def test_normalize_weights_and_errors():
             normalize_weights(bad, aspects)
 
 
+def test_a_map_refuses_nan_embeddings_and_too_few_papers():
+    emb, _ = _manifold(20, seed=1)
+    bad = {a: e.copy() for a, e in emb.items()}
+    bad["task"][3, 0] = np.nan
+    with pytest.raises(ValueError, match=r"embeddings\['task'\] holds NaN or infinite values"):
+        AspectMap.fit(bad)
+    with pytest.warns(UserWarning, match="too high for 1 points"), pytest.raises(ValueError, match="at least 4 points"):
+        AspectMap.fit(_rows(emb, [0]))  # a map of one paper
+
+
 def test_weighted_features_give_the_weighted_distance():
     rng = np.random.default_rng(0)
     emb = {"a": rng.normal(size=(30, 5)) * 3, "b": rng.normal(size=(30, 7)), "c": rng.normal(size=(30, 4))}
