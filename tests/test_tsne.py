@@ -128,7 +128,9 @@ def test_opentsne_euclidean_rows_are_ours_on_the_same_neighbours():
     f = weighted_features(emb).astype(np.float64)
     theirs = PerplexityBasedNN(f, perplexity=10, metric="euclidean", method="exact", symmetrize=False).P.toarray()
     theirs /= theirs.sum(axis=1, keepdims=True)
-    idx, d = tsne.knn_rows(f, 30)  # openTSNE's k = 3 x perplexity
+    from workbench.maps.reweight import nearest
+
+    idx, d = nearest(f, 30)  # openTSNE's k = 3 x perplexity
     ours = np.zeros_like(theirs)
     np.put_along_axis(ours, idx, tsne.calibrate_rows(d, 10)[0], axis=1)
     # openTSNE squares Euclidean distances, |f_i - f_j|^2 = 2 (1 - cos): the same rows as 1 - cos unsquared.

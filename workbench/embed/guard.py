@@ -44,6 +44,7 @@ import numpy as np
 from ..core.files import write_json
 from ..core.progress import notice
 from ..core.rundir import RunDir
+from ..core.vectors import unit_rows
 from ..evaluate.evaluation import label_similarity, rowwise_spearman
 from ..evaluate.health import corpus_sentence_aspects, hard_negative_probe
 from .aspectfile import TEMPERATURE, aspect_prototypes, sentence_marks
@@ -93,8 +94,7 @@ def label_scores(vectors: dict[str, np.ndarray], labels) -> dict[str, float]:
     truth = label_similarity(list(labels))
     out = {}
     for name, v in vectors.items():
-        v = np.asarray(v, dtype=np.float64)
-        v = v / np.linalg.norm(v, axis=1, keepdims=True).clip(1e-12)
+        v = unit_rows(v, np.float64)
         out[name] = float(np.nanmean(rowwise_spearman(v @ v.T, truth)) * 100)
     return out
 

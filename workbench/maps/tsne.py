@@ -60,7 +60,7 @@ from ..core.files import write_arrays, write_json
 from ..core.vectors import unit_rows
 from .reweight import FIRST_ITER, iterations, nearest, reweight, reweighted_affinities
 from .tsne_math import (CHUNK, calibrate_rows, check_embeddings, effective_perplexity, gradient_descent,
-                        joint_probabilities, knn_rows, normalize_weights, pca_init, unit32, weighted_features)
+                        joint_probabilities, normalize_weights, pca_init, unit32, weighted_features)
 
 # Kept importable from here (they moved to tsne_math.py).
 from .tsne_math import conditional_probabilities, kl_divergence, weighted_distance  # noqa: F401

@@ -289,19 +289,3 @@ def pca_init(features: np.ndarray, seed: int) -> np.ndarray:
     y = x @ comps
     y = y / max(float(np.std(y[:, 0])), 1e-12) * 1e-4
     return y + np.random.default_rng(seed).normal(scale=1e-6, size=y.shape)
-
-
-def knn_rows(features: np.ndarray, k: int):
-    """(n, k) indices and 1 - cos distances of each row's k nearest other rows (chunked matmul)."""
-    f = np.asarray(features, dtype=np.float64)
-    n = f.shape[0]
-    idx = np.empty((n, k), dtype=np.int64)
-    dist = np.empty((n, k))
-    for start in range(0, n, CHUNK):
-        sims = f[start:start + CHUNK] @ f.T
-        rows = np.arange(sims.shape[0])
-        sims[rows, start + rows] = -np.inf
-        top = np.argpartition(-sims, k - 1, axis=1)[:, :k]
-        idx[start:start + CHUNK] = top
-        dist[start:start + CHUNK] = np.clip(1.0 - np.take_along_axis(sims, top, axis=1), 0.0, 2.0)
-    return idx, dist
