@@ -104,14 +104,14 @@ def embed_corpus(model_dir: str | os.PathLike, corpus, run_dir: str | os.PathLik
         aspects, dim, max_length = list(fresh), int(model.dim), model.max_length
     else:
         fresh, (aspects, dim, max_length) = {}, next(iter(known.values()))[1]
+    reused = [(i, known[pair][0]) for i, pair in enumerate(zip(corpus.ids, hashes)) if pair in known]
     vectors = {}
     for a in aspects:
         rows = np.zeros((len(corpus), dim), dtype=np.float32)
-        for k, i in enumerate(todo):
-            rows[i] = fresh[a][k]
-        for i, (d, h) in enumerate(zip(corpus.ids, hashes)):
-            if (d, h) in known:
-                rows[i] = known[(d, h)][0][a]
+        if todo:
+            rows[todo] = fresh[a]
+        for i, cached in reused:
+            rows[i] = cached[a]
         vectors[a] = rows
     folder.mkdir(parents=True, exist_ok=True)
     tmp = folder / f"{key}.safetensors.tmp"

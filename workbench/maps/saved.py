@@ -55,7 +55,8 @@ def reopen_map(run_dir, name: str, doc_ids: Sequence[str], embeddings: Mapping[s
     ids = [str(d) for d in doc_ids]
     row = {d: i for i, d in enumerate(ids)}
     kept = [j for j, d in enumerate(saved_ids) if d in row]
-    new = [i for i, d in enumerate(ids) if d not in set(saved_ids)]
+    on_map = set(saved_ids)  # once: a set built per paper made this quadratic
+    new = [i for i, d in enumerate(ids) if d not in on_map]
     if len(kept) < 4:  # too little of the saved map is left to place anything on
         return None
     # The saved map restricted to the papers still in the corpus, with their current embeddings.
