@@ -61,7 +61,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 import numpy as np  # noqa: E402
 
 from workbench.maps import tsne  # noqa: E402
-from workbench.maps.tsne import AspectMap, calibrate_rows, weighted_features  # noqa: E402
+from workbench.maps.tsne import AspectMap, calibrate_rows, invert_steps, weighted_features  # noqa: E402
 
 from _smoke import add_smoke  # noqa: E402
 
@@ -71,13 +71,13 @@ W_NEW = {"task": 0.4, "method": 0.35, "outcome": 0.25}
 W_FAR = {"task": 0.1, "method": 0.1, "outcome": 0.8}  # a large move: the old layout is a poor start
 
 
-def synthetic(n: int, seed: int = 0) -> dict[str, np.ndarray]:
-    """aspect -> (n, 64) unit rows; each aspect draws its own cluster label per paper."""
+def synthetic(n: int, seed: int = 0, dim: int = DIM) -> dict[str, np.ndarray]:
+    """aspect -> (n, dim) unit rows; each aspect draws its own cluster label per paper."""
     rng = np.random.default_rng(seed)
     out = {}
     for a in ASPECTS:
-        centers = rng.normal(size=(CLUSTERS, DIM))
-        e = centers[rng.integers(CLUSTERS, size=n)] + 0.6 * rng.normal(size=(n, DIM))
+        centers = rng.normal(size=(CLUSTERS, dim))
+        e = centers[rng.integers(CLUSTERS, size=n)] + 0.6 * rng.normal(size=(n, dim))
         out[a] = e / np.linalg.norm(e, axis=1, keepdims=True)
     return out
 
@@ -209,18 +209,41 @@ def place_and_invert(base: AspectMap, new: dict, args) -> list[str]:
 
     # ---- invert one point (per optimisation step)
     target = ours_xy[0]
-    base.invert(target, n_iter=1)  # caches (PCA, Z, row precisions) built once per map
-    _, t_inv = timed(lambda: base.invert(target, n_iter=args.invert_iter))
-    per_ours = t_inv / args.invert_iter
+    steps = args.invert_iter or invert_steps(n)
+    _, t_inv = timed(lambda: base.invert(target, n_iter=steps))  # the fit prepared its caches (`prepare`)
+    per_ours = t_inv / steps
     per_base, t_refresh = baseline_invert(base, target, args.baseline_steps)
     per_base_all = per_base + t_refresh / 10
-    print(f"  invert: ours {per_ours * 1e3:.1f} ms/step ({t_inv:.1f}s for {args.invert_iter}); full recompute "
+    print(f"  invert: ours {per_ours * 1e3:.1f} ms/step ({t_inv:.2f}s for {steps}); full recompute "
           f"{per_base * 1e3:.0f} ms/step + refresh {t_refresh:.1f}s / 10", flush=True)
     rows_out.append(f"| {n} | invert one point, per step | ours `invert` | {per_ours * 1e3:.1f} ms | 1.00x | "
-                    f"{args.invert_iter} steps: {t_inv:.1f}s |")
+                    f"{steps} steps: {t_inv:.2f}s |")
     rows_out.append(f"| {n} | | paper: full (n+1)^2 P per step | {per_base_all * 1e3:.0f} ms | "
                     f"{per_base_all / per_ours:.0f}x | step {per_base * 1e3:.0f} ms + refresh {t_refresh:.1f}s/10 |")
     return rows_out
+
+
+def explorer_clicks(run_dir: str, corpus_path: str) -> list[str]:
+    """Rows for clicks in `Explorer` on a real run: a tap on an empty spot (inverted and decoded, with the
+    round trip), on a paper, and a pasted abstract placed; the first of each and the next ones."""
+    from workbench.data.corpus import load_corpus
+    from workbench.maps.explore import Explorer
+
+    (ex, t_open) = timed(lambda: Explorer(run_dir, load_corpus(corpus_path)))
+    n, c = len(ex.coords), ex.coords
+    print(f"\n== Explorer on {run_dir}: {n} papers, {ex.map.method}, opened in {t_open:.1f}s", flush=True)
+    spots = [c.mean(axis=0) + np.array([3.0, -2.0]), c[10] + 0.5, c[n // 2] - 0.7, c[n // 3] + [0.4, 0.4]]
+    taps = [timed(lambda: ex.on_tap(float(x), float(y), None))[1] for x, y in spots]
+    _, t_paper = timed(lambda: ex.on_tap(float(c[7, 0]), float(c[7, 1]), 7))
+    texts = ["We followed a cohort of patients for five years.", "A survey of teachers about remote lessons."]
+    places = [timed(lambda: ex.place_texts([t]))[1] for t in texts]
+    print(f"  tap on an empty spot: first {taps[0]:.3f}s, then {np.mean(taps[1:]):.3f}s; tap on a paper "
+          f"{t_paper:.3f}s; place a text: first {places[0]:.3f}s, then {places[1]:.3f}s", flush=True)
+    return [f"| {n} (run) | click-decode an empty spot (invert, decode, round trip) | `Explorer.on_tap` | "
+            f"{np.mean(taps[1:]):.3f} | | first call {taps[0]:.3f} s (opening the run: {t_open:.0f} s) |",
+            f"| {n} (run) | read a tapped paper | `Explorer.on_tap` | {t_paper:.3f} | | |",
+            f"| {n} (run) | place a pasted abstract (encode, place) | `Explorer.place_texts` | {places[1]:.3f} | | "
+            f"first call {places[0]:.3f} s |"]
 
 
 def run_size(n: int, args) -> list[str]:
@@ -228,7 +251,7 @@ def run_size(n: int, args) -> list[str]:
     from sklearn.manifold import TSNE
 
     rows_out = []
-    emb = synthetic(n + args.new, seed=n)
+    emb = synthetic(n + args.new, seed=n, dim=args.dim)
     corpus = {a: e[:n] for a, e in emb.items()}
     new = {a: e[n:] for a, e in emb.items()}
     rows = np.random.default_rng(0).choice(n, size=min(500, n), replace=False)
@@ -271,6 +294,11 @@ def run_size(n: int, args) -> list[str]:
     t_start = time.perf_counter()
     far = base.with_weights(W_FAR, on_frame=lambda c: frame.update(coords=c, t=time.perf_counter() - t_start))
     t_far = time.perf_counter() - t_start
+    # A click right after the weight change: its caches are still being built in the background.
+    spot = far.coords[0] + 0.5
+    _, t_inv_after = timed(lambda: far.invert(spot))
+    _, t_place_after = timed(lambda: far.place({a: e[:1] for a, e in new.items()}))
+    print(f"  right after the weight change: invert {t_inv_after:.2f}s, then place {t_place_after:.2f}s", flush=True)
     q_far, q_far_first = knn_agreement(f_far, far.coords, rows), knn_agreement(f_far, frame["coords"], rows)
     ot_far, t_ot_far = timed(lambda: np.asarray(openTSNE.TSNE(n_jobs=args.threads, random_state=0).fit(
         f_far.astype(np.float64))))
@@ -283,6 +311,8 @@ def run_size(n: int, args) -> list[str]:
     rows_out.append(f"| {n} | | openTSNE fresh fit | {t_ot_far:.2f} | {t_ot_far / t_far:.1f}x | "
                     f"kNN@10 {q_ot_far:.2f} |")
 
+    rows_out.append(f"| {n} | invert right after it (first call) | ours | {t_inv_after:.2f} | | caches built in "
+                    f"the background since the settled map (`prepare`); then place {t_place_after:.2f} s |")
     rows_out += place_and_invert(base, new, args)
     return rows_out
 
@@ -291,7 +321,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[250, 2000, 10000])
     parser.add_argument("--new", type=int, default=5, help="held-out points to place (default 5)")
-    parser.add_argument("--invert-iter", type=int, default=300, help="our inversion steps (default 300)")
+    parser.add_argument("--invert-iter", type=int, default=None,
+                        help="our inversion steps (default: tsne.invert_steps, 300 below 1,500 papers, else 100)")
+    parser.add_argument("--dim", type=int, default=DIM, help=f"dimensions per aspect (default {DIM}; MiniLM: 384)")
+    parser.add_argument("--run", help="also time clicks in `Explorer` on this run directory (needs --corpus)")
+    parser.add_argument("--corpus", help="the run's corpus file, for --run")
     parser.add_argument("--baseline-steps", type=int, default=5, help="full-recompute steps timed (default 5)")
     parser.add_argument("--threads", type=int, default=1, help="threads for every method (default 1)")
     parser.add_argument("--sklearn-full-max", type=int, default=10000,
@@ -305,12 +339,15 @@ def main() -> None:
 
     print(f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; {platform.machine()}, "
           f"{os.cpu_count()} CPU cores, numpy {np.__version__}, openTSNE {openTSNE.__version__}, "
-          f"scikit-learn {sklearn.__version__}, torch {torch.__version__}; {args.threads} thread(s) for every method")
+          f"scikit-learn {sklearn.__version__}, torch {torch.__version__}; {args.threads} thread(s) for every method; "
+          f"{len(ASPECTS)} aspects x {args.dim} dimensions")
     tsne.N_JOBS = args.threads  # our openTSNE calls
     table = []
     with limited_threads(args.threads):
         for n in args.sizes:
             table += run_size(n, args)
+        if args.run:
+            table += explorer_clicks(args.run, args.corpus)
     print(f"\nload average now {os.getloadavg()[0]:.1f}\n")
     print("| n | task | method | seconds | vs ours | notes |")
     print("|---:|---|---|---:|---:|---|")

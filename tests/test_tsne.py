@@ -217,9 +217,35 @@ def test_reweighted_affinities_are_opentsne_s_exact_ones():
 
     emb, _ = _manifold(200, seed=10)
     features = weighted_features(emb, {"task": 0.5, "method": 0.3, "outcome": 0.2})
-    ours = reweighted_affinities(features, perplexity=10).P
+    ours = reweighted_affinities(features, perplexity=10)[0].P
     theirs = PerplexityBasedNN(features.astype(np.float64), perplexity=10, method="exact", metric="euclidean").P
     np.testing.assert_allclose(ours.toarray(), theirs.toarray(), atol=1e-6)
+
+
+def test_kernel_sum_is_the_float64_pair_sum():
+    from workbench.maps.reweight import kernel_sum
+
+    y = np.random.default_rng(3).normal(size=(700, 2)) * 40 + 500  # far from the origin: cancellation
+    d2 = np.sum((y[:, None] - y[None]) ** 2, axis=-1)
+    exact = np.sum(1.0 / (1.0 + d2)) - len(y)
+    assert kernel_sum(y, n_jobs=2) == pytest.approx(exact, rel=1e-5)
+
+
+def test_an_opentsne_map_keeps_its_neighbours_for_placing_and_inverting(monkeypatch):
+    from workbench.maps import reweight
+
+    emb, _ = _manifold(300, seed=12)
+    monkeypatch.setattr(tsne, "EXAGGERATION_ITER", 20)
+    monkeypatch.setattr(tsne, "EXACT_MAX", 100)  # k-NN rows, as on maps of 1,500 papers and more
+    amap = AspectMap.fit(emb, method="opentsne", n_iter=30, seed=0)
+    moved = amap.with_weights({"task": 0.2, "method": 0.6, "outcome": 0.2}, n_iter=10)
+    calls = []
+    monkeypatch.setattr(tsne, "nearest", lambda *a, **k: calls.append(1) or reweight.nearest(*a, **k))
+    for m in (amap, moved):  # the fit's and the weight change's own searches are reused
+        rows = m._rows()
+        fresh = AspectMap(m.embeddings, m.weights, m.coords, m.perplexity, m.seed, m.method)
+        np.testing.assert_allclose(rows[0], fresh._rows()[0], rtol=1e-6)  # ... and give the rows a search gives
+    assert len(calls) == 2  # only the two maps built from coordinates searched
 
 
 def test_a_weight_change_on_an_opentsne_map_draws_a_first_frame_then_settles(monkeypatch):

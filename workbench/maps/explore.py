@@ -98,6 +98,8 @@ class Explorer:
         reopened = reopen_map(self.run_dir, reuse_map, self.meta["doc_id"], self.embeddings, weights, perplexity,
                               seed, method) if reuse_map else None
         self.map = reopened or AspectMap.fit(self.embeddings, weights, perplexity=perplexity, method=method, seed=seed)
+        if reopened is not None and reopened.method == "opentsne" and reopened.preparing is None:
+            reopened.prepare(background=True)  # the first click on a reopened map need not build its caches
         self.picked = Selection.load(self.run_dir, self.meta["doc_id"])  # kept across kernel restarts
         self.sampling = {"greedy": True, "max_new_tokens": 40, **(sampling or {})}
         self._unified = None

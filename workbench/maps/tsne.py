@@ -32,11 +32,13 @@ Placing a point (A.10) optimises its 2-D position only, against the frozen map; 
 a 2-D point optimises a feature vector in the span of the corpus' top principal
 components. Both cost O(n) per step: the O(n^2) quantities they need (the normaliser
 Z of the map's Student-t kernel, each corpus row's Gaussian precision) are computed once
-per map and cached.
+per map and cached, by `prepare` when a large map is made (in the background after a
+weight change), so the first click costs what the next ones do.
 
-The arithmetic without a map (weighted distances, affinities, the exact gradient descent) is
-in `tsne_math.py`. `leave_one_out_reconstruction` is appendix A.11's round trip (fit a map
-without a paper, place it, invert its spot), and `empty_spot` a spot between regions.
+The arithmetic without a map (weighted distances, affinities, the exact gradient descent, the
+inversion's objective, an empty spot between regions) is in `tsne_math.py`.
+`leave_one_out_reconstruction` is appendix A.11's round trip (fit a map without a paper,
+place it, invert its spot).
 
 Typical use::
 
@@ -49,8 +51,10 @@ Typical use::
 
 from __future__ import annotations
 
+import functools
 import json
 import math
+import threading
 from pathlib import Path
 from typing import Mapping
 
@@ -58,12 +62,12 @@ import numpy as np
 
 from ..core.files import write_arrays, write_json
 from ..core.vectors import unit_rows
-from .reweight import FIRST_ITER, iterations, nearest, reweight, reweighted_affinities
-from .tsne_math import (CHUNK, calibrate_rows, check_embeddings, effective_perplexity, gradient_descent,
+from .reweight import EXACT_SEARCH_MAX, FIRST_ITER, iterations, kernel_sum, nearest, reweight, reweighted_affinities
+from .tsne_math import (calibrate_rows, check_embeddings, effective_perplexity, gradient_descent, inversion_objective,
                         joint_probabilities, normalize_weights, pca_init, unit32, weighted_features)
 
 # Kept importable from here (they moved to tsne_math.py).
-from .tsne_math import conditional_probabilities, kl_divergence, weighted_distance  # noqa: F401
+from .tsne_math import conditional_probabilities, empty_spot, kl_divergence, weighted_distance  # noqa: F401
 from ..core.devices import free_threads
 
 FORMAT = "workbench-aspect-map"
@@ -77,22 +81,35 @@ EXAGGERATION_ITER = 250     # both libraries' length of the early exaggeration p
 FFT_MIN = 10000             # fresh openTSNE fits: Barnes-Hut below this many points, FFT above (its rule)
 WARM_FFT_MIN = 50000        # warm starts: Barnes-Hut up to here (see the module docstring)
 N_JOBS: int | None = None  # openTSNE threads; None: the cores free at fit time (devices.free_threads)
+CLICK_SAMPLE = 0.03         # seconds the first click samples the idle cores for (a fit samples 0.3 s)
+PCA_ROWS = 2000             # corpus rows the inversion's principal components are estimated from
 
 
-def thread_count() -> int:
+def thread_count(sample_seconds: float = 0.3) -> int:
     """openTSNE's threads: N_JOBS if set, else the cores free now (WORKBENCH_THREADS overrides).
 
     On a core another job keeps busy, openTSNE's threads wait for each other at every
     iteration: a 250-point fit took 10.1 s with 2 threads against 0.7 s with 1 on a shared
-    2-core machine (benchmarks/maps.py, benchmarks/threads.py).
+    2-core machine (benchmarks/maps.py, benchmarks/threads.py). The caches a click builds
+    sample for CLICK_SAMPLE seconds instead: their whole work takes about as long as a sample.
     """
     if N_JOBS is not None:
         return max(1, int(N_JOBS))
 
-    return min(8, free_threads())
+    return min(8, free_threads(sample_seconds))
 
 
 # ---------------------------------------------------------------- the map
+
+
+def _locked(method):
+    """Run a cache builder of `AspectMap` under the map's lock, so `prepare(background=True)` and a click
+    never build the same cache twice, and a click that comes early waits for the caches instead."""
+    @functools.wraps(method)
+    def wrapper(self, *args):
+        with self._lock:
+            return method(self, *args)
+    return wrapper
 
 
 class AspectMap:
@@ -116,6 +133,8 @@ class AspectMap:
         self.seed = int(seed)
         self.method = str(method)
         self._cache: dict = {}
+        self._lock = threading.RLock()  # guards _cache (see `prepare`)
+        self.preparing: threading.Thread | None = None  # the background `prepare`, if one was started
 
     def __len__(self) -> int:
         return next(iter(self.embeddings.values())).shape[0]
@@ -139,7 +158,8 @@ class AspectMap:
         seed; openTSNE's is seeded too, but its approximate neighbour search (above 1000
         points) may vary with threads.
         """
-        return cls._fit(embeddings, weights, perplexity, method, init, seed, n_iter, verbose, warm=False)
+        amap = cls._fit(embeddings, weights, perplexity, method, init, seed, n_iter, verbose, warm=False)
+        return amap.prepare() if amap.method == "opentsne" else amap
 
     def with_weights(self, weights, n_iter=None, on_frame=None) -> "AspectMap":
         """The same corpus mapped under new weights, started from this map's coordinates.
@@ -160,11 +180,12 @@ class AspectMap:
             return new
         new = type(self)(self.embeddings, weights, self.coords, self.perplexity, self.seed, self.method)
         total = iterations(len(self)) if n_iter is None else int(n_iter)
-        affinities = reweighted_affinities(new.features(), self.perplexity, thread_count(), self.seed)
+        affinities, new._cache["knn"] = reweighted_affinities(new.features(), self.perplexity, thread_count(),
+                                                              self.seed)
         gradient = "bh" if len(self) < WARM_FFT_MIN else "fft"
         new.coords = reweight(self.coords, affinities, min(FIRST_ITER, total), max(total - FIRST_ITER, 0), on_frame,
                               gradient, thread_count(), self.seed)
-        return new
+        return new.prepare(background=True)
 
     @classmethod
     def _fit(cls, embeddings, weights, perplexity, method, init, seed, n_iter, verbose, warm):
@@ -200,8 +221,13 @@ class AspectMap:
             n_jobs = thread_count()
             # Euclidean on unit features: |f_i - f_j|^2 = 2 d(i, j), and openTSNE squares
             # its distances, so its rows are the exact path's rows restricted to the k-NN.
-            affinities = PerplexityBasedNN(features.astype(np.float64), perplexity=perplexity, metric="euclidean",
-                                           n_jobs=n_jobs, random_state=seed, verbose=verbose)
+            if n <= EXACT_SEARCH_MAX:
+                # Exact neighbours by blocked products: faster than openTSNE's Annoy index up to
+                # tens of thousands of papers, and kept for placing and inverting (`_rows`).
+                affinities, amap._cache["knn"] = reweighted_affinities(features, perplexity, n_jobs, seed)
+            else:
+                affinities = PerplexityBasedNN(features.astype(np.float64), perplexity=perplexity,
+                                               metric="euclidean", n_jobs=n_jobs, random_state=seed, verbose=verbose)
             gradient = "bh" if n < (WARM_FFT_MIN if warm else FFT_MIN) else "fft"
             emb = TSNEEmbedding(y0, affinities, negative_gradient_method=gradient, n_jobs=n_jobs,
                                 random_state=seed, verbose=verbose)
@@ -215,17 +241,46 @@ class AspectMap:
 
     # ------------------------------------------------------------ cached per-map quantities
 
+    def prepare(self, background: bool = False, n_components: int = 20) -> "AspectMap":
+        """Build what placing and inverting a point need, so that the first click costs what the next ones do.
+
+        The row precisions and K_j (`_rows`, with the neighbours the fit or weight change found),
+        Z, the principal components and their products with the corpus: about 0.5 s at 10,000
+        papers of 1,152 dimensions on 2 cores, after which a click costs 0.06 s. background:
+        build them in a daemon thread (`self.preparing`) and return at once; a click that comes
+        first waits for them (the caches share one lock). `fit` prepares an openTSNE map before it
+        returns; `with_weights` and `extend` prepare theirs in the background, so a slider's
+        settled frame is not held up by caches it may not need.
+        """
+        def build():
+            with self._lock:
+                self._rows()
+                self._pca(n_components)
+                bounds = np.cumsum([0] + [self.embeddings[a].shape[1] for a in self.aspects])
+                for lo, hi in zip(bounds[:-1], bounds[1:]):
+                    self._projections(n_components, int(lo), int(hi))
+
+        if background:
+            self.preparing = threading.Thread(target=build, name="aspect-map-prepare", daemon=True)
+            self.preparing.start()
+        else:
+            build()
+        return self
+
+    @_locked
     def features(self) -> np.ndarray:
         """The weighted features of the corpus, `weighted_features(self.embeddings, self.weights)` (cached)."""
         if "features" not in self._cache:
             self._cache["features"] = weighted_features(self.embeddings, self.weights)
         return self._cache["features"]
 
+    @_locked
     def _features64(self) -> np.ndarray:
         if "features64" not in self._cache:
             self._cache["features64"] = self.features().astype(np.float64)
         return self._cache["features64"]
 
+    @_locked
     def _rows(self):
         # Per corpus row j: its Gaussian precision beta_j and log normaliser (so that
         # p_{new|j} costs O(1)), and K_j = sum_i p_{i|j} log(p_ij / q_ij), which `invert_features`
@@ -248,7 +303,10 @@ class AspectMap:
                 from scipy import sparse
 
                 # float32 search (products and top-k): distances to 1e-7, well within the calibration's tolerance
-                idx, d = nearest(f, min(n - 1, int(3 * perplexity)), thread_count())
+                k = min(n - 1, int(3 * perplexity))
+                known = self._cache.get("knn")  # the neighbours the fit or weight change searched
+                idx, d = (known[0][:, :k], known[1][:, :k]) if known is not None and known[0].shape[1] >= k \
+                    else nearest(f, k, thread_count(CLICK_SAMPLE))
                 cond, beta, log_norm = calibrate_rows(d, perplexity)
                 rows = np.repeat(np.arange(n), idx.shape[1])
                 C = sparse.csr_matrix((cond.ravel(), (rows, idx.ravel())), shape=(n, n))
@@ -259,28 +317,47 @@ class AspectMap:
             self._cache["rows"] = (beta, log_norm, k_row)
         return self._cache["rows"]
 
+    @_locked
     def _z(self) -> float:
         # Z = sum_{i != j} (1 + |y_i - y_j|^2)^-1 of the frozen map: O(n^2) once, in row blocks.
         if "z" not in self._cache:
             y = self.coords
-            sq = np.einsum("ij,ij->i", y, y)
-            z = 0.0
-            for start in range(0, len(y), CHUNK):
-                blk = sq[start:start + CHUNK, None] + sq[None, :] - 2.0 * (y[start:start + CHUNK] @ y.T)
-                z += float(np.sum(1.0 / (1.0 + np.maximum(blk, 0.0))))
-            self._cache["z"] = z - len(y)  # drop the diagonal terms (1 each)
+            if len(y) < EXACT_MAX:  # small: float64, so the dense path's objective is the exact KL
+                d2 = np.sum((y[:, None, :] - y[None, :, :]) ** 2, axis=-1)
+                self._cache["z"] = float(np.sum(1.0 / (1.0 + d2))) - len(y)
+            else:
+                self._cache["z"] = kernel_sum(y, thread_count(CLICK_SAMPLE))
         return self._cache["z"]
 
+    @_locked
     def _pca(self, n_components: int):
         # Mean, top components (k, D) and their standard deviations of the corpus features.
+        # From at most PCA_ROWS seeded rows: the components only span the inversion's search space,
+        # and at 10,000 papers of 1,152 dimensions the full covariance took 0.4 s of a first click.
         key = ("pca", n_components)
         if key not in self._cache:
+            from scipy.linalg import eigh
+
             f = self._features64()
+            if len(f) > PCA_ROWS:
+                f = f[np.sort(np.random.default_rng(self.seed).choice(len(f), PCA_ROWS, replace=False))]
             mean = f.mean(axis=0)
-            vals, vecs = np.linalg.eigh((f - mean).T @ (f - mean) / len(f))
             k = max(1, min(n_components, f.shape[1], len(f) - 1))
-            order = np.argsort(vals)[::-1][:k]
+            dim = f.shape[1]
+            vals, vecs = eigh((f - mean).T @ (f - mean) / len(f), subset_by_index=[dim - k, dim - 1])
+            order = np.argsort(vals)[::-1]
             self._cache[key] = (mean, vecs[:, order].T.copy(), np.sqrt(np.maximum(vals[order], 1e-12)))
+        return self._cache[key]
+
+    @_locked
+    def _projections(self, n_components: int, lo: int, hi: int):
+        # The corpus block [lo:hi]'s products with the PCA mean and the scaled components of
+        # `_pca`: (n,) and (n, k), in float64, for `_inversion_objective`.
+        key = ("projections", n_components, lo, hi)
+        if key not in self._cache:
+            mean, comps, std = self._pca(n_components)
+            block = self._features64()[:, lo:hi]
+            self._cache[key] = (block @ mean[lo:hi], block @ (comps[:, lo:hi] * std[:, None]).T)
         return self._cache[key]
 
     def _p_rows(self, d: np.ndarray) -> np.ndarray:
@@ -345,8 +422,9 @@ class AspectMap:
         placed = self.place(new_embeddings, n_iter=n_iter)
         embeddings = {a: np.concatenate([self.embeddings[a], unit32(np.asarray(new_embeddings[a]))])
                       for a in self.aspects}
-        return type(self)(embeddings, self.weights, np.concatenate([self.coords, placed]), self.perplexity,
-                          self.seed, self.method)
+        grown = type(self)(embeddings, self.weights, np.concatenate([self.coords, placed]), self.perplexity,
+                           self.seed, self.method)
+        return grown.prepare(background=True) if grown.method == "opentsne" else grown
 
     def _position_loss(self, p, y, with_grad=True):
         # KL terms that depend on the new points' positions y (m, 2), up to a constant:
@@ -392,72 +470,27 @@ class AspectMap:
         return idx[0] if pts.ndim == 1 else idx
 
     def _inversion_objective(self, point, n_components: int = 20):
-        """(objective, c0) for inverting `point`: objective(c, beta=None) -> (loss, gradient, x_hat).
+        """(objective, c0) for inverting `point`: `tsne_math.inversion_objective` on this map's caches.
 
-        x = mean + (c * std) @ components; each weighted aspect block of x is rescaled to norm
-        sqrt(alpha_a) (the feature layout of a real paper), giving x_hat; d_j = 1 - <x_hat, f_j>.
-        The loss is the new point's share of the (n + 1)-point KL with the map frozen,
-
-            2 sum_j p_j log(p_j / q_j) - sum_j (1 + K_j) r_j / (n + 1),
-            p_j = (softmax(-beta d)_j + r_j) / 2(n + 1),   r_j = p_{new|j} = sigmoid(-(beta_j d_j + log_norm_j)),
-
-        where the second term is the first-order change of the corpus pairs: row j gives the
-        share r_j to the new point (P must still sum to 1). Without it the loss would reward
-        pushing x away from everyone. beta, the new row's precision, is calibrated to the
-        perplexity at each call (or given); no gradient flows through it, as in the authors'
-        code. The gradient is analytic (checked against finite differences in the tests); every
-        call is O(n D). c0: the start, the mean features of the point's 5 nearest map points.
+        c0: the start, the mean features of the point's 5 nearest map points, in the coordinates
+        of the corpus features' top `n_components` principal components (scaled by their std).
         """
         y = np.asarray(point, dtype=np.float64).reshape(-1)
         if y.shape != (2,):
             raise ValueError(f"point must be a 2-D position, got shape {np.shape(point)}")
-        n = len(self)
         diff = self.coords - y
         w = 1.0 / (1.0 + np.einsum("nk,nk->n", diff, diff))
         log_q = np.log(w / (self._z() + 2.0 * w.sum()))
         mean, comps, std = self._pca(n_components)
-        basis = comps * std[:, None]
-        corpus = self._features64()
-        beta_rows, log_norm, k_row = self._rows()
         bounds = np.cumsum([0] + [self.embeddings[a].shape[1] for a in self.aspects])
-        blocks = [(lo, hi, math.sqrt(self.weights[a]))
+        blocks = [(lo, hi, math.sqrt(self.weights[a]), *self._projections(n_components, lo, hi))
                   for a, lo, hi in zip(self.aspects, bounds[:-1], bounds[1:]) if self.weights[a] > 0]
-
-        perplexity = effective_perplexity(self.perplexity, n + 1)
-        last_beta = [None]
-
-        def objective(c, beta=None):
-            x = mean + c @ basis
-            x_hat = np.zeros_like(x)
-            for lo, hi, s in blocks:
-                x_hat[lo:hi] = s * x[lo:hi] / max(np.linalg.norm(x[lo:hi]), 1e-12)
-            d = np.clip(1.0 - corpus @ x_hat, 0.0, 2.0)
-            if beta is None:  # calibrate the new row here, warm-started from the previous call
-                last_beta[0] = calibrate_rows(d[None], perplexity, beta0=last_beta[0])[1]
-                beta = float(last_beta[0][0])
-            e = np.exp(-beta * (d - d.min()))
-            cond = e / e.sum()
-            r = 1.0 / (1.0 + np.exp(np.clip(beta_rows * d + log_norm, -700, 700)))
-            p = (cond + r) / (2.0 * (n + 1))
-            log_p = np.log(np.maximum(p, 1e-300))
-            loss = 2.0 * np.sum(p * (log_p - log_q)) - np.sum((1.0 + k_row) * r) / (n + 1)
-            # Backward, by hand: loss -> p -> (cond, r) -> d -> x_hat -> x -> c.
-            g = (log_p - log_q + 1.0) / (n + 1)                        # dL/dcond
-            g_r = g - (1.0 + k_row) / (n + 1)                          # dL/dr
-            g_d = -beta * cond * (g - cond @ g) - g_r * beta_rows * r * (1.0 - r)
-            g_d = np.where((d > 0.0) & (d < 2.0), g_d, 0.0)             # the clip
-            g_hat = -(g_d @ corpus)
-            g_x = np.zeros_like(x)
-            for lo, hi, s in blocks:
-                norm = max(np.linalg.norm(x[lo:hi]), 1e-12)
-                u = x[lo:hi] / norm
-                g_x[lo:hi] = s / norm * (g_hat[lo:hi] - u * (u @ g_hat[lo:hi]))
-            return float(loss), basis @ g_x, x_hat
-
-        x0 = corpus[self.nearest(y, 5)].mean(axis=0)
+        objective = inversion_objective(log_q, mean, comps * std[:, None], blocks, self._rows(),
+                                        effective_perplexity(self.perplexity, len(self) + 1))
+        x0 = self._features64()[self.nearest(y, 5)].mean(axis=0)
         return objective, ((x0 - mean) @ comps.T) / std
 
-    def invert_features(self, point, n_components: int = 20, n_iter: int = 300, lr: float = 0.05) -> np.ndarray:
+    def invert_features(self, point, n_components: int = 20, n_iter: int | None = None, lr: float = 0.05) -> np.ndarray:
         """A unit weighted-feature vector (D,) whose map position would be `point` (appendix A.10).
 
         Minimises the KL of the (n + 1)-point map over the new paper's features x, the map
@@ -466,7 +499,9 @@ class AspectMap:
         from the mean features of the point's 5 nearest map points, its perplexity-calibrated
         affinities re-solved every step. Adam (step `lr` in units of each component's
         standard deviation, cosine-decayed); O(n D) per step; the best x seen is returned.
+        n_iter: None for `invert_steps(n)`.
         """
+        n_iter = invert_steps(len(self)) if n_iter is None else int(n_iter)
         objective, c = self._inversion_objective(point, n_components)
         m1, m2 = np.zeros_like(c), np.zeros_like(c)
         best_loss, best = math.inf, None
@@ -482,7 +517,7 @@ class AspectMap:
             c = c - step * (m1 / (1 - 0.9 ** (t + 1))) / (np.sqrt(m2 / (1 - 0.999 ** (t + 1))) + 1e-12)
         return best
 
-    def invert(self, point, n_components: int = 20, n_iter: int = 300) -> dict[str, np.ndarray]:
+    def invert(self, point, n_components: int = 20, n_iter: int | None = None) -> dict[str, np.ndarray]:
         """Per weighted aspect (alpha > 0), a unit vector (d_a,) for the 2-D `point`.
 
         `invert_features` split into aspect blocks, each divided by sqrt(alpha_a) (a unit vector).
@@ -528,18 +563,14 @@ class AspectMap:
                    config["method"])
 
 
-def empty_spot(coords, groups) -> np.ndarray:
-    """A spot between two regions of a map with no paper on it: of the midpoints between every two
-    region centres, the one farthest from its nearest paper (the midpoint of the two largest regions
-    can fall inside a third region, and then reading it only repeats a paper's neighbours)."""
-    coords, groups = np.asarray(coords, dtype=float), np.asarray(groups)
-    centres = np.stack([coords[groups == g].mean(axis=0) for g in np.unique(groups)])
-    i, j = np.triu_indices(len(centres), k=1)
-    if not len(i):
-        return centres[0]
-    candidates = (centres[i] + centres[j]) / 2
-    gap = np.linalg.norm(candidates[:, None, :] - coords[None, :, :], axis=-1).min(axis=1)
-    return candidates[int(np.argmax(gap))]
+def invert_steps(n: int) -> int:
+    """Adam steps of an inversion on a map of n papers: 300 on dense maps, 100 on k-NN (openTSNE) maps.
+
+    Measured as the distance between a clicked point and where its inverted features are placed
+    again: on a 250-paper map 3.1 map units after 100 steps, 1.1 after 300; on maps of 1,500 and
+    10,000 papers the same (1.0-1.1, map spread 24-45) after 50, 100 or 300 steps.
+    """
+    return 300 if n < EXACT_MAX else 100
 
 
 def leave_one_out_reconstruction(embeddings: Mapping[str, np.ndarray], index: int, weights=None,

@@ -3,7 +3,8 @@
 What `tsne.AspectMap` is built from (the conventions are in `tsne.py`'s module doc): the
 weights and the weighted features whose inner products give every distance, the binary
 search for each row's precision, the exact joint probabilities, the dense KL gradient
-descent of sklearn's exact method, the PCA start and each row's nearest neighbours.
+descent of sklearn's exact method, the PCA start, the objective of inverting a 2-D point
+(`inversion_objective`) and an empty spot between a map's regions (`empty_spot`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ import numpy as np
 
 from ..core.vectors import unit_rows
 
-CHUNK = 1024                # rows per block wherever an (n, n) product is reduced on the fly
 
 
 # ---------------------------------------------------------------- weights and distances
@@ -289,3 +289,81 @@ def pca_init(features: np.ndarray, seed: int) -> np.ndarray:
     y = x @ comps
     y = y / max(float(np.std(y[:, 0])), 1e-12) * 1e-4
     return y + np.random.default_rng(seed).normal(scale=1e-6, size=y.shape)
+
+
+def inversion_objective(log_q, mean, basis, blocks, rows, perplexity: float):
+    """objective(c, beta=None) -> (loss, gradient, x_hat) of inverting a 2-D point of a frozen map (A.10).
+
+    log_q (n,): log q_j of the point to the n map points; mean (D,) and basis (k, D): the corpus
+    features' mean and top principal components scaled by their std; blocks: per weighted
+    aspect (lo, hi, sqrt(alpha), m_b, G_b) with m_b = corpus_b @ mean_b (n,) and
+    G_b = corpus_b @ basis_b^T (n, k); rows: (beta_j, log_norm_j, K_j) of the corpus rows.
+
+    x = mean + c @ basis; each weighted aspect block of x is rescaled to norm sqrt(alpha_a)
+    (the feature layout of a real paper), giving x_hat; d_j = 1 - <x_hat, f_j>. The loss is
+    the new point's share of the (n + 1)-point KL with the map frozen,
+
+        2 sum_j p_j log(p_j / q_j) - sum_j (1 + K_j) r_j / (n + 1),
+        p_j = (softmax(-beta d)_j + r_j) / 2(n + 1),   r_j = p_{new|j} = sigmoid(-(beta_j d_j + log_norm_j)),
+
+    where the second term is the first-order change of the corpus pairs: row j gives the
+    share r_j to the new point (P must still sum to 1). Without it the loss would reward
+    pushing x away from everyone. beta, the new row's precision, is calibrated to the
+    perplexity at each call (or given); no gradient flows through it, as in the authors'
+    code. The gradient is analytic (checked against finite differences in the tests). Since
+    corpus_b @ x_b = m_b + G_b @ c, a call costs O(n k) per aspect, not O(n D): 0.4 ms
+    instead of 4 ms at 10,000 papers of 1,152 dimensions.
+    """
+    beta_rows, log_norm, k_row = rows
+    n = len(log_q)
+    last_beta = [None]
+
+    def objective(c, beta=None):
+        x = mean + c @ basis
+        x_hat = np.zeros_like(x)
+        dot = np.zeros(n)   # corpus @ x_hat
+        parts = []
+        for lo, hi, s, m_b, g_b in blocks:
+            norm = max(np.linalg.norm(x[lo:hi]), 1e-12)
+            x_hat[lo:hi] = s * x[lo:hi] / norm
+            y_b = m_b + g_b @ c                                     # corpus_b @ x_b
+            dot += (s / norm) * y_b
+            parts.append((lo, hi, s, norm, y_b, g_b))
+        d = np.clip(1.0 - dot, 0.0, 2.0)
+        if beta is None:  # calibrate the new row here, warm-started from the previous call
+            last_beta[0] = calibrate_rows(d[None], perplexity, beta0=last_beta[0])[1]
+            beta = float(last_beta[0][0])
+        e = np.exp(-beta * (d - d.min()))
+        cond = e / e.sum()
+        r = 1.0 / (1.0 + np.exp(np.clip(beta_rows * d + log_norm, -700, 700)))
+        p = (cond + r) / (2.0 * (n + 1))
+        log_p = np.log(np.maximum(p, 1e-300))
+        loss = 2.0 * np.sum(p * (log_p - log_q)) - np.sum((1.0 + k_row) * r) / (n + 1)
+        # Backward, by hand: loss -> p -> (cond, r) -> d -> x_hat -> x -> c.
+        g = (log_p - log_q + 1.0) / (n + 1)                        # dL/dcond
+        g_r = g - (1.0 + k_row) / (n + 1)                          # dL/dr
+        g_d = -beta * cond * (g - cond @ g) - g_r * beta_rows * r * (1.0 - r)
+        g_d = np.where((d > 0.0) & (d < 2.0), g_d, 0.0)             # the clip
+        # Per block, with g_hat_b = -(g_d @ corpus_b) and u_b = x_b / |x_b|:
+        # dL/dc += s/|x_b| basis_b (g_hat_b - u_b (u_b . g_hat_b))
+        #        = s/|x_b| (-(G_b^T g_d) + basis_b x_b (g_d . y_b) / |x_b|^2)
+        grad = np.zeros_like(c)
+        for lo, hi, s, norm, y_b, g_b in parts:
+            grad += (s / norm) * (-(g_d @ g_b) + (basis[:, lo:hi] @ x[lo:hi]) * (g_d @ y_b) / norm ** 2)
+        return float(loss), grad, x_hat
+
+    return objective
+
+
+def empty_spot(coords, groups) -> np.ndarray:
+    """A spot between two regions of a map with no paper on it: of the midpoints between every two
+    region centres, the one farthest from its nearest paper (the midpoint of the two largest regions
+    can fall inside a third region, and then reading it only repeats a paper's neighbours)."""
+    coords, groups = np.asarray(coords, dtype=float), np.asarray(groups)
+    centres = np.stack([coords[groups == g].mean(axis=0) for g in np.unique(groups)])
+    i, j = np.triu_indices(len(centres), k=1)
+    if not len(i):
+        return centres[0]
+    candidates = (centres[i] + centres[j]) / 2
+    gap = np.linalg.norm(candidates[:, None, :] - coords[None, :, :], axis=-1).min(axis=1)
+    return candidates[int(np.argmax(gap))]
