@@ -183,7 +183,10 @@ class Browser:
         browser, driver = chromium_paths()
         options = webdriver.ChromeOptions()
         options.binary_location = browser
-        for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+        # --enable-unsafe-swiftshader: WebGL in software, as the map's points are drawn (Chromium's
+        # automatic fallback to it is deprecated)
+        for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--enable-unsafe-swiftshader",
+                    "--disable-dev-shm-usage",
                     f"--window-size={WIDTH},{HEIGHT}", f"--user-data-dir={profile}", "--disable-extensions"):
             options.add_argument(arg)
         options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
@@ -294,6 +297,13 @@ class Browser:
               if (r.data_source && r.data_source.name === 'points') {
                 r.data_source.selected.indices = arguments[0]; return true; } } }
             return false;"""), [int(i) for i in indices])
+
+    def points_webgl(self) -> bool | None:
+        """Whether the map's points are drawn by WebGL (BokehJS falls back to canvas without it); None: no map."""
+        return self.js(_PLOT_JS.replace("return plots;", """
+            for (const v of plots) { for (const [m, rv] of v.renderer_views) {
+              if (m.data_source && m.data_source.name === 'points') { return rv.glyph.glglyph != null; } } }
+            return null;"""))
 
     def source_length(self, name: str) -> int:
         return self.js(_PLOT_JS.replace("return plots;", """

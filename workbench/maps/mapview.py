@@ -276,8 +276,11 @@ def build_figure(data: dict, labels, group_name: str, title: str, width: int, he
 
     source = ColumnDataSource(data, name="points")
     label_source = ColumnDataSource(label_source_data(labels), name="labels")
+    # WebGL draws the points (canvas still draws labels and tooltips): at 10,000 points a redraw
+    # after a pan or a weight change is what the browser spends its time on. BokehJS falls back to
+    # canvas where WebGL is missing (it says so in the console).
     fig = figure(title=title, width=width, height=height, tools="pan,wheel_zoom,box_zoom,reset,save",
-                 active_scroll="wheel_zoom", match_aspect=True)
+                 active_scroll="wheel_zoom", match_aspect=True, output_backend="webgl")
     points = fig.scatter("x", "y", source=source, size="size", fill_color="color", line_color="color",
                          fill_alpha="alpha", line_alpha="alpha", name="points_glyph")
     fig.add_tools(HoverTool(renderers=[points], tooltips=tooltip_template(data, group_name)),
