@@ -143,6 +143,125 @@ SUMMARY_TEMPLATES: dict[str, list[str]] = {
 }
 
 
+# ---- A second generator (style "b"), written and frozen before any method was tuned on it: the same
+# factors and values, other wordings, other sentence templates, other fillers and drug names, and in
+# about a third of the documents one sentence that states two aspects at once (disease and population).
+WORDINGS_B: dict[str, dict[str, list[str]]] = {
+    "disease": {
+        "asthma": ["asthma", "chronic asthma with nocturnal cough", "asthma that flares with exercise and cold air"],
+        "type 2 diabetes": ["type 2 diabetes", "poorly controlled hyperglycaemia of the non-autoimmune type",
+                            "diabetes treated with metformin and diet"],
+        "migraine": ["migraine", "migraine with photophobia and nausea", "chronic migraine of more than 15 days a month"],
+        "rheumatoid arthritis": ["rheumatoid arthritis", "seropositive erosive arthritis",
+                                 "arthritis with morning stiffness of the small hand joints"],
+        "major depressive disorder": ["major depressive disorder", "moderate to severe unipolar depression",
+                                      "depression with anhedonia and sleep disturbance"],
+        "chronic kidney disease": ["chronic kidney disease", "advanced nephropathy with rising creatinine",
+                                   "reduced glomerular filtration with albuminuria"],
+    },
+    "method": {
+        "randomised controlled trial": ["a randomised controlled trial", "a trial where a computer allocated "
+                                        "each participant by chance to the active arm or a dummy pill",
+                                        "a blinded parallel-arm trial with concealed allocation"],
+        "retrospective cohort study": ["a retrospective cohort study", "a look back through electronic patient "
+                                       "charts covering the last decade",
+                                       "a historical follow-up of a registry population"],
+        "case-control study": ["a case-control study", "a design contrasting patients who developed the outcome "
+                               "with similar patients who did not", "a matched comparison of cases and controls"],
+        "cross-sectional survey": ["a cross-sectional survey", "a snapshot questionnaire mailed a single time to a sample",
+                                   "a single-wave survey by telephone"],
+        "meta-analysis": ["a meta-analysis", "a statistical pooling of all eligible trials from four databases",
+                          "an umbrella synthesis of previously published findings"],
+        "qualitative interview study": ["a qualitative interview study", "moderated discussions with transcripts "
+                                        "coded for themes", "open-ended interviews with framework analysis"],
+    },
+    "population": {
+        "children under five": ["children under five", "children aged one to four years",
+                                "toddlers attending day care"],
+        "elderly nursing-home residents": ["elderly nursing-home residents", "people over eighty living in care "
+                                           "institutions", "aged residents of assisted-living homes"],
+        "pregnant women": ["pregnant women", "women in the third trimester of pregnancy", "mothers-to-be"],
+        "adolescents": ["adolescents", "young people aged thirteen to sixteen", "pupils in grades eight to ten"],
+        "night-shift workers": ["night-shift workers", "factory staff on permanent night rotas",
+                                "nurses working overnight shifts"],
+        "military veterans": ["military veterans", "people who had served in the army or navy",
+                              "ex-soldiers registered with veterans' services"],
+    },
+}
+DRUGS_B = ["Quorilant", "Bexavirin", "Lumetrox", "Sandoprel", "Nivalta", "Ferozide"]
+TEMPLATES_B: dict[str, list[str]] = {
+    "disease": [
+        "Background: {x} imposes a heavy burden on patients and health systems.",
+        "People living with {x} often report that available treatments fall short.",
+        "{agent} targets a pathway implicated in {x}.",
+        "The benefit of {agent} in {x} is uncertain.",
+    ],
+    "method": [
+        "Methods: the work was {x}.",
+        "This report describes {x}.",
+        "We used {x} to evaluate {agent}.",
+        "Evidence on {agent} came from {x}.",
+    ],
+    "population": [
+        "We enrolled {x}.",
+        "The sample comprised {x} from three regions.",
+        "Eligible participants were {x} who gave consent.",
+        "{agent} was given to {x}.",
+    ],
+    "both": [  # disease and population in one sentence
+        "We studied {x} in {y}.",
+        "Among {y}, {x} was the condition of interest.",
+        "{agent} was tested for {x} in {y}.",
+    ],
+    "filler": [
+        "Results: the primary endpoint was reached in most analyses.",
+        "Conclusions: further research is warranted.",
+        "Follow-up lasted twelve months.",
+        "Missing data were handled by multiple imputation.",
+        "Safety signals for {agent} were monitored by an independent board.",
+        "Serious adverse reactions to {agent} were rare.",
+    ],
+}
+GENERIC_AGENTS_B = ["the drug", "the medication under study", "the active treatment"]
+SUMMARY_TEMPLATES_B: dict[str, list[str]] = {
+    "disease": ["Condition: {x}.", "It concerns {x}."],
+    "method": ["Design: {x}.", "It was {x}."],
+    "population": ["Participants: {x}.", "It enrolled {x}."],
+}
+
+
+def _document_b(factors: dict[str, str], rng: random.Random) -> dict:
+    """One document of the second generator (style "b"): see WORDINGS_B and TEMPLATES_B."""
+    both = rng.random() < 0.35
+    kinds = (["both"] if both else ["disease", "population"]) + ["method"]
+    rng.shuffle(kinds)
+    for _ in range(rng.choice([1, 2, 3])):
+        kinds.insert(rng.randrange(len(kinds) + 1), "filler")
+    with_drug = set(rng.sample(range(len(kinds)), rng.choice([1, 2])))
+    sentences, used, labels = [], set(), []
+    for i, kind in enumerate(kinds):
+        choices = [t for t in TEMPLATES_B[kind] if ("{agent}" in t or i not in with_drug) and t not in used]
+        template = rng.choice(choices or TEMPLATES_B[kind])
+        used.add(template)
+        agent = factors[NUISANCE] if i in with_drug else rng.choice(GENERIC_AGENTS_B)
+        if kind == "both":
+            x = rng.choice(WORDINGS_B["disease"][factors["disease"]])
+            y = rng.choice(WORDINGS_B["population"][factors["population"]])
+            text = template.format(x=x, y=y, agent=agent)
+            labels.append({"disease", "population"})
+        else:
+            x = rng.choice(WORDINGS_B[kind][factors[kind]]) if kind in WORDINGS_B else ""
+            text = template.format(x=x, agent=agent)
+            labels.append({kind})
+        sentences.append(_cap(text))
+    row = {"sentences": sentences, "abstract": " ".join(sentences)}
+    for a in ASPECTS:
+        row[f"summary_{a}"] = _cap(rng.choice(SUMMARY_TEMPLATES_B[a]).format(
+            x=rng.choice(WORDINGS_B[a][factors[a]])))
+        row[f"highlights_{a}"] = [s for s, k in zip(sentences, labels) if a in k]
+    return row
+
+
 def _cap(sentence: str) -> str:
     return sentence[0].upper() + sentence[1:]
 
@@ -186,16 +305,25 @@ def _document(factors: dict[str, str], rng: random.Random) -> dict:
     return row
 
 
-def synthetic_frame(n_train: int = 120, n_val: int = 40, n_test: int = 60, seed: int = 0) -> pd.DataFrame:
-    """The documents as a DataFrame (see module doc for the columns); the same seed gives the same frame."""
+def synthetic_frame(n_train: int = 120, n_val: int = 40, n_test: int = 60, seed: int = 0,
+                    style: str = "a") -> pd.DataFrame:
+    """The documents as a DataFrame (see module doc for the columns); the same seed gives the same frame.
+
+    style: "a" (the generator the workbench was developed on) or "b" (a second one, frozen before any
+    tuning: other wordings, templates, fillers and drug names, and sentences stating two aspects).
+    """
+    if style not in ("a", "b"):
+        raise ValueError(f"style must be 'a' or 'b', got {style!r}")
     rng = random.Random(seed)
+    values = VALUES if style == "a" else {**{f: list(w) for f, w in WORDINGS_B.items()}, NUISANCE: DRUGS_B}
+    make = _document if style == "a" else _document_b
     rows = []
     for split, n in zip(SPLITS, (n_train, n_val, n_test)):
         # Each factor drawn on its own: balanced within the split, independent of the others.
-        columns = {f: _balanced(VALUES[f], n, rng) for f in FACTORS}
+        columns = {f: _balanced(values[f], n, rng) for f in FACTORS}
         for j in range(n):
             factors = {f: columns[f][j] for f in FACTORS}
-            doc = _document(factors, rng)
+            doc = make(factors, rng)
             number = len(rows)
             rows.append({"doc_id": f"syn-{number:04d}", "title": f"Evaluating {factors[NUISANCE]}: study {number}",
                          "abstract": doc["abstract"], "split": split, **factors,
@@ -205,10 +333,12 @@ def synthetic_frame(n_train: int = 120, n_val: int = 40, n_test: int = 60, seed:
     return pd.DataFrame(rows, columns=order)
 
 
-def synthetic_corpus(n_train: int = 120, n_val: int = 40, n_test: int = 60, seed: int = 0) -> Corpus:
-    """A `Corpus` of synthetic abstracts (train / validation / test splits); deterministic for a seed."""
-    return Corpus(synthetic_frame(n_train, n_val, n_test, seed), name=f"synthetic-{seed}",
-                  source=f"synthetic_corpus(seed={seed})")
+def synthetic_corpus(n_train: int = 120, n_val: int = 40, n_test: int = 60, seed: int = 0,
+                     style: str = "a") -> Corpus:
+    """A `Corpus` of synthetic abstracts (train / validation / test splits); deterministic for a seed and style."""
+    return Corpus(synthetic_frame(n_train, n_val, n_test, seed, style),
+                  name=f"synthetic-{seed}" if style == "a" else f"synthetic-b-{seed}",
+                  source=f"synthetic_corpus(seed={seed}, style={style!r})")
 
 
 def write(frame: pd.DataFrame, path: str | Path) -> Path:
@@ -237,8 +367,9 @@ def main(argv=None) -> None:
     parser.add_argument("--val", type=int, default=40)
     parser.add_argument("--test", type=int, default=60)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--style", choices=["a", "b"], default="a", help="b: the second generator (see WORDINGS_B)")
     args = parser.parse_args(argv)
-    frame = synthetic_frame(args.train, args.val, args.test, args.seed)
+    frame = synthetic_frame(args.train, args.val, args.test, args.seed, args.style)
     print(f"wrote {len(frame)} documents to {write(frame, args.out)}")
 
 

@@ -22,7 +22,7 @@ from scipy.stats import spearmanr
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from synthetic_corpus import ASPECTS, DRUGS, NUISANCE, WORDINGS, synthetic_frame  # noqa: E402
+from synthetic_corpus import ASPECTS, DRUGS, DRUGS_B, NUISANCE, WORDINGS, WORDINGS_B, synthetic_frame  # noqa: E402
 from workbench.core.rundir import RunDir  # noqa: E402
 from workbench.data.aspects import load_aspects  # noqa: E402
 from workbench.data.corpus import Corpus  # noqa: E402
@@ -39,14 +39,16 @@ def words(text: str) -> set[str]:
 
 
 def value_words() -> dict[str, str]:
-    """{word: value} for every word that names one value of a factor (it is in that value's wordings only)."""
+    """{word: value} for every word that names one value of a factor (it is in that value's wordings only), in
+    either generator (style "a" and the second one, "b")."""
     out = {}
-    for factor, values in WORDINGS.items():
-        per_value = {v: set().union(*(words(w) for w in wordings)) for v, wordings in values.items()}
-        for v, ws in per_value.items():
-            others = set().union(*(o for u, o in per_value.items() if u != v))
-            out.update({w: f"{factor}={v}" for w in ws - others})
-    out.update({d.lower(): f"{NUISANCE}={d}" for d in DRUGS})
+    for wordings_of in (WORDINGS, WORDINGS_B):
+        for factor, values in wordings_of.items():
+            per_value = {v: set().union(*(words(w) for w in wordings)) for v, wordings in values.items()}
+            for v, ws in per_value.items():
+                others = set().union(*(o for u, o in per_value.items() if u != v))
+                out.update({w: f"{factor}={v}" for w in ws - others})
+    out.update({d.lower(): f"{NUISANCE}={d}" for d in DRUGS + DRUGS_B})
     return out
 
 
