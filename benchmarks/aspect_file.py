@@ -8,13 +8,17 @@ measures that floor, the level any trained head must beat, against MiniLM's whol
 embedding, on two corpora and their ground truths:
 
 * the synthetic corpus (`scripts/synthetic_corpus.py`, its summary and highlight columns
-  dropped) with `data/clinical-study-aspects.yaml`, written from the aspects' meaning (no
-  value word of the generator in it): per embedding and factor, the mean per-paper
+  dropped; both generators: "a", developed on, and "b", written and frozen before any tuning)
+  with `data/clinical-study-aspects.yaml`, written from the aspects' meaning (no
+  value word of either generator in it): per embedding and factor, the mean per-paper
   Spearman x100 of the cosine similarities against "same value" (1/0), printed with its
   ceiling (a perfect ranking; about 64 with six equally frequent values), for several corpus
   seeds. The drug is a nuisance no aspect should follow;
 * ACLSum's test split with the `acl` preset: the same against the human-summary truths
   (mpnet reading the summaries, as stage 06).
+
+Each table has the zero-shot head ("aspect file") and the same calibrated to the corpus by
+self-training (`aspectfile.calibrate`, "calibrated"), which stage 03 uses as its floor.
 
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/aspect_file.py [--seeds 0 1 2] [--docs 120] [--smoke]
 
@@ -42,7 +46,7 @@ from synthetic_corpus import ASPECTS, FACTORS, NUISANCE, synthetic_frame  # noqa
 from workbench.core.vectors import unit_rows  # noqa: E402
 from workbench.data.aspects import load_aspects  # noqa: E402
 from workbench.data.corpus import Corpus, load_corpus  # noqa: E402
-from workbench.embed.aspectfile import aspect_prototypes, zero_shot_embeddings  # noqa: E402
+from workbench.embed.aspectfile import aspect_prototypes, calibrate, zero_shot_embeddings  # noqa: E402
 from workbench.embed.features import FeatureCache, FrozenBackbone  # noqa: E402
 from workbench.evaluate.evaluation import rowwise_spearman  # noqa: E402
 from workbench.evaluate.report import summary_truths  # noqa: E402
@@ -70,18 +74,21 @@ def ceiling(values, seed: int = 0) -> float:
     return 100 * float(np.nanmean(rowwise_spearman(sim, truth)))
 
 
-def synthetic_table(seed: int, docs: int, cache: FeatureCache) -> dict:
+def synthetic_table(seed: int, docs: int, cache: FeatureCache, style: str = "a") -> dict:
     """{row: {factor: spearman}} on the test papers of one synthetic corpus, and the ceilings."""
-    frame = synthetic_frame(n_train=0, n_val=0, n_test=docs, seed=seed)
+    frame = synthetic_frame(n_train=0, n_val=0, n_test=docs, seed=seed, style=style)
     frame = frame.drop(columns=[c for c in frame if c.startswith(("summary_", "highlights_")) or c == "sentences"])
     corpus = Corpus(frame)
     features = cache.documents(corpus.texts())
     protos = aspect_prototypes(load_aspects(ASPECT_FILE), ASPECTS, cache.vectors)
     floor = zero_shot_embeddings(features, protos)
+    calibrated = zero_shot_embeddings(features, calibrate(features, protos) or protos)
     truths = {f: same_value(frame[f]) for f in FACTORS}
     rows = {"MiniLM whole abstract": {f: spearman100(features.whole, truths[f]) for f in FACTORS}}
     for a in ASPECTS:
         rows[f"aspect file: {a}"] = {f: spearman100(floor[a], truths[f]) for f in FACTORS}
+    for a in ASPECTS:
+        rows[f"calibrated: {a}"] = {f: spearman100(calibrated[a], truths[f]) for f in FACTORS}
     return {"rows": rows, "ceiling": {f: ceiling(frame[f], seed) for f in FACTORS}}
 
 
@@ -91,10 +98,14 @@ def aclsum_table(docs: int, cache: FeatureCache) -> dict:
     names = load_aspects("acl").names
     truths = summary_truths(corpus, names, "mpnet")
     features = cache.documents(corpus.texts())
-    floor = zero_shot_embeddings(features, aspect_prototypes(load_aspects("acl"), names, cache.vectors))
+    protos = aspect_prototypes(load_aspects("acl"), names, cache.vectors)
+    floor = zero_shot_embeddings(features, protos)
+    calibrated = zero_shot_embeddings(features, calibrate(features, protos) or protos)
     rows = {"MiniLM whole abstract": {a: spearman100(features.whole, truths[a]) for a in truths}}
     for a in names:
         rows[f"aspect file: {a}"] = {t: spearman100(floor[a], truths[t]) for t in truths}
+    for a in names:
+        rows[f"calibrated: {a}"] = {t: spearman100(calibrated[a], truths[t]) for t in truths}
     return rows
 
 
@@ -110,31 +121,36 @@ def print_table(rows: dict, columns: list[str], extra: dict | None = None) -> No
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--docs", type=int, default=120, help="synthetic test papers per seed")
+    parser.add_argument("--docs", type=int, default=150, help="synthetic test papers per seed")
+    parser.add_argument("--styles", nargs="+", default=["a", "b"],
+                        help="synthetic generators: a (developed on) and b (written and frozen before any tuning)")
     parser.add_argument("--aclsum-docs", type=int, default=100)
     add_smoke(parser, argv, seeds=[0], docs=24, aclsum_docs=10)
     args = parser.parse_args(argv)
     cache = FeatureCache(Path(tempfile.mkdtemp(prefix="aspect-file-")), FrozenBackbone("minilm"))
     print(f"Synthetic corpus, {args.docs} papers per seed, aspect file {ASPECT_FILE.relative_to(ROOT)}; "
           f"mean per-paper Spearman x100 against 'same value' (the drug is a nuisance)")
-    worst = {}
-    for seed in args.seeds:
-        t0 = time.perf_counter()
-        table = synthetic_table(seed, args.docs, cache)
-        print(f"\nseed {seed} ({time.perf_counter() - t0:.1f} s)")
-        print_table(table["rows"], FACTORS, table["ceiling"])
-        base = table["rows"]["MiniLM whole abstract"]
-        for a in ASPECTS:
-            row = table["rows"][f"aspect file: {a}"]
-            share, base_share = row[a] / table["ceiling"][a], base[a] / table["ceiling"][a]
-            worst.setdefault(a, []).append((share, base_share, row[NUISANCE], max(v for f, v in row.items() if f != a)))
-    print("\nWorst seed per aspect: share of the ceiling on its own factor (MiniLM whole abstract's), the "
-          "nuisance, the largest other factor")
-    for a, results in worst.items():
-        share, base_share, nuisance, other = min(results)
-        print(f"  {a:12s} {100 * share:5.1f}% of the ceiling (MiniLM {100 * base_share:5.1f}%), ratio "
-              f"{share / base_share if base_share > 0 else float('inf'):.2f}x; nuisance {nuisance:.1f}; "
-              f"largest other factor {other:.1f}")
+    for style in args.styles:
+        worst = {}
+        for seed in args.seeds:
+            t0 = time.perf_counter()
+            table = synthetic_table(seed, args.docs, cache, style)
+            print(f"\ngenerator {style}, seed {seed} ({time.perf_counter() - t0:.1f} s)")
+            print_table(table["rows"], FACTORS, table["ceiling"])
+            base = table["rows"]["MiniLM whole abstract"]
+            for kind in ("aspect file", "calibrated"):
+                for a in ASPECTS:
+                    row = table["rows"][f"{kind}: {a}"]
+                    share, base_share = row[a] / table["ceiling"][a], base[a] / table["ceiling"][a]
+                    worst.setdefault((kind, a), []).append(
+                        (share, base_share, row[NUISANCE], max(v for f, v in row.items() if f != a)))
+        print(f"\nGenerator {style}, worst seed per aspect: share of the ceiling on its own factor (MiniLM whole "
+              "abstract's), the nuisance, the largest other factor")
+        for (kind, a), results in worst.items():
+            share, base_share, nuisance, other = min(results)
+            print(f"  {kind:11s} {a:12s} {100 * share:5.1f}% of the ceiling (MiniLM {100 * base_share:5.1f}%), "
+                  f"ratio {share / base_share if base_share > 0 else float('inf'):.2f}x; nuisance {nuisance:.1f}; "
+                  f"largest other factor {other:.1f}")
     t0 = time.perf_counter()
     rows = aclsum_table(args.aclsum_docs, cache)
     print(f"\nACLSum test, {args.aclsum_docs} papers, acl preset, truths: human summaries read by mpnet "
@@ -142,9 +158,10 @@ def main(argv=None) -> None:
     columns = list(next(iter(rows.values())))
     print_table(rows, columns)
     base = rows["MiniLM whole abstract"]
-    gains = {a: rows[f"aspect file: {a}"][a] - base[a] for a in columns}
-    print("gain of the aspect file over MiniLM on its own aspect: "
-          + ", ".join(f"{a} {g:+.1f}" for a, g in gains.items()))
+    for kind in ("aspect file", "calibrated"):
+        gains = {a: rows[f"{kind}: {a}"][a] - base[a] for a in columns}
+        print(f"gain of the {kind} head over MiniLM on its own aspect: "
+              + ", ".join(f"{a} {g:+.1f}" for a, g in gains.items()))
 
 
 if __name__ == "__main__":

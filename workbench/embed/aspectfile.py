@@ -21,6 +21,15 @@ Two uses: `zero_shot_embeddings` is the floor a trained head must beat (stage 03
 a head's place where the head follows its aspect less than the encoder does, see
 `guard.py`), and `sentence_marks` labels the sentences that state each aspect where the
 corpus has neither highlights nor LLM sentence labels.
+
+Calibrated to the corpus (`calibrate`): the aspect file's words are not the corpus's words,
+so the sentences it points at most clearly (softmax weight >= 0.5, each to one aspect) train
+a logistic classifier per aspect on the corpus's own sentence vectors, whose sentences then
+mark the next round (self-training, CALIBRATION_ROUNDS rounds). The pooled vector weighs a
+sentence by its probability, normalised over the abstract: exactly a `SentencePoolingHead`
+with query w and bias b. On the synthetic corpora (`benchmarks/aspect_file.py`, two
+generators, three seeds each) it followed every aspect more than the zero-shot scores did, by
+2 to 7 points of Spearman; on ACLSum it was within a point of them.
 """
 
 from __future__ import annotations
@@ -35,6 +44,10 @@ from ..core.vectors import unit_rows
 TEMPERATURE = 0.05  # sentence softmax: low enough that the one or two sentences stating the aspect dominate
 BLEND = 0.5         # the sentences' share of the zero-shot vector; the rest is the whole abstract
 EXCLUDE_WEIGHT = 0.5  # how strongly what an aspect excludes counts against a sentence
+CALIBRATION_ROUNDS = 3  # self-training rounds of `calibrate` (the second and third add 1-2 points on the synthetic corpora)
+CALIBRATION_C = 1.0  # inverse L2 strength of its logistic classifiers (sklearn's default)
+MIN_MARKED = 5  # sentences an aspect must have marked before its classifier is trained
+MAX_CALIBRATION_SENTENCES = 20000  # a seeded sample of sentences trains the classifiers on large corpora
 
 
 @dataclass
@@ -47,6 +60,19 @@ class AspectPrototypes:
     def scores(self, sentences: np.ndarray) -> np.ndarray:
         """[n, A] scores of n sentence vectors (see the module docstring)."""
         return unit_rows(np.asarray(sentences, dtype=np.float32)) @ self.queries.T
+
+
+@dataclass
+class CalibratedScorer:
+    """Per aspect, a logistic "this sentence states the aspect": p = sigmoid(s . weights[a] + biases[a])."""
+    aspects: list[str]
+    weights: np.ndarray                   # [A, H]
+    biases: np.ndarray                    # [A]
+
+    def probabilities(self, sentences: np.ndarray) -> np.ndarray:
+        """[n, A] probabilities of n sentence vectors."""
+        z = unit_rows(np.asarray(sentences, dtype=np.float32)) @ self.weights.T + self.biases
+        return 1.0 / (1.0 + np.exp(-np.clip(z, -60, 60)))
 
 
 def aspect_texts(aspect) -> list[str]:
@@ -86,20 +112,57 @@ def softmax(x: np.ndarray, temperature: float) -> np.ndarray:
     return e / e.sum()
 
 
-def sentence_weights(features, prototypes: AspectPrototypes,
+def sentence_weights(features, prototypes: AspectPrototypes | CalibratedScorer,
                      temperature: float = TEMPERATURE) -> list[dict[str, np.ndarray]]:
-    """Per document, {aspect: weights over its sentences} (summing to 1; empty for a document without sentences)."""
+    """Per document, {aspect: weights over its sentences} (summing to 1; empty for a document without sentences):
+    the softmax of the zero-shot scores, or a `CalibratedScorer`'s probabilities normalised over the abstract."""
     out = []
     for sents in features.sentences:
         if not len(sents):
             out.append({a: np.zeros(0, np.float32) for a in prototypes.aspects})
+            continue
+        if isinstance(prototypes, CalibratedScorer):
+            p = prototypes.probabilities(sents)
+            p = p / np.maximum(p.sum(axis=0, keepdims=True), 1e-30)
+            out.append({a: p[:, j] for j, a in enumerate(prototypes.aspects)})
             continue
         score = prototypes.scores(sents)
         out.append({a: softmax(score[:, j], temperature) for j, a in enumerate(prototypes.aspects)})
     return out
 
 
-def zero_shot_embeddings(features, prototypes: AspectPrototypes, temperature: float = TEMPERATURE,
+def calibrate(features, prototypes: AspectPrototypes, rounds: int = CALIBRATION_ROUNDS, C: float = CALIBRATION_C,
+              seed: int = 0) -> CalibratedScorer | None:
+    """The aspect file's sentence scores self-trained on this corpus (see the module doc); None where it cannot be
+    (fewer than MIN_MARKED marked sentences for an aspect, or every sentence marked): use the zero-shot scores."""
+    from sklearn.linear_model import LogisticRegression
+
+    sentences = [np.asarray(s, dtype=np.float32) for s in features.sentences if len(s)]
+    if not sentences or not rounds:
+        return None
+    S = unit_rows(np.concatenate(sentences))
+    sample = np.arange(len(S))
+    if len(S) > MAX_CALIBRATION_SENTENCES:
+        sample = np.sort(np.random.default_rng(seed).choice(len(S), MAX_CALIBRATION_SENTENCES, replace=False))
+    scorer: AspectPrototypes | CalibratedScorer = prototypes
+    for _ in range(int(rounds)):
+        W = np.concatenate([np.stack([w[a] for a in prototypes.aspects], axis=1)
+                            for w in sentence_weights(features, scorer) if len(next(iter(w.values())))])
+        weights, biases = [], []
+        for j in range(len(prototypes.aspects)):
+            # A sentence marks the aspect it points at most clearly, and no other one.
+            y = ((W[sample, j] >= 0.5) & (W[sample].argmax(axis=1) == j)).astype(int)
+            if y.sum() < MIN_MARKED or y.sum() == len(y):
+                return None if scorer is prototypes else scorer
+            clf = LogisticRegression(C=C, max_iter=1000).fit(S[sample], y)
+            weights.append(clf.coef_[0])
+            biases.append(clf.intercept_[0])
+        scorer = CalibratedScorer(list(prototypes.aspects), np.asarray(weights, np.float32),
+                                  np.asarray(biases, np.float32))
+    return scorer
+
+
+def zero_shot_embeddings(features, prototypes: AspectPrototypes | CalibratedScorer, temperature: float = TEMPERATURE,
                          blend: float = BLEND) -> dict[str, np.ndarray]:
     """{aspect: [N, H] unit rows}: the softmax-weighted mean of each abstract's sentence vectors, blended with the
     whole-abstract vector (`blend` the sentences' share). A document without sentences gets its whole vector."""
@@ -116,7 +179,7 @@ def zero_shot_embeddings(features, prototypes: AspectPrototypes, temperature: fl
     return {a: unit_rows(v) for a, v in out.items()}
 
 
-def sentence_marks(features, prototypes: AspectPrototypes, temperature: float = TEMPERATURE,
+def sentence_marks(features, prototypes: AspectPrototypes | CalibratedScorer, temperature: float = TEMPERATURE,
                    share: float = 0.5) -> list[dict[str, list[float]]]:
     """Per document, {aspect: [1.0 or 0.0 per sentence]}: the sentences holding at least `share` of an aspect's
     softmax weight, i.e. the one sentence (or two) the aspect file clearly points at. The format of

@@ -47,7 +47,7 @@ from ..core.rundir import RunDir
 from ..core.vectors import unit_rows
 from ..evaluate.evaluation import label_similarity, rowwise_spearman
 from ..evaluate.health import corpus_sentence_aspects, hard_negative_probe
-from .aspectfile import TEMPERATURE, aspect_prototypes, sentence_marks
+from .aspectfile import TEMPERATURE, CalibratedScorer, aspect_prototypes, calibrate, sentence_marks
 from .checkpoints import load_model
 from .features import FeatureCache, FrozenBackbone
 from .heads import PooledAspectModel
@@ -64,6 +64,7 @@ def floor_state(head, query: np.ndarray, bias: float, temperature: float = TEMPE
 
     Scores s . query / temperature; with the bias well below them, sigmoid(x) is exp(x) to a
     few per cent, so the head's normalised sigmoid weights are the softmax of `aspectfile`.
+    A calibrated scorer (`aspectfile.calibrate`) is held exactly: query w, bias b, temperature 1.
     Gate 0: half whole abstract, half pooled sentences (aspectfile.BLEND). No projection.
     """
     import torch
@@ -123,7 +124,8 @@ def aspect_sentences(corpus, aspects: Sequence[str], run_dir, features, prototyp
         marks = []
     if sum(1 for m in marks if all(m.get(a) for a in aspects)) >= 4:
         return marks, "human highlights or LLM sentence labels"
-    return sentence_marks(features, prototypes), "the aspect file (zero-shot sentence scores)"
+    how = "calibrated to the corpus" if isinstance(prototypes, CalibratedScorer) else "zero-shot sentence scores"
+    return sentence_marks(features, prototypes), f"the aspect file ({how})"
 
 
 def probe_sentences(run_dir, corpus, aspect_set, aspects: Sequence[str]) -> tuple[list[dict], str]:
@@ -170,15 +172,24 @@ def check_heads(run_dir, corpus, aspect_set, aspects: Sequence[str], doc_ids: Se
         report = {"checked": False, "reason": str(exc)}
         write_json(run.guard, report)
         return report
-    marks, source = aspect_sentences(held, aspects, run, features, protos)
+    # The aspect file's scores calibrated on every paper stage 03 saw (its sentences are cached), else as they are.
+    try:
+        seen_ids = {d for part in run.split() for d in part} | set(ids)
+    except FileNotFoundError:
+        seen_ids = set(ids)
+    seen = corpus.subset(ids=[d for d in corpus.ids if d in seen_ids])
+    scorer = calibrate(model.features(seen.texts()), protos) or protos
+    marks, source = aspect_sentences(held, aspects, run, features, scorer)
 
     # The floor is a copy of the model's heads; the feature cache (every cached vector) is shared, not copied.
     cache, model.cache = model.cache, None
     floor = copy.deepcopy(model)
     model.cache = floor.cache = cache
     for j, a in enumerate(aspects):
-        floor.heads[a].load_state_dict(floor_state(floor.heads[a], protos.queries[j],
-                                                   floor_bias(features, protos.queries[j])))
+        state = (floor_state(floor.heads[a], scorer.weights[j], float(scorer.biases[j]), temperature=1.0)
+                 if isinstance(scorer, CalibratedScorer) else
+                 floor_state(floor.heads[a], protos.queries[j], floor_bias(features, protos.queries[j])))
+        floor.heads[a].load_state_dict(state)
 
     def encode(batch):
         out = dict(model.encode(batch, aspects=aspects))
