@@ -15,7 +15,7 @@ import pytest
 
 from workbench.maps import mapview
 from workbench.maps.mapview import cluster_labels, map_figure, map_frame
-from workbench.maps.page import export_html
+from workbench.maps.page import export_html, page_document
 from workbench.maps.pane import MapPane
 
 N = 60
@@ -606,3 +606,53 @@ def test_a_negative_or_nan_weight_is_refused_in_the_pane(meta, presets):
         assert pane.set_weights(bad) is None
         assert "non-negative" in pane.detail.value
     assert calls == []  # nothing was laid out
+
+
+def synthetic_page_inputs(n: int, presets: int = 3, seed: int = 0):
+    """A map of n papers as a run would export it: coordinates per preset, metadata with two aspect summaries,
+    and records with realistic abstracts (about 1,200 characters of varied words)."""
+    rng = np.random.default_rng(seed)
+    vocab = np.array([f"{w}{k}" for k in range(60) for w in ("model", "cell", "graph", "trial", "signal", "dose")])
+    text = lambda words: " ".join(vocab[rng.integers(len(vocab), size=words)])  # noqa: E731
+    centres = rng.uniform(-40, 40, size=(12, 2))
+    coords = {f"preset {p}": centres[rng.integers(12, size=n)] + rng.normal(size=(n, 2)) * 3 for p in range(presets)}
+    meta = pd.DataFrame({"doc_id": [f"d{i}" for i in range(n)], "title": [text(10) for _ in range(n)],
+                         "year": rng.integers(1990, 2026, size=n).astype(float),
+                         "summary_method": [text(14) for _ in range(n)], "summary_task": [text(14) for _ in range(n)]})
+    records = meta[["doc_id", "title", "year"]].assign(abstract=[text(150) for _ in range(n)])
+    labels = {name: [(float(x), float(y), text(3)) for x, y in centres[:8]] for name in coords}
+    return coords, meta, records, labels
+
+
+@pytest.mark.slow
+def test_a_page_of_10000_papers_draws_with_webgl_within_5_seconds(tmp_path):
+    """The exported page at 10,000 papers (abstracts included), in headless Chromium: every point in the data
+    source, drawn by WebGL, within 5 s of opening the file; its size is printed for the benchmark table."""
+    import time
+
+    from lab_harness import Browser, chromium_paths
+
+    if chromium_paths() is None:
+        if os.environ.get("CI"):
+            pytest.fail("chromium, chromium-driver and selenium are required in CI")
+        pytest.skip("chromium or chromium-driver missing")
+    coords, meta, records, labels = synthetic_page_inputs(10_000)
+    page = export_html(tmp_path / "map.html", coords, meta, labels, records=records, title="10,000 papers")
+    size = page.stat().st_size
+    assert json.loads(page_document(page))["doc"]  # the compressed document reads back
+    browser = Browser(tmp_path / "profile")
+    try:
+        start = time.perf_counter()
+        browser.driver.get(page.as_uri())
+        browser.wait(lambda: (browser.map_points() or {}).get("x") is not None
+                     and len(browser.map_points()["x"]) == 10_000, 30, "the 10,000 points were not drawn", every=0.05)
+        drawn = time.perf_counter() - start
+        assert browser.points_webgl() is True
+        png = tmp_path / "page.png"
+        png.write_bytes(browser.driver.get_screenshot_as_png())
+        assert len(_coloured_pixels(png)) > 5000  # the points on the screen, not only in the data
+    finally:
+        browser.close()
+    print(f"\n10,000-paper page: {size / 1e6:.1f} MB, drawn in {drawn:.2f} s")
+    assert drawn <= 5.0, f"the page took {drawn:.1f} s to draw"
+    assert size < 12e6, size  # compressed: 11.5 MB at 5,000 papers before

@@ -91,8 +91,10 @@ def test_visualize_stage_exports_a_standalone_map(tiny_run):
     run, reports, _ = tiny_run
     page = reports / "05_map.html"
     assert page.is_file()
-    text = page.read_text()
-    assert "cdn.bokeh.org" not in text  # resources inline: the page works offline
+    from workbench.maps.page import page_document
+
+    assert "cdn.bokeh.org" not in page.read_text()  # resources inline: the page works offline
+    text = page_document(page)  # the document, as the browser unpacks it
     assert "Aspect weights of this map" in text and "Regions" in text  # the legend beside the map
     assert (run / "maps" / "current" / "map_config.json").is_file()
     html = (reports / "05_visualize.html").read_text()

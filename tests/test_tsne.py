@@ -222,6 +222,20 @@ def test_reweighted_affinities_are_opentsne_s_exact_ones():
     np.testing.assert_allclose(ours.toarray(), theirs.toarray(), atol=1e-6)
 
 
+def test_above_the_exact_limit_neighbours_come_from_annoy_with_the_same_distances(monkeypatch):
+    from workbench.maps import reweight
+
+    emb, _ = _manifold(400, seed=13)
+    f = weighted_features(emb, {"task": 0.5, "method": 0.3, "outcome": 0.2})
+    exact_idx, _ = reweight.neighbours(f, 15)
+    monkeypatch.setattr(reweight, "EXACT_SEARCH_MAX", 100)
+    idx, dist = reweight.neighbours(f, 15, seed=0)
+    full = 1.0 - f.astype(np.float64) @ f.T.astype(np.float64)
+    np.testing.assert_allclose(dist, np.take_along_axis(full, idx, axis=1), atol=1e-5)  # 1 - cos, as `nearest`
+    recall = np.mean([len(set(a) & set(b)) / 15 for a, b in zip(idx, exact_idx)])
+    assert recall > 0.9, recall
+
+
 def test_kernel_sum_is_the_float64_pair_sum():
     from workbench.maps.reweight import kernel_sum
 
@@ -240,7 +254,7 @@ def test_an_opentsne_map_keeps_its_neighbours_for_placing_and_inverting(monkeypa
     amap = AspectMap.fit(emb, method="opentsne", n_iter=30, seed=0)
     moved = amap.with_weights({"task": 0.2, "method": 0.6, "outcome": 0.2}, n_iter=10)
     calls = []
-    monkeypatch.setattr(tsne, "nearest", lambda *a, **k: calls.append(1) or reweight.nearest(*a, **k))
+    monkeypatch.setattr(tsne, "neighbours", lambda *a, **k: calls.append(1) or reweight.neighbours(*a, **k))
     for m in (amap, moved):  # the fit's and the weight change's own searches are reused
         rows = m._rows()
         fresh = AspectMap(m.embeddings, m.weights, m.coords, m.perplexity, m.seed, m.method)

@@ -10,7 +10,8 @@ calibration (`joint_probabilities_nn`), and the layout from its gradient, warm f
 current map: `FIRST_ITER` iterations give a first frame, handed to `on_frame` so a pane can
 draw it at once, and the rest of `iterations(n)` the settled map.
 
-Above `EXACT_SEARCH_MAX` papers the product grows as n^2 and openTSNE's own search takes over.
+Above `EXACT_SEARCH_MAX` papers the product grows as n^2 and openTSNE's Annoy index takes over
+(`neighbours`).
 Quality against a fresh fit is measured in `benchmarks/maps.py` (kNN@10).
 """
 
@@ -56,18 +57,26 @@ def nearest(features: np.ndarray, k: int, n_jobs: int = 1) -> tuple[np.ndarray, 
     return idx, dist
 
 
+def neighbours(features: np.ndarray, k: int, n_jobs: int = 1, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """(n, k) indices and 1 - cos distances of each row's k nearest other rows (unit rows): exact blocked
+    products (`nearest`) up to EXACT_SEARCH_MAX rows, openTSNE's Annoy index (approximate) above."""
+    if len(features) <= EXACT_SEARCH_MAX:
+        return nearest(features, k, n_jobs)
+    from openTSNE.nearest_neighbors import Annoy
+
+    idx, dist = Annoy(np.asarray(features, dtype=np.float64), int(k), metric="euclidean", n_jobs=n_jobs,
+                      random_state=seed).build()
+    return idx, np.clip(dist ** 2 / 2.0, 0.0, 2.0)  # |f_i - f_j|^2 = 2 d(i, j) on unit weighted features
+
+
 def reweighted_affinities(features: np.ndarray, perplexity: float, n_jobs: int = 1, seed: int = 0):
     """(openTSNE affinities, neighbours): symmetric P over the 3 x perplexity nearest papers of unit weighted
-    features, and the (indices, 1 - cos distances) of `nearest` they came from (None above EXACT_SEARCH_MAX,
-    where openTSNE's approximate search runs). A map keeps the neighbours: placing or inverting a point on it
-    needs the same rows, and would otherwise search again on its first click."""
-    from openTSNE.affinity import PerplexityBasedNN, PrecomputedAffinities, joint_probabilities_nn
+    features, and the (indices, 1 - cos distances) of `neighbours` they came from. A map keeps the
+    neighbours: placing or inverting a point on it needs the same rows, and would otherwise search
+    again on its first click."""
+    from openTSNE.affinity import PrecomputedAffinities, joint_probabilities_nn
 
-    k = int(3 * perplexity)
-    if len(features) > EXACT_SEARCH_MAX:
-        return PerplexityBasedNN(np.asarray(features, dtype=np.float64), perplexity=perplexity, metric="euclidean",
-                                 n_jobs=n_jobs, random_state=seed), None
-    idx, d = nearest(features, k, n_jobs)
+    idx, d = neighbours(features, int(3 * perplexity), n_jobs, seed)
     # openTSNE squares its (Euclidean) distances; on unit weighted features |f_i - f_j|^2 = 2 d(i, j).
     P = joint_probabilities_nn(idx, np.sqrt(2.0 * d), [perplexity], symmetrize=True, n_jobs=n_jobs)
     return PrecomputedAffinities(P, normalize=False), (idx, d)

@@ -62,7 +62,7 @@ import numpy as np
 
 from ..core.files import write_arrays, write_json
 from ..core.vectors import unit_rows
-from .reweight import EXACT_SEARCH_MAX, FIRST_ITER, iterations, kernel_sum, nearest, reweight, reweighted_affinities
+from .reweight import FIRST_ITER, iterations, kernel_sum, neighbours, reweight, reweighted_affinities
 from .tsne_math import (calibrate_rows, check_embeddings, effective_perplexity, gradient_descent, inversion_objective,
                         joint_probabilities, normalize_weights, pca_init, unit32, weighted_features)
 
@@ -215,19 +215,14 @@ class AspectMap:
             y = gradient_descent(P, y, n_iter, 0.8, lr, 1.0, verbose)
         else:
             from openTSNE import TSNEEmbedding
-            from openTSNE.affinity import PerplexityBasedNN
 
             n_iter = (100 if warm else 500) if n_iter is None else int(n_iter)
             n_jobs = thread_count()
             # Euclidean on unit features: |f_i - f_j|^2 = 2 d(i, j), and openTSNE squares
             # its distances, so its rows are the exact path's rows restricted to the k-NN.
-            if n <= EXACT_SEARCH_MAX:
-                # Exact neighbours by blocked products: faster than openTSNE's Annoy index up to
-                # tens of thousands of papers, and kept for placing and inverting (`_rows`).
-                affinities, amap._cache["knn"] = reweighted_affinities(features, perplexity, n_jobs, seed)
-            else:
-                affinities = PerplexityBasedNN(features.astype(np.float64), perplexity=perplexity,
-                                               metric="euclidean", n_jobs=n_jobs, random_state=seed, verbose=verbose)
+            # Exact neighbours by blocked products (faster than openTSNE's Annoy index up to tens of
+            # thousands of papers; Annoy above), kept for placing and inverting (`_rows`).
+            affinities, amap._cache["knn"] = reweighted_affinities(features, perplexity, n_jobs, seed)
             gradient = "bh" if n < (WARM_FFT_MIN if warm else FFT_MIN) else "fft"
             emb = TSNEEmbedding(y0, affinities, negative_gradient_method=gradient, n_jobs=n_jobs,
                                 random_state=seed, verbose=verbose)
@@ -306,7 +301,7 @@ class AspectMap:
                 k = min(n - 1, int(3 * perplexity))
                 known = self._cache.get("knn")  # the neighbours the fit or weight change searched
                 idx, d = (known[0][:, :k], known[1][:, :k]) if known is not None and known[0].shape[1] >= k \
-                    else nearest(f, k, thread_count(CLICK_SAMPLE))
+                    else neighbours(f, k, thread_count(CLICK_SAMPLE), self.seed)
                 cond, beta, log_norm = calibrate_rows(d, perplexity)
                 rows = np.repeat(np.arange(n), idx.shape[1])
                 C = sparse.csr_matrix((cond.ravel(), (rows, idx.ravel())), shape=(n, n))
