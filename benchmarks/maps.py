@@ -69,6 +69,7 @@ ASPECTS, DIM, CLUSTERS = ("task", "method", "outcome"), 64, 12
 W_OLD = {"task": 0.5, "method": 0.3, "outcome": 0.2}  # a small move to W_NEW
 W_NEW = {"task": 0.4, "method": 0.35, "outcome": 0.25}
 W_FAR = {"task": 0.1, "method": 0.1, "outcome": 0.8}  # a large move: the old layout is a poor start
+PAPER_INVERT_MAX = 20000  # the paper's inversion holds (n+1)^2 matrices: not run above this many points
 
 
 def synthetic(n: int, seed: int = 0, dim: int = DIM) -> dict[str, np.ndarray]:
@@ -80,6 +81,61 @@ def synthetic(n: int, seed: int = 0, dim: int = DIM) -> dict[str, np.ndarray]:
         e = centers[rng.integers(CLUSTERS, size=n)] + 0.6 * rng.normal(size=(n, dim))
         out[a] = e / np.linalg.norm(e, axis=1, keepdims=True)
     return out
+
+
+def synthetic_page_inputs(n: int, presets: int = 3, seed: int = 0):
+    """A map of n papers as a run would export it: coordinates per preset, metadata with two aspect summaries,
+    and records with realistic abstracts (about 1,200 characters of varied words)."""
+    rng = np.random.default_rng(seed)
+    vocab = np.array([f"{w}{k}" for k in range(60) for w in ("model", "cell", "graph", "trial", "signal", "dose")])
+    text = lambda words: " ".join(vocab[rng.integers(len(vocab), size=words)])  # noqa: E731
+    centres = rng.uniform(-40, 40, size=(12, 2))
+    coords = {f"preset {p}": centres[rng.integers(12, size=n)] + rng.normal(size=(n, 2)) * 3 for p in range(presets)}
+    import pandas as pd
+
+    meta = pd.DataFrame({"doc_id": [f"d{i}" for i in range(n)], "title": [text(10) for _ in range(n)],
+                         "year": rng.integers(1990, 2026, size=n).astype(float),
+                         "summary_method": [text(14) for _ in range(n)], "summary_task": [text(14) for _ in range(n)]})
+    records = meta[["doc_id", "title", "year"]].assign(abstract=[text(150) for _ in range(n)])
+    labels = {name: [(float(x), float(y), text(3)) for x, y in centres[:8]] for name in coords}
+    return coords, meta, records, labels
+
+
+def page_row(n: int, coords: np.ndarray, args) -> list[str]:
+    """Export the map page of n papers (abstracts in it up to page.PAGE_ABSTRACTS_MAX) and time its drawing in
+    headless Chromium (tests/lab_harness.Browser: the browser already started; until every point is in the
+    plot's data source), with whether WebGL draws the points."""
+    import tempfile
+
+    from workbench.maps.page import export_html
+
+    _, meta, records, labels = synthetic_page_inputs(n)
+    presets = {"small change": coords[0], "large change": coords[1], "before": coords[2]}
+    folder = Path(tempfile.mkdtemp(prefix="map-page-"))
+    page, t_export = timed(lambda: export_html(folder / "map.html", presets, meta,
+                                               {k: labels[next(iter(labels))] for k in presets}, records=records))
+    size = page.stat().st_size
+    drawn, webgl = float("nan"), None
+    try:
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+        from lab_harness import Browser, chromium_paths
+
+        if chromium_paths() is not None:
+            browser = Browser(folder / "profile")
+            try:
+                start = time.perf_counter()
+                browser.driver.get(page.as_uri())
+                browser.wait(lambda: len((browser.map_points() or {}).get("x") or []) == n, 120,
+                             "the page's points were not drawn", every=0.05)
+                drawn, webgl = time.perf_counter() - start, browser.points_webgl()
+            finally:
+                browser.close()
+    except ImportError:  # selenium missing: size only
+        pass
+    print(f"  page: {size / 1e6:.1f} MB (export {t_export:.1f}s), drawn in {drawn:.2f}s, WebGL {webgl}", flush=True)
+    return [f"| {n} | map page (3 presets{', abstracts' if n <= 20000 else ''}) | `export_html` | {drawn:.2f} | | "
+            f"{size / 1e6:.1f} MB, WebGL {'on' if webgl else 'off' if webgl is False else 'not measured'}; "
+            f"export {t_export:.1f} s |"]
 
 
 def knn_agreement(features, coords, rows, k=10, queries=None, query_coords=None) -> float:
@@ -212,12 +268,16 @@ def place_and_invert(base: AspectMap, new: dict, args) -> list[str]:
     steps = args.invert_iter or invert_steps(n)
     _, t_inv = timed(lambda: base.invert(target, n_iter=steps))  # the fit prepared its caches (`prepare`)
     per_ours = t_inv / steps
+    rows_out.append(f"| {n} | invert one point, per step | ours `invert` | {per_ours * 1e3:.1f} ms | 1.00x | "
+                    f"{steps} steps: {t_inv:.2f}s |")
+    if n > PAPER_INVERT_MAX:  # (n+1)^2 float32 matrices: 40 GB each at 100,000 papers
+        print(f"  invert: ours {per_ours * 1e3:.1f} ms/step ({t_inv:.2f}s for {steps}); the paper's full "
+              f"recompute not run above {PAPER_INVERT_MAX} points", flush=True)
+        return rows_out
     per_base, t_refresh = baseline_invert(base, target, args.baseline_steps)
     per_base_all = per_base + t_refresh / 10
     print(f"  invert: ours {per_ours * 1e3:.1f} ms/step ({t_inv:.2f}s for {steps}); full recompute "
           f"{per_base * 1e3:.0f} ms/step + refresh {t_refresh:.1f}s / 10", flush=True)
-    rows_out.append(f"| {n} | invert one point, per step | ours `invert` | {per_ours * 1e3:.1f} ms | 1.00x | "
-                    f"{steps} steps: {t_inv:.2f}s |")
     rows_out.append(f"| {n} | | paper: full (n+1)^2 P per step | {per_base_all * 1e3:.0f} ms | "
                     f"{per_base_all / per_ours:.0f}x | step {per_base * 1e3:.0f} ms + refresh {t_refresh:.1f}s/10 |")
     return rows_out
@@ -258,7 +318,7 @@ def run_size(n: int, args) -> list[str]:
     print(f"\n== n = {n} (load average {os.getloadavg()[0]:.1f})", flush=True)
 
     base, t_base = timed(lambda: AspectMap.fit(corpus, W_OLD, seed=0))
-    print(f"  base map: {base.method}, fit {t_base:.1f}s", flush=True)
+    print(f"  base map: {base.method}, fit {t_base:.1f}s (neighbours, layout and click caches)", flush=True)
 
     # ---- refit after a weight change: the first frame (handed to on_frame) and the settled map
     f_new = weighted_features(corpus, W_NEW)
@@ -274,19 +334,23 @@ def run_size(n: int, args) -> list[str]:
     q_ot = knn_agreement(f_new, ot, rows)
     print(f"  openTSNE fresh: {t_ot:.1f}s, kNN@10 {q_ot:.2f}", flush=True)
     full = n <= args.sklearn_full_max
-    sk, t_sk = timed(lambda: TSNE(random_state=0, n_jobs=args.threads,
-                                  max_iter=1000 if full else 250).fit_transform(f_new))
-    q_sk = knn_agreement(f_new, sk, rows) if full else float("nan")
-    label_sk = f"{t_sk:.1f}" if full else f"~{4 * t_sk:.0f} (250 its: {t_sk:.1f})"
-    print(f"  sklearn fresh: {label_sk}s", flush=True)
-    t_sk_full = t_sk if full else 4 * t_sk
+    if n <= args.sklearn_max:
+        sk, t_sk = timed(lambda: TSNE(random_state=0, n_jobs=args.threads,
+                                      max_iter=1000 if full else 250).fit_transform(f_new))
+        q_sk = knn_agreement(f_new, sk, rows) if full else float("nan")
+        label_sk = f"{t_sk:.1f}" if full else f"~{4 * t_sk:.0f} (250 its: {t_sk:.1f})"
+        print(f"  sklearn fresh: {label_sk}s", flush=True)
+        t_sk_full = t_sk if full else 4 * t_sk
+    rows_out.append(f"| {n} | fit a map | ours ({base.method}) | {t_base:.1f} | | neighbours, layout and the click "
+                    f"caches |")
     rows_out.append(f"| {n} | weight change: first frame | ours ({base.method}) | {frame['t']:.2f} | "
                     f"{frame['t'] / t_warm:.2f}x | kNN@10 {q_first:.2f} ({q_first / q_ot:.2f} of a fresh fit's) |")
     rows_out.append(f"| {n} | weight change: settled | ours ({base.method}) | {t_warm:.2f} | 1.00x | "
                     f"kNN@10 {q_warm:.2f} |")
     rows_out.append(f"| {n} | | openTSNE fresh fit | {t_ot:.2f} | {t_ot / t_warm:.1f}x | kNN@10 {q_ot:.2f} |")
-    rows_out.append(f"| {n} | | sklearn TSNE fresh (barnes_hut) | {label_sk} | {'~' * (not full)}"
-                    f"{t_sk_full / t_warm:.1f}x | " + (f"kNN@10 {q_sk:.2f} |" if full else "(250 its only) |"))
+    if n <= args.sklearn_max:
+        rows_out.append(f"| {n} | | sklearn TSNE fresh (barnes_hut) | {label_sk} | {'~' * (not full)}"
+                        f"{t_sk_full / t_warm:.1f}x | " + (f"kNN@10 {q_sk:.2f} |" if full else "(250 its only) |"))
 
     # ---- a large weight change: ours against a fresh openTSNE fit of the same features
     f_far = weighted_features(corpus, W_FAR)
@@ -314,6 +378,8 @@ def run_size(n: int, args) -> list[str]:
     rows_out.append(f"| {n} | invert right after it (first call) | ours | {t_inv_after:.2f} | | caches built in "
                     f"the background since the settled map (`prepare`); then place {t_place_after:.2f} s |")
     rows_out += place_and_invert(base, new, args)
+    if args.page:
+        rows_out += page_row(n, [warm.coords, far.coords, base.coords], args)
     return rows_out
 
 
@@ -325,6 +391,8 @@ def main() -> None:
                         help="our inversion steps (default: tsne.invert_steps, 300 below 1,500 papers, else 100)")
     parser.add_argument("--dim", type=int, default=DIM, help=f"dimensions per aspect (default {DIM}; MiniLM: 384)")
     parser.add_argument("--run", help="also time clicks in `Explorer` on this run directory (needs --corpus)")
+    parser.add_argument("--page", action="store_true", help="also export each map as a page and time its drawing")
+    parser.add_argument("--sklearn-max", type=int, default=20000, help="no sklearn fit above this many points")
     parser.add_argument("--corpus", help="the run's corpus file, for --run")
     parser.add_argument("--baseline-steps", type=int, default=5, help="full-recompute steps timed (default 5)")
     parser.add_argument("--threads", type=int, default=1, help="threads for every method (default 1)")

@@ -8,6 +8,8 @@ import os
 import re
 import shutil
 import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -608,22 +610,6 @@ def test_a_negative_or_nan_weight_is_refused_in_the_pane(meta, presets):
     assert calls == []  # nothing was laid out
 
 
-def synthetic_page_inputs(n: int, presets: int = 3, seed: int = 0):
-    """A map of n papers as a run would export it: coordinates per preset, metadata with two aspect summaries,
-    and records with realistic abstracts (about 1,200 characters of varied words)."""
-    rng = np.random.default_rng(seed)
-    vocab = np.array([f"{w}{k}" for k in range(60) for w in ("model", "cell", "graph", "trial", "signal", "dose")])
-    text = lambda words: " ".join(vocab[rng.integers(len(vocab), size=words)])  # noqa: E731
-    centres = rng.uniform(-40, 40, size=(12, 2))
-    coords = {f"preset {p}": centres[rng.integers(12, size=n)] + rng.normal(size=(n, 2)) * 3 for p in range(presets)}
-    meta = pd.DataFrame({"doc_id": [f"d{i}" for i in range(n)], "title": [text(10) for _ in range(n)],
-                         "year": rng.integers(1990, 2026, size=n).astype(float),
-                         "summary_method": [text(14) for _ in range(n)], "summary_task": [text(14) for _ in range(n)]})
-    records = meta[["doc_id", "title", "year"]].assign(abstract=[text(150) for _ in range(n)])
-    labels = {name: [(float(x), float(y), text(3)) for x, y in centres[:8]] for name in coords}
-    return coords, meta, records, labels
-
-
 @pytest.mark.slow
 def test_a_page_of_10000_papers_draws_with_webgl_within_5_seconds(tmp_path):
     """The exported page at 10,000 papers (abstracts included), in headless Chromium: every point in the data
@@ -636,6 +622,9 @@ def test_a_page_of_10000_papers_draws_with_webgl_within_5_seconds(tmp_path):
         if os.environ.get("CI"):
             pytest.fail("chromium, chromium-driver and selenium are required in CI")
         pytest.skip("chromium or chromium-driver missing")
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from maps import synthetic_page_inputs  # the benchmark's page of n papers
+
     coords, meta, records, labels = synthetic_page_inputs(10_000)
     page = export_html(tmp_path / "map.html", coords, meta, labels, records=records, title="10,000 papers")
     size = page.stat().st_size
