@@ -243,6 +243,13 @@ def test_kernel_sum_is_the_float64_pair_sum():
     d2 = np.sum((y[:, None] - y[None]) ** 2, axis=-1)
     exact = np.sum(1.0 / (1.0 + d2)) - len(y)
     assert kernel_sum(y, n_jobs=2) == pytest.approx(exact, rel=1e-5)
+    # From the full rows of a seeded sample of points: an estimate, its error shrinking with the sample.
+    clustered = np.concatenate([np.random.default_rng(4).normal(size=(2000, 2)) * s + c
+                                for s, c in ((3, (0, 0)), (8, (40, 10)), (1, (-30, 20)))])
+    exact = sum(np.sum(1.0 / (1.0 + np.sum((clustered[i:i + 500, None] - clustered[None]) ** 2, axis=-1)))
+                for i in range(0, len(clustered), 500)) - len(clustered)
+    assert kernel_sum(clustered, max_rows=1500, seed=0) == pytest.approx(exact, rel=0.03)
+    assert kernel_sum(clustered, max_rows=len(clustered) + 1) == pytest.approx(exact, rel=1e-5)
 
 
 def test_an_opentsne_map_keeps_its_neighbours_for_placing_and_inverting(monkeypatch):

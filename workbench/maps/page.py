@@ -190,7 +190,10 @@ def export_html(path, coords_by_preset: dict[str, np.ndarray], meta: pd.DataFram
              for k in coords_by_preset}
     frames = [map_frame(c, metas[k], color_by) for k, c in coords_by_preset.items()]
     # Presets are stored as indexed columns (x__0, y__0, ...) so any preset name is safe.
-    columns = ["x", "y", "color", "group"] + ([QUESTIONS, "hover"] if questions_by_preset is not None else [])
+    columns = ["x", "y", "color", "group"] + ([QUESTIONS] if questions_by_preset is not None else [])
+    # The plain-text "hover" one-liner repeats the title and summaries the tooltip shows from their own
+    # columns; the page has no use for it (a tenth of a 100,000-paper page).
+    frames = [{k: v for k, v in frame.items() if k != "hover"} for frame in frames]
     data = dict(frames[0])
     for i, frame in enumerate(frames):
         for c in columns:

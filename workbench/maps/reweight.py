@@ -82,7 +82,7 @@ def reweighted_affinities(features: np.ndarray, perplexity: float, n_jobs: int =
     return PrecomputedAffinities(P, normalize=False), (idx, d)
 
 
-def kernel_sum(coords: np.ndarray, n_jobs: int = 1) -> float:
+def kernel_sum(coords: np.ndarray, n_jobs: int = 1, max_rows: int | None = None, seed: int = 0) -> float:
     """Z = sum over i != j of (1 + |y_i - y_j|^2)^-1, the normaliser of a map's Q, by blocked float32 products.
 
     O(n^2) but one pass over in-place blocks that stay in cache: 0.1 s at 10,000 points on 2 cores, against
@@ -90,27 +90,37 @@ def kernel_sum(coords: np.ndarray, n_jobs: int = 1) -> float:
     Squared distances in float32 are within 1e-3 of the float64 ones on maps of spread 100, a
     relative error of Z below 1e-5 (checked against float64 in the tests); the i = j terms are set
     to 0, not computed and subtracted, since float32 cancellation leaves them a hair under 1.
+
+    max_rows: above this many points, the sum of the full rows of a seeded sample of max_rows points,
+    scaled by n / max_rows: O(n max_rows) instead of O(n^2) (10 s at 100,000 points). Z only sets the
+    scale of the repulsion a placed or inverted point feels; the sample's error (0.2-0.5% with 20,000
+    of 30,000 clustered points, 0.1-3% with 2,000) moves nothing visibly.
     """
     import torch
 
     y = np.asarray(coords, dtype=np.float64)
+    rows = np.arange(len(y))
+    if max_rows is not None and len(y) > max_rows:
+        rows = np.sort(np.random.default_rng(seed).choice(len(y), int(max_rows), replace=False))
+    scale = len(y) / len(rows)
     y = torch.from_numpy((y - y.mean(axis=0)).astype(np.float32))  # centred: smaller norms, less cancellation
     sq = (y * y).sum(dim=1)
+    rows = torch.from_numpy(rows)
     before = torch.get_num_threads()
     torch.set_num_threads(max(1, int(n_jobs)))
     total = 0.0
     try:
         with torch.no_grad():
-            for start in range(0, len(y), KERNEL_BLOCK):
+            for start in range(0, len(rows), KERNEL_BLOCK):
+                block = rows[start:start + KERNEL_BLOCK]
                 # |y_i|^2 + |y_j|^2 - 2 y_i.y_j, then 1 / (1 + d), all in place on one block
-                d = torch.addmm(sq[None, :], y[start:start + KERNEL_BLOCK], y.T, alpha=-2.0)
-                d.add_(sq[start:start + KERNEL_BLOCK, None]).clamp_(min=0).add_(1.0).reciprocal_()
-                rows = torch.arange(d.shape[0])
-                d[rows, start + rows] = 0.0  # i = j is no pair (and its float32 "distance" is not exactly 0)
+                d = torch.addmm(sq[None, :], y[block], y.T, alpha=-2.0)
+                d.add_(sq[block, None]).clamp_(min=0).add_(1.0).reciprocal_()
+                d[torch.arange(len(block)), block] = 0.0  # i = j is no pair (its float32 "distance" is not 0)
                 total += float(d.sum())  # float32 per block (cascade summation: 1e-6 relative), float64 across
     finally:
         torch.set_num_threads(before)
-    return total
+    return total * scale
 
 
 def iterations(n: int) -> int:

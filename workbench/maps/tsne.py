@@ -83,6 +83,7 @@ WARM_FFT_MIN = 50000        # warm starts: Barnes-Hut up to here (see the module
 N_JOBS: int | None = None  # openTSNE threads; None: the cores free at fit time (devices.free_threads)
 CLICK_SAMPLE = 0.03         # seconds the first click samples the idle cores for (a fit samples 0.3 s)
 PCA_ROWS = 2000             # corpus rows the inversion's principal components are estimated from
+Z_ROWS = 20000              # above this many points Z is estimated from the full kernel rows of this many
 
 
 def thread_count(sample_seconds: float = 0.3) -> int:
@@ -321,7 +322,7 @@ class AspectMap:
                 d2 = np.sum((y[:, None, :] - y[None, :, :]) ** 2, axis=-1)
                 self._cache["z"] = float(np.sum(1.0 / (1.0 + d2))) - len(y)
             else:
-                self._cache["z"] = kernel_sum(y, thread_count(CLICK_SAMPLE))
+                self._cache["z"] = kernel_sum(y, thread_count(CLICK_SAMPLE), Z_ROWS, self.seed)
         return self._cache["z"]
 
     @_locked
