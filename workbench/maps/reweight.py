@@ -21,7 +21,11 @@ from typing import Callable
 
 import numpy as np
 
-EXACT_SEARCH_MAX = 30000  # exact blocked search up to here; openTSNE's approximate one above
+EXACT_SEARCH_MAX = 30000  # exact blocked search up to here; openTSNE's Annoy index above
+# Annoy's trees for a fresh fit (openTSNE's and FIt-SNE's default) and for a weight change, which starts
+# warm from a laid-out map: at 100,000 papers 10 trees took 9 s against 21 s, with 92% of the 90
+# nearest found (98% with 50) and all of the 10 nearest (benchmarks/README.md, maps).
+FIT_TREES, WARM_TREES = 50, 10
 FIRST_ITER = 5  # iterations before the first frame
 # Iterations in all, as many as cost about the same time at any size (each is O(n)): 80 at 10,000
 # papers (about 2 s on 2 cores), 400 at 2,000, never under 40 nor over 500. A large weight change
@@ -57,26 +61,28 @@ def nearest(features: np.ndarray, k: int, n_jobs: int = 1) -> tuple[np.ndarray, 
     return idx, dist
 
 
-def neighbours(features: np.ndarray, k: int, n_jobs: int = 1, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+def neighbours(features: np.ndarray, k: int, n_jobs: int = 1, seed: int = 0,
+               trees: int = FIT_TREES) -> tuple[np.ndarray, np.ndarray]:
     """(n, k) indices and 1 - cos distances of each row's k nearest other rows (unit rows): exact blocked
-    products (`nearest`) up to EXACT_SEARCH_MAX rows, openTSNE's Annoy index (approximate) above."""
+    products (`nearest`) up to EXACT_SEARCH_MAX rows, openTSNE's Annoy index of `trees` trees above."""
     if len(features) <= EXACT_SEARCH_MAX:
         return nearest(features, k, n_jobs)
     from openTSNE.nearest_neighbors import Annoy
 
     idx, dist = Annoy(np.asarray(features, dtype=np.float64), int(k), metric="euclidean", n_jobs=n_jobs,
-                      random_state=seed).build()
+                      random_state=seed, knn_kwargs={"n_trees": int(trees)}).build()
     return idx, np.clip(dist ** 2 / 2.0, 0.0, 2.0)  # |f_i - f_j|^2 = 2 d(i, j) on unit weighted features
 
 
-def reweighted_affinities(features: np.ndarray, perplexity: float, n_jobs: int = 1, seed: int = 0):
+def reweighted_affinities(features: np.ndarray, perplexity: float, n_jobs: int = 1, seed: int = 0,
+                          trees: int = FIT_TREES):
     """(openTSNE affinities, neighbours): symmetric P over the 3 x perplexity nearest papers of unit weighted
     features, and the (indices, 1 - cos distances) of `neighbours` they came from. A map keeps the
     neighbours: placing or inverting a point on it needs the same rows, and would otherwise search
     again on its first click."""
     from openTSNE.affinity import PrecomputedAffinities, joint_probabilities_nn
 
-    idx, d = neighbours(features, int(3 * perplexity), n_jobs, seed)
+    idx, d = neighbours(features, int(3 * perplexity), n_jobs, seed, trees)
     # openTSNE squares its (Euclidean) distances; on unit weighted features |f_i - f_j|^2 = 2 d(i, j).
     P = joint_probabilities_nn(idx, np.sqrt(2.0 * d), [perplexity], symmetrize=True, n_jobs=n_jobs)
     return PrecomputedAffinities(P, normalize=False), (idx, d)
@@ -92,9 +98,9 @@ def kernel_sum(coords: np.ndarray, n_jobs: int = 1, max_rows: int | None = None,
     to 0, not computed and subtracted, since float32 cancellation leaves them a hair under 1.
 
     max_rows: above this many points, the sum of the full rows of a seeded sample of max_rows points,
-    scaled by n / max_rows: O(n max_rows) instead of O(n^2) (10 s at 100,000 points). Z only sets the
-    scale of the repulsion a placed or inverted point feels; the sample's error (0.2-0.5% with 20,000
-    of 30,000 clustered points, 0.1-3% with 2,000) moves nothing visibly.
+    scaled by n / max_rows: O(n max_rows) instead of O(n^2) (10 s at 100,000 points, 1 s from 4,000
+    rows). Z only sets the scale of the repulsion a placed or inverted point feels; the sample's
+    error (0.5-1% with 5,000 of 30,000 clustered points, 0.1-3% with 2,000) moves nothing visibly.
     """
     import torch
 

@@ -62,7 +62,8 @@ import numpy as np
 
 from ..core.files import write_arrays, write_json
 from ..core.vectors import unit_rows
-from .reweight import FIRST_ITER, iterations, kernel_sum, neighbours, reweight, reweighted_affinities
+from .reweight import (FIRST_ITER, WARM_TREES, iterations, kernel_sum, neighbours, reweight,
+                       reweighted_affinities)
 from .tsne_math import (calibrate_rows, check_embeddings, effective_perplexity, gradient_descent, inversion_objective,
                         joint_probabilities, normalize_weights, pca_init, unit32, weighted_features)
 
@@ -83,7 +84,7 @@ WARM_FFT_MIN = 50000        # warm starts: Barnes-Hut up to here (see the module
 N_JOBS: int | None = None  # openTSNE threads; None: the cores free at fit time (devices.free_threads)
 CLICK_SAMPLE = 0.03         # seconds the first click samples the idle cores for (a fit samples 0.3 s)
 PCA_ROWS = 2000             # corpus rows the inversion's principal components are estimated from
-Z_ROWS = 20000              # above this many points Z is estimated from the full kernel rows of this many
+Z_PAIRS = 400_000_000       # Z from at most this many pairs: exact up to 20,000 points, sampled rows above
 
 
 def thread_count(sample_seconds: float = 0.3) -> int:
@@ -182,7 +183,7 @@ class AspectMap:
         new = type(self)(self.embeddings, weights, self.coords, self.perplexity, self.seed, self.method)
         total = iterations(len(self)) if n_iter is None else int(n_iter)
         affinities, new._cache["knn"] = reweighted_affinities(new.features(), self.perplexity, thread_count(),
-                                                              self.seed)
+                                                              self.seed, WARM_TREES)
         gradient = "bh" if len(self) < WARM_FFT_MIN else "fft"
         new.coords = reweight(self.coords, affinities, min(FIRST_ITER, total), max(total - FIRST_ITER, 0), on_frame,
                               gradient, thread_count(), self.seed)
@@ -322,7 +323,7 @@ class AspectMap:
                 d2 = np.sum((y[:, None, :] - y[None, :, :]) ** 2, axis=-1)
                 self._cache["z"] = float(np.sum(1.0 / (1.0 + d2))) - len(y)
             else:
-                self._cache["z"] = kernel_sum(y, thread_count(CLICK_SAMPLE), Z_ROWS, self.seed)
+                self._cache["z"] = kernel_sum(y, thread_count(CLICK_SAMPLE), max(Z_PAIRS // len(y), 1000), self.seed)
         return self._cache["z"]
 
     @_locked
