@@ -30,6 +30,7 @@ import base64
 import gzip
 import json
 import math
+import re
 from pathlib import Path
 from typing import Sequence
 
@@ -298,8 +299,6 @@ _LOADER_JS = """
 
 def page_document(path) -> str:
     """The Bokeh document (JSON text) inside a page written by `export_html`: what the browser unpacks."""
-    import re
-
     found = re.search(r'<script type="application/octet-stream" id="wb-map-data">([^<]*)</script>',
                       Path(path).read_text(encoding="utf-8"))
     if found is None:
