@@ -208,6 +208,15 @@ def _wait_readout(browser: Browser, *needles: str, timeout: float = 60) -> str:
     return _readout(browser)
 
 
+def _run_notebook(server: JupyterLab, browser: Browser, name: str, timeout: float = 300) -> None:
+    """Open notebook `name` on a blank page with a clean console, and Run All."""
+    browser.driver.get("about:blank")
+    browser.drain_console()
+    browser.console.clear()
+    browser.open(server.notebook_url(name))
+    browser.run_all(timeout=timeout)
+
+
 def _no_sideways_scroll(browser: Browser) -> None:
     widths = browser.js("""
         const p = document.querySelector('.jp-WindowedPanel-outer') || document.querySelector('.jp-Notebook');
@@ -334,11 +343,7 @@ def test_a_map_of_10000_papers_moves_and_answers_taps_in_time(lab):
     """10,000 points drawn by WebGL; a slider move shows its first frame within 3 s of the key press, and a
     tap on an empty spot is inverted and read within 1 s (the wall-clock times are printed for the table)."""
     server, browser, _ = lab
-    browser.driver.get("about:blank")
-    browser.drain_console()
-    browser.console.clear()
-    browser.open(server.notebook_url("pane_10k.ipynb"))
-    browser.run_all(timeout=300)
+    _run_notebook(server, browser, "pane_10k.ipynb")
     browser.wait(lambda: (browser.map_points() or {}).get("x") is not None
                  and len(browser.map_points()["x"]) == 10_000, 60, "the 10,000-point map did not appear")
     assert browser.points_webgl() is True  # the points are drawn by WebGL, not the canvas fallback
@@ -378,10 +383,7 @@ def test_a_map_of_10000_papers_moves_and_answers_taps_in_time(lab):
 def test_without_bokehjs_the_test_sees_jupyter_bokehs_error(lab):
     """The negative control: with the loader switched off the same page shows the error the issue saw."""
     server, browser, _ = lab
-    browser.driver.get("about:blank")
-    browser.drain_console()
-    browser.open(server.notebook_url("no_bokehjs.ipynb"))
-    browser.run_all()
+    _run_notebook(server, browser, "no_bokehjs.ipynb")
     # ipywidgets' error view where the map should be, and the failed view in the console: what a user saw.
     browser.wait(lambda: browser.js("return !!document.querySelector('.jupyter-widgets-error-widget')"), 120,
                  "no widget error view without BokehJS: the pane test could pass on a page that draws nothing")
@@ -395,11 +397,7 @@ def test_without_bokehjs_the_test_sees_jupyter_bokehs_error(lab):
 
 def test_notebook_05_run_all_shows_the_map(lab):
     server, browser, _ = lab
-    browser.driver.get("about:blank")
-    browser.drain_console()
-    browser.console.clear()
-    browser.open(server.notebook_url("05_visualize.ipynb"))
-    browser.run_all(timeout=600)
+    _run_notebook(server, browser, "05_visualize.ipynb", timeout=600)
     errors = browser.js("return [...document.querySelectorAll('.jp-OutputArea-output[data-mime-type="
                         "\"application/vnd.jupyter.stderr\"]')].map(e => e.innerText).filter(t => /Error/.test(t))")
     assert errors == [], errors
