@@ -61,6 +61,31 @@ def test_held_out_papers_are_not_summarised_and_a_test_only_corpus_is_not_held_o
     assert len(evaluation_corpus(corpus, run)) == 100
 
 
+def test_an_own_corpus_is_also_evaluated_on_labelled_papers_no_stage_saw(tmp_path):
+    import pandas as pd
+    from workbench.data.corpus import Corpus
+    from workbench.evaluate.report import evaluation_corpus
+
+    frame = pd.DataFrame({"doc_id": [f"p{i}" for i in range(30)], "title": "t",
+                          "abstract": [f"Abstract number {i}." for i in range(30)],
+                          "label_disease": [None if i % 5 == 0 else f"d{i % 3}" for i in range(30)]})
+    corpus = Corpus(frame)
+    run = tmp_path / "run"
+    (RunDir(run).aspect_models).mkdir(parents=True)
+    (RunDir(run).split_file).write_text(json.dumps({"train": [f"p{i}" for i in range(6)],
+                                                    "validation": ["p6", "p7", "p8"]}))
+    assert evaluation_corpus(corpus, run).ids == ["p6", "p7", "p8"]  # by default the validation papers only
+    held = evaluation_corpus(corpus, run, unseen=8, seed=1)
+    extra = held.ids[3:]
+    assert held.ids[:3] == ["p6", "p7", "p8"] and len(extra) == 8
+    assert all(int(d[1:]) >= 9 and int(d[1:]) % 5 for d in extra)  # never trained on, each with a label
+    assert extra == sorted(extra, key=lambda d: int(d[1:]))  # in corpus order
+    assert evaluation_corpus(corpus, run, unseen=8, seed=1).ids == held.ids  # seeded
+    assert len(evaluation_corpus(corpus, run, unseen=100).ids) == 3 + 17  # all 17 labelled unseen papers
+    # without label columns nothing is added: nothing else could score those papers
+    assert evaluation_corpus(Corpus(frame.drop(columns="label_disease")), run, unseen=8).ids == ["p6", "p7", "p8"]
+
+
 def test_pairs_are_two_different_views_of_one_document(tmp_path):
     corpus = load_corpus("aclsum:train")
     views = collect_views(["outcome"], corpus=corpus)["outcome"]

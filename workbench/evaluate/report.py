@@ -44,10 +44,14 @@ from .evaluation import (judge_similarity, label_similarity, summary_similarity,
 REFERENCE_ENCODER = "mpnet"
 
 
-def evaluation_corpus(corpus, run_dir=None, split: str | None = "test"):
+def evaluation_corpus(corpus, run_dir=None, split: str | None = "test", unseen: int = 0, seed: int = 0):
     """The documents to evaluate on: the corpus's `split` rows if it has them, else the run's validation documents.
 
     Never the training documents: with no split column and no stage-02 split, this raises.
+    unseen: on the validation path, also up to this many papers that no stage saw (outside stage 01's
+    sample, so neither trained on nor used to choose a head) and that carry a `label_<aspect>` value,
+    a seeded sample in corpus order: Table 2 against the user's labels then reads hundreds of papers
+    instead of the few dozen validation papers. Papers without summaries add nothing to Table 1.
     """
     docs = corpus.docs
     path = RunDir(run_dir).split_file if run_dir is not None else None
@@ -59,7 +63,18 @@ def evaluation_corpus(corpus, run_dir=None, split: str | None = "test"):
         if not ((docs["split"] == split).all() and trained_on):
             return corpus.subset(where=docs["split"] == split)
     if run_split is not None:
-        return corpus.subset(ids=run_split["validation"])
+        ids = [str(d) for d in run_split["validation"]]
+        labels = [c for c in docs.columns if str(c).startswith("label_")]
+        if unseen and labels:
+            seen = set(ids) | {str(d) for d in run_split["train"]}
+            labelled = docs[labels].notna().any(axis=1).to_numpy()
+            candidates = [d for d, ok in zip(docs["doc_id"].astype(str), labelled) if ok and d not in seen]
+            if candidates:
+                rng = np.random.default_rng(seed)
+                picked = set(rng.choice(len(candidates), min(int(unseen), len(candidates)), replace=False).tolist())
+                chosen = {candidates[i] for i in picked}
+                ids += [d for d in docs["doc_id"].astype(str) if d in chosen]
+        return corpus.subset(ids=ids)
     raise ValueError(f"the corpus has no {split!r} split and the run has no aspect_models/split.json: "
                      "nothing held out to evaluate on")
 
