@@ -22,11 +22,9 @@ Two fitting paths:
   descent of sklearn's method="exact" (early exaggeration 12 for 250 steps at momentum 0.5,
   then momentum 0.8, delta-bar-delta gains, learning rate max(n / 48, 50));
 * "opentsne": openTSNE's k-NN affinities (3 x perplexity neighbours) on the features, and
-  its Barnes-Hut gradient below FFT_MIN points, its FFT-interpolated one above (openTSNE's
-  own rule for fresh fits). A warm start begins from a finished, spread-out map, where
-  the FFT grid is large: on 2 cores 50 warm iterations took 1.1 s (BH) against 5.3 s (FFT)
-  at n = 2000, and 4.9 s against 16.9 s at n = 10000, so warm starts use Barnes-Hut up to
-  WARM_FFT_MIN points.
+  its Barnes-Hut gradient below FFT_MIN points, FFT above (openTSNE's rule for fresh fits).
+  A warm start begins from a spread-out map, where the FFT grid is large (50 warm iterations
+  on 2 cores: BH 4.9 s, FFT 16.9 s at n = 10000), so it uses Barnes-Hut up to WARM_FFT_MIN.
 
 Placing a point (A.10) optimises its 2-D position only, against the frozen map; inverting
 a 2-D point optimises a feature vector in the span of the corpus' top principal
@@ -105,8 +103,8 @@ def thread_count(sample_seconds: float = 0.3) -> int:
 
 
 def _locked(method):
-    """Run a cache builder of `AspectMap` under the map's lock, so `prepare(background=True)` and a click
-    never build the same cache twice, and a click that comes early waits for the caches instead."""
+    """A cache builder of `AspectMap` under the map's lock: a background `prepare` and a click never build
+    one cache twice, and a click that comes early waits for it."""
     @functools.wraps(method)
     def wrapper(self, *args):
         with self._lock:
@@ -166,13 +164,11 @@ class AspectMap:
     def with_weights(self, weights, n_iter=None, on_frame=None) -> "AspectMap":
         """The same corpus mapped under new weights, started from this map's coordinates.
 
-        No early exaggeration (it would tear the layout apart again) and fewer iterations:
-        a small weight change gives a small, smooth move. Exact maps: 300 iterations of the
-        dense gradient. openTSNE maps: the new neighbours from an exact blocked search
-        (`reweight.nearest`), then reweight.FIRST_ITER iterations give a first frame (handed
-        to `on_frame(coords)`, for a pane to draw at once) and the rest of
-        `reweight.iterations(n)` (80 at 10,000 papers) the settled map; n_iter sets the total. (On openTSNE maps of 2,000 and 10,000 points the
-        share of preserved 10-NN was the same after 50 warm iterations as after 250.)
+        No early exaggeration (it would tear the layout apart again) and fewer iterations: a small
+        change gives a small, smooth move. Exact maps: 300 iterations of the dense gradient. openTSNE
+        maps: the new neighbours (`reweight.neighbours`), reweight.FIRST_ITER iterations to a first
+        frame (handed to `on_frame(coords)`, for a pane to draw at once), the rest of
+        `reweight.iterations(n)` (80 at 10,000 papers; n_iter sets the total) to the settled map.
         """
         if self.method != "opentsne":
             new = type(self)._fit(self.embeddings, weights, self.perplexity, self.method, self.coords,
@@ -185,8 +181,14 @@ class AspectMap:
         affinities, new._cache["knn"] = reweighted_affinities(new.features(), self.perplexity, thread_count(),
                                                               self.seed, WARM_TREES)
         gradient = "bh" if len(self) < WARM_FFT_MIN else "fft"
-        new.coords = reweight(self.coords, affinities, min(FIRST_ITER, total), max(total - FIRST_ITER, 0), on_frame,
-                              gradient, thread_count(), self.seed)
+
+        def first_frame(coords):  # then the caches the layout does not change: here, not in a thread
+            if on_frame is not None:  # beside openTSNE's, whose threads would wait for it
+                on_frame(coords)
+            new.prepare(layout=False)
+
+        new.coords = reweight(self.coords, affinities, min(FIRST_ITER, total), max(total - FIRST_ITER, 0),
+                              first_frame, gradient, thread_count(), self.seed)
         return new.prepare(background=True)
 
     @classmethod
@@ -238,20 +240,22 @@ class AspectMap:
 
     # ------------------------------------------------------------ cached per-map quantities
 
-    def prepare(self, background: bool = False, n_components: int = 20) -> "AspectMap":
+    def prepare(self, background: bool = False, n_components: int = 20, layout: bool = True) -> "AspectMap":
         """Build what placing and inverting a point need, so that the first click costs what the next ones do.
 
-        The row precisions and K_j (`_rows`, with the neighbours the fit or weight change found),
-        Z, the principal components and their products with the corpus: about 0.5 s at 10,000
-        papers of 1,152 dimensions on 2 cores, after which a click costs 0.06 s. background:
-        build them in a daemon thread (`self.preparing`) and return at once; a click that comes
-        first waits for them (the caches share one lock). `fit` prepares an openTSNE map before it
-        returns; `with_weights` and `extend` prepare theirs in the background, so a slider's
-        settled frame is not held up by caches it may not need.
+        The row precisions and K_j (`_rows`, from the neighbours the fit or weight change found), Z,
+        the principal components and their products with the corpus: about 0.5 s at 10,000 papers of
+        1,152 dimensions on 2 cores. background: in a daemon thread (`self.preparing`); a click that
+        comes first waits for it (the caches share one lock). `fit` prepares an openTSNE map before it
+        returns, `with_weights` and `extend` in the background. layout=False: only what the layout does
+        not change (precisions, components), which `with_weights` builds right after its first frame.
         """
         def build():
             with self._lock:
-                self._rows()
+                if layout:
+                    self._rows()
+                elif self.method == "opentsne" and len(self) >= EXACT_MAX:
+                    self._knn_rows()
                 self._pca(n_components)
                 bounds = np.cumsum([0] + [self.embeddings[a].shape[1] for a in self.aspects])
                 for lo, hi in zip(bounds[:-1], bounds[1:]):
@@ -282,8 +286,7 @@ class AspectMap:
         # Per corpus row j: its Gaussian precision beta_j and log normaliser (so that
         # p_{new|j} costs O(1)), and K_j = sum_i p_{i|j} log(p_ij / q_ij), which `invert_features`
         # needs for the first-order effect of a new point on row j's normalisation.
-        # Full rows for small maps (what the exact fit used); k-NN rows (3 x perplexity, as
-        # openTSNE) for large ones, where the far tail of a row is negligible anyway.
+        # Full rows for small maps (as the exact fit); k-NN rows (`_knn_rows`) for large ones.
         if "rows" not in self._cache:
             n, f, y = len(self), self._features64(), self.coords
             perplexity = effective_perplexity(self.perplexity, n)
@@ -297,22 +300,31 @@ class AspectMap:
                 ratio = np.where(cond > 0, np.log(np.maximum(P, 1e-300) / np.maximum(w / self._z(), 1e-300)), 0.0)
                 k_row = np.sum(cond * ratio, axis=1)
             else:
-                from scipy import sparse
-
-                # float32 search (products and top-k): distances to 1e-7, well within the calibration's tolerance
-                k = min(n - 1, int(3 * perplexity))
-                known = self._cache.get("knn")  # the neighbours the fit or weight change searched
-                idx, d = (known[0][:, :k], known[1][:, :k]) if known is not None and known[0].shape[1] >= k \
-                    else neighbours(f, k, thread_count(CLICK_SAMPLE), self.seed)
-                cond, beta, log_norm = calibrate_rows(d, perplexity)
-                rows = np.repeat(np.arange(n), idx.shape[1])
-                C = sparse.csr_matrix((cond.ravel(), (rows, idx.ravel())), shape=(n, n))
-                P = (C + C.T) / (2.0 * n)
-                p = np.asarray(P[rows, idx.ravel()]).reshape(idx.shape)
+                idx, cond, beta, log_norm, p = self._knn_rows()
                 w = 1.0 / (1.0 + np.sum((y[:, None, :] - y[idx]) ** 2, axis=-1))
                 k_row = np.sum(cond * np.log(np.maximum(p, 1e-300) / (w / self._z())), axis=1)
             self._cache["rows"] = (beta, log_norm, k_row)
         return self._cache["rows"]
+
+    @_locked
+    def _knn_rows(self):
+        # The part of `_rows` on a k-NN map that the layout does not change: each row's neighbours, its
+        # conditional p_{i|j}, precision and log normaliser, and the symmetric p_ij of its neighbour pairs.
+        if "knn_rows" not in self._cache:
+            from scipy import sparse
+
+            n, f = len(self), self._features64()
+            perplexity = effective_perplexity(self.perplexity, n)
+            k = min(n - 1, int(3 * perplexity))
+            known = self._cache.get("knn")  # the neighbours the fit or weight change searched
+            idx, d = (known[0][:, :k], known[1][:, :k]) if known is not None and known[0].shape[1] >= k \
+                else neighbours(f, k, thread_count(CLICK_SAMPLE), self.seed)
+            cond, beta, log_norm = calibrate_rows(d, perplexity)
+            rows = np.repeat(np.arange(n), idx.shape[1])
+            C = sparse.csr_matrix((cond.ravel(), (rows, idx.ravel())), shape=(n, n))
+            p = np.asarray(((C + C.T) / (2.0 * n))[rows, idx.ravel()]).reshape(idx.shape)
+            self._cache["knn_rows"] = (idx, cond, beta, log_norm, p)
+        return self._cache["knn_rows"]
 
     @_locked
     def _z(self) -> float:
