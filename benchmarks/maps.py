@@ -375,8 +375,8 @@ def run_size(n: int, args) -> list[str]:
     rows_out.append(f"| {n} | | openTSNE fresh fit | {t_ot_far:.2f} | {t_ot_far / t_far:.1f}x | "
                     f"kNN@10 {q_ot_far:.2f} |")
 
-    rows_out.append(f"| {n} | invert right after it (first call) | ours | {t_inv_after:.2f} | | caches built in "
-                    f"the background since the settled map (`prepare`); then place {t_place_after:.2f} s |")
+    rows_out.append(f"| {n} | invert right after it (first call) | ours | {t_inv_after:.2f} | | caches built after "
+                    f"the first frame and in the background (`prepare`); then place {t_place_after:.2f} s |")
     rows_out += place_and_invert(base, new, args)
     if args.page:
         rows_out += page_row(n, [warm.coords, far.coords, base.coords], args)
