@@ -16,9 +16,11 @@ demo: setup
 	$(PY) -m workbench run --params params/demo.yaml
 
 # -n auto: one pytest-xdist worker per free core and at least two on two cores, each computing
-# on one thread (tests/conftest.py). PYTEST_ARGS="-n 0" runs it in-process.
+# on one thread (tests/conftest.py). PYTEST_ARGS="-n 0" runs it in-process. Tests marked `alone`
+# hold a wall-clock bar, so they run afterwards, in-process, on the then quiet machine.
 test: setup
-	$(PY) -m pytest -q -n auto $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n auto -m "not alone" $(PYTEST_ARGS)
+	$(PY) -m pytest -q -m alone $(PYTEST_ARGS)
 
 # The inner loop: every test not marked slow (no packaged LM, server, pipeline or browser).
 test-fast: setup
