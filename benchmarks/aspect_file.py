@@ -17,8 +17,11 @@ embedding, on two corpora and their ground truths:
 * ACLSum's test split with the `acl` preset: the same against the human-summary truths
   (mpnet reading the summaries, as stage 06).
 
-Each table has the zero-shot head ("aspect file") and the same calibrated to the corpus by
-self-training (`aspectfile.calibrate`, "calibrated"), which stage 03 uses as its floor.
+Each table has the zero-shot head ("aspect file"), the same calibrated to the corpus by
+self-training (`aspectfile.calibrate`, "calibrated"), both half sentences and half whole
+abstract, the calibrated head blended as the corpus says (`aspectfile.corpus_blends`,
+"corpus blend"), and that with boilerplate sentences left out (`boilerplate.py`, "stage 03"):
+stage 03's floor.
 
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/aspect_file.py [--seeds 0 1 2] [--docs 120] [--smoke]
 
@@ -46,7 +49,8 @@ from synthetic_corpus import ASPECTS, FACTORS, NUISANCE, synthetic_frame  # noqa
 from workbench.core.vectors import unit_rows  # noqa: E402
 from workbench.data.aspects import load_aspects  # noqa: E402
 from workbench.data.corpus import Corpus, load_corpus  # noqa: E402
-from workbench.embed.aspectfile import aspect_prototypes, calibrate, zero_shot_embeddings  # noqa: E402
+from workbench.embed.aspectfile import aspect_prototypes, calibrate, corpus_blends, zero_shot_embeddings  # noqa: E402
+from workbench.embed.boilerplate import find_boilerplate  # noqa: E402
 from workbench.embed.features import FeatureCache, FrozenBackbone  # noqa: E402
 from workbench.evaluate.evaluation import rowwise_spearman  # noqa: E402
 from workbench.evaluate.report import summary_truths  # noqa: E402
@@ -81,15 +85,29 @@ def synthetic_table(seed: int, docs: int, cache: FeatureCache, style: str = "a")
     corpus = Corpus(frame)
     features = cache.documents(corpus.texts())
     protos = aspect_prototypes(load_aspects(ASPECT_FILE), ASPECTS, cache.vectors)
-    floor = zero_shot_embeddings(features, protos)
-    calibrated = zero_shot_embeddings(features, calibrate(features, protos) or protos)
+    heads, blends = floor_heads(features, protos)
     truths = {f: same_value(frame[f]) for f in FACTORS}
     rows = {"MiniLM whole abstract": {f: spearman100(features.whole, truths[f]) for f in FACTORS}}
-    for a in ASPECTS:
-        rows[f"aspect file: {a}"] = {f: spearman100(floor[a], truths[f]) for f in FACTORS}
-    for a in ASPECTS:
-        rows[f"calibrated: {a}"] = {f: spearman100(calibrated[a], truths[f]) for f in FACTORS}
-    return {"rows": rows, "ceiling": {f: ceiling(frame[f], seed) for f in FACTORS}}
+    for kind, emb in heads.items():
+        for a in ASPECTS:
+            rows[f"{kind}: {a}"] = {f: spearman100(emb[a], truths[f]) for f in FACTORS}
+    return {"rows": rows, "ceiling": {f: ceiling(frame[f], seed) for f in FACTORS}, "blends": blends}
+
+
+KINDS = ("aspect file", "calibrated", "corpus blend", "stage 03")
+
+
+def floor_heads(features, protos) -> tuple[dict, dict]:
+    """({kind: {aspect: vectors}} for KINDS, stage 03's blends): each kind adds one step to the one before; the
+    last, "stage 03" (the guard's floor), also leaves boilerplate sentences out (`boilerplate.py`)."""
+    scorer = calibrate(features, protos) or protos
+    boiler = find_boilerplate(features)
+    cleaned = calibrate(features, protos, boilerplate=boiler) or protos
+    blends = corpus_blends(features, cleaned, boilerplate=boiler)
+    return {"aspect file": zero_shot_embeddings(features, protos),
+            "calibrated": zero_shot_embeddings(features, scorer),
+            "corpus blend": zero_shot_embeddings(features, scorer, blend=corpus_blends(features, scorer)),
+            "stage 03": zero_shot_embeddings(features, cleaned, blend=blends, boilerplate=boiler)}, blends
 
 
 def aclsum_table(docs: int, cache: FeatureCache) -> dict:
@@ -99,14 +117,12 @@ def aclsum_table(docs: int, cache: FeatureCache) -> dict:
     truths = summary_truths(corpus, names, "mpnet")
     features = cache.documents(corpus.texts())
     protos = aspect_prototypes(load_aspects("acl"), names, cache.vectors)
-    floor = zero_shot_embeddings(features, protos)
-    calibrated = zero_shot_embeddings(features, calibrate(features, protos) or protos)
+    heads, blends = floor_heads(features, protos)
     rows = {"MiniLM whole abstract": {a: spearman100(features.whole, truths[a]) for a in truths}}
-    for a in names:
-        rows[f"aspect file: {a}"] = {t: spearman100(floor[a], truths[t]) for t in truths}
-    for a in names:
-        rows[f"calibrated: {a}"] = {t: spearman100(calibrated[a], truths[t]) for t in truths}
-    return rows
+    for kind, emb in heads.items():
+        for a in names:
+            rows[f"{kind}: {a}"] = {t: spearman100(emb[a], truths[t]) for t in truths}
+    return rows, blends
 
 
 def print_table(rows: dict, columns: list[str], extra: dict | None = None) -> None:
@@ -135,10 +151,11 @@ def main(argv=None) -> None:
         for seed in args.seeds:
             t0 = time.perf_counter()
             table = synthetic_table(seed, args.docs, cache, style)
-            print(f"\ngenerator {style}, seed {seed} ({time.perf_counter() - t0:.1f} s)")
+            print(f"\ngenerator {style}, seed {seed} ({time.perf_counter() - t0:.1f} s); corpus blends "
+                  + ", ".join(f"{a} {b:.2f}" for a, b in table["blends"].items()))
             print_table(table["rows"], FACTORS, table["ceiling"])
             base = table["rows"]["MiniLM whole abstract"]
-            for kind in ("aspect file", "calibrated"):
+            for kind in KINDS:
                 for a in ASPECTS:
                     row = table["rows"][f"{kind}: {a}"]
                     share, base_share = row[a] / table["ceiling"][a], base[a] / table["ceiling"][a]
@@ -148,17 +165,17 @@ def main(argv=None) -> None:
               "abstract's), the nuisance, the largest other factor")
         for (kind, a), results in worst.items():
             share, base_share, nuisance, other = min(results)
-            print(f"  {kind:11s} {a:12s} {100 * share:5.1f}% of the ceiling (MiniLM {100 * base_share:5.1f}%), "
+            print(f"  {kind:12s} {a:11s} {100 * share:5.1f}% of the ceiling (MiniLM {100 * base_share:5.1f}%), "
                   f"ratio {share / base_share if base_share > 0 else float('inf'):.2f}x; nuisance {nuisance:.1f}; "
                   f"largest other factor {other:.1f}")
     t0 = time.perf_counter()
-    rows = aclsum_table(args.aclsum_docs, cache)
+    rows, blends = aclsum_table(args.aclsum_docs, cache)
     print(f"\nACLSum test, {args.aclsum_docs} papers, acl preset, truths: human summaries read by mpnet "
-          f"({time.perf_counter() - t0:.1f} s)")
+          f"({time.perf_counter() - t0:.1f} s); corpus blends " + ", ".join(f"{a} {b:.2f}" for a, b in blends.items()))
     columns = list(next(iter(rows.values())))
     print_table(rows, columns)
     base = rows["MiniLM whole abstract"]
-    for kind in ("aspect file", "calibrated"):
+    for kind in KINDS:
         gains = {a: rows[f"{kind}: {a}"][a] - base[a] for a in columns}
         print(f"gain of the {kind} head over MiniLM on its own aspect: "
               + ", ".join(f"{a} {g:+.1f}" for a, g in gains.items()))

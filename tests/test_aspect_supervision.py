@@ -190,6 +190,116 @@ def test_a_calibrated_scorer_is_sklearns_classifiers_and_a_head_holds_it_exactly
     np.testing.assert_allclose(unit(out.detach().numpy()), pooled["b"], atol=1e-5)
 
 
+def _two_aspect_features(shared: bool, n: int = 80, seed: int = 8):
+    """Documents of two sentences, one per aspect: each aspect's value picks its sentence's direction; with
+    `shared`, both sentences take the same value (the aspects carry one structure), else independent ones."""
+    from workbench.embed.features import DocumentFeatures
+
+    rng = np.random.default_rng(seed)
+    unit = lambda x: x / np.linalg.norm(x, axis=-1, keepdims=True)  # noqa: E731
+    axes, values = unit(rng.normal(size=(2, 32))), unit(rng.normal(size=(6, 32)))
+    va = rng.integers(6, size=n)
+    vb = va if shared else rng.integers(6, size=n)
+    sents = [unit(np.stack([2 * axes[0] + values[va[i]], 2 * axes[1] + values[vb[i]]])
+                  + 0.05 * rng.normal(size=(2, 32))).astype(np.float32) for i in range(n)]
+    whole = unit(np.stack([s.sum(axis=0) for s in sents])).astype(np.float32)
+    protos = aspectfile.AspectPrototypes(["a", "b"], axes.astype(np.float32), axes.astype(np.float32))
+    return DocumentFeatures(whole, sents, [["s", "t"]] * n), protos
+
+
+def test_the_corpus_blend_reads_how_much_the_aspects_share():
+    """Independent aspects: the sentences' share near 1 (the whole abstract would only mix the other aspect in);
+    one shared structure: near 1/2. s is the debiased CKA of health.linear_cka between the pooled sentences."""
+    from workbench.evaluate.health import linear_cka
+
+    for shared, lo, hi in ((False, 0.9, 1.0), (True, 0.5, 0.6)):
+        feats, protos = _two_aspect_features(shared)
+        blends = aspectfile.corpus_blends(feats, protos)
+        pooled = aspectfile.zero_shot_embeddings(feats, protos, blend=1.0)
+        s = max(0.0, linear_cka(pooled["a"], pooled["b"]))
+        assert blends == pytest.approx({"a": 1 - s / 2, "b": 1 - s / 2}, abs=1e-3)
+        assert lo <= blends["a"] <= hi, (shared, blends)
+    few = aspectfile.corpus_blends(_two_aspect_features(False, n=10)[0], protos)
+    assert few == {"a": aspectfile.BLEND, "b": aspectfile.BLEND}  # too few papers to read it from
+
+
+def test_a_head_holds_a_blend_other_than_half():
+    import torch
+    from workbench.embed.guard import floor_state
+    from workbench.embed.heads import SentencePoolingHead
+
+    feats, protos = _two_aspect_features(False, n=12)
+    expected = aspectfile.zero_shot_embeddings(feats, protos, blend={"a": 0.9, "b": 1.0})
+    for j, (a, blend) in enumerate((("a", 0.9), ("b", 1.0))):
+        head = SentencePoolingHead(32)
+        head.load_state_dict(floor_state(head, protos.queries[j], -40.0, blend=blend))
+        with torch.no_grad():
+            out, _, _ = head(*feats.padded())
+        out = out.numpy() / np.linalg.norm(out.numpy(), axis=1, keepdims=True)
+        np.testing.assert_allclose(out, expected[a], atol=1e-4)
+
+
+def _with_boilerplate(n: int = 60, seed: int = 9):
+    """Stand-in documents of four sentences: one of three recurring sentences (each in about a third of the
+    papers, up to noise below the NEAR cosine's), a sentence repeated in two papers only, and two unique ones."""
+    from workbench.embed.features import DocumentFeatures
+
+    rng = np.random.default_rng(seed)
+    unit = lambda x: x / np.linalg.norm(x, axis=-1, keepdims=True)  # noqa: E731
+    recurring, pair = unit(rng.normal(size=(3, 24))), unit(rng.normal(size=(n // 2, 24)))
+    sents = [unit(np.stack([recurring[i % 3] + 0.02 * rng.normal(size=24), pair[i // 2], *rng.normal(size=(2, 24))]))
+             .astype(np.float32) for i in range(n)]
+    return DocumentFeatures(unit(rng.normal(size=(n, 24))).astype(np.float32), sents, [["s"] * 4] * n)
+
+
+def test_boilerplate_is_what_recurs_across_papers_by_brute_force():
+    from workbench.embed import boilerplate
+
+    feats = _with_boilerplate()
+    found = boilerplate.find_boilerplate(feats)
+    assert len(found) == 3  # one vector per recurring sentence; the pairs recur in too few papers
+    S = np.concatenate(feats.sentences)
+    owner = np.repeat(np.arange(len(feats.sentences)), 4)
+    need = max(boilerplate.MIN_PAPERS, int(np.ceil(boilerplate.SHARE * (len(feats.sentences) - 1))))
+    brute = [len({owner[j] for j in range(len(S)) if owner[j] != owner[i] and S[i] @ S[j] >= boilerplate.NEAR})
+             >= need for i in range(len(S))]
+    covered = (S @ found.T).max(axis=1) >= boilerplate.NEAR
+    np.testing.assert_array_equal(covered, brute)
+    assert boilerplate.keep_mask(feats.sentences[0], found).tolist() == [False, True, True, True]
+    assert boilerplate.keep_mask(feats.sentences[0][:1], found).tolist() == [True]  # nothing else: kept
+    assert boilerplate.keep_mask(feats.sentences[0], None).all()
+
+
+def test_a_head_leaves_boilerplate_out_as_the_aspect_file_does_and_keeps_it_in_its_checkpoint(tmp_path):
+    import torch
+    from workbench.embed import boilerplate
+    from workbench.embed.guard import floor_state
+    from workbench.embed.heads import PooledAspectModel
+
+    feats = _with_boilerplate()
+    found = boilerplate.find_boilerplate(feats)
+    rng = np.random.default_rng(2)
+    query = (feats.sentences[0][0] + 0.3 * rng.normal(size=24)).astype(np.float32)  # it likes the recurring one
+    protos = aspectfile.AspectPrototypes(["a"], query[None], query[None])
+    expected = aspectfile.zero_shot_embeddings(feats, protos, blend=0.8, boilerplate=found)["a"]
+    assert not np.allclose(expected, aspectfile.zero_shot_embeddings(feats, protos, blend=0.8)["a"], atol=1e-3)
+    model = PooledAspectModel("minilm", ["a"], hidden=24, pool=True)
+    model.heads["a"].load_state_dict(floor_state(model.heads["a"], query, -40.0, blend=0.8, boilerplate=found))
+    model.save_pretrained(tmp_path / "m")
+    loaded = PooledAspectModel.from_pretrained(tmp_path / "m", device="cpu")
+    np.testing.assert_allclose(loaded.heads["a"].boilerplate.numpy(), found)
+    with torch.no_grad():
+        out = loaded.forward_features(feats)["a"][0].numpy()
+    np.testing.assert_allclose(out / np.linalg.norm(out, axis=1, keepdims=True), expected, atol=1e-4)
+    # A checkpoint written before heads held boilerplate loads, with none.
+    from safetensors.torch import load_file, save_file
+
+    state = {k: v for k, v in load_file(str(tmp_path / "m" / "model.safetensors")).items()
+             if not k.endswith("boilerplate")}
+    save_file(state, str(tmp_path / "m" / "model.safetensors"), metadata={"format": "pt"})
+    assert PooledAspectModel.from_pretrained(tmp_path / "m", device="cpu").heads["a"].boilerplate.shape == (0, 24)
+
+
 def test_calibration_is_refused_where_an_aspect_has_too_few_marked_sentences():
     from workbench.embed.features import DocumentFeatures
 
@@ -252,6 +362,7 @@ def test_the_guard_replaces_a_head_that_follows_another_aspect(guarded_run, caps
     before = load_model(run.unified_model, run_dir=run).encode(corpus.texts()[:5])["method"]
     report = check_heads(run, corpus, aspects, ASPECTS, n_pairs=20)
     assert report["checked"] and report["marks"].startswith("the aspect file")
+    assert set(report["blends"]) == set(ASPECTS) and all(0.5 <= b <= 1 for b in report["blends"].values())
     method = report["aspects"]["method"]
     assert method["kept"] == "aspect file" and method["head"] < method["base"] < method["aspect file"]
     assert "less than the encoder" in method["verdict"] and "method" in capsys.readouterr().out

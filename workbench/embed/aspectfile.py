@@ -30,6 +30,17 @@ sentence by its probability, normalised over the abstract: exactly a `SentencePo
 with query w and bias b. On the synthetic corpora (`benchmarks/aspect_file.py`, two
 generators, three seeds each) it followed every aspect more than the zero-shot scores did, by
 2 to 7 points of Spearman; on ACLSum it was within a point of them.
+
+Sentences that many papers share nearly word for word ("Further research is warranted.") are
+left out of the pooling and train the classifiers as negatives (`boilerplate.py`).
+
+How much of the whole abstract to blend in depends on the corpus (`corpus_blends`): where the
+aspects' own sentences share one structure (ACLSum: the paper's topic runs through every
+sentence; debiased CKA 0.66 to 0.78 between the aspects' pooled sentences), the whole abstract
+states that shared part more robustly than one sentence does, and half and half did best;
+where they vary independently (the synthetic corpora: CKA 0.0 to 0.1), the whole abstract only
+mixes the other aspects and the nuisance in. The blend is 1 - s / 2, s an aspect's mean CKA
+with the other aspects, measured on the corpus itself without labels.
 """
 
 from __future__ import annotations
@@ -40,6 +51,8 @@ from typing import Sequence
 import numpy as np
 
 from ..core.vectors import unit_rows
+from ..evaluate.health import linear_cka
+from .boilerplate import keep_mask
 
 TEMPERATURE = 0.05  # sentence softmax: low enough that the one or two sentences stating the aspect dominate
 BLEND = 0.5         # the sentences' share of the zero-shot vector; the rest is the whole abstract
@@ -48,6 +61,8 @@ CALIBRATION_ROUNDS = 3  # self-training rounds of `calibrate` (the second and th
 CALIBRATION_C = 1.0  # inverse L2 strength of its logistic classifiers (sklearn's default)
 MIN_MARKED = 5  # sentences an aspect must have marked before its classifier is trained
 MAX_CALIBRATION_SENTENCES = 20000  # a seeded sample of sentences trains the classifiers on large corpora
+MIN_BLEND_DOCUMENTS = 20  # fewer papers: no CKA to read the blend from, BLEND it is
+MAX_BLEND_DOCUMENTS = 2000  # a seeded sample of papers above this (the CKA's Gram matrices are n x n)
 
 
 @dataclass
@@ -112,29 +127,34 @@ def softmax(x: np.ndarray, temperature: float) -> np.ndarray:
     return e / e.sum()
 
 
-def sentence_weights(features, prototypes: AspectPrototypes | CalibratedScorer,
-                     temperature: float = TEMPERATURE) -> list[dict[str, np.ndarray]]:
+def sentence_weights(features, prototypes: AspectPrototypes | CalibratedScorer, temperature: float = TEMPERATURE,
+                     boilerplate: np.ndarray | None = None) -> list[dict[str, np.ndarray]]:
     """Per document, {aspect: weights over its sentences} (summing to 1; empty for a document without sentences):
-    the softmax of the zero-shot scores, or a `CalibratedScorer`'s probabilities normalised over the abstract."""
+    the softmax of the zero-shot scores, or a `CalibratedScorer`'s probabilities normalised over the abstract.
+    Sentences matching `boilerplate` (`boilerplate.find_boilerplate`) get weight 0, unless all of them do."""
     out = []
     for sents in features.sentences:
+        weights = {a: np.zeros(len(sents), np.float32) for a in prototypes.aspects}
+        out.append(weights)
         if not len(sents):
-            out.append({a: np.zeros(0, np.float32) for a in prototypes.aspects})
             continue
+        keep = keep_mask(sents, boilerplate)
         if isinstance(prototypes, CalibratedScorer):
-            p = prototypes.probabilities(sents)
+            p = prototypes.probabilities(np.asarray(sents)[keep])
             p = p / np.maximum(p.sum(axis=0, keepdims=True), 1e-30)
-            out.append({a: p[:, j] for j, a in enumerate(prototypes.aspects)})
-            continue
-        score = prototypes.scores(sents)
-        out.append({a: softmax(score[:, j], temperature) for j, a in enumerate(prototypes.aspects)})
+        else:
+            score = prototypes.scores(np.asarray(sents)[keep])
+            p = np.stack([softmax(score[:, j], temperature) for j in range(len(prototypes.aspects))], axis=1)
+        for j, a in enumerate(prototypes.aspects):
+            weights[a][keep] = p[:, j]
     return out
 
 
 def calibrate(features, prototypes: AspectPrototypes, rounds: int = CALIBRATION_ROUNDS, C: float = CALIBRATION_C,
-              seed: int = 0) -> CalibratedScorer | None:
+              seed: int = 0, boilerplate: np.ndarray | None = None) -> CalibratedScorer | None:
     """The aspect file's sentence scores self-trained on this corpus (see the module doc); None where it cannot be
-    (fewer than MIN_MARKED marked sentences for an aspect, or every sentence marked): use the zero-shot scores."""
+    (fewer than MIN_MARKED marked sentences for an aspect, or every sentence marked): use the zero-shot scores.
+    Boilerplate sentences (weight 0) are never marked, so they train every classifier as negatives."""
     from sklearn.linear_model import LogisticRegression
 
     sentences = [np.asarray(s, dtype=np.float32) for s in features.sentences if len(s)]
@@ -147,7 +167,8 @@ def calibrate(features, prototypes: AspectPrototypes, rounds: int = CALIBRATION_
     scorer: AspectPrototypes | CalibratedScorer = prototypes
     for _ in range(int(rounds)):
         W = np.concatenate([np.stack([w[a] for a in prototypes.aspects], axis=1)
-                            for w in sentence_weights(features, scorer) if len(next(iter(w.values())))])
+                            for w in sentence_weights(features, scorer, boilerplate=boilerplate)
+                            if len(next(iter(w.values())))])
         weights, biases = [], []
         for j in range(len(prototypes.aspects)):
             # A sentence marks the aspect it points at most clearly, and no other one.
@@ -163,11 +184,14 @@ def calibrate(features, prototypes: AspectPrototypes, rounds: int = CALIBRATION_
 
 
 def zero_shot_embeddings(features, prototypes: AspectPrototypes | CalibratedScorer, temperature: float = TEMPERATURE,
-                         blend: float = BLEND) -> dict[str, np.ndarray]:
-    """{aspect: [N, H] unit rows}: the softmax-weighted mean of each abstract's sentence vectors, blended with the
-    whole-abstract vector (`blend` the sentences' share). A document without sentences gets its whole vector."""
+                         blend: float | dict[str, float] = BLEND,
+                         boilerplate: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """{aspect: [N, H] unit rows}: the softmax-weighted mean of each abstract's sentence vectors (boilerplate left
+    out), blended with the whole-abstract vector (`blend` the sentences' share, one for all aspects or
+    {aspect: share}, e.g. from `corpus_blends`). A document without sentences gets its whole vector."""
     whole = unit_rows(np.asarray(features.whole, dtype=np.float32))
-    weights = sentence_weights(features, prototypes, temperature)
+    share = blend if isinstance(blend, dict) else {a: float(blend) for a in prototypes.aspects}
+    weights = sentence_weights(features, prototypes, temperature, boilerplate)
     out = {a: whole.copy() for a in prototypes.aspects}
     for i, (sents, w) in enumerate(zip(features.sentences, weights)):
         if not len(sents):
@@ -175,14 +199,42 @@ def zero_shot_embeddings(features, prototypes: AspectPrototypes | CalibratedScor
         s = unit_rows(np.asarray(sents, dtype=np.float32))
         for a in prototypes.aspects:
             pooled = unit_rows((w[a] @ s)[None])[0]
-            out[a][i] = blend * pooled + (1 - blend) * whole[i]
+            out[a][i] = share[a] * pooled + (1 - share[a]) * whole[i]
     return {a: unit_rows(v) for a, v in out.items()}
 
 
+def shared_structure(features, prototypes: AspectPrototypes | CalibratedScorer, seed: int = 0,
+                     boilerplate: np.ndarray | None = None) -> dict[str, float]:
+    """{aspect: s}: the mean debiased linear CKA between the aspect's pooled sentences (no whole abstract) and
+    each other aspect's, over the corpus's papers (a seeded sample of MAX_BLEND_DOCUMENTS above that), clipped
+    to [0, 1]. Near 0 where the aspects vary independently, near 1 where their sentences carry one structure."""
+    names = list(prototypes.aspects)
+    pooled = zero_shot_embeddings(features, prototypes, blend=1.0, boilerplate=boilerplate)
+    n = len(next(iter(pooled.values())))
+    rows = np.arange(n)
+    if n > MAX_BLEND_DOCUMENTS:
+        rows = np.sort(np.random.default_rng(seed).choice(n, MAX_BLEND_DOCUMENTS, replace=False))
+    pair = {}
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            pair[a, b] = pair[b, a] = float(np.clip(np.nan_to_num(linear_cka(pooled[a][rows], pooled[b][rows])), 0, 1))
+    return {a: float(np.mean([pair[a, b] for b in names if b != a])) if len(names) > 1 else 0.0 for a in names}
+
+
+def corpus_blends(features, prototypes: AspectPrototypes | CalibratedScorer, seed: int = 0,
+                  boilerplate: np.ndarray | None = None) -> dict[str, float]:
+    """{aspect: the sentences' share of its vector}: 1 - s / 2 with s from `shared_structure` (see the module
+    doc); BLEND for every aspect on fewer than MIN_BLEND_DOCUMENTS papers with sentences."""
+    if sum(1 for s in features.sentences if len(s)) < MIN_BLEND_DOCUMENTS or len(prototypes.aspects) < 2:
+        return {a: BLEND for a in prototypes.aspects}
+    shared = shared_structure(features, prototypes, seed, boilerplate)
+    return {a: round(1.0 - s / 2.0, 3) for a, s in shared.items()}
+
+
 def sentence_marks(features, prototypes: AspectPrototypes | CalibratedScorer, temperature: float = TEMPERATURE,
-                   share: float = 0.5) -> list[dict[str, list[float]]]:
+                   share: float = 0.5, boilerplate: np.ndarray | None = None) -> list[dict[str, list[float]]]:
     """Per document, {aspect: [1.0 or 0.0 per sentence]}: the sentences holding at least `share` of an aspect's
     softmax weight, i.e. the one sentence (or two) the aspect file clearly points at. The format of
     `health.corpus_sentence_aspects`, so the swap probe can read a corpus without highlights."""
     return [{a: [float(x >= share) for x in w[a]] for a in prototypes.aspects}
-            for w in sentence_weights(features, prototypes, temperature)]
+            for w in sentence_weights(features, prototypes, temperature, boilerplate)]

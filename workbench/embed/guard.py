@@ -11,8 +11,10 @@ Its *selectivity* is
 The whole-abstract vector of the encoder ("base") moves about alike for every swap, so its
 selectivity is the level any head must beat. Three columns are compared per aspect: the
 trained head, the aspect file's floor (`aspectfile.py`: its zero-shot scores calibrated to the
-papers stage 03 saw by `aspectfile.calibrate`, held in a head of the same kind) and the base. A head less selective than the base, or less than half as selective as the
-floor, is replaced by the floor (`kept: "aspect file"`); the decision and the numbers go to
+papers stage 03 saw by `aspectfile.calibrate`, blended with the whole abstract as
+`aspectfile.corpus_blends` reads from those papers, held in a head of the same kind) and the
+base. A head less selective than the base, or less than half as selective as the floor, is
+replaced by the floor (`kept: "aspect file"`); the decision and the numbers go to
 `unified_model/guard.json` and the model's config, and stage 03 and 06 say it in words.
 
 Where the sentences come from the aspect file itself, the floor is measured on its own
@@ -47,7 +49,8 @@ from ..core.rundir import RunDir
 from ..core.vectors import unit_rows
 from ..evaluate.evaluation import label_similarity, rowwise_spearman
 from ..evaluate.health import corpus_sentence_aspects, hard_negative_probe
-from .aspectfile import TEMPERATURE, CalibratedScorer, aspect_prototypes, calibrate, sentence_marks
+from .aspectfile import BLEND, TEMPERATURE, CalibratedScorer, aspect_prototypes, calibrate, corpus_blends, sentence_marks
+from .boilerplate import find_boilerplate
 from .checkpoints import load_model
 from .features import FeatureCache, FrozenBackbone
 from .heads import PooledAspectModel
@@ -59,13 +62,16 @@ LABEL_MARGIN = 1.0  # with label columns: another column must beat the head by t
 MIN_LABELLED = 6  # papers with a label before the labels decide
 
 
-def floor_state(head, query: np.ndarray, bias: float, temperature: float = TEMPERATURE) -> dict:
+def floor_state(head, query: np.ndarray, bias: float, temperature: float = TEMPERATURE, blend: float = BLEND,
+                boilerplate: np.ndarray | None = None) -> dict:
     """The state of a `SentencePoolingHead` that computes the aspect file's zero-shot vector.
 
     Scores s . query / temperature; with the bias well below them, sigmoid(x) is exp(x) to a
     few per cent, so the head's normalised sigmoid weights are the softmax of `aspectfile`.
     A calibrated scorer (`aspectfile.calibrate`) is held exactly: query w, bias b, temperature 1.
-    Gate 0: half whole abstract, half pooled sentences (aspectfile.BLEND). No projection.
+    The gate holds the blend: the whole abstract's share sigmoid(gate) = 1 - blend (`blend` 0.5:
+    gate 0; `aspectfile.corpus_blends` reads it from the corpus). `boilerplate`: the corpus's
+    (`boilerplate.find_boilerplate`), never pooled; None keeps the head's. No projection.
     """
     import torch
 
@@ -73,7 +79,10 @@ def floor_state(head, query: np.ndarray, bias: float, temperature: float = TEMPE
     state["query"] = torch.as_tensor(query / temperature, dtype=state["query"].dtype)
     state["position"] = torch.zeros_like(state["position"])
     state["bias"] = torch.tensor(float(bias), dtype=state["bias"].dtype)
-    state["gate"] = torch.zeros_like(state["gate"])
+    whole = float(np.clip(1.0 - blend, 1e-13, 1 - 1e-13))  # sigmoid(+-30) is within 1e-13 of 1 and 0
+    state["gate"] = torch.tensor(float(np.log(whole / (1.0 - whole))), dtype=state["gate"].dtype)
+    if boilerplate is not None:
+        state["boilerplate"] = torch.as_tensor(np.asarray(boilerplate), dtype=state["query"].dtype)
     if "up" in state:
         state["up"] = torch.zeros_like(state["up"])
     return state
@@ -114,10 +123,11 @@ def selectivity(matrix: dict, column: str, aspect: str) -> float:
     return float(matrix[aspect][column] / np.mean(others))
 
 
-def aspect_sentences(corpus, aspects: Sequence[str], run_dir, features, prototypes) -> tuple[list[dict], str]:
+def aspect_sentences(corpus, aspects: Sequence[str], run_dir, features, prototypes,
+                     boilerplate: np.ndarray | None = None) -> tuple[list[dict], str]:
     """(per document {aspect: [mark per sentence]}, where they came from): the corpus's human highlights or
     stage 01's LLM sentence labels where at least four papers have them for every aspect, else the sentences
-    the aspect file points at (`aspectfile.sentence_marks`)."""
+    the aspect file points at (`aspectfile.sentence_marks`, boilerplate never marked)."""
     try:
         marks = corpus_sentence_aspects(corpus, aspects, run_dir)
     except ValueError:
@@ -125,7 +135,7 @@ def aspect_sentences(corpus, aspects: Sequence[str], run_dir, features, prototyp
     if sum(1 for m in marks if all(m.get(a) for a in aspects)) >= 4:
         return marks, "human highlights or LLM sentence labels"
     how = "calibrated to the corpus" if isinstance(prototypes, CalibratedScorer) else "zero-shot sentence scores"
-    return sentence_marks(features, prototypes), f"the aspect file ({how})"
+    return sentence_marks(features, prototypes, boilerplate=boilerplate), f"the aspect file ({how})"
 
 
 def probe_sentences(run_dir, corpus, aspect_set, aspects: Sequence[str]) -> tuple[list[dict], str]:
@@ -140,7 +150,9 @@ def probe_sentences(run_dir, corpus, aspect_set, aspects: Sequence[str]) -> tupl
         protos = aspect_prototypes(aspect_set, aspects, cache.vectors)
     except ValueError:  # an aspect the file says nothing about: only human or LLM labels can serve
         return corpus_sentence_aspects(corpus, aspects, run), "human highlights or LLM sentence labels"
-    return aspect_sentences(corpus, aspects, run, features, protos)
+    heads = list(model.heads.values()) if isinstance(model, PooledAspectModel) else []
+    boiler = heads[0].boilerplate.cpu().numpy() if heads else None  # the guard's, where it set a floor
+    return aspect_sentences(corpus, aspects, run, features, protos, boiler)
 
 
 def check_heads(run_dir, corpus, aspect_set, aspects: Sequence[str], doc_ids: Sequence[str] | None = None,
@@ -178,17 +190,22 @@ def check_heads(run_dir, corpus, aspect_set, aspects: Sequence[str], doc_ids: Se
     except FileNotFoundError:
         seen_ids = set(ids)
     seen = corpus.subset(ids=[d for d in corpus.ids if d in seen_ids])
-    scorer = calibrate(model.features(seen.texts()), protos) or protos
-    marks, source = aspect_sentences(held, aspects, run, features, scorer)
+    seen_features = model.features(seen.texts())
+    boiler = find_boilerplate(seen_features, seed)
+    scorer = calibrate(seen_features, protos, boilerplate=boiler) or protos
+    blends = corpus_blends(seen_features, scorer, boilerplate=boiler)
+    marks, source = aspect_sentences(held, aspects, run, features, scorer, boiler)
 
     # The floor is a copy of the model's heads; the feature cache (every cached vector) is shared, not copied.
     cache, model.cache = model.cache, None
     floor = copy.deepcopy(model)
     model.cache = floor.cache = cache
     for j, a in enumerate(aspects):
-        state = (floor_state(floor.heads[a], scorer.weights[j], float(scorer.biases[j]), temperature=1.0)
+        state = (floor_state(floor.heads[a], scorer.weights[j], float(scorer.biases[j]), temperature=1.0,
+                             blend=blends[a], boilerplate=boiler)
                  if isinstance(scorer, CalibratedScorer) else
-                 floor_state(floor.heads[a], protos.queries[j], floor_bias(features, protos.queries[j])))
+                 floor_state(floor.heads[a], protos.queries[j], floor_bias(features, protos.queries[j]),
+                             blend=blends[a], boilerplate=boiler))
         floor.heads[a].load_state_dict(state)
 
     def encode(batch):
@@ -211,7 +228,8 @@ def check_heads(run_dir, corpus, aspect_set, aspects: Sequence[str], doc_ids: Se
     for a, verdict in labelled.items():  # the labels decide; the probe's selectivities stay beside them
         results[a] = {**results[a], **verdict}
     replaced = [a for a in aspects if results[a]["kept"] != "head"]
-    report = {"checked": True, "marks": source, "papers": len(texts), "n_pairs": probe["n_pairs"],
+    report = {"checked": True, "marks": source, "papers": len(texts), "n_pairs": probe["n_pairs"], "blends": blends,
+              "boilerplate": len(boiler),
               "labels": sorted(labelled), "aspects": results, "replaced": replaced}
     for a in replaced:
         notice(f"{a}: {results[a]['verdict']}")

@@ -40,6 +40,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .boilerplate import NEAR as BOILERPLATE_NEAR
 from .encoders import AspectModel, CheckpointError, read_config, valid_aspects
 from .features import N_POSITION, DocumentFeatures, FeatureCache, FrozenBackbone
 from ..core.files import write_json, write_tensors
@@ -62,6 +63,9 @@ class SentencePoolingHead(nn.Module):
         self.position = nn.Parameter(torch.zeros(n_position))
         self.bias = nn.Parameter(torch.zeros(()))
         self.gate = nn.Parameter(torch.tensor(float(gate_init)))
+        # Sentences the corpus shares nearly word for word (`boilerplate.py`): never pooled. Empty unless the
+        # guard sets it; its size is the corpus's, so loading resizes it (`_load_from_state_dict`).
+        self.register_buffer("boilerplate", torch.zeros(0, self.hidden))
         if self.rank:
             # U small and random, V zero: the residual starts at exactly zero but can grow
             # (with both zero, neither would ever get a gradient).
@@ -78,6 +82,23 @@ class SentencePoolingHead(nn.Module):
         w = torch.sigmoid(scores) * mask
         return w / w.sum(dim=-1, keepdim=True).clamp(min=1e-12)
 
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        key = prefix + "boilerplate"
+        if key in state_dict:
+            self.boilerplate = torch.zeros_like(state_dict[key], device=self.boilerplate.device)
+        else:  # a checkpoint written before heads held boilerplate
+            state_dict[key] = torch.zeros(0, self.hidden)
+            self.boilerplate = torch.zeros(0, self.hidden, device=self.boilerplate.device)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+    def without_boilerplate(self, sentences: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """The mask [B, M] with the boilerplate sentences off, unless that leaves a document none."""
+        if not len(self.boilerplate):
+            return mask
+        near = (sentences @ self.boilerplate.to(sentences.dtype).T).amax(dim=-1) >= BOILERPLATE_NEAR
+        keep = mask.bool() & ~near
+        return torch.where(keep.any(dim=-1, keepdim=True), keep, mask.bool()).to(mask.dtype)
+
     def share_whole(self) -> float:
         """The learned share g of the whole-text vector in the blend."""
         return float(torch.sigmoid(self.gate.detach())) if self.pool else 1.0
@@ -91,7 +112,7 @@ class SentencePoolingHead(nn.Module):
         if not self.pool:
             return self.project(whole), None, None
         scores = self.scores(sentences, positions)
-        w = self.weights(scores, mask)
+        w = self.weights(scores, self.without_boilerplate(sentences, mask))
         pooled = F.normalize((w.unsqueeze(-1) * sentences).sum(dim=1), dim=-1)
         # A document without sentences (an empty text) has nothing to pool: it keeps its whole vector.
         pooled = torch.where(mask.any(dim=-1, keepdim=True), pooled, whole)
