@@ -23,7 +23,10 @@ abstract, the calibrated head blended as the corpus says (`aspectfile.corpus_ble
 "corpus blend"), and that with boilerplate sentences left out (`boilerplate.py`, "stage 03"):
 stage 03's floor.
 
-    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/aspect_file.py [--seeds 0 1 2] [--docs 120] [--smoke]
+    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/aspect_file.py [--seeds 0 1 2] [--docs 120] [--llm] [--smoke]
+
+--llm: the packaged 135M LLM's "does this sentence state the aspect?" (the probability of Yes) against
+the calibrated aspect file, on seed 0 of each generator: the weight each puts on the true sentences.
 
 --smoke (or WORKBENCH_BENCH_SMOKE=1): one seed, 24 synthetic papers, 10 ACLSum test papers.
 """
@@ -134,6 +137,66 @@ def print_table(rows: dict, columns: list[str], extra: dict | None = None) -> No
         print(f"| {name} | " + " | ".join(f"{values[c]:.1f}" for c in columns) + " |")
 
 
+def llm_comparison(docs: int, cache: FeatureCache, styles, model_name: str = "smollm2-135m-instruct") -> None:
+    """The LLM where the issue suggests it is good: "does this sentence state the aspect?" scored by the probability
+    of Yes against No after the chat prompt (one forward pass, no sampling), each sentence normalised over its
+    abstract like the calibrated classifier's; both with boilerplate left out. Printed per generator (seed 0):
+    the weight each puts on the sentences that truly state the aspect, and the share of the ceiling pooled."""
+    import torch
+    from workbench.core.models import load_causal_lm
+    from workbench.embed.aspectfile import sentence_weights
+    from workbench.embed.boilerplate import keep_mask
+
+    model, tok = load_causal_lm(model_name, device="cpu", dtype=torch.float32)
+    ids = lambda words: [tok.encode(w, add_special_tokens=False)[0] for w in words]  # noqa: E731
+    yes, no = ids(["Yes", "yes", " Yes", " yes"]), ids(["No", "no", " No", " no"])
+    aspect_set = load_aspects(ASPECT_FILE)
+
+    def log_odds(prompts):
+        out = []
+        with torch.no_grad():
+            for i in range(0, len(prompts), 32):
+                batch = tok(prompts[i:i + 32], return_tensors="pt", padding=True)
+                lp = torch.log_softmax(model(**batch).logits[:, -1, :].float(), -1)
+                out.append((torch.logsumexp(lp[:, yes], -1) - torch.logsumexp(lp[:, no], -1)).numpy())
+        return np.concatenate(out)
+
+    for style in styles:
+        frame = synthetic_frame(n_train=0, n_val=0, n_test=docs, seed=0, style=style)
+        features = cache.documents(frame["abstract"].tolist())
+        protos = aspect_prototypes(aspect_set, ASPECTS, cache.vectors)
+        boiler = find_boilerplate(features)
+        calibrated = sentence_weights(features, calibrate(features, protos, boilerplate=boiler) or protos,
+                                      boilerplate=boiler)
+        flat = [(i, j, a) for i, st in enumerate(features.sentence_texts) for j in range(len(st)) for a in ASPECTS]
+        t0 = time.perf_counter()
+        z = log_odds([tok.apply_chat_template([{"role": "user", "content": (
+            f"Topic: {a} ({aspect_set[a].description})\nSentence: \"{features.sentence_texts[i][j]}\"\n"
+            f"Does this sentence say what the {a} is? Answer Yes or No.")}], tokenize=False,
+            add_generation_prompt=True) for i, j, a in flat])
+        seconds = time.perf_counter() - t0
+        odds = [{a: np.zeros(len(st)) for a in ASPECTS} for st in features.sentence_texts]
+        for (i, j, a), v in zip(flat, z):
+            odds[i][a][j] = v
+        llm = []
+        for i, sents in enumerate(features.sentences):
+            keep = keep_mask(sents, boiler)
+            p = {a: keep / (1 + np.exp(-odds[i][a])) for a in ASPECTS}
+            llm.append({a: v / max(v.sum(), 1e-30) for a, v in p.items()})
+        print(f"\ngenerator {style}, seed 0: {len(flat)} LLM prompts ({model_name}) in {seconds:.0f} s")
+        truths = {f: same_value(frame[f]) for f in FACTORS}
+        for name, weights in (("calibrated aspect file", calibrated), ("LLM yes/no", llm)):
+            on_true, pooled = {}, {}
+            for a in ASPECTS:
+                on_true[a] = np.mean([w[a][np.isin(st, list(h))].sum() for w, st, h in
+                                      zip(weights, features.sentence_texts, frame[f"highlights_{a}"])])
+                pooled[a] = unit_rows(np.stack([w[a] @ unit_rows(s) if len(s) else features.whole[i]
+                                                for i, (w, s) in enumerate(zip(weights, features.sentences))]))
+            print(f"  {name:22s} weight on the true sentences: " + ", ".join(f"{a} {v:.2f}" for a, v in on_true.items())
+                  + "; pooled alone, share of the ceiling: " + ", ".join(
+                      f"{a} {100 * spearman100(pooled[a], truths[a]) / ceiling(frame[a]):.1f}%" for a in ASPECTS))
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
@@ -141,6 +204,8 @@ def main(argv=None) -> None:
     parser.add_argument("--styles", nargs="+", default=["a", "b"],
                         help="synthetic generators: a (developed on) and b (written and frozen before any tuning)")
     parser.add_argument("--aclsum-docs", type=int, default=100)
+    parser.add_argument("--llm", action="store_true",
+                        help="also score sentences by the packaged 135M LLM's yes/no (about 5 minutes per generator)")
     add_smoke(parser, argv, seeds=[0], docs=24, aclsum_docs=10)
     args = parser.parse_args(argv)
     cache = FeatureCache(Path(tempfile.mkdtemp(prefix="aspect-file-")), FrozenBackbone("minilm"))
@@ -179,6 +244,8 @@ def main(argv=None) -> None:
         gains = {a: rows[f"{kind}: {a}"][a] - base[a] for a in columns}
         print(f"gain of the {kind} head over MiniLM on its own aspect: "
               + ", ".join(f"{a} {g:+.1f}" for a, g in gains.items()))
+    if args.llm:
+        llm_comparison(args.docs, cache, args.styles)
 
 
 if __name__ == "__main__":
