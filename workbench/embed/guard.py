@@ -20,7 +20,7 @@ replaced by the floor (`kept: "aspect file"`); the decision and the numbers go t
 Where the sentences come from the aspect file itself, the floor is measured on its own
 choice of sentences and has the advantage; the factor of 2 leaves a trained head its place
 unless the floor follows the aspect far more. On ACLSum (human highlights) every head is
-kept: 1.73, 5.26 and 2.75 against the floor's 1.00, 3.95 and 1.20.
+kept: 1.73, 5.26 and 2.75 against the floor's 0.75, 3.13 and 1.68.
 
 The sentences that state each aspect come from the corpus's human highlights or stage 01's
 LLM sentence labels where there are some (`health.corpus_sentence_aspects`), else from the
