@@ -211,6 +211,23 @@ def test_blocked_search_finds_the_weighted_space_s_nearest():
     assert not np.any(idx == np.arange(300)[:, None])
 
 
+def test_on_a_gpu_the_neighbours_are_searched_exactly_at_any_size(monkeypatch):
+    """Above EXACT_SEARCH_MAX a CPU uses Annoy; where a GPU is detected the exact blocked search runs there
+    instead (this machine has none: the detection and the search are stood in for, the call is what is checked)."""
+    from workbench.maps import reweight
+
+    calls = []
+    monkeypatch.setattr(reweight, "EXACT_SEARCH_MAX", 10)
+    monkeypatch.setattr(reweight, "nearest", lambda f, k, n_jobs=1, device=None: calls.append((len(f), k, device)))
+    features = np.eye(20, 4)
+    monkeypatch.setattr(reweight, "best_device", lambda: "cuda")
+    reweight.neighbours(features, 5)
+    assert calls == [(20, 5, "cuda")]
+    monkeypatch.setattr(reweight, "best_device", lambda: "cpu")
+    idx, _ = reweight.neighbours(np.random.default_rng(0).normal(size=(20, 4)), 5)  # Annoy, for real
+    assert calls == [(20, 5, "cuda")] and idx.shape == (20, 5)
+
+
 def test_reweighted_affinities_are_opentsne_s_exact_ones():
     from openTSNE.affinity import PerplexityBasedNN
     from workbench.maps.reweight import reweighted_affinities

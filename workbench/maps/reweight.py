@@ -11,7 +11,8 @@ current map: `FIRST_ITER` iterations give a first frame, handed to `on_frame` so
 draw it at once, and the rest of `iterations(n)` the settled map.
 
 Above `EXACT_SEARCH_MAX` papers the product grows as n^2 and openTSNE's Annoy index takes over
-(`neighbours`).
+(`neighbours`), unless a GPU is there (auto-detected, `WORKBENCH_DEVICE` overrides): the exact
+search then runs on it at any size (about 2 x 10^12 multiply-adds at 100,000 papers of 192 dimensions).
 Quality against a fresh fit is measured in `benchmarks/maps.py` (kNN@10).
 """
 
@@ -20,6 +21,8 @@ from __future__ import annotations
 from typing import Callable
 
 import numpy as np
+
+from ..core.devices import best_device
 
 EXACT_SEARCH_MAX = 30000  # exact blocked search up to here; openTSNE's Annoy index above
 # Annoy's trees for a fresh fit (openTSNE's and FIt-SNE's default) and for a weight change, which starts
@@ -36,11 +39,15 @@ BLOCK = 1024  # query rows per product: BLOCK x n float32 similarities at a time
 KERNEL_BLOCK = 256  # rows per block of `kernel_sum` (256 x 10,000 floats: 10 MB, 4x faster than 1024 rows)
 
 
-def nearest(features: np.ndarray, k: int, n_jobs: int = 1) -> tuple[np.ndarray, np.ndarray]:
-    """(n, k) indices and 1 - cos distances of each row's k nearest other rows, nearest first (unit rows)."""
+def nearest(features: np.ndarray, k: int, n_jobs: int = 1, device: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(n, k) indices and 1 - cos distances of each row's k nearest other rows, nearest first (unit rows).
+
+    On `device` (default: the detected one, `best_device`): on a GPU the products and top-k run
+    there, block by block, and only the (n, k) results come back."""
     import torch  # lazy: torch's top-k is threaded, numpy's argpartition is not
 
-    f = torch.from_numpy(np.ascontiguousarray(features, dtype=np.float32))
+    device = device or best_device()
+    f = torch.from_numpy(np.ascontiguousarray(features, dtype=np.float32)).to(device)
     n = f.shape[0]
     k = min(int(k), n - 1)
     idx = np.empty((n, k), dtype=np.int64)
@@ -51,11 +58,11 @@ def nearest(features: np.ndarray, k: int, n_jobs: int = 1) -> tuple[np.ndarray, 
         with torch.no_grad():
             for start in range(0, n, BLOCK):
                 sims = f[start:start + BLOCK] @ f.T
-                rows = torch.arange(sims.shape[0])
+                rows = torch.arange(sims.shape[0], device=sims.device)
                 sims[rows, start + rows] = -float("inf")  # a paper is not its own neighbour
                 top, where = torch.topk(sims, k, dim=1)  # sorted, largest first
-                idx[start:start + BLOCK] = where.numpy()
-                dist[start:start + BLOCK] = np.clip(1.0 - top.double().numpy(), 0.0, 2.0)
+                idx[start:start + BLOCK] = where.cpu().numpy()
+                dist[start:start + BLOCK] = np.clip(1.0 - top.cpu().double().numpy(), 0.0, 2.0)
     finally:
         torch.set_num_threads(before)
     return idx, dist
@@ -64,9 +71,11 @@ def nearest(features: np.ndarray, k: int, n_jobs: int = 1) -> tuple[np.ndarray, 
 def neighbours(features: np.ndarray, k: int, n_jobs: int = 1, seed: int = 0,
                trees: int = FIT_TREES) -> tuple[np.ndarray, np.ndarray]:
     """(n, k) indices and 1 - cos distances of each row's k nearest other rows (unit rows): exact blocked
-    products (`nearest`) up to EXACT_SEARCH_MAX rows, openTSNE's Annoy index of `trees` trees above."""
-    if len(features) <= EXACT_SEARCH_MAX:
-        return nearest(features, k, n_jobs)
+    products (`nearest`) up to EXACT_SEARCH_MAX rows on a CPU and at any size on a GPU, openTSNE's Annoy
+    index of `trees` trees above that on a CPU."""
+    device = best_device()
+    if len(features) <= EXACT_SEARCH_MAX or device != "cpu":
+        return nearest(features, k, n_jobs, device)
     from openTSNE.nearest_neighbors import Annoy
 
     idx, dist = Annoy(np.asarray(features, dtype=np.float64), int(k), metric="euclidean", n_jobs=n_jobs,
