@@ -23,7 +23,8 @@ abstract, the calibrated head blended as the corpus says (`aspectfile.corpus_ble
 "corpus blend"), and that with boilerplate sentences left out (`boilerplate.py`, "stage 03"):
 stage 03's floor.
 
-    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/aspect_file.py [--seeds 0 1 2] [--docs 120] [--llm] [--smoke]
+    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/aspect_file.py [--seeds 0 1 2] [--docs 120] [--backbone mpnet]
+        [--llm] [--smoke]
 
 --llm: the packaged 135M LLM's "does this sentence state the aspect?" (the probability of Yes) against
 the calibrated aspect file, on seed 0 of each generator: the weight each puts on the true sentences.
@@ -85,19 +86,32 @@ def synthetic_table(seed: int, docs: int, cache: FeatureCache, style: str = "a")
     """{row: {factor: spearman}} on the test papers of one synthetic corpus, and the ceilings."""
     frame = synthetic_frame(n_train=0, n_val=0, n_test=docs, seed=seed, style=style)
     frame = frame.drop(columns=[c for c in frame if c.startswith(("summary_", "highlights_")) or c == "sentences"])
-    corpus = Corpus(frame)
-    features = cache.documents(corpus.texts())
-    protos = aspect_prototypes(load_aspects(ASPECT_FILE), ASPECTS, cache.vectors)
-    heads, blends = floor_heads(features, protos)
     truths = {f: same_value(frame[f]) for f in FACTORS}
-    rows = {"MiniLM whole abstract": {f: spearman100(features.whole, truths[f]) for f in FACTORS}}
-    for kind, emb in heads.items():
-        for a in ASPECTS:
-            rows[f"{kind}: {a}"] = {f: spearman100(emb[a], truths[f]) for f in FACTORS}
+    rows, blends = head_rows(Corpus(frame).texts(), load_aspects(ASPECT_FILE), ASPECTS, truths, cache)
     return {"rows": rows, "ceiling": {f: ceiling(frame[f], seed) for f in FACTORS}, "blends": blends}
 
 
+def head_rows(texts, aspect_set, names, truths: dict, cache: FeatureCache) -> tuple[dict, dict]:
+    """({row: {truth: spearman}} for the whole-abstract baselines and each kind's head per aspect, the blends)."""
+    features = cache.documents(texts)
+    heads, blends = floor_heads(features, aspect_prototypes(aspect_set, names, cache.vectors))
+    rows = {WHOLE: {t: spearman100(features.whole, truths[t]) for t in truths}}
+    if WHOLE != MINILM:
+        rows[MINILM] = {t: spearman100(minilm_whole(texts), truths[t]) for t in truths}
+    for kind, emb in heads.items():
+        for a in names:
+            rows[f"{kind}: {a}"] = {t: spearman100(emb[a], truths[t]) for t in truths}
+    return rows, blends
+
+
 KINDS = ("aspect file", "calibrated", "corpus blend", "stage 03")
+MINILM = "MiniLM whole abstract"  # the baseline the issue names, whatever the backbone
+WHOLE = MINILM  # the row of the backbone's own embedding (main sets it from --backbone)
+
+
+def minilm_whole(texts) -> np.ndarray:
+    """MiniLM's whole-abstract vectors, for the baseline row when the heads read another backbone."""
+    return FrozenBackbone("minilm").embed(list(texts))
 
 
 def floor_heads(features, protos) -> tuple[dict, dict]:
@@ -116,16 +130,9 @@ def floor_heads(features, protos) -> tuple[dict, dict]:
 def aclsum_table(docs: int, cache: FeatureCache) -> dict:
     """{row: {aspect: spearman}} on ACLSum's test papers against the human-summary truths (mpnet)."""
     corpus = load_corpus(f"aclsum:test[:{docs}]")
-    names = load_aspects("acl").names
-    truths = summary_truths(corpus, names, "mpnet")
-    features = cache.documents(corpus.texts())
-    protos = aspect_prototypes(load_aspects("acl"), names, cache.vectors)
-    heads, blends = floor_heads(features, protos)
-    rows = {"MiniLM whole abstract": {a: spearman100(features.whole, truths[a]) for a in truths}}
-    for kind, emb in heads.items():
-        for a in names:
-            rows[f"{kind}: {a}"] = {t: spearman100(emb[a], truths[t]) for t in truths}
-    return rows, blends
+    aspect_set = load_aspects("acl")
+    truths = summary_truths(corpus, aspect_set.names, "mpnet")
+    return head_rows(corpus.texts(), aspect_set, aspect_set.names, truths, cache)
 
 
 def print_table(rows: dict, columns: list[str], extra: dict | None = None) -> None:
@@ -204,11 +211,15 @@ def main(argv=None) -> None:
     parser.add_argument("--styles", nargs="+", default=["a", "b"],
                         help="synthetic generators: a (developed on) and b (written and frozen before any tuning)")
     parser.add_argument("--aclsum-docs", type=int, default=100)
+    parser.add_argument("--backbone", default="minilm",
+                        help="the frozen encoder of the heads (stage 02-03's base_model), e.g. mpnet")
     parser.add_argument("--llm", action="store_true",
                         help="also score sentences by the packaged 135M LLM's yes/no (about 5 minutes per generator)")
     add_smoke(parser, argv, seeds=[0], docs=24, aclsum_docs=10)
     args = parser.parse_args(argv)
-    cache = FeatureCache(Path(tempfile.mkdtemp(prefix="aspect-file-")), FrozenBackbone("minilm"))
+    global WHOLE
+    WHOLE = MINILM if args.backbone == "minilm" else f"{args.backbone} whole abstract"
+    cache = FeatureCache(Path(tempfile.mkdtemp(prefix="aspect-file-")), FrozenBackbone(args.backbone))
     print(f"Synthetic corpus, {args.docs} papers per seed, aspect file {ASPECT_FILE.relative_to(ROOT)}; "
           f"mean per-paper Spearman x100 against 'same value' (the drug is a nuisance)")
     for style in args.styles:
@@ -219,18 +230,18 @@ def main(argv=None) -> None:
             print(f"\ngenerator {style}, seed {seed} ({time.perf_counter() - t0:.1f} s); corpus blends "
                   + ", ".join(f"{a} {b:.2f}" for a, b in table["blends"].items()))
             print_table(table["rows"], FACTORS, table["ceiling"])
-            base = table["rows"]["MiniLM whole abstract"]
+            base = table["rows"][WHOLE]
             for kind in KINDS:
                 for a in ASPECTS:
                     row = table["rows"][f"{kind}: {a}"]
                     share, base_share = row[a] / table["ceiling"][a], base[a] / table["ceiling"][a]
                     worst.setdefault((kind, a), []).append(
                         (share, base_share, row[NUISANCE], max(v for f, v in row.items() if f != a)))
-        print(f"\nGenerator {style}, worst seed per aspect: share of the ceiling on its own factor (MiniLM whole "
-              "abstract's), the nuisance, the largest other factor")
+        print(f"\nGenerator {style}, worst seed per aspect: share of the ceiling on its own factor ({WHOLE}'s), "
+              "the nuisance, the largest other factor")
         for (kind, a), results in worst.items():
             share, base_share, nuisance, other = min(results)
-            print(f"  {kind:12s} {a:11s} {100 * share:5.1f}% of the ceiling (MiniLM {100 * base_share:5.1f}%), "
+            print(f"  {kind:12s} {a:11s} {100 * share:5.1f}% of the ceiling (whole abstract {100 * base_share:5.1f}%), "
                   f"ratio {share / base_share if base_share > 0 else float('inf'):.2f}x; nuisance {nuisance:.1f}; "
                   f"largest other factor {other:.1f}")
     t0 = time.perf_counter()
@@ -239,10 +250,10 @@ def main(argv=None) -> None:
           f"({time.perf_counter() - t0:.1f} s); corpus blends " + ", ".join(f"{a} {b:.2f}" for a, b in blends.items()))
     columns = list(next(iter(rows.values())))
     print_table(rows, columns)
-    base = rows["MiniLM whole abstract"]
+    base = rows[MINILM]
     for kind in KINDS:
         gains = {a: rows[f"{kind}: {a}"][a] - base[a] for a in columns}
-        print(f"gain of the {kind} head over MiniLM on its own aspect: "
+        print(f"gain of the {kind} head over {MINILM} on its own aspect: "
               + ", ".join(f"{a} {g:+.1f}" for a, g in gains.items()))
     if args.llm:
         llm_comparison(args.docs, cache, args.styles)
