@@ -5,7 +5,7 @@ A general sentence encoder already places abstracts well; what it cannot know is
 that, for one aspect:
 
     score_i  = q . s_i + p . position_i + c            (s_i: unit vector of sentence i)
-    w_i      = sigmoid(score_i) / sum_j sigmoid(score_j)
+    w_i      = sigmoid(score_i) / sum_j sigmoid(score_j)     (over the sentences that are not boilerplate)
     pooled   = unit(sum_i w_i s_i)
     mixed    = g * whole + (1 - g) * pooled              (g = sigmoid(gate), learned per aspect)
     output   = mixed + (mixed U) V                       (optional low-rank residual, V = 0 at start)
