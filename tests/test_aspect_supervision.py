@@ -533,3 +533,13 @@ def test_llm_answers_must_find_their_abstract_and_not_copy_it(tmp_path, monkeypa
     assert answers["specific"] in kept and answers["generic"] not in kept and sentence not in kept
     table = grounding.grounding_table(tmp_path)
     assert table.loc["disease"].to_dict() == {"llm views": 3, "kept": 1, "generic": 1, "copy": 1}
+
+
+def test_the_guard_table_shows_each_aspect_file_head_s_blend():
+    from workbench.embed.guard import guard_table
+
+    row = {"head": 1.2, "aspect file": 2.0, "base": 0.9, "kept": "aspect file", "verdict": "..."}
+    table = guard_table({"aspects": {"disease": row, "method": row}, "blends": {"disease": 0.98, "method": 0.6}})
+    assert table.loc["disease", "aspect file: sentences' share"] == 0.98
+    assert table.loc["method", "selectivity: aspect file"] == 2.0 and table.loc["method", "kept"] == "aspect file"
+    assert "aspect file: sentences' share" not in guard_table({"aspects": {"disease": row}}).columns  # older reports

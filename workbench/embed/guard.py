@@ -302,12 +302,15 @@ def load_guard(run_dir) -> dict | None:
 
 def guard_table(report: dict):
     """The guard's report as a DataFrame: one row per aspect, the swap probe's selectivities, the label scores
-    where a label column decided (`labels: head`, ...), and what was kept."""
+    where a label column decided (`labels: head`, ...), the aspect-file head's share of pooled sentences
+    (`aspectfile.corpus_blends`) and what was kept."""
     import pandas as pd
 
     rows = {}
     for a, r in report.get("aspects", {}).items():
         row = {f"selectivity: {c}": r.get(c) for c in ("head", "aspect file", BASE)}
         row.update({f"labels: {c}": v for c, v in (r.get("labels") or {}).items()})
+        if "blends" in report:  # reports written before the blend was read from the corpus have none
+            row["aspect file: sentences' share"] = report["blends"].get(a)
         rows[a] = {**row, "kept": r["kept"]}
     return pd.DataFrame.from_dict(rows, orient="index")
