@@ -56,7 +56,7 @@ from workbench.data.corpus import Corpus, load_corpus  # noqa: E402
 from workbench.embed.aspectfile import aspect_prototypes, calibrate, corpus_blends, zero_shot_embeddings  # noqa: E402
 from workbench.embed.boilerplate import find_boilerplate  # noqa: E402
 from workbench.embed.features import FeatureCache, FrozenBackbone  # noqa: E402
-from workbench.evaluate.evaluation import rowwise_spearman  # noqa: E402
+from workbench.evaluate.evaluation import permutation_test, rowwise_spearman  # noqa: E402
 from workbench.evaluate.report import summary_truths  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -91,16 +91,20 @@ def synthetic_table(seed: int, docs: int, cache: FeatureCache, style: str = "a")
     return {"rows": rows, "ceiling": {f: ceiling(frame[f], seed) for f in FACTORS}, "blends": blends}
 
 
-def head_rows(texts, aspect_set, names, truths: dict, cache: FeatureCache) -> tuple[dict, dict]:
-    """({row: {truth: spearman}} for the whole-abstract baselines and each kind's head per aspect, the blends)."""
+def head_rows(texts, aspect_set, names, truths: dict, cache: FeatureCache, keep: dict | None = None):
+    """({row: {truth: spearman}} for the whole-abstract baselines and each kind's head per aspect, the blends);
+    `keep`, where given, receives stage 03's heads ("stage 03") and MiniLM's whole-abstract vectors (MINILM)."""
     features = cache.documents(texts)
     heads, blends = floor_heads(features, aspect_prototypes(aspect_set, names, cache.vectors))
+    minilm = features.whole if WHOLE == MINILM else minilm_whole(texts)
     rows = {WHOLE: {t: spearman100(features.whole, truths[t]) for t in truths}}
     if WHOLE != MINILM:
-        rows[MINILM] = {t: spearman100(minilm_whole(texts), truths[t]) for t in truths}
+        rows[MINILM] = {t: spearman100(minilm, truths[t]) for t in truths}
     for kind, emb in heads.items():
         for a in names:
             rows[f"{kind}: {a}"] = {t: spearman100(emb[a], truths[t]) for t in truths}
+    if keep is not None:
+        keep.update({"stage 03": heads["stage 03"], MINILM: minilm})
     return rows, blends
 
 
@@ -127,12 +131,23 @@ def floor_heads(features, protos) -> tuple[dict, dict]:
             "stage 03": zero_shot_embeddings(features, cleaned, blend=blends, boilerplate=boiler)}, blends
 
 
-def aclsum_table(docs: int, cache: FeatureCache) -> dict:
-    """{row: {aspect: spearman}} on ACLSum's test papers against the human-summary truths (mpnet)."""
+def aclsum_table(docs: int, cache: FeatureCache) -> tuple[dict, dict, dict]:
+    """({row: {aspect: spearman}} on ACLSum's test papers against the human-summary truths (mpnet), the blends,
+    {(truth encoder, aspect): (stage 03's gain over MiniLM's whole abstract, its A.6 p-value)})."""
     corpus = load_corpus(f"aclsum:test[:{docs}]")
     aspect_set = load_aspects("acl")
     truths = summary_truths(corpus, aspect_set.names, "mpnet")
-    return head_rows(corpus.texts(), aspect_set, aspect_set.names, truths, cache)
+    kept: dict = {}
+    rows, blends = head_rows(corpus.texts(), aspect_set, aspect_set.names, truths, cache, kept)
+    # Appendix A.6 on each truth encoder: stage 03's head against MiniLM's whole abstract, on its own aspect.
+    cosine = lambda v: unit_rows(v) @ unit_rows(v).T  # noqa: E731
+    tests = {}
+    for encoder in ("mpnet", "minilm"):
+        truth = truths if encoder == "mpnet" else summary_truths(corpus, aspect_set.names, encoder)
+        for a in aspect_set.names:
+            test = permutation_test(cosine(kept["stage 03"][a]), cosine(kept[MINILM]), truth[a], 200, 0)
+            tests[encoder, a] = (100 * test["observed_difference"], test["p_value"])
+    return rows, blends, tests
 
 
 def print_table(rows: dict, columns: list[str], extra: dict | None = None) -> None:
@@ -245,7 +260,7 @@ def main(argv=None) -> None:
                   f"ratio {share / base_share if base_share > 0 else float('inf'):.2f}x; nuisance {nuisance:.1f}; "
                   f"largest other factor {other:.1f}")
     t0 = time.perf_counter()
-    rows, blends = aclsum_table(args.aclsum_docs, cache)
+    rows, blends, tests = aclsum_table(args.aclsum_docs, cache)
     print(f"\nACLSum test, {args.aclsum_docs} papers, acl preset, truths: human summaries read by mpnet "
           f"({time.perf_counter() - t0:.1f} s); corpus blends " + ", ".join(f"{a} {b:.2f}" for a, b in blends.items()))
     columns = list(next(iter(rows.values())))
@@ -255,6 +270,8 @@ def main(argv=None) -> None:
         gains = {a: rows[f"{kind}: {a}"][a] - base[a] for a in columns}
         print(f"gain of the {kind} head over {MINILM} on its own aspect: "
               + ", ".join(f"{a} {g:+.1f}" for a, g in gains.items()))
+    print("stage 03's head against MiniLM's whole abstract on its own aspect, A.6 (200 permutations): "
+          + "; ".join(f"{a} ({encoder} truth) {gain:+.1f}, p = {p:.3f}" for (encoder, a), (gain, p) in tests.items()))
     if args.llm:
         llm_comparison(args.docs, cache, args.styles)
 
