@@ -139,11 +139,12 @@ def sentence_weights(features, prototypes: AspectPrototypes | CalibratedScorer, 
         if not len(sents):
             continue
         keep = keep_mask(sents, boilerplate)
+        kept = np.asarray(sents)[keep]
         if isinstance(prototypes, CalibratedScorer):
-            p = prototypes.probabilities(np.asarray(sents)[keep])
+            p = prototypes.probabilities(kept)
             p = p / np.maximum(p.sum(axis=0, keepdims=True), 1e-30)
         else:
-            score = prototypes.scores(np.asarray(sents)[keep])
+            score = prototypes.scores(kept)
             p = np.stack([softmax(score[:, j], temperature) for j in range(len(prototypes.aspects))], axis=1)
         for j, a in enumerate(prototypes.aspects):
             weights[a][keep] = p[:, j]
