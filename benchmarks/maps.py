@@ -10,7 +10,8 @@ one process and one run, against what a user would otherwise do:
           `openTSNE.TSNE().fit` and a fresh `sklearn.manifold.TSNE().fit_transform`
           (barnes_hut, its defaults) of the re-weighted features. The weights move a little
           (0.5/0.3/0.2 to 0.4/0.35/0.25) and, in a second row, far (to 0.1/0.1/0.8), where
-          the old layout is a poor start; that row compares with openTSNE only. Above --sklearn-full-max
+          the old layout is a poor start and the settled map is laid out again from the first
+          frame (`reweight.reweight`); that row compares with openTSNE only. Above --sklearn-full-max
           points (default 10000: about 2.5 minutes on 2 cores) sklearn runs 250 iterations
           (its minimum) and the time is extrapolated x4 to its default 1000, labelled "~".
   place   ours: `AspectMap.place` of one held-out point against openTSNE's
@@ -367,13 +368,13 @@ def run_size(n: int, args) -> list[str]:
     ot_far, t_ot_far = timed(lambda: np.asarray(openTSNE.TSNE(n_jobs=args.threads, random_state=0).fit(
         f_far.astype(np.float64))))
     q_ot_far = knn_agreement(f_far, ot_far, rows)
-    print(f"  large change: first frame {frame['t']:.2f}s (kNN@10 {q_far_first:.2f}), settled {t_far:.1f}s "
-          f"(kNN@10 {q_far:.2f}); openTSNE fresh {t_ot_far:.1f}s (kNN@10 {q_ot_far:.2f})", flush=True)
+    print(f"  large change: first frame {frame['t']:.2f}s (kNN@10 {q_far_first:.3f}), settled {t_far:.1f}s "
+          f"(kNN@10 {q_far:.3f}); openTSNE fresh {t_ot_far:.1f}s (kNN@10 {q_ot_far:.3f})", flush=True)
     rows_out.append(f"| {n} | large weight change: first frame | ours | {frame['t']:.2f} | {frame['t'] / t_far:.2f}x | "
-                    f"kNN@10 {q_far_first:.2f} ({q_far_first / q_ot_far:.2f} of a fresh fit's) |")
-    rows_out.append(f"| {n} | large weight change: settled | ours | {t_far:.2f} | 1.00x | kNN@10 {q_far:.2f} |")
+                    f"kNN@10 {q_far_first:.3f} ({q_far_first / q_ot_far:.3f} of a fresh fit's) |")
+    rows_out.append(f"| {n} | large weight change: settled | ours | {t_far:.2f} | 1.00x | kNN@10 {q_far:.3f} |")
     rows_out.append(f"| {n} | | openTSNE fresh fit | {t_ot_far:.2f} | {t_ot_far / t_far:.1f}x | "
-                    f"kNN@10 {q_ot_far:.2f} |")
+                    f"kNN@10 {q_ot_far:.3f} |")
 
     rows_out.append(f"| {n} | invert right after it (first call) | ours | {t_inv_after:.2f} | | caches built after "
                     f"the first frame and in the background (`prepare`); then place {t_place_after:.2f} s |")

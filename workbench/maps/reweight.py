@@ -10,6 +10,18 @@ calibration (`joint_probabilities_nn`), and the layout from its gradient, warm f
 current map: `FIRST_ITER` iterations give a first frame, handed to `on_frame` so a pane can
 draw it at once, and the rest of `iterations(n)` the settled map.
 
+A warm start keeps the old global arrangement. After a small change that is what a user wants
+(and a fresh fit's quality: kNN@10 0.70 against 0.70 at 10,000 papers), but after a large one
+the new neighbours sit in pieces across the old clusters, and no number of warm iterations
+gathers them (0.42 after 80 or 120 iterations against a fresh fit's 0.48). So where fewer than
+RELAYOUT_BELOW of the papers' 10 nearest neighbours stay the same (`neighbour_overlap`), the
+settled map is laid out again from the first frame shrunk to a spread of RELAYOUT_SPREAD: 40
+iterations of exaggeration 4 gather each new cluster, 80 more spread it out (a fresh fit's
+schedule, short: 1.1 s at 10,000 papers for 0.475; 250 + 500 iterations of exaggeration 12
+from a 10^-4 spread give a fresh fit 0.48 in 20 s). The spread and the milder exaggeration keep
+some of the first frame's arrangement (Procrustes disparity 0.16 to 0.5 against about 1.0
+from openTSNE's 10^-4 start, at the same quality; benchmarks/README.md, maps).
+
 Above `EXACT_SEARCH_MAX` papers the product grows as n^2 and openTSNE's Annoy index takes over
 (`neighbours`), unless a GPU is there (auto-detected, `WORKBENCH_DEVICE` overrides): the exact
 search then runs on it at any size (about 2 x 10^12 multiply-adds at 100,000 papers of 192 dimensions).
@@ -35,6 +47,10 @@ FIRST_ITER = 5  # iterations before the first frame
 # needs more than a small one; a warm start settles a small change to a fresh fit's quality.
 POINT_ITERATIONS = 800_000
 MIN_ITER, MAX_ITER = 40, 500
+RELAYOUT_MAX = 50000  # above this many papers a warm map already matches a fresh fit's kNN@10 (re-laying: 3x the time)
+RELAYOUT_BELOW = 0.8  # share of the 10 nearest neighbours a change keeps, below which the map is laid out again
+RELAYOUT_SPREAD = 5.0  # standard deviation of the shrunk first frame a re-layout starts from
+RELAYOUT_EXAGGERATION, RELAYOUT_EXAGGERATED_ITER, RELAYOUT_ITER = 4.0, 40, 80
 BLOCK = 1024  # query rows per product: BLOCK x n float32 similarities at a time
 KERNEL_BLOCK = 256  # rows per block of `kernel_sum` (256 x 10,000 floats: 10 MB, 4x faster than 1024 rows)
 
@@ -143,10 +159,28 @@ def iterations(n: int) -> int:
     return int(np.clip(POINT_ITERATIONS // max(n, 1), MIN_ITER, MAX_ITER))
 
 
+def neighbour_overlap(old: np.ndarray, new: np.ndarray, k: int = 10) -> float:
+    """The mean share of each paper's k nearest neighbours in `new` (rows of indices, nearest first) that are
+    among its k nearest in `old`: 1 where a weight change moves no neighbour, near 0 where it moves all."""
+    old, new = np.asarray(old)[:, :k], np.asarray(new)[:, :k]
+    return float((new[:, :, None] == old[:, None, :]).any(axis=2).mean())
+
+
+def large_change(old: np.ndarray | None, new: np.ndarray | None) -> bool:
+    """Whether a weight change, from the neighbour rows `old` to `new`, should be laid out again: fewer than
+    RELAYOUT_BELOW of the 10 nearest stay, on a map of up to RELAYOUT_MAX papers (False without `old`)."""
+    if old is None or new is None or len(new) > RELAYOUT_MAX:
+        return False
+    return neighbour_overlap(old, new) < RELAYOUT_BELOW
+
+
 def reweight(coords: np.ndarray, affinities, first_iter: int = FIRST_ITER, settle_iter: int = 35,
              on_frame: Callable[[np.ndarray], object] | None = None, gradient: str = "bh", n_jobs: int = 1,
-             seed: int = 0) -> np.ndarray:
-    """The layout under new affinities, warm from `coords`: on_frame(first frame), then the settled (n, 2)."""
+             seed: int = 0, relayout_gradient: str | None = None) -> np.ndarray:
+    """The layout under new affinities, warm from `coords`: on_frame(first frame), then the settled (n, 2).
+
+    relayout_gradient: lay the settled map out again from the shrunk first frame, with this gradient
+    ("bh" or "fft"; see the module docstring), instead of `settle_iter` more warm iterations."""
     from openTSNE import TSNEEmbedding
 
     emb = TSNEEmbedding(np.array(coords, dtype=np.float64), affinities, negative_gradient_method=gradient,
@@ -155,6 +189,14 @@ def reweight(coords: np.ndarray, affinities, first_iter: int = FIRST_ITER, settl
         emb.optimize(first_iter, momentum=0.8, learning_rate="auto", inplace=True)
     if on_frame is not None:
         on_frame(np.array(emb, dtype=np.float64))
-    if settle_iter:
+    if relayout_gradient is not None:
+        y = np.array(emb, dtype=np.float64)
+        y = (y - y.mean(axis=0)) * (RELAYOUT_SPREAD / max(float(y[:, 0].std()), 1e-12))
+        emb = TSNEEmbedding(y, affinities, negative_gradient_method=relayout_gradient, n_jobs=n_jobs,
+                            random_state=seed)
+        emb.optimize(RELAYOUT_EXAGGERATED_ITER, exaggeration=RELAYOUT_EXAGGERATION, momentum=0.5,
+                     learning_rate="auto", inplace=True)
+        emb.optimize(RELAYOUT_ITER, momentum=0.8, learning_rate="auto", inplace=True)
+    elif settle_iter:
         emb.optimize(settle_iter, momentum=0.8, learning_rate="auto", inplace=True)
     return np.array(emb, dtype=np.float64)

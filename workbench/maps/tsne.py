@@ -60,10 +60,10 @@ import numpy as np
 
 from ..core.files import write_arrays, write_json
 from ..core.vectors import unit_rows
-from .reweight import (FIRST_ITER, WARM_TREES, iterations, kernel_sum, neighbours, reweight,
+from .reweight import (FIRST_ITER, WARM_TREES, iterations, kernel_sum, large_change, neighbours, reweight,
                        reweighted_affinities)
 from .tsne_math import (calibrate_rows, check_embeddings, effective_perplexity, gradient_descent, inversion_objective,
-                        joint_probabilities, normalize_weights, pca_init, unit32, weighted_features)
+                        joint_probabilities, new_features, normalize_weights, pca_init, unit32, weighted_features)
 
 # Kept importable from here (they moved to tsne_math.py).
 from .tsne_math import conditional_probabilities, empty_spot, kl_divergence, weighted_distance  # noqa: F401
@@ -161,7 +161,7 @@ class AspectMap:
         amap = cls._fit(embeddings, weights, perplexity, method, init, seed, n_iter, verbose, warm=False)
         return amap.prepare() if amap.method == "opentsne" else amap
 
-    def with_weights(self, weights, n_iter=None, on_frame=None) -> "AspectMap":
+    def with_weights(self, weights, n_iter=None, on_frame=None, relayout=None) -> "AspectMap":
         """The same corpus mapped under new weights, started from this map's coordinates.
 
         No early exaggeration (it would tear the layout apart again) and fewer iterations: a small
@@ -169,6 +169,8 @@ class AspectMap:
         maps: the new neighbours (`reweight.neighbours`), reweight.FIRST_ITER iterations to a first
         frame (handed to `on_frame(coords)`, for a pane to draw at once), the rest of
         `reweight.iterations(n)` (80 at 10,000 papers; n_iter sets the total) to the settled map.
+        relayout: lay the settled map out again from the first frame (`reweight.reweight`); None (the
+        default) does after a large change (`reweight.large_change`).
         """
         if self.method != "opentsne":
             new = type(self)._fit(self.embeddings, weights, self.perplexity, self.method, self.coords,
@@ -181,6 +183,9 @@ class AspectMap:
         affinities, new._cache["knn"] = reweighted_affinities(new.features(), self.perplexity, thread_count(),
                                                               self.seed, WARM_TREES)
         gradient = "bh" if len(self) < WARM_FFT_MIN else "fft"
+        old_knn = self._cache.get("knn") or self._cache.get("knn_rows")  # the fit's, the last change's, prepare's
+        if relayout is None:
+            relayout = large_change(old_knn[0] if old_knn else None, new._cache["knn"][0])
 
         def first_frame(coords):  # then the caches the layout does not change: here, not in a thread
             if on_frame is not None:  # beside openTSNE's, whose threads would wait for it
@@ -188,7 +193,8 @@ class AspectMap:
             new.prepare(layout=False)
 
         new.coords = reweight(self.coords, affinities, min(FIRST_ITER, total), max(total - FIRST_ITER, 0),
-                              first_frame, gradient, thread_count(), self.seed)
+                              first_frame, gradient, thread_count(), self.seed,
+                              ("bh" if len(self) < FFT_MIN else "fft") if relayout else None)
         return new.prepare(background=True)
 
     @classmethod
@@ -382,28 +388,7 @@ class AspectMap:
     # ------------------------------------------------------------ placing new points
 
     def _new_features(self, new_embeddings) -> np.ndarray:
-        if not isinstance(new_embeddings, Mapping):
-            raise ValueError("new_embeddings must be a mapping aspect -> (m, d_a) array")
-        unknown = [a for a in new_embeddings if a not in self.aspects]
-        missing = [a for a in self.aspects if self.weights[a] > 0 and a not in new_embeddings]
-        if unknown or missing:
-            raise ValueError(f"new_embeddings: unknown aspects {unknown}, missing weighted aspects {missing}")
-        rows = {}
-        for a, e in new_embeddings.items():
-            if hasattr(e, "detach"):
-                e = e.detach().cpu().numpy()
-            e = np.atleast_2d(np.asarray(e, dtype=np.float64))
-            want = self.embeddings[a].shape[1]
-            if e.ndim != 2 or e.shape[1] != want:
-                raise ValueError(f"new_embeddings[{a!r}] has shape {e.shape}, the map's aspect has dimension {want}")
-            rows[a] = e
-        m = {e.shape[0] for e in rows.values()}
-        if len(m) != 1:
-            raise ValueError(f"new_embeddings have different numbers of rows: {sorted(m)}")
-        m = m.pop()
-        # Aspects of weight 0 may be left out: their columns are zero anyway.
-        full = {a: rows.get(a, np.zeros((m, self.embeddings[a].shape[1]))) for a in self.aspects}
-        return weighted_features(full, self.weights).astype(np.float64)
+        return new_features(new_embeddings, self.embeddings, self.weights)
 
     def place(self, new_embeddings: Mapping[str, np.ndarray], n_iter: int = 250) -> np.ndarray:
         """2-D positions (m, 2) for new papers, the map frozen (appendix A.10).

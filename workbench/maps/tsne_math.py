@@ -367,3 +367,30 @@ def empty_spot(coords, groups) -> np.ndarray:
     candidates = (centres[i] + centres[j]) / 2
     gap = np.linalg.norm(candidates[:, None, :] - coords[None, :, :], axis=-1).min(axis=1)
     return candidates[int(np.argmax(gap))]
+
+
+def new_features(new_embeddings, embeddings: Mapping[str, np.ndarray], weights: Mapping[str, float]) -> np.ndarray:
+    """(m, D) float64 weighted features of new papers (aspect -> (m, d_a)) for a map of `embeddings` under
+    `weights`; a ValueError names an unknown or missing aspect, a wrong dimension or unequal row counts."""
+    if not isinstance(new_embeddings, Mapping):
+        raise ValueError("new_embeddings must be a mapping aspect -> (m, d_a) array")
+    unknown = [a for a in new_embeddings if a not in embeddings]
+    missing = [a for a in embeddings if weights[a] > 0 and a not in new_embeddings]
+    if unknown or missing:
+        raise ValueError(f"new_embeddings: unknown aspects {unknown}, missing weighted aspects {missing}")
+    rows = {}
+    for a, e in new_embeddings.items():
+        if hasattr(e, "detach"):
+            e = e.detach().cpu().numpy()
+        e = np.atleast_2d(np.asarray(e, dtype=np.float64))
+        want = embeddings[a].shape[1]
+        if e.ndim != 2 or e.shape[1] != want:
+            raise ValueError(f"new_embeddings[{a!r}] has shape {e.shape}, the map's aspect has dimension {want}")
+        rows[a] = e
+    m = {e.shape[0] for e in rows.values()}
+    if len(m) != 1:
+        raise ValueError(f"new_embeddings have different numbers of rows: {sorted(m)}")
+    m = m.pop()
+    # Aspects of weight 0 may be left out: their columns are zero anyway.
+    full = {a: rows.get(a, np.zeros((m, embeddings[a].shape[1]))) for a in embeddings}
+    return weighted_features(full, weights).astype(np.float64)
