@@ -448,8 +448,9 @@ def test_place_lands_among_its_neighbours(loo):
 
 def test_inversion_objective_tracks_full_kl_and_its_gradient(loo):
     amap, _, _, _ = loo
-    objective, c0 = amap._inversion_objective(amap.coords[7] + [0.5, -0.3])
+    objective, c0, distances = amap._inversion_objective(amap.coords[7] + [0.5, -0.3])
     loss0, grad, x_hat = objective(c0)
+    np.testing.assert_allclose(distances(c0), np.clip(1 - amap._features64() @ x_hat, 0, 2), atol=1e-9)
     beta = float(tsne.calibrate_rows(np.clip(1 - amap._features64() @ x_hat, 0, 2)[None], 30.0)[1][0])
     betas = np.append(amap._rows()[0], beta)
     rng = np.random.default_rng(1)
@@ -487,6 +488,26 @@ def test_invert_leave_one_out_round_trip(loo):
         back = amap.place({a: parts[a][None] for a in amap.aspects})[0]
         closer += np.linalg.norm(back - y) < np.linalg.norm(amap.coords[amap.nearest(y, 10)[-1]] - y)
     assert wins >= 4 and closer >= 4
+
+
+def test_an_inversion_on_a_large_map_reads_only_the_nearest_rows_and_lands_where_the_full_one_does(loo, monkeypatch):
+    """Above INVERT_ROWS papers each step reads the rows nearest to x: the same loss and gradient where the
+    others carry no affinity, and the same inverted spot as every row gives (here 60 of 160 rows)."""
+    amap, emb, _, out = loo
+    objective, c0, distances = amap._inversion_objective(amap.coords[7] + [0.5, -0.3])
+    beta = float(tsne.calibrate_rows(distances(c0)[None], 30.0)[1][0])
+    loss, grad, _ = objective(c0, beta)
+    near = np.argsort(distances(c0))[:120]
+    kept_loss, kept_grad, _ = objective(c0, beta, keep=near)
+    assert kept_loss == pytest.approx(loss, rel=0.05) and np.corrcoef(kept_grad, grad)[0, 1] > 0.99
+    y = amap.place(_rows(emb, out[:1]))[0]
+    full = amap.invert_features(y, n_iter=150)
+    monkeypatch.setattr(tsne, "INVERT_ROWS", 60)
+    nearest_only = amap.invert_features(y, n_iter=150)
+    assert not np.allclose(full, nearest_only)  # it did take the other path
+    back = [amap.place({a: v[None] for a, v in amap.invert(y, n_iter=150).items()})[0]]
+    assert np.linalg.norm(back[0] - y) < np.linalg.norm(amap.coords[amap.nearest(y, 10)[-1]] - y)
+    assert full @ nearest_only > 0.98
 
 
 def test_invert_returns_only_weighted_aspects():

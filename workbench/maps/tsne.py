@@ -62,8 +62,9 @@ from ..core.files import write_arrays, write_json
 from ..core.vectors import unit_rows
 from .reweight import (FIRST_ITER, WARM_TREES, iterations, kernel_sum, large_change, neighbours, reweight,
                        reweighted_affinities)
-from .tsne_math import (calibrate_rows, check_embeddings, effective_perplexity, gradient_descent, inversion_objective,
-                        joint_probabilities, new_features, normalize_weights, pca_init, unit32, weighted_features)
+from .tsne_math import (calibrate_rows, check_embeddings, effective_perplexity, gradient_descent, inversion_distances,
+                        inversion_objective, joint_probabilities, new_features, normalize_weights, pca_init, unit32,
+                        weighted_features)
 
 # Kept importable from here (they moved to tsne_math.py).
 from .tsne_math import conditional_probabilities, empty_spot, kl_divergence, weighted_distance  # noqa: F401
@@ -81,6 +82,7 @@ FFT_MIN = 10000             # fresh openTSNE fits: Barnes-Hut below this many po
 WARM_FFT_MIN = 50000        # warm starts: Barnes-Hut up to here (see the module docstring)
 N_JOBS: int | None = None  # openTSNE threads; None: the cores free at fit time (devices.free_threads)
 CLICK_SAMPLE = 0.03         # seconds the first click samples the idle cores for (a fit samples 0.3 s)
+INVERT_ROWS, INVERT_REFRESH = 1000, 10  # an inversion's nearest corpus rows, and how often they are found again
 PCA_ROWS = 2000             # corpus rows the inversion's principal components are estimated from
 Z_PAIRS = 400_000_000       # Z from at most this many pairs: exact up to 20,000 points, sampled rows above
 
@@ -464,10 +466,11 @@ class AspectMap:
         return idx[0] if pts.ndim == 1 else idx
 
     def _inversion_objective(self, point, n_components: int = 20):
-        """(objective, c0) for inverting `point`: `tsne_math.inversion_objective` on this map's caches.
+        """(objective, c0, distances) for inverting `point`: `tsne_math.inversion_objective` on this map's caches.
 
         c0: the start, the mean features of the point's 5 nearest map points, in the coordinates
-        of the corpus features' top `n_components` principal components (scaled by their std).
+        of the corpus features' top `n_components` principal components (scaled by their std);
+        distances(c): `tsne_math.inversion_distances` to every corpus row.
         """
         y = np.asarray(point, dtype=np.float64).reshape(-1)
         if y.shape != (2,):
@@ -482,7 +485,8 @@ class AspectMap:
         objective = inversion_objective(log_q, mean, comps * std[:, None], blocks, self._rows(),
                                         effective_perplexity(self.perplexity, len(self) + 1))
         x0 = self._features64()[self.nearest(y, 5)].mean(axis=0)
-        return objective, ((x0 - mean) @ comps.T) / std
+        return objective, ((x0 - mean) @ comps.T) / std, functools.partial(
+            inversion_distances, mean=mean, basis=comps * std[:, None], blocks=blocks)
 
     def invert_features(self, point, n_components: int = 20, n_iter: int | None = None, lr: float = 0.05) -> np.ndarray:
         """A unit weighted-feature vector (D,) whose map position would be `point` (appendix A.10).
@@ -493,14 +497,18 @@ class AspectMap:
         from the mean features of the point's 5 nearest map points, its perplexity-calibrated
         affinities re-solved every step. Adam (step `lr` in units of each component's
         standard deviation, cosine-decayed); O(n D) per step; the best x seen is returned.
-        n_iter: None for `invert_steps(n)`.
+        n_iter: None for `invert_steps(n)`. Above INVERT_ROWS papers each step reads only the
+        INVERT_ROWS corpus rows nearest to x, found again every INVERT_REFRESH steps (the objective's
+        `keep`): 0.05 s instead of 0.64 s per inversion at 100,000 papers.
         """
         n_iter = invert_steps(len(self)) if n_iter is None else int(n_iter)
-        objective, c = self._inversion_objective(point, n_components)
+        objective, c, distances = self._inversion_objective(point, n_components)
         m1, m2 = np.zeros_like(c), np.zeros_like(c)
-        best_loss, best = math.inf, None
+        best_loss, best, keep = math.inf, None, None
         for t in range(int(n_iter) + 1):
-            loss, grad, x_hat = objective(c)
+            if len(self) > INVERT_ROWS and t % INVERT_REFRESH == 0:
+                keep = np.argpartition(distances(c), INVERT_ROWS)[:INVERT_ROWS]
+            loss, grad, x_hat = objective(c, keep=keep)
             if loss < best_loss:
                 best_loss, best = loss, x_hat
             if t == n_iter:
