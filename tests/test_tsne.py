@@ -253,6 +253,21 @@ def test_above_the_exact_limit_neighbours_come_from_annoy_with_the_same_distance
     assert recall > 0.9, recall
 
 
+def test_annoy_neighbours_never_name_the_row_itself_even_among_duplicates(monkeypatch):
+    """Identical rows tie at distance 0, so Annoy may list a row after its copies, or itself not at all."""
+    from workbench.maps import reweight
+
+    rng = np.random.default_rng(4)
+    f = rng.normal(size=(150, 8))
+    f[:30] = f[0]  # 30 copies of one paper
+    f /= np.linalg.norm(f, axis=1, keepdims=True)
+    monkeypatch.setattr(reweight, "EXACT_SEARCH_MAX", 100)
+    idx, dist = reweight.neighbours(f, 15, seed=0)
+    assert idx.shape == (150, 15) and not any(i in row for i, row in enumerate(idx))
+    assert np.all(dist[:30] < 1e-6)  # a copy's 15 nearest are other copies
+    assert np.all(np.diff(dist, axis=1) >= -1e-9)
+
+
 def test_kernel_sum_is_the_float64_pair_sum():
     from workbench.maps.reweight import kernel_sum
 
