@@ -37,10 +37,10 @@ import numpy as np
 
 from ..core.devices import best_device
 
-EXACT_SEARCH_MAX = 30000  # exact blocked search up to here; openTSNE's Annoy index above
+EXACT_SEARCH_MAX = 30000  # exact blocked search up to here; an Annoy index above (openTSNE's copy)
 # Annoy's trees for a fresh fit (openTSNE's and FIt-SNE's default) and for a weight change, which starts
-# warm from a laid-out map: at 100,000 papers 10 trees took 9 s against 21 s, with 92% of the 90
-# nearest found (98% with 50) and all of the 10 nearest (benchmarks/README.md, maps).
+# warm from a laid-out map: at 100,000 papers 10 trees took 9 s against 21 s through openTSNE's
+# Annoy class, with 92% of the 90 nearest found (98% with 50) and all of the 10 nearest.
 FIT_TREES, WARM_TREES = 50, 10
 FIRST_ITER = 5  # iterations before the first frame
 # openTSNE's FFT grid for those: 2 map units per interval instead of 1. At 100,000 papers 0.55 s against
