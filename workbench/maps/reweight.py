@@ -22,7 +22,7 @@ from a 10^-4 spread give a fresh fit 0.48 in 20 s). The spread and the milder ex
 some of the first frame's arrangement (Procrustes disparity 0.16 to 0.5 against about 1.0
 from openTSNE's 10^-4 start, at the same quality; benchmarks/README.md, maps).
 
-Above `EXACT_SEARCH_MAX` papers the product grows as n^2 and openTSNE's Annoy index takes over
+Above `EXACT_SEARCH_MAX` papers the product grows as n^2 and an Annoy index (openTSNE's copy) takes over
 (`neighbours`), unless a GPU is there (auto-detected, `WORKBENCH_DEVICE` overrides): the exact
 search then runs on it at any size (about 2 x 10^12 multiply-adds at 100,000 papers of 192 dimensions).
 Quality against a fresh fit is measured in `benchmarks/maps.py` (kNN@10).
@@ -92,7 +92,7 @@ def nearest(features: np.ndarray, k: int, n_jobs: int = 1, device: str | None = 
 def neighbours(features: np.ndarray, k: int, n_jobs: int = 1, seed: int = 0,
                trees: int = FIT_TREES) -> tuple[np.ndarray, np.ndarray]:
     """(n, k) indices and 1 - cos distances of each row's k nearest other rows (unit rows): exact blocked
-    products (`nearest`) up to EXACT_SEARCH_MAX rows on a CPU and at any size on a GPU, openTSNE's Annoy
+    products (`nearest`) up to EXACT_SEARCH_MAX rows on a CPU and at any size on a GPU, an Annoy
     index of `trees` trees above that on a CPU."""
     device = best_device()
     if len(features) <= EXACT_SEARCH_MAX or device != "cpu":
