@@ -377,6 +377,53 @@ def test_a_large_weight_change_is_laid_out_again_and_keeps_a_fresh_fit_s_neighbo
         relaid.coords - old.coords, axis=1).mean()
 
 
+def test_where_the_search_is_slow_the_first_frame_comes_from_the_old_neighbours_before_it(monkeypatch):
+    """Above EXACT_SEARCH_MAX papers (Annoy: 7 to 8 s at 100,000) the pane's first frame does not wait for the
+    search: the old neighbour lists, ranked by their new distances, give it; the search then settles the map."""
+    from workbench.maps import reweight
+
+    emb = _independent_clusters(800, seed=6)
+    old = AspectMap.fit(emb, {"task": 0.5, "method": 0.3, "outcome": 0.2}, method="opentsne", seed=0)
+    new_weights = {"task": 0.3, "method": 0.3, "outcome": 0.4}
+    events, frames = [], []
+    monkeypatch.setattr(reweight, "EXACT_SEARCH_MAX", 100)
+    search = reweight.neighbours
+    monkeypatch.setattr(reweight, "neighbours", lambda *a, **k: events.append("search") or search(*a, **k))
+    moved = old.with_weights(new_weights, on_frame=lambda c: events.append("frame") or frames.append(c))
+    assert events == ["frame", "search"] and not np.allclose(frames[0], old.coords)
+    f = weighted_features(emb, new_weights).astype(np.float64)
+    rows = np.arange(0, 800, 4)
+
+    def knn10(coords):
+        sims = f[rows] @ f.T
+        sims[np.arange(len(rows)), rows] = -np.inf
+        d2 = np.sum((coords[rows][:, None] - coords[None]) ** 2, axis=-1)
+        d2[np.arange(len(rows)), rows] = np.inf
+        return np.mean([len(set(a) & set(b)) / 10 for a, b in
+                        zip(np.argsort(-sims, axis=1)[:, :10], np.argsort(d2, axis=1)[:, :10])])
+
+    assert knn10(moved.coords) >= knn10(old.with_weights(new_weights).coords) - 0.03  # no frame asked: no preview
+
+
+def test_preview_affinities_are_opentsne_s_on_the_old_lists_ranked_by_new_distances():
+    from openTSNE.affinity import joint_probabilities_nn
+
+    from workbench.maps.reweight import preview_affinities
+
+    rng = np.random.default_rng(2)
+    f = rng.normal(size=(60, 5))
+    f /= np.linalg.norm(f, axis=1, keepdims=True)
+    old = np.stack([rng.permutation(np.delete(np.arange(60), i))[:12] for i in range(60)])
+    full = 1.0 - f @ f.T  # brute force: every distance, then each old list sorted by it
+    d = np.take_along_axis(full, old, axis=1)
+    order = np.argsort(d, axis=1)
+    expected = joint_probabilities_nn(np.take_along_axis(old, order, axis=1),
+                                      np.sqrt(2.0 * np.clip(np.take_along_axis(d, order, axis=1), 0, 2)), [4.0],
+                                      symmetrize=True)
+    got = preview_affinities(f, old, 4.0).P
+    np.testing.assert_allclose(got.toarray(), expected.toarray(), atol=1e-6)
+
+
 def test_with_weights_moves_points_less_than_a_fresh_fit():
     emb, _ = _manifold(150, seed=7)
     old = AspectMap.fit(emb, {"task": 0.5, "method": 0.3, "outcome": 0.2}, seed=0, n_iter=400)

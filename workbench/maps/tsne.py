@@ -60,8 +60,8 @@ import numpy as np
 
 from ..core.files import write_arrays, write_json
 from ..core.vectors import unit_rows
-from .reweight import (FIRST_ITER, WARM_TREES, iterations, kernel_sum, large_change, neighbours, reweight,
-                       reweighted_affinities)
+from .reweight import (FIRST_ITER, WARM_TREES, iterations, kernel_sum, large_change, neighbours, preview_affinities,
+                       reweight, reweighted_affinities, slow_search)
 from .tsne_math import (calibrate_rows, check_embeddings, effective_perplexity, gradient_descent, inversion_distances,
                         inversion_objective, joint_probabilities, new_features, normalize_weights, pca_init, unit32,
                         weighted_features)
@@ -172,7 +172,8 @@ class AspectMap:
         frame (handed to `on_frame(coords)`, for a pane to draw at once), the rest of
         `reweight.iterations(n)` (80 at 10,000 papers; n_iter sets the total) to the settled map.
         relayout: lay the settled map out again from the first frame (`reweight.reweight`); None (the
-        default) does after a large change (`reweight.large_change`).
+        default) does after a large change (`reweight.large_change`). Where the search takes seconds (Annoy),
+        on_frame's frame comes first, from the old neighbours (`reweight.preview_affinities`).
         """
         if self.method != "opentsne":
             new = type(self)._fit(self.embeddings, weights, self.perplexity, self.method, self.coords,
@@ -181,11 +182,16 @@ class AspectMap:
                 on_frame(new.coords)
             return new
         new = type(self)(self.embeddings, weights, self.coords, self.perplexity, self.seed, self.method)
-        total = iterations(len(self)) if n_iter is None else int(n_iter)
-        affinities, new._cache["knn"] = reweighted_affinities(new.features(), self.perplexity, thread_count(),
-                                                              self.seed, WARM_TREES)
-        gradient = "bh" if len(self) < WARM_FFT_MIN else "fft"
+        total, n_jobs, gradient = (iterations(len(self)) if n_iter is None else int(n_iter), thread_count(),
+                                   "bh" if len(self) < WARM_FFT_MIN else "fft")
         old_knn = self._cache.get("knn") or self._cache.get("knn_rows")  # the fit's, the last change's, prepare's
+        start, first = self.coords, min(FIRST_ITER, total)
+        if on_frame is not None and old_knn is not None and slow_search(len(self)):  # before Annoy's seconds
+            preview = preview_affinities(new.features(), old_knn[0], self.perplexity, n_jobs)
+            start = reweight(self.coords, preview, first, 0, on_frame, gradient, n_jobs, self.seed)
+            first, on_frame = 0, None  # shown
+        affinities, new._cache["knn"] = reweighted_affinities(new.features(), self.perplexity, n_jobs, self.seed,
+                                                              WARM_TREES)
         if relayout is None:
             relayout = large_change(old_knn[0] if old_knn else None, new._cache["knn"][0])
 
@@ -194,9 +200,8 @@ class AspectMap:
                 on_frame(coords)
             new.prepare(layout=False)
 
-        new.coords = reweight(self.coords, affinities, min(FIRST_ITER, total), max(total - FIRST_ITER, 0),
-                              first_frame, gradient, thread_count(), self.seed,
-                              ("bh" if len(self) < FFT_MIN else "fft") if relayout else None)
+        new.coords = reweight(start, affinities, first, max(total - FIRST_ITER, 0), first_frame, gradient, n_jobs,
+                              self.seed, ("bh" if len(self) < FFT_MIN else "fft") if relayout else None)
         return new.prepare(background=True)
 
     @classmethod
