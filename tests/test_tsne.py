@@ -405,6 +405,26 @@ def test_where_the_search_is_slow_the_first_frame_comes_from_the_old_neighbours_
     assert knn10(moved.coords) >= knn10(old.with_weights(new_weights).coords) - 0.03  # no frame asked: no preview
 
 
+def test_a_warm_start_on_the_fft_gradient_runs_its_coarse_grid_then_its_fine_one(monkeypatch):
+    """The FFT gradient (weight changes above 50,000 papers) takes openTSNE's coarser grid for the first frame
+    and all but reweight.FINE_ITER iterations: each call reaches openTSNE with the grid it should have."""
+    from openTSNE import TSNEEmbedding
+
+    from workbench.maps import reweight
+
+    emb = _independent_clusters(300, seed=8)
+    old = AspectMap.fit(emb, {"task": 0.5, "method": 0.3, "outcome": 0.2}, method="opentsne", seed=0)
+    affinities, _ = reweight.reweighted_affinities(weighted_features(emb, {"task": 0.2, "method": 0.2, "outcome": 0.6}),
+                                                   30.0)
+    calls = []
+    optimize = TSNEEmbedding.optimize
+    monkeypatch.setattr(TSNEEmbedding, "optimize", lambda self, n, **kw: calls.append(
+        (n, kw.get("ints_in_interval"))) or optimize(self, n, **kw))
+    y = reweight.reweight(old.coords, affinities, 5, 35, gradient="fft")
+    assert calls == [(5, reweight.COARSE_INTS), (20, reweight.COARSE_INTS), (15, None)]
+    assert y.shape == (300, 2) and np.isfinite(y).all() and not np.allclose(y, old.coords)
+
+
 def test_preview_affinities_are_opentsne_s_on_the_old_lists_ranked_by_new_distances():
     from openTSNE.affinity import joint_probabilities_nn
 
