@@ -433,15 +433,20 @@ def test_preview_affinities_are_opentsne_s_on_the_old_lists_ranked_by_new_distan
     rng = np.random.default_rng(2)
     f = rng.normal(size=(60, 5))
     f /= np.linalg.norm(f, axis=1, keepdims=True)
-    old = np.stack([rng.permutation(np.delete(np.arange(60), i))[:12] for i in range(60)])
+    old = np.stack([rng.permutation(np.delete(np.arange(60), i))[:40] for i in range(60)])
     full = 1.0 - f @ f.T  # brute force: every distance, then each old list sorted by it
-    d = np.take_along_axis(full, old, axis=1)
-    order = np.argsort(d, axis=1)
-    expected = joint_probabilities_nn(np.take_along_axis(old, order, axis=1),
-                                      np.sqrt(2.0 * np.clip(np.take_along_axis(d, order, axis=1), 0, 2)), [4.0],
-                                      symmetrize=True)
-    got = preview_affinities(f, old, 4.0).P
-    np.testing.assert_allclose(got.toarray(), expected.toarray(), atol=1e-6)
+
+    def expected(candidates, perplexity):
+        d = np.take_along_axis(full, candidates, axis=1)
+        order = np.argsort(d, axis=1)
+        return joint_probabilities_nn(np.take_along_axis(candidates, order, axis=1),
+                                      np.sqrt(2.0 * np.clip(np.take_along_axis(d, order, axis=1), 0, 2)),
+                                      [perplexity], symmetrize=True).toarray()
+
+    np.testing.assert_allclose(preview_affinities(f, old[:, :12], 4.0).P.toarray(), expected(old[:, :12], 4.0),
+                               atol=1e-6)
+    # the map's perplexity 30: the preview's own 10, on the first 30 of each old list
+    np.testing.assert_allclose(preview_affinities(f, old, 30.0).P.toarray(), expected(old[:, :30], 10.0), atol=1e-6)
 
 
 def test_with_weights_moves_points_less_than_a_fresh_fit():
