@@ -414,7 +414,7 @@ def test_a_warm_start_on_the_fft_gradient_runs_its_coarse_grid_then_its_fine_one
 
     emb = _independent_clusters(300, seed=8)
     old = AspectMap.fit(emb, {"task": 0.5, "method": 0.3, "outcome": 0.2}, method="opentsne", seed=0)
-    affinities, _ = reweight.reweighted_affinities(weighted_features(emb, {"task": 0.2, "method": 0.2, "outcome": 0.6}),
+    affinities, _, _ = reweight.reweighted_affinities(weighted_features(emb, {"task": 0.2, "method": 0.2, "outcome": 0.6}),
                                                    30.0)
     calls = []
     optimize = TSNEEmbedding.optimize

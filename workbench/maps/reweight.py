@@ -5,10 +5,11 @@ the k = 3 x perplexity nearest papers of every paper must be found again. openTS
 with an approximate index (Annoy), which took half of the 15 s a 10,000-paper weight change
 took on one core. On the weighted features (unit rows, a few hundred dimensions) the exact
 search is one blocked matrix product and a top-k per block: about half a second at 10,000
-papers, in float32 (`nearest`). The affinities then come from openTSNE's own perplexity
-calibration (`joint_probabilities_nn`), and the layout from its gradient, warm from the
-current map: `FIRST_ITER` iterations give a first frame, handed to `on_frame` so a pane can
-draw it at once, and the rest of `iterations(n)` the settled map.
+papers, in float32 (`nearest`). The affinities then come from one perplexity calibration of
+those rows, which the map keeps for its clicks (`knn_affinities`: the P of openTSNE's
+`joint_probabilities_nn`), and the layout from openTSNE's gradient, warm from the current map:
+`FIRST_ITER` iterations give a first frame, handed to `on_frame` so a pane can draw it at once,
+and the rest of `iterations(n)` the settled map.
 
 A warm start keeps the old global arrangement. After a small change that is what a user wants
 (and a fresh fit's quality: kNN@10 0.70 against 0.70 at 10,000 papers), but after a large one
@@ -36,6 +37,7 @@ from typing import Callable
 import numpy as np
 
 from ..core.devices import best_device
+from .tsne_math import calibrate_rows
 
 EXACT_SEARCH_MAX = 30000  # exact blocked search up to here; an Annoy index above (openTSNE's copy)
 # Annoy's trees for a fresh fit (openTSNE's and FIt-SNE's default) and for a weight change, which starts
@@ -133,16 +135,32 @@ def neighbours(features: np.ndarray, k: int, n_jobs: int = 1, seed: int = 0,
 
 def reweighted_affinities(features: np.ndarray, perplexity: float, n_jobs: int = 1, seed: int = 0,
                           trees: int = FIT_TREES):
-    """(openTSNE affinities, neighbours): symmetric P over the 3 x perplexity nearest papers of unit weighted
-    features, and the (indices, 1 - cos distances) of `neighbours` they came from. A map keeps the
-    neighbours: placing or inverting a point on it needs the same rows, and would otherwise search
-    again on its first click."""
-    from openTSNE.affinity import PrecomputedAffinities, joint_probabilities_nn
+    """(openTSNE affinities, neighbours, rows): symmetric P over the 3 x perplexity nearest papers of unit
+    weighted features, the (indices, 1 - cos distances) of `neighbours` they came from, and the rows
+    (indices, conditional p_{j|i}, precisions, log normalisers, the symmetric p of each pair) that
+    `AspectMap._knn_rows` keeps. A map keeps both: placing or inverting a point on it needs the same
+    rows, and would otherwise search and calibrate again (openTSNE's `joint_probabilities_nn` computes the
+    same P: 2.3 s at 100,000 papers, which this calibration replaces rather than repeats)."""
+    from openTSNE.affinity import PrecomputedAffinities
 
     idx, d = neighbours(features, int(3 * perplexity), n_jobs, seed, trees)
-    # openTSNE squares its (Euclidean) distances; on unit weighted features |f_i - f_j|^2 = 2 d(i, j).
-    P = joint_probabilities_nn(idx, np.sqrt(2.0 * d), [perplexity], symmetrize=True, n_jobs=n_jobs)
-    return PrecomputedAffinities(P, normalize=False), (idx, d)
+    P, rows = knn_affinities(idx, d, perplexity)
+    return PrecomputedAffinities(P, normalize=False), (idx, d), rows
+
+
+def knn_affinities(idx: np.ndarray, d: np.ndarray, perplexity: float):
+    """(P, rows) from each paper's neighbours `idx` at 1 - cos distances `d`: the symmetric sparse P =
+    (C + C^T) / 2n of the perplexity-calibrated conditional rows C, and (idx, p_{j|i}, beta, log_norm, the
+    symmetric p of each neighbour pair). p_{j|i} is proportional to exp(-beta_i d(i, j)): openTSNE's
+    Gaussian on |f_i - f_j|^2 = 2 d(i, j) at the same perplexity is the same distribution (its beta halved)."""
+    from scipy import sparse
+
+    cond, beta, log_norm = calibrate_rows(d, perplexity)
+    n = len(idx)
+    pairs = np.repeat(np.arange(n), idx.shape[1])
+    C = sparse.csr_matrix((cond.ravel(), (pairs, idx.ravel())), shape=(n, n))
+    P = ((C + C.T) / (2.0 * n)).tocsr()
+    return P, (idx, cond, beta, log_norm, np.asarray(P[pairs, idx.ravel()]).reshape(idx.shape))
 
 
 def slow_search(n: int) -> bool:
@@ -150,7 +168,7 @@ def slow_search(n: int) -> bool:
     return n > EXACT_SEARCH_MAX and best_device() == "cpu"
 
 
-def preview_affinities(features: np.ndarray, old_idx: np.ndarray, perplexity: float, n_jobs: int = 1):
+def preview_affinities(features: np.ndarray, old_idx: np.ndarray, perplexity: float):
     """openTSNE affinities for a first frame while the new neighbours are still being searched: each paper's
     old neighbour list (`old_idx`, from the weights before), ranked by its distances under the new weights,
     at perplexity min(perplexity, PREVIEW_PERPLEXITY) on the first 3 x that many of each list.
@@ -160,7 +178,7 @@ def preview_affinities(features: np.ndarray, old_idx: np.ndarray, perplexity: fl
     kNN@10 0.250 / 0.233 (small / large change; 0.253 / 0.267 from the searched neighbours) 3.9 / 3.0 s
     after the change; at perplexity 10 on 30, 0.270 / 0.246 after 1.3 s (the closest neighbours weigh more).
     """
-    from openTSNE.affinity import PrecomputedAffinities, joint_probabilities_nn
+    from openTSNE.affinity import PrecomputedAffinities
 
     perplexity = min(float(perplexity), PREVIEW_PERPLEXITY)
     f = np.asarray(features, dtype=np.float32)
@@ -171,8 +189,7 @@ def preview_affinities(features: np.ndarray, old_idx: np.ndarray, perplexity: fl
         d[rows] = 1.0 - np.einsum("nd,nkd->nk", f[rows], f[idx[rows]])
     order = np.argsort(d, axis=1)
     idx, d = np.take_along_axis(idx, order, axis=1), np.clip(np.take_along_axis(d, order, axis=1), 0.0, 2.0)
-    P = joint_probabilities_nn(idx, np.sqrt(2.0 * d), [perplexity], symmetrize=True, n_jobs=n_jobs)
-    return PrecomputedAffinities(P, normalize=False)
+    return PrecomputedAffinities(knn_affinities(idx, d, perplexity)[0], normalize=False)
 
 
 def kernel_sum(coords: np.ndarray, n_jobs: int = 1, max_rows: int | None = None, seed: int = 0) -> float:

@@ -60,8 +60,8 @@ import numpy as np
 
 from ..core.files import write_arrays, write_json
 from ..core.vectors import unit_rows
-from .reweight import (FIRST_ITER, WARM_TREES, iterations, kernel_sum, large_change, neighbours, preview_affinities,
-                       reweight, reweighted_affinities, slow_search)
+from .reweight import (FIRST_ITER, WARM_TREES, iterations, kernel_sum, knn_affinities, large_change, neighbours,
+                       preview_affinities, reweight, reweighted_affinities, slow_search)
 from .tsne_math import (calibrate_rows, check_embeddings, effective_perplexity, gradient_descent, inversion_distances,
                         inversion_objective, joint_probabilities, new_features, normalize_weights, pca_init, unit32,
                         weighted_features)
@@ -187,11 +187,11 @@ class AspectMap:
         old_knn = self._cache.get("knn") or self._cache.get("knn_rows")  # the fit's, the last change's, prepare's
         start, first = self.coords, min(FIRST_ITER, total)
         if on_frame is not None and old_knn is not None and slow_search(len(self)):  # before Annoy's seconds
-            preview = preview_affinities(new.features(), old_knn[0], self.perplexity, n_jobs)
+            preview = preview_affinities(new.features(), old_knn[0], self.perplexity)
             start = reweight(self.coords, preview, first, 0, on_frame, gradient, n_jobs, self.seed)
             first, on_frame = 0, None  # shown
-        affinities, new._cache["knn"] = reweighted_affinities(new.features(), self.perplexity, n_jobs, self.seed,
-                                                              WARM_TREES)
+        affinities, new._cache["knn"], new._cache["knn_rows"] = reweighted_affinities(
+            new.features(), self.perplexity, n_jobs, self.seed, WARM_TREES)
         if relayout is None:
             relayout = large_change(old_knn[0] if old_knn else None, new._cache["knn"][0])
 
@@ -239,7 +239,8 @@ class AspectMap:
             # its distances, so its rows are the exact path's rows restricted to the k-NN.
             # Exact neighbours by blocked products (faster than openTSNE's Annoy index up to tens of
             # thousands of papers; Annoy above), kept for placing and inverting (`_rows`).
-            affinities, amap._cache["knn"] = reweighted_affinities(features, perplexity, n_jobs, seed)
+            affinities, amap._cache["knn"], amap._cache["knn_rows"] = reweighted_affinities(features, perplexity,
+                                                                                             n_jobs, seed)
             gradient = "bh" if n < (WARM_FFT_MIN if warm else FFT_MIN) else "fft"
             emb = TSNEEmbedding(y0, affinities, negative_gradient_method=gradient, n_jobs=n_jobs,
                                 random_state=seed, verbose=verbose)
@@ -323,20 +324,14 @@ class AspectMap:
     def _knn_rows(self):
         # The part of `_rows` on a k-NN map that the layout does not change: each row's neighbours, its
         # conditional p_{i|j}, precision and log normaliser, and the symmetric p_ij of its neighbour pairs.
-        if "knn_rows" not in self._cache:
-            from scipy import sparse
-
+        if "knn_rows" not in self._cache:  # the fit and a weight change store theirs (`reweighted_affinities`)
             n, f = len(self), self._features64()
             perplexity = effective_perplexity(self.perplexity, n)
             k = min(n - 1, int(3 * perplexity))
             known = self._cache.get("knn")  # the neighbours the fit or weight change searched
             idx, d = (known[0][:, :k], known[1][:, :k]) if known is not None and known[0].shape[1] >= k \
                 else neighbours(f, k, thread_count(CLICK_SAMPLE), self.seed)
-            cond, beta, log_norm = calibrate_rows(d, perplexity)
-            rows = np.repeat(np.arange(n), idx.shape[1])
-            C = sparse.csr_matrix((cond.ravel(), (rows, idx.ravel())), shape=(n, n))
-            p = np.asarray(((C + C.T) / (2.0 * n))[rows, idx.ravel()]).reshape(idx.shape)
-            self._cache["knn_rows"] = (idx, cond, beta, log_norm, p)
+            self._cache["knn_rows"] = knn_affinities(idx, d, perplexity)[1]
         return self._cache["knn_rows"]
 
     @_locked
