@@ -100,9 +100,8 @@ def neighbours(features: np.ndarray, k: int, n_jobs: int = 1, seed: int = 0,
     """(n, k) indices and 1 - cos distances of each row's k nearest other rows (unit rows): exact blocked
     products (`nearest`) up to EXACT_SEARCH_MAX rows on a CPU and at any size on a GPU, an Annoy
     index of `trees` trees above that on a CPU."""
-    device = best_device()
-    if len(features) <= EXACT_SEARCH_MAX or device != "cpu":
-        return nearest(features, k, n_jobs, device)
+    if not slow_search(len(features)):
+        return nearest(features, k, n_jobs, best_device())
     from openTSNE.dependencies.annoy import AnnoyIndex  # openTSNE's own copy of Annoy, as its Annoy class builds
 
     data = np.asarray(features, dtype=np.float64)  # Annoy reads Python floats: float64 rows convert fastest
