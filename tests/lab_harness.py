@@ -273,6 +273,45 @@ class Browser:
 
     # -- the map
 
+    def map_head(self, k: int = 8) -> list | None:
+        """The first k x coordinates of the map's points: a cheap probe for a moved map (map_points sends
+        every point and its page position, which at 10,000 points costs the page more than the redraw)."""
+        return self.js(_PLOT_JS.replace("return plots;", f"""
+            const v = plots.find(p => p.model.renderers.some(r => r.data_source && r.data_source.name === 'points'));
+            if (!v) {{ return null; }}
+            const src = v.model.renderers.find(r => r.data_source.name === 'points').data_source;
+            return Array.from(src.data.x.slice(0, {int(k)}));"""))
+
+    def map_head(self, k: int = 8) -> list | None:
+        """The first k x coordinates of the map's points: a cheap probe for a moved map (map_points sends
+        every point and its page position, which at 10,000 points costs the page more than a redraw)."""
+        return self.js(_PLOT_JS.replace("return plots;", f"""
+            const v = plots.find(p => p.model.renderers.some(r => r.data_source && r.data_source.name === 'points'));
+            if (!v) {{ return null; }}
+            const src = v.model.renderers.find(r => r.data_source.name === 'points').data_source;
+            return Array.from(src.data.x.slice(0, {int(k)}));"""))
+
+    def watch_paints(self):
+        """From now on, record in the page the time of each Enter key press and of the first paint after
+        each change of the map's points (`paints`): the browser's own clock, so a probe that waits for a busy
+        page does not count its wait as the page's."""
+        self.js(_PLOT_JS.replace("return plots;", """
+            window.__wb_paints = {enter: [], drawn: []};
+            document.addEventListener('keydown', e => { if (e.key === 'Enter') window.__wb_paints.enter.push(performance.now()); }, true);
+            for (const v of plots) {
+              for (const r of v.model.renderers) {
+                if (r.data_source && r.data_source.name === 'points') {
+                  r.data_source.change.connect(() => requestAnimationFrame(
+                    () => setTimeout(() => window.__wb_paints.drawn.push(performance.now()), 0)));
+                }
+              }
+            }
+            return null;"""))
+
+    def paints(self) -> dict:
+        """What watch_paints recorded: {"enter": [ms], "drawn": [ms]} on the page's performance clock."""
+        return self.js("return window.__wb_paints;")
+
     def map_points(self) -> dict | None:
         """The map's points as drawn: data x, y, title and their page coordinates (None: no plot view)."""
         return self.js(_PLOT_JS.replace("return plots;", """

@@ -349,17 +349,20 @@ def test_a_map_of_10000_papers_moves_and_answers_taps_in_time(lab):
                  and len(browser.map_points()["x"]) == 10_000, 60, "the 10,000-point map did not appear")
     assert browser.points_webgl() is True  # the points are drawn by WebGL, not the canvas fallback
     browser.wait(lambda: _map_ink(browser) > 5000, 30, "the map drew no points")
-    drawn = browser.map_points()["x"]
+    drawn = browser.map_head()
 
+    browser.watch_paints()
     readout = browser.driver.find_element("css selector", ".wb-weight-task .widget-readout")
     readout.click()
     browser.js("document.execCommand('selectAll', false, null)")
     start = time.perf_counter()
     readout.send_keys("1.0\n")
-    browser.wait(lambda: browser.map_points()["x"] != drawn, 30, "the map did not move after the slider", every=0.05)
-    first = time.perf_counter() - start
+    browser.wait(lambda: browser.map_head() != drawn, 30, "the map did not move after the slider", every=0.05)
     browser.wait(lambda: "Layout:" in _readout(browser), 60, "no settled layout", every=0.05)
     settled = time.perf_counter() - start
+    paints = browser.paints()
+    # Shown = painted, timed by the page itself from the key press (a probe of a busy page waits in line).
+    first = (paints["drawn"][0] - paints["enter"][0]) / 1000
     browser.wait(lambda: browser.kernel_status() == "idle", 60, "the kernel stayed busy")
     time.sleep(1.0)  # the map's caches are built in the background after the settled frame
 

@@ -597,7 +597,34 @@ def test_a_first_frame_is_drawn_while_the_layout_settles(meta, presets):
     pane = MapPane(presets["balanced"], meta, ["method", "task"], {"method": 0.5, "task": 0.5}, on_weights=on_weights)
     pane.set_weights({"method": 1.0, "task": 0.0})
     assert drawn == [presets["method only"][:, 0].tolist()]  # the first frame reached the map's data
-    assert pane.source.data["x"] == (presets["balanced"][:, 0] + 1.0).tolist()  # then the settled layout
+    assert list(pane.source.data["x"]) == (presets["balanced"][:, 0] + 1.0).tolist()  # then the settled layout
+
+
+def test_a_large_first_frame_gives_the_browser_time_to_draw_it(monkeypatch):
+    # The kernel rests after sending a large frame: its layout threads would otherwise starve a
+    # browser that draws with its CPU, which then painted the frame only with the settled layout.
+    import workbench.maps.pane as pane_module
+
+    rests, n = [], pane_module.FRAME_PAUSE_MIN
+    monkeypatch.setattr(pane_module.time, "sleep", rests.append)
+    rng = np.random.default_rng(0)
+    meta = pd.DataFrame({"doc_id": [f"d{i}" for i in range(n)], "title": [f"t{i}" for i in range(n)]})
+    frame, settled = rng.normal(size=(n, 2)), rng.normal(size=(n, 2))
+
+    def on_weights(weights, on_frame=None):
+        on_frame(frame)
+        assert rests == [pane_module.FRAME_PAUSE]  # right after the frame was sent, before the settled layout
+        return settled
+
+    pane = MapPane(rng.normal(size=(n, 2)), meta, ["a", "b"], {"a": 0.5, "b": 0.5}, on_weights=on_weights)
+    pane.set_weights({"a": 1.0})
+    np.testing.assert_array_equal(pane.source.data["x"], settled[:, 0])
+    assert rests == [pane_module.FRAME_PAUSE]
+
+    small = MapPane(frame[:50], meta.head(50), ["a", "b"], {"a": 0.5, "b": 0.5},
+                    on_weights=lambda w, on_frame=None: (on_frame(settled[:50]), settled[:50])[1])
+    small.set_weights({"a": 1.0})
+    assert rests == [pane_module.FRAME_PAUSE]  # a small map's settled layout follows at once: no rest
 
 
 def test_a_negative_or_nan_weight_is_refused_in_the_pane(meta, presets):
