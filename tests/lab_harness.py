@@ -275,15 +275,6 @@ class Browser:
 
     def map_head(self, k: int = 8) -> list | None:
         """The first k x coordinates of the map's points: a cheap probe for a moved map (map_points sends
-        every point and its page position, which at 10,000 points costs the page more than the redraw)."""
-        return self.js(_PLOT_JS.replace("return plots;", f"""
-            const v = plots.find(p => p.model.renderers.some(r => r.data_source && r.data_source.name === 'points'));
-            if (!v) {{ return null; }}
-            const src = v.model.renderers.find(r => r.data_source.name === 'points').data_source;
-            return Array.from(src.data.x.slice(0, {int(k)}));"""))
-
-    def map_head(self, k: int = 8) -> list | None:
-        """The first k x coordinates of the map's points: a cheap probe for a moved map (map_points sends
         every point and its page position, which at 10,000 points costs the page more than a redraw)."""
         return self.js(_PLOT_JS.replace("return plots;", f"""
             const v = plots.find(p => p.model.renderers.some(r => r.data_source && r.data_source.name === 'points'));
