@@ -53,7 +53,8 @@ from synthetic_corpus import ASPECTS, FACTORS, NUISANCE, synthetic_frame  # noqa
 from workbench.core.vectors import unit_rows  # noqa: E402
 from workbench.data.aspects import load_aspects  # noqa: E402
 from workbench.data.corpus import Corpus, load_corpus  # noqa: E402
-from workbench.embed.aspectfile import aspect_prototypes, calibrate, corpus_blends, zero_shot_embeddings  # noqa: E402
+from workbench.embed.aspectfile import (aspect_prototypes, calibrate, corpus_blends, shared_structure,  # noqa: E402
+                                        word_pooled_sentences, word_shares, zero_shot_embeddings)
 from workbench.embed.boilerplate import find_boilerplate  # noqa: E402
 from workbench.embed.features import FeatureCache, FrozenBackbone  # noqa: E402
 from workbench.evaluate.evaluation import permutation_test, rowwise_spearman  # noqa: E402
@@ -95,7 +96,7 @@ def head_rows(texts, aspect_set, names, truths: dict, cache: FeatureCache, keep:
     """({row: {truth: spearman}} for the whole-abstract baselines and each kind's head per aspect, the blends);
     `keep`, where given, receives stage 03's heads ("stage 03") and MiniLM's whole-abstract vectors (MINILM)."""
     features = cache.documents(texts)
-    heads, blends = floor_heads(features, aspect_prototypes(aspect_set, names, cache.vectors))
+    heads, blends = floor_heads(features, aspect_prototypes(aspect_set, names, cache.vectors), cache)
     minilm = features.whole if WHOLE == MINILM else minilm_whole(texts)
     rows = {WHOLE: {t: spearman100(features.whole, truths[t]) for t in truths}}
     if WHOLE != MINILM:
@@ -104,11 +105,11 @@ def head_rows(texts, aspect_set, names, truths: dict, cache: FeatureCache, keep:
         for a in names:
             rows[f"{kind}: {a}"] = {t: spearman100(emb[a], truths[t]) for t in truths}
     if keep is not None:
-        keep.update({"stage 03": heads["stage 03"], MINILM: minilm})
+        keep.update({"stage 03": heads["stage 03"], "words": heads["words"], MINILM: minilm})
     return rows, blends
 
 
-KINDS = ("aspect file", "calibrated", "corpus blend", "stage 03")
+KINDS = ("aspect file", "calibrated", "corpus blend", "stage 03", "words")
 MINILM = "MiniLM whole abstract"  # the baseline the issue names, whatever the backbone
 WHOLE = MINILM  # the row of the backbone's own embedding (main sets it from --backbone)
 
@@ -118,17 +119,22 @@ def minilm_whole(texts) -> np.ndarray:
     return FrozenBackbone("minilm").embed(list(texts))
 
 
-def floor_heads(features, protos) -> tuple[dict, dict]:
-    """({kind: {aspect: vectors}} for KINDS, stage 03's blends): each kind adds one step to the one before; the
-    last, "stage 03" (the guard's floor), also leaves boilerplate sentences out (`boilerplate.py`)."""
+def floor_heads(features, protos, cache: FeatureCache) -> tuple[dict, dict]:
+    """({kind: {aspect: vectors}} for KINDS, stage 03's blends and the words' shares): each kind adds one step to
+    the one before; "stage 03" (the guard's floor) also leaves boilerplate sentences out (`boilerplate.py`), and
+    "words" gives each aspect its own sentence vectors, its words pooled (`aspectfile.word_pooled_sentences`)."""
     scorer = calibrate(features, protos) or protos
     boiler = find_boilerplate(features)
     cleaned = calibrate(features, protos, boilerplate=boiler) or protos
     blends = corpus_blends(features, cleaned, boilerplate=boiler)
+    shares = word_shares(shared_structure(features, cleaned, boilerplate=boiler))
+    words = word_pooled_sentences(features, cleaned, cache.word_vectors, shares)
     return {"aspect file": zero_shot_embeddings(features, protos),
             "calibrated": zero_shot_embeddings(features, scorer),
             "corpus blend": zero_shot_embeddings(features, scorer, blend=corpus_blends(features, scorer)),
-            "stage 03": zero_shot_embeddings(features, cleaned, blend=blends, boilerplate=boiler)}, blends
+            "stage 03": zero_shot_embeddings(features, cleaned, blend=blends, boilerplate=boiler),
+            "words": zero_shot_embeddings(features, cleaned, blend=blends, boilerplate=boiler, sentences=words)}, \
+        {"blends": blends, "words": shares}
 
 
 def aclsum_table(docs: int, cache: FeatureCache) -> tuple[dict, dict, dict]:
@@ -148,6 +154,11 @@ def aclsum_table(docs: int, cache: FeatureCache) -> tuple[dict, dict, dict]:
             test = permutation_test(cosine(kept["stage 03"][a]), cosine(kept[MINILM]), truth[a], 200, 0)
             tests[encoder, a] = (100 * test["observed_difference"], test["p_value"])
     return rows, blends, tests
+
+
+def describe(blends: dict) -> str:
+    return "; ".join(f"{what} " + ", ".join(f"{a} {b:.2f}" for a, b in values.items())
+                     for what, values in (("corpus blends", blends["blends"]), ("words' shares", blends["words"])))
 
 
 def print_table(rows: dict, columns: list[str], extra: dict | None = None) -> None:
@@ -242,8 +253,7 @@ def main(argv=None) -> None:
         for seed in args.seeds:
             t0 = time.perf_counter()
             table = synthetic_table(seed, args.docs, cache, style)
-            print(f"\ngenerator {style}, seed {seed} ({time.perf_counter() - t0:.1f} s); corpus blends "
-                  + ", ".join(f"{a} {b:.2f}" for a, b in table["blends"].items()))
+            print(f"\ngenerator {style}, seed {seed} ({time.perf_counter() - t0:.1f} s); " + describe(table["blends"]))
             print_table(table["rows"], FACTORS, table["ceiling"])
             base = table["rows"][WHOLE]
             for kind in KINDS:
@@ -262,7 +272,7 @@ def main(argv=None) -> None:
     t0 = time.perf_counter()
     rows, blends, tests = aclsum_table(args.aclsum_docs, cache)
     print(f"\nACLSum test, {args.aclsum_docs} papers, acl preset, truths: human summaries read by mpnet "
-          f"({time.perf_counter() - t0:.1f} s); corpus blends " + ", ".join(f"{a} {b:.2f}" for a, b in blends.items()))
+          f"({time.perf_counter() - t0:.1f} s); " + describe(blends))
     columns = list(next(iter(rows.values())))
     print_table(rows, columns)
     base = rows[MINILM]

@@ -385,6 +385,11 @@ def test_the_guard_replaces_a_head_that_follows_another_aspect(guarded_run, caps
     after = load_model(run.unified_model, run_dir=run)
     assert after.extra["guard"]["method"] == "aspect file"
     assert not np.allclose(after.encode(corpus.texts()[:5])["method"], before)  # the saved head changed
+    # The synthetic aspects vary independently, so the floor pools each sentence's words towards its aspect,
+    # and the shipped head keeps doing so.
+    assert all(0.3 <= s <= aspectfile.WORD_SHARE for s in report["word_shares"].values()), report["word_shares"]
+    head = after.heads["method"]
+    assert head.pools_words() and float(head.word_share) == pytest.approx(report["word_shares"]["method"])
 
 
 @pytest.mark.slow
@@ -558,3 +563,70 @@ def test_the_guard_table_shows_each_aspect_file_head_s_blend():
     assert table.loc["disease", "aspect file: sentences' share"] == 0.98
     assert table.loc["method", "selectivity: aspect file"] == 2.0 and table.loc["method", "kept"] == "aspect file"
     assert "aspect file: sentences' share" not in guard_table({"aspects": {"disease": row}}).columns  # older reports
+
+
+def test_pooled_words_are_a_softmax_over_the_tokens_by_scipy_and_their_plain_mean_is_the_sentence_vector():
+    from scipy.special import softmax
+    from workbench.embed.features import FrozenBackbone, pool_words
+
+    rng = np.random.default_rng(11)
+    tokens, direction = rng.normal(size=(9, 16)), rng.normal(size=16)
+    u = tokens / np.linalg.norm(tokens, axis=1, keepdims=True)
+    expected = softmax(u @ (direction / np.linalg.norm(direction)) / 0.05) @ u
+    np.testing.assert_allclose(pool_words(tokens, direction, 0.05), expected / np.linalg.norm(expected), atol=1e-5)
+    aligned = tokens.copy()
+    aligned[4] = 3 * direction  # the token that states the aspect takes the vector at a low temperature
+    assert pool_words(aligned, direction, 0.01) @ (direction / np.linalg.norm(direction)) > 0.999
+
+    backbone = FrozenBackbone("minilm")
+    texts = ["We enrolled elderly patients.", "Kidney decline in pregnant women who exercise was assessed.", "Short."]
+    per_text = backbone.token_vectors(texts, batch_size=2)
+    assert [len(t) for t in per_text] == [len(backbone.encoder().tokenizer(t)["input_ids"]) for t in texts]
+    means = np.stack([t.mean(axis=0) for t in per_text])  # what mean pooling does to them
+    np.testing.assert_allclose(means / np.linalg.norm(means, axis=1, keepdims=True), backbone.embed(texts), atol=1e-5)
+
+
+def test_the_words_share_reads_how_much_the_aspects_share():
+    # Independent aspects: each aspect is some words of a sentence, so they get WORD_SHARE; one shared
+    # structure (s about 0.8 here, ACLSum 0.58 to 0.76): none. Too few papers: none.
+    independent = aspectfile.corpus_word_shares(*_two_aspect_features(False))
+    assert all(aspectfile.WORD_SHARE - 0.1 <= v <= aspectfile.WORD_SHARE for v in independent.values())
+    assert aspectfile.corpus_word_shares(*_two_aspect_features(True)) == {"a": 0.0, "b": 0.0}
+    assert aspectfile.corpus_word_shares(*_two_aspect_features(False, n=10)) == {"a": 0.0, "b": 0.0}
+    assert aspectfile.word_shares({"a": 0.1, "b": 0.25, "c": 0.6}) == {"a": 0.56, "b": 0.35, "c": 0.0}
+
+
+def test_a_head_that_pools_words_is_the_aspect_files_computation_and_keeps_it_in_its_checkpoint(tmp_path):
+    """Weights from the sentences, pooled vectors from the sentences with a share taken from their words:
+    the head (torch, through the model's cache) against aspectfile's numpy computation, then saved and loaded."""
+    import torch
+    from safetensors.torch import load_file, save_file
+    from workbench.embed.guard import floor_state
+    from workbench.embed.heads import PooledAspectModel
+
+    texts = ["We enrolled elderly patients with kidney disease. The trial assigned them by lot. Further work is needed.",
+             "Pregnant women with asthma took part. We observed them for two years.",
+             "Night-shift nurses with migraine were surveyed once. Their accounts were coded."]
+    model = PooledAspectModel("minilm", ["population"], hidden=384, pool=True)
+    feats = model.features(texts)
+    query = model.backbone().embed(["who took part: their age, job or life stage"])[0]
+    protos = aspectfile.AspectPrototypes(["population"], query[None], query[None])
+    words = aspectfile.word_pooled_sentences(feats, protos, model.cache.word_vectors, {"population": 0.7})
+    expected = aspectfile.zero_shot_embeddings(feats, protos, blend=0.9, sentences=words)["population"]
+    plain = aspectfile.zero_shot_embeddings(feats, protos, blend=0.9)["population"]
+    assert np.abs(expected - plain).max() > 0.01  # the words change the vectors
+    model.heads["population"].load_state_dict(floor_state(model.heads["population"], query, -40.0,
+                                                          temperature=aspectfile.TEMPERATURE, blend=0.9,
+                                                          word_share=0.7))
+    model.save_pretrained(tmp_path / "m")
+    loaded = PooledAspectModel.from_pretrained(tmp_path / "m", device="cpu")
+    assert loaded.heads["population"].pools_words()
+    np.testing.assert_allclose(loaded.encode(texts)["population"], expected, atol=1e-4)
+    # A checkpoint written before heads could pool words loads, pooling the sentences as they are.
+    state = {k: v for k, v in load_file(str(tmp_path / "m" / "model.safetensors")).items()
+             if not k.endswith(("words", "word_share"))}
+    save_file(state, str(tmp_path / "m" / "model.safetensors"), metadata={"format": "pt"})
+    old = PooledAspectModel.from_pretrained(tmp_path / "m", device="cpu")
+    assert not old.heads["population"].pools_words()
+    with torch.no_grad():
+        np.testing.assert_allclose(old.encode(texts)["population"], plain, atol=1e-4)

@@ -53,6 +53,7 @@ import numpy as np
 from ..core.vectors import unit_rows
 from ..evaluate.health import linear_cka
 from .boilerplate import keep_mask
+from .features import blend_words
 
 TEMPERATURE = 0.05  # sentence softmax: low enough that the one or two sentences stating the aspect dominate
 BLEND = 0.5         # the sentences' share of the zero-shot vector; the rest is the whole abstract
@@ -63,6 +64,7 @@ MIN_MARKED = 5  # sentences an aspect must have marked before its classifier is 
 MAX_CALIBRATION_SENTENCES = 20000  # a seeded sample of sentences trains the classifiers on large corpora
 MIN_BLEND_DOCUMENTS = 20  # fewer papers: no CKA to read the blend from, BLEND it is
 MAX_BLEND_DOCUMENTS = 2000  # a seeded sample of papers above this (the CKA's Gram matrices are n x n)
+WORD_SHARE = 0.7  # the aspect's words' share of a sentence's vector where the aspects vary independently
 
 
 @dataclass
@@ -185,11 +187,13 @@ def calibrate(features, prototypes: AspectPrototypes, rounds: int = CALIBRATION_
 
 
 def zero_shot_embeddings(features, prototypes: AspectPrototypes | CalibratedScorer, temperature: float = TEMPERATURE,
-                         blend: float | dict[str, float] = BLEND,
-                         boilerplate: np.ndarray | None = None) -> dict[str, np.ndarray]:
+                         blend: float | dict[str, float] = BLEND, boilerplate: np.ndarray | None = None,
+                         sentences: dict[str, list[np.ndarray]] | None = None) -> dict[str, np.ndarray]:
     """{aspect: [N, H] unit rows}: the softmax-weighted mean of each abstract's sentence vectors (boilerplate left
     out), blended with the whole-abstract vector (`blend` the sentences' share, one for all aspects or
-    {aspect: share}, e.g. from `corpus_blends`). A document without sentences gets its whole vector."""
+    {aspect: share}, e.g. from `corpus_blends`). A document without sentences gets its whole vector.
+    `sentences`, where given, holds an aspect's own vectors of the sentences (`word_pooled_sentences`): the
+    weights still come from the shared ones."""
     whole = unit_rows(np.asarray(features.whole, dtype=np.float32))
     share = blend if isinstance(blend, dict) else {a: float(blend) for a in prototypes.aspects}
     weights = sentence_weights(features, prototypes, temperature, boilerplate)
@@ -197,8 +201,9 @@ def zero_shot_embeddings(features, prototypes: AspectPrototypes | CalibratedScor
     for i, (sents, w) in enumerate(zip(features.sentences, weights)):
         if not len(sents):
             continue
-        s = unit_rows(np.asarray(sents, dtype=np.float32))
+        shared = unit_rows(np.asarray(sents, dtype=np.float32))
         for a in prototypes.aspects:
+            s = sentences[a][i] if sentences is not None and a in sentences else shared
             pooled = unit_rows((w[a] @ s)[None])[0]
             out[a][i] = share[a] * pooled + (1 - share[a]) * whole[i]
     return {a: unit_rows(v) for a, v in out.items()}
@@ -230,6 +235,51 @@ def corpus_blends(features, prototypes: AspectPrototypes | CalibratedScorer, see
         return {a: BLEND for a in prototypes.aspects}
     shared = shared_structure(features, prototypes, seed, boilerplate)
     return {a: round(1.0 - s / 2.0, 3) for a, s in shared.items()}
+
+
+def aspect_directions(scorer: AspectPrototypes | CalibratedScorer) -> np.ndarray:
+    """[A, H] unit rows: the direction in the encoder's space along which each aspect's score grows (the
+    zero-shot query, or the calibrated classifier's weights)."""
+    return unit_rows(np.asarray(scorer.weights if isinstance(scorer, CalibratedScorer) else scorer.queries,
+                                dtype=np.float32))
+
+
+def word_shares(shared: dict[str, float]) -> dict[str, float]:
+    """{aspect: the words' share of its sentence vectors}: WORD_SHARE x max(0, 1 - 2 s), s the aspect's shared
+    structure (`shared_structure`). Where the aspects vary independently (s near 0: the synthetic corpora, 0.0
+    to 0.15) an aspect is a few words of a sentence that also states others; where every sentence carries the
+    paper's topic (ACLSum: 0.58 to 0.76) a sentence's words are no more the aspect's than the sentence is."""
+    return {a: round(WORD_SHARE * max(0.0, 1.0 - 2.0 * float(s)), 3) for a, s in shared.items()}
+
+
+def corpus_word_shares(features, scorer: AspectPrototypes | CalibratedScorer, seed: int = 0,
+                       boilerplate: np.ndarray | None = None) -> dict[str, float]:
+    """{aspect: its words' share} read from the corpus (`word_shares` of `shared_structure`); 0 for every aspect on
+    fewer than MIN_BLEND_DOCUMENTS papers with sentences, where there is no CKA to read."""
+    if sum(1 for s in features.sentences if len(s)) < MIN_BLEND_DOCUMENTS or len(scorer.aspects) < 2:
+        return {a: 0.0 for a in scorer.aspects}
+    return word_shares(shared_structure(features, scorer, seed, boilerplate))
+
+
+def word_pooled_sentences(features, scorer: AspectPrototypes | CalibratedScorer, word_vectors,
+                          shares: dict[str, float]) -> dict[str, list[np.ndarray]]:
+    """{aspect: per document its sentences' vectors [n_i, H] for that aspect}, for the aspects with a share > 0:
+    unit(share x t + (1 - share) x s), s the sentence's vector and t its tokens pooled towards the aspect's
+    direction (`aspect_directions`; `features.pool_words`), so that "in pregnant women with kidney disease"
+    gives the population head the women and the disease head the kidneys. `word_vectors(texts, direction)` is
+    `FeatureCache.word_vectors`; it is not called when no share is > 0.
+    """
+    directions = dict(zip(scorer.aspects, aspect_directions(scorer)))
+    flat = [t for texts in features.sentence_texts for t in texts]
+    bounds = np.cumsum([0] + [len(t) for t in features.sentence_texts])
+    out: dict[str, list[np.ndarray]] = {}
+    for a in scorer.aspects:
+        if shares.get(a, 0.0) <= 0:
+            continue
+        words = np.asarray(word_vectors(flat, directions[a]), dtype=np.float32)
+        out[a] = [blend_words(features.sentences[i], words[lo:hi], shares[a])
+                  for i, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:]))]
+    return out
 
 
 def sentence_marks(features, prototypes: AspectPrototypes | CalibratedScorer, temperature: float = TEMPERATURE,

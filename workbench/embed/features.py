@@ -31,6 +31,7 @@ import numpy as np
 
 from ..data.sentences import split_sentences
 from ..core.files import write_json
+from ..core.vectors import unit_rows
 from ..core.rundir import RunDir
 
 # Frozen mode reads every text up to 256 tokens, whatever the stage: teachers (views) and the
@@ -38,6 +39,7 @@ from ..core.rundir import RunDir
 FROZEN_MAX_LENGTH = 256
 SHARD_ROWS = 2048  # texts per shard: a killed run loses at most this much work
 FREE_CORES_MIN_TEXTS = 64  # encoding this many new texts first sets torch's threads to the cores free now
+WORD_TEMPERATURE = 0.05  # softmax over a sentence's tokens, scored by their cosine to an aspect's direction
 N_POSITION = 3  # position features of a sentence: relative position, is first, is last
 
 
@@ -89,6 +91,26 @@ class FrozenBackbone:
         """Unit vectors [len(texts), H] in input order (length-sorted batches inside)."""
         return self.encoder().encode_pooled(list(texts), batch_size=batch_size, max_length=self.max_length,
                                             normalize=True, progress=progress)
+
+    def token_vectors(self, texts: Sequence[str], batch_size: int = 32) -> list[np.ndarray]:
+        """Each text's contextual token vectors [n_tokens, H] (float32, padding left out, input order): the
+        vectors `embed` mean-pools, so a pooling that weighs them can reach below a whole sentence."""
+        import torch
+
+        model = self.encoder()
+        out: list = [None] * len(texts)
+        was_training = model.training
+        model.eval()
+        try:
+            with torch.inference_mode():
+                for idx, batch in model.batches(list(texts), batch_size, self.max_length):
+                    hidden = model.backbone(**batch).last_hidden_state.float().cpu().numpy()
+                    mask = batch["attention_mask"].bool().cpu().numpy()
+                    for row, i in enumerate(idx):
+                        out[i] = hidden[row][mask[row]]
+        finally:
+            model.train(was_training)
+        return out
 
     def __repr__(self) -> str:
         return f"FrozenBackbone({self.name!r}, pooling={self.pooling!r}, max_length={self.max_length})"
@@ -144,6 +166,26 @@ class DocumentFeatures:
             pos[i, k - 1, 2] = 1.0
         as_tensor = lambda x: torch.as_tensor(x, device=device)  # noqa: E731
         return as_tensor(np.asarray(self.whole, dtype=np.float32)), as_tensor(sents), as_tensor(mask), as_tensor(pos)
+
+
+def pool_words(tokens: np.ndarray, direction: np.ndarray, temperature: float = WORD_TEMPERATURE) -> np.ndarray:
+    """A text's token vectors [T, H] pooled into one unit vector [H]: their mean weighted by a softmax (at
+    `temperature`) of each token's cosine to `direction`, so the words that state an aspect carry the vector."""
+    u = np.asarray(tokens, dtype=np.float32)
+    u = u / np.maximum(np.linalg.norm(u, axis=1, keepdims=True), 1e-12)
+    d = np.asarray(direction, dtype=np.float32)
+    z = u @ (d / max(float(np.linalg.norm(d)), 1e-12)) / temperature
+    w = np.exp(z - z.max())
+    v = (w / w.sum()) @ u
+    return v / max(float(np.linalg.norm(v)), 1e-12)
+
+
+def blend_words(sentences: np.ndarray, words: np.ndarray, share: float) -> np.ndarray:
+    """[n, H] unit rows: unit(share x words + (1 - share) x sentences), row by row (both unit rows)."""
+    s = unit_rows(np.asarray(sentences, dtype=np.float32))
+    if not len(s) or share <= 0:
+        return s
+    return unit_rows(share * unit_rows(np.asarray(words, dtype=np.float32)) + (1 - share) * s)
 
 
 class FeatureCache:
@@ -202,6 +244,22 @@ class FeatureCache:
         self._vectors.update(zip(keys, vectors))
         if self.folder is not None and keys:
             self._save(keys, vectors)
+
+    def word_vectors(self, texts: Sequence[str], direction: np.ndarray,
+                     temperature: float = WORD_TEMPERATURE) -> np.ndarray:
+        """[len(texts), H] unit rows: each text's token vectors pooled towards `direction` (`pool_words`),
+        cached like the texts' own vectors under a key that names the direction and temperature."""
+        direction = np.asarray(direction, dtype=np.float32)
+        tag = "words " + hashlib.sha1(direction.tobytes() + repr(float(temperature)).encode()).hexdigest()[:12] + " "
+        tagged = [tag + t for t in texts]
+        todo = self.missing(tagged)
+        for start in range(0, len(todo), SHARD_ROWS):
+            chunk = todo[start:start + SHARD_ROWS]
+            tokens = self.backbone.token_vectors([t[len(tag):] for t in chunk], batch_size=self.batch_size)
+            self.add(chunk, np.stack([pool_words(x, direction, temperature) for x in tokens]))
+        if not tagged:
+            return np.zeros((0, self.backbone.hidden_size), dtype=np.float32)
+        return np.stack([self._vectors[text_key(t)] for t in tagged])
 
     def vectors(self, texts: Sequence[str], progress: bool = False) -> np.ndarray:
         """[len(texts), H] unit vectors; texts not yet cached are encoded (and saved) first."""

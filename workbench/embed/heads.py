@@ -42,7 +42,7 @@ from torch import nn
 
 from .boilerplate import NEAR as BOILERPLATE_NEAR
 from .encoders import AspectModel, CheckpointError, read_config, valid_aspects
-from .features import N_POSITION, DocumentFeatures, FeatureCache, FrozenBackbone
+from .features import N_POSITION, DocumentFeatures, FeatureCache, FrozenBackbone, blend_words
 from ..core.files import write_json, write_tensors
 from ..core.devices import best_device
 
@@ -66,6 +66,11 @@ class SentencePoolingHead(nn.Module):
         # Sentences the corpus shares nearly word for word (`boilerplate.py`): never pooled. Empty unless the
         # guard sets it; its size is the corpus's, so loading resizes it (`_load_from_state_dict`).
         self.register_buffer("boilerplate", torch.zeros(0, self.hidden))
+        # The aspect's direction among a sentence's words and the pooled words' share of each sentence
+        # (`aspectfile.word_pooled_sentences`): set by the guard's floor where the aspects vary independently;
+        # share 0 (the default, and every trained head) pools the sentence vectors as they are.
+        self.register_buffer("words", torch.zeros(self.hidden))
+        self.register_buffer("word_share", torch.zeros(()))
         if self.rank:
             # U small and random, V zero: the residual starts at exactly zero but can grow
             # (with both zero, neither would ever get a gradient).
@@ -89,7 +94,14 @@ class SentencePoolingHead(nn.Module):
         else:  # a checkpoint written before heads held boilerplate
             state_dict[key] = torch.zeros(0, self.hidden)
             self.boilerplate = torch.zeros(0, self.hidden, device=self.boilerplate.device)
+        # A checkpoint written before heads could pool words: no word pooling.
+        state_dict.setdefault(prefix + "words", torch.zeros(self.hidden))
+        state_dict.setdefault(prefix + "word_share", torch.zeros(()))
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+    def pools_words(self) -> bool:
+        """Whether the head pools each sentence's words towards its aspect (`words`, `word_share`)."""
+        return bool(self.pool and float(self.word_share) > 0)
 
     def without_boilerplate(self, sentences: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """The mask [B, M] with the boilerplate sentences off, unless that leaves a document none."""
@@ -107,13 +119,15 @@ class SentencePoolingHead(nn.Module):
         """The residual projection x + (x U) V (identity when rank is 0)."""
         return x + (x @ self.down) @ self.up if self.rank else x
 
-    def forward(self, whole, sentences, mask, positions):
-        """(embedding [B, H] not normalised, weights [B, M], scores [B, M])."""
+    def forward(self, whole, sentences, mask, positions, word_sentences=None):
+        """(embedding [B, H] not normalised, weights [B, M], scores [B, M]). The sentences' weights come from
+        `sentences`; the pooled vectors from `word_sentences` [B, M, H] where given (`pools_words`)."""
         if not self.pool:
             return self.project(whole), None, None
         scores = self.scores(sentences, positions)
         w = self.weights(scores, self.without_boilerplate(sentences, mask))
-        pooled = F.normalize((w.unsqueeze(-1) * sentences).sum(dim=1), dim=-1)
+        pooled_from = sentences if word_sentences is None else word_sentences
+        pooled = F.normalize((w.unsqueeze(-1) * pooled_from).sum(dim=1), dim=-1)
         # A document without sentences (an empty text) has nothing to pool: it keeps its whole vector.
         pooled = torch.where(mask.any(dim=-1, keepdim=True), pooled, whole)
         g = torch.sigmoid(self.gate)
@@ -163,7 +177,26 @@ class PooledAspectModel(AspectModel):
         else:
             whole = torch.as_tensor(np.asarray(features, dtype=np.float32), device=device)
             sents = mask = pos = None
-        return {a: self.heads[a](whole, sents, mask, pos) for a in self._check_aspects(aspects)}
+        out = {}
+        for a in self._check_aspects(aspects):
+            head = self.heads[a]
+            words = self.word_sentences(features, head, device) if sents is not None and head.pools_words() else None
+            out[a] = head(whole, sents, mask, pos, words)
+        return out
+
+    def word_sentences(self, features: DocumentFeatures, head: SentencePoolingHead, device=None) -> torch.Tensor:
+        """[N, M, H] the documents' sentence vectors with the head's share of each pooled from its words
+        (`aspectfile.word_pooled_sentences`; the word vectors are cached with the others)."""
+        if self.cache is None:
+            self.cache = FeatureCache(None, self.backbone())
+        direction = head.words.detach().float().cpu().numpy()
+        flat = [t for texts in features.sentence_texts for t in texts]
+        words = self.cache.word_vectors(flat, direction)
+        share = float(head.word_share)
+        bounds = np.cumsum([0] + [len(t) for t in features.sentence_texts])
+        blended = [blend_words(s, words[lo:hi], share)
+                   for s, lo, hi in zip(features.sentences, bounds[:-1], bounds[1:])]
+        return DocumentFeatures(features.whole, blended, features.sentence_texts).padded(device)[1]
 
     def encode(self, texts: Sequence[str], aspects: str | Iterable[str] | None = None, batch_size: int = 32,
                max_length: int | None = None, normalize: bool = True, progress: bool = False,
