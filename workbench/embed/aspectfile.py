@@ -267,19 +267,18 @@ def word_pooled_sentences(features, scorer: AspectPrototypes | CalibratedScorer,
     unit(share x t + (1 - share) x s), s the sentence's vector and t its tokens pooled towards the aspect's
     direction (`aspect_directions`; `features.pool_words`), so that "in pregnant women with kidney disease"
     gives the population head the women and the disease head the kidneys. `word_vectors(texts, direction)` is
-    `FeatureCache.word_vectors`; it is not called when no share is > 0.
+    `FeatureCache.word_vectors` (every direction at once: the backbone reads each sentence once); it is not
+    called when no share is > 0.
     """
-    directions = dict(zip(scorer.aspects, aspect_directions(scorer)))
+    pooling = [j for j, a in enumerate(scorer.aspects) if shares.get(a, 0.0) > 0]
+    if not pooling:
+        return {}
     flat = [t for texts in features.sentence_texts for t in texts]
     bounds = np.cumsum([0] + [len(t) for t in features.sentence_texts])
-    out: dict[str, list[np.ndarray]] = {}
-    for a in scorer.aspects:
-        if shares.get(a, 0.0) <= 0:
-            continue
-        words = np.asarray(word_vectors(flat, directions[a]), dtype=np.float32)
-        out[a] = [blend_words(features.sentences[i], words[lo:hi], shares[a])
-                  for i, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:]))]
-    return out
+    words = np.asarray(word_vectors(flat, aspect_directions(scorer)[pooling]), dtype=np.float32)
+    return {scorer.aspects[j]: [blend_words(features.sentences[i], w[lo:hi], shares[scorer.aspects[j]])
+                                for i, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:]))]
+            for j, w in zip(pooling, words)}
 
 
 def sentence_marks(features, prototypes: AspectPrototypes | CalibratedScorer, temperature: float = TEMPERATURE,

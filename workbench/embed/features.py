@@ -92,22 +92,24 @@ class FrozenBackbone:
         return self.encoder().encode_pooled(list(texts), batch_size=batch_size, max_length=self.max_length,
                                             normalize=True, progress=progress)
 
-    def token_vectors(self, texts: Sequence[str], batch_size: int = 32) -> list[np.ndarray]:
+    def token_vectors(self, texts: Sequence[str], batch_size: int = 32, progress: bool = False) -> list[np.ndarray]:
         """Each text's contextual token vectors [n_tokens, H] (float32, padding left out, input order): the
         vectors `embed` mean-pools, so a pooling that weighs them can reach below a whole sentence."""
         import torch
+        from tqdm.auto import tqdm
 
         model = self.encoder()
         out: list = [None] * len(texts)
         was_training = model.training
         model.eval()
         try:
-            with torch.inference_mode():
+            with torch.inference_mode(), tqdm(total=len(texts), disable=not progress, desc="words") as bar:
                 for idx, batch in model.batches(list(texts), batch_size, self.max_length):
                     hidden = model.backbone(**batch).last_hidden_state.float().cpu().numpy()
                     mask = batch["attention_mask"].bool().cpu().numpy()
                     for row, i in enumerate(idx):
                         out[i] = hidden[row][mask[row]]
+                    bar.update(len(idx))
         finally:
             model.train(was_training)
         return out
@@ -245,21 +247,24 @@ class FeatureCache:
         if self.folder is not None and keys:
             self._save(keys, vectors)
 
-    def word_vectors(self, texts: Sequence[str], direction: np.ndarray,
-                     temperature: float = WORD_TEMPERATURE) -> np.ndarray:
-        """[len(texts), H] unit rows: each text's token vectors pooled towards `direction` (`pool_words`),
-        cached like the texts' own vectors under a key that names the direction and temperature."""
-        direction = np.asarray(direction, dtype=np.float32)
-        tag = "words " + hashlib.sha1(direction.tobytes() + repr(float(temperature)).encode()).hexdigest()[:12] + " "
-        tagged = [tag + t for t in texts]
-        todo = self.missing(tagged)
+    def word_vectors(self, texts: Sequence[str], directions: np.ndarray, temperature: float = WORD_TEMPERATURE,
+                     progress: bool = False) -> np.ndarray:
+        """[D, len(texts), H] unit rows: each text's token vectors pooled towards each of `directions` [D, H]
+        (`pool_words`), cached like the texts' own vectors under keys that name the direction and temperature.
+        The backbone reads a text once for all the directions it is missing for."""
+        directions = np.atleast_2d(np.asarray(directions, dtype=np.float32))
+        tags = ["words " + hashlib.sha1(d.tobytes() + repr(float(temperature)).encode()).hexdigest()[:12] + " "
+                for d in directions]
+        todo = list({t: None for t in texts
+                     if any(text_key(tag + t) not in self._vectors for tag in tags)})
         for start in range(0, len(todo), SHARD_ROWS):
             chunk = todo[start:start + SHARD_ROWS]
-            tokens = self.backbone.token_vectors([t[len(tag):] for t in chunk], batch_size=self.batch_size)
-            self.add(chunk, np.stack([pool_words(x, direction, temperature) for x in tokens]))
-        if not tagged:
-            return np.zeros((0, self.backbone.hidden_size), dtype=np.float32)
-        return np.stack([self._vectors[text_key(t)] for t in tagged])
+            tokens = self.backbone.token_vectors(chunk, batch_size=self.batch_size, progress=progress)
+            for tag, d in zip(tags, directions):
+                self.add([tag + t for t in chunk], np.stack([pool_words(x, d, temperature) for x in tokens]))
+        if not len(texts):
+            return np.zeros((len(directions), 0, self.backbone.hidden_size), dtype=np.float32)
+        return np.stack([np.stack([self._vectors[text_key(tag + t)] for t in texts]) for tag in tags])
 
     def vectors(self, texts: Sequence[str], progress: bool = False) -> np.ndarray:
         """[len(texts), H] unit vectors; texts not yet cached are encoded (and saved) first."""

@@ -169,7 +169,7 @@ class PooledAspectModel(AspectModel):
 
     # ---------------------------------------------------------------- forward
 
-    def forward_features(self, features, aspects=None) -> dict[str, tuple]:
+    def forward_features(self, features, aspects=None, progress: bool = False) -> dict[str, tuple]:
         """{aspect: (embedding, weights, scores)} from precomputed features (training and encode share this)."""
         device = self.device
         if isinstance(features, DocumentFeatures):
@@ -177,26 +177,27 @@ class PooledAspectModel(AspectModel):
         else:
             whole = torch.as_tensor(np.asarray(features, dtype=np.float32), device=device)
             sents = mask = pos = None
-        out = {}
-        for a in self._check_aspects(aspects):
-            head = self.heads[a]
-            words = self.word_sentences(features, head, device) if sents is not None and head.pools_words() else None
-            out[a] = head(whole, sents, mask, pos, words)
-        return out
+        aspects = self._check_aspects(aspects)
+        pooling = [a for a in aspects if sents is not None and self.heads[a].pools_words()]
+        words = dict(zip(pooling, self.word_sentences(features, pooling, device, progress))) if pooling else {}
+        return {a: self.heads[a](whole, sents, mask, pos, words.get(a)) for a in aspects}
 
-    def word_sentences(self, features: DocumentFeatures, head: SentencePoolingHead, device=None) -> torch.Tensor:
-        """[N, M, H] the documents' sentence vectors with the head's share of each pooled from its words
-        (`aspectfile.word_pooled_sentences`; the word vectors are cached with the others)."""
+    def word_sentences(self, features: DocumentFeatures, aspects: Sequence[str], device=None,
+                       progress: bool = False) -> list:
+        """Per aspect, [N, M, H]: the documents' sentence vectors with the aspect's head's share of each pooled
+        from its words (`aspectfile.word_pooled_sentences`); the backbone reads each sentence once for all of
+        them, and the pooled vectors are cached with the others."""
         if self.cache is None:
             self.cache = FeatureCache(None, self.backbone())
-        direction = head.words.detach().float().cpu().numpy()
+        heads = [self.heads[a] for a in aspects]
         flat = [t for texts in features.sentence_texts for t in texts]
-        words = self.cache.word_vectors(flat, direction)
-        share = float(head.word_share)
+        words = self.cache.word_vectors(flat, np.stack([h.words.detach().float().cpu().numpy() for h in heads]),
+                                        progress=progress)
         bounds = np.cumsum([0] + [len(t) for t in features.sentence_texts])
-        blended = [blend_words(s, words[lo:hi], share)
-                   for s, lo, hi in zip(features.sentences, bounds[:-1], bounds[1:])]
-        return DocumentFeatures(features.whole, blended, features.sentence_texts).padded(device)[1]
+        return [DocumentFeatures(features.whole, [blend_words(s, w[lo:hi], float(head.word_share))
+                                                  for s, lo, hi in zip(features.sentences, bounds[:-1], bounds[1:])],
+                                 features.sentence_texts).padded(device)[1]
+                for head, w in zip(heads, words)]
 
     def encode(self, texts: Sequence[str], aspects: str | Iterable[str] | None = None, batch_size: int = 32,
                max_length: int | None = None, normalize: bool = True, progress: bool = False,
@@ -215,7 +216,7 @@ class PooledAspectModel(AspectModel):
         features = self.features(texts, progress=progress)
         out = {}
         with torch.inference_mode():
-            for a, (emb, _, _) in self.forward_features(features, aspects).items():
+            for a, (emb, _, _) in self.forward_features(features, aspects, progress).items():
                 emb = F.normalize(emb, dim=-1) if normalize else emb
                 out[a] = emb.float().cpu().numpy()
         return out
