@@ -41,6 +41,14 @@ states that shared part more robustly than one sentence does, and half and half 
 where they vary independently (the synthetic corpora: CKA 0.0 to 0.1), the whole abstract only
 mixes the other aspects and the nuisance in. The blend is 1 - s / 2, s an aspect's mean CKA
 with the other aspects, measured on the corpus itself without labels.
+
+Where the aspects vary independently, one sentence often states several ("we enrolled older adults
+with a lasting lung illness"), and its vector is mostly the sentence's frame. There each aspect gets
+its own vector of every sentence (`word_pooled_sentences`): WORD_SHARE x (1 - 2 s) of it (0 where
+s >= 0.5, as on ACLSum) comes from the sentence's contextual token vectors weighed by a softmax of
+their cosine to the aspect's direction (`features.pool_words`). On the synthetic corpora this took
+population from 86% / 74% to 96% / 89% of its ceiling (generators a / b, worst seed) and disease
+and method up by 0 to 5 points (`benchmarks/aspect_file.py`, "words").
 """
 
 from __future__ import annotations
