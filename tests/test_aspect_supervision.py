@@ -572,7 +572,7 @@ def test_pooled_words_are_a_softmax_over_the_tokens_by_scipy_and_their_plain_mea
     rng = np.random.default_rng(11)
     tokens, direction = rng.normal(size=(9, 16)), rng.normal(size=16)
     u = tokens / np.linalg.norm(tokens, axis=1, keepdims=True)
-    expected = softmax(u @ (direction / np.linalg.norm(direction)) / 0.05) @ u
+    expected = softmax(u @ direction / 0.05) @ u  # the direction as given: a unit row less what is excluded
     np.testing.assert_allclose(pool_words(tokens, direction, 0.05), expected / np.linalg.norm(expected), atol=1e-5)
     aligned = tokens.copy()
     aligned[4] = 3 * direction  # the token that states the aspect takes the vector at a low temperature
@@ -630,3 +630,24 @@ def test_a_head_that_pools_words_is_the_aspect_files_computation_and_keeps_it_in
     assert not old.heads["population"].pools_words()
     with torch.no_grad():
         np.testing.assert_allclose(old.encode(texts)["population"], plain, atol=1e-4)
+
+
+def test_words_the_aspect_excludes_weigh_less():
+    # The direction words are pooled towards has the zero-shot query's form: the unit direction less
+    # EXCLUDE_WEIGHT x the mean of what the aspect excludes, so a medicine's name in a population sentence
+    # gives way to the people it names.
+    from workbench.embed.features import pool_words
+
+    rng = np.random.default_rng(4)
+    unit = lambda x: x / np.linalg.norm(x, axis=-1, keepdims=True)  # noqa: E731
+    aspect, medicine = unit(rng.normal(size=(2, 32)))
+    query = unit(aspect + medicine)  # a classifier that also learned the medicine's name
+    protos = aspectfile.AspectPrototypes(["population"], query[None], query[None], medicine[None])
+    direction = aspectfile.aspect_directions(protos)[0]
+    np.testing.assert_allclose(direction, query - aspectfile.EXCLUDE_WEIGHT * medicine, atol=1e-6)
+    np.testing.assert_allclose(aspectfile.aspect_directions(aspectfile.AspectPrototypes(["p"], query[None],
+                                                                                       query[None]))[0], query)
+    tokens = np.stack([aspect, medicine, unit(rng.normal(size=32))])
+    towards_query, towards_direction = pool_words(tokens, query), pool_words(tokens, direction)
+    assert towards_direction @ medicine < towards_query @ medicine - 0.3
+    assert towards_direction @ aspect > towards_query @ aspect

@@ -81,6 +81,7 @@ class AspectPrototypes:
     aspects: list[str]
     prototypes: np.ndarray                # [A, H] unit rows
     queries: np.ndarray                   # [A, H]: score[s, a] = s . queries[a]
+    excluded: np.ndarray | None = None    # [A, H] the mean of each aspect's exclude vectors (zero: none)
 
     def scores(self, sentences: np.ndarray) -> np.ndarray:
         """[n, A] scores of n sentence vectors (see the module docstring)."""
@@ -127,7 +128,7 @@ def aspect_prototypes(aspect_set, aspects: Sequence[str], embed) -> AspectProtot
     n = len(aspects)
     others = (protos.sum(axis=0, keepdims=True) - protos) / max(n - 1, 1) if n > 1 else np.zeros_like(protos)
     queries = protos - others - EXCLUDE_WEIGHT * np.stack(excluded)
-    return AspectPrototypes(list(aspects), protos, queries.astype(np.float32))
+    return AspectPrototypes(list(aspects), protos, queries.astype(np.float32), np.stack(excluded).astype(np.float32))
 
 
 def softmax(x: np.ndarray, temperature: float) -> np.ndarray:
@@ -245,11 +246,17 @@ def corpus_blends(features, prototypes: AspectPrototypes | CalibratedScorer, see
     return {a: round(1.0 - s / 2.0, 3) for a, s in shared.items()}
 
 
-def aspect_directions(scorer: AspectPrototypes | CalibratedScorer) -> np.ndarray:
-    """[A, H] unit rows: the direction in the encoder's space along which each aspect's score grows (the
-    zero-shot query, or the calibrated classifier's weights)."""
-    return unit_rows(np.asarray(scorer.weights if isinstance(scorer, CalibratedScorer) else scorer.queries,
-                                dtype=np.float32))
+def aspect_directions(scorer: AspectPrototypes | CalibratedScorer,
+                      prototypes: AspectPrototypes | None = None) -> np.ndarray:
+    """[A, H]: the direction in the encoder's space along which each aspect's score grows (the zero-shot
+    query, or the calibrated classifier's weights), as a unit row, less EXCLUDE_WEIGHT x the mean of what the
+    aspect excludes where `prototypes` (or the scorer itself) holds it: the form of the zero-shot query, so a
+    word such as a medicine's name, which an aspect excludes, weighs less."""
+    direction = unit_rows(np.asarray(scorer.weights if isinstance(scorer, CalibratedScorer) else scorer.queries,
+                                     dtype=np.float32))
+    source = prototypes if prototypes is not None else scorer
+    excluded = getattr(source, "excluded", None)
+    return direction - EXCLUDE_WEIGHT * excluded if excluded is not None else direction
 
 
 def word_shares(shared: dict[str, float]) -> dict[str, float]:
@@ -270,10 +277,11 @@ def corpus_word_shares(features, scorer: AspectPrototypes | CalibratedScorer, se
 
 
 def word_pooled_sentences(features, scorer: AspectPrototypes | CalibratedScorer, word_vectors,
-                          shares: dict[str, float]) -> dict[str, list[np.ndarray]]:
+                          shares: dict[str, float],
+                          prototypes: AspectPrototypes | None = None) -> dict[str, list[np.ndarray]]:
     """{aspect: per document its sentences' vectors [n_i, H] for that aspect}, for the aspects with a share > 0:
     unit(share x t + (1 - share) x s), s the sentence's vector and t its tokens pooled towards the aspect's
-    direction (`aspect_directions`; `features.pool_words`), so that "in pregnant women with kidney disease"
+    direction (`aspect_directions`, with what `prototypes` excludes; `features.pool_words`), so that "in pregnant women with kidney disease"
     gives the population head the women and the disease head the kidneys. `word_vectors(texts, direction)` is
     `FeatureCache.word_vectors` (every direction at once: the backbone reads each sentence once); it is not
     called when no share is > 0.
@@ -283,7 +291,7 @@ def word_pooled_sentences(features, scorer: AspectPrototypes | CalibratedScorer,
         return {}
     flat = [t for texts in features.sentence_texts for t in texts]
     bounds = np.cumsum([0] + [len(t) for t in features.sentence_texts])
-    words = np.asarray(word_vectors(flat, aspect_directions(scorer)[pooling]), dtype=np.float32)
+    words = np.asarray(word_vectors(flat, aspect_directions(scorer, prototypes)[pooling]), dtype=np.float32)
     return {scorer.aspects[j]: [blend_words(features.sentences[i], w[lo:hi], shares[scorer.aspects[j]])
                                 for i, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:]))]
             for j, w in zip(pooling, words)}

@@ -172,14 +172,12 @@ class DocumentFeatures:
 
 def pool_words(tokens: np.ndarray, direction: np.ndarray, temperature: float = WORD_TEMPERATURE) -> np.ndarray:
     """A text's token vectors [T, H] pooled into one unit vector [H]: their mean weighted by a softmax (at
-    `temperature`) of each token's cosine to `direction`, so the words that state an aspect carry the vector."""
-    u = np.asarray(tokens, dtype=np.float32)
-    u = u / np.maximum(np.linalg.norm(u, axis=1, keepdims=True), 1e-12)
-    d = np.asarray(direction, dtype=np.float32)
-    z = u @ (d / max(float(np.linalg.norm(d)), 1e-12)) / temperature
+    `temperature`) of each unit token vector's product with `direction` (`aspectfile.aspect_directions`: a unit
+    row less a share of what the aspect excludes), so the words that state an aspect carry the vector."""
+    u = unit_rows(tokens)
+    z = u @ np.asarray(direction, dtype=np.float32) / temperature
     w = np.exp(z - z.max())
-    v = (w / w.sum()) @ u
-    return v / max(float(np.linalg.norm(v)), 1e-12)
+    return unit_rows((w / w.sum()) @ u)
 
 
 def blend_words(sentences: np.ndarray, words: np.ndarray, share: float) -> np.ndarray:

@@ -49,8 +49,8 @@ from ..core.rundir import RunDir
 from ..core.vectors import unit_rows
 from ..evaluate.evaluation import label_similarity, rowwise_spearman
 from ..evaluate.health import corpus_sentence_aspects, hard_negative_probe
-from .aspectfile import (BLEND, TEMPERATURE, CalibratedScorer, aspect_prototypes, calibrate, corpus_blends,
-                         corpus_word_shares, sentence_marks)
+from .aspectfile import (BLEND, TEMPERATURE, CalibratedScorer, aspect_directions, aspect_prototypes, calibrate,
+                         corpus_blends, corpus_word_shares, sentence_marks)
 from .boilerplate import find_boilerplate
 from .checkpoints import load_model
 from .features import FeatureCache, FrozenBackbone
@@ -64,7 +64,8 @@ MIN_LABELLED = 6  # papers with a label before the labels decide
 
 
 def floor_state(head, query: np.ndarray, bias: float, temperature: float = TEMPERATURE, blend: float = BLEND,
-                boilerplate: np.ndarray | None = None, word_share: float = 0.0) -> dict:
+                boilerplate: np.ndarray | None = None, word_share: float = 0.0,
+                words: np.ndarray | None = None) -> dict:
     """The state of a `SentencePoolingHead` that computes the aspect file's zero-shot vector.
 
     Scores s . query / temperature; with the bias well below them, sigmoid(x) is exp(x) to a
@@ -73,8 +74,9 @@ def floor_state(head, query: np.ndarray, bias: float, temperature: float = TEMPE
     The gate holds the blend: the whole abstract's share sigmoid(gate) = 1 - blend (`blend` 0.5:
     gate 0; `aspectfile.corpus_blends` reads it from the corpus). `boilerplate`: the corpus's
     (`boilerplate.find_boilerplate`), never pooled; None keeps the head's. `word_share` > 0: each
-    sentence's vector takes that share from its words pooled towards `query`'s direction
-    (`aspectfile.word_pooled_sentences`, with `aspectfile.corpus_word_shares`). No projection.
+    sentence's vector takes that share from its words pooled towards `words` (`aspectfile.aspect_directions`;
+    None: `query`'s unit direction), as in `aspectfile.word_pooled_sentences` with
+    `aspectfile.corpus_word_shares`. No projection.
     """
     import torch
 
@@ -87,8 +89,8 @@ def floor_state(head, query: np.ndarray, bias: float, temperature: float = TEMPE
     if boilerplate is not None:
         state["boilerplate"] = torch.as_tensor(np.asarray(boilerplate), dtype=state["query"].dtype)
     direction = np.asarray(query, dtype=np.float64)
-    state["words"] = torch.as_tensor(direction / max(float(np.linalg.norm(direction)), 1e-12),
-                                     dtype=state["query"].dtype)
+    direction = direction / max(float(np.linalg.norm(direction)), 1e-12) if words is None else words
+    state["words"] = torch.as_tensor(np.asarray(direction), dtype=state["query"].dtype)
     state["word_share"] = torch.tensor(float(word_share), dtype=state["query"].dtype)
     if "up" in state:
         state["up"] = torch.zeros_like(state["up"])
@@ -202,6 +204,7 @@ def check_heads(run_dir, corpus, aspect_set, aspects: Sequence[str], doc_ids: Se
     scorer = calibrate(seen_features, protos, boilerplate=boiler) or protos
     blends = corpus_blends(seen_features, scorer, boilerplate=boiler)
     word_shares = corpus_word_shares(seen_features, scorer, boilerplate=boiler)
+    directions = aspect_directions(scorer, protos)
     marks, source = aspect_sentences(held, aspects, run, features, scorer, boiler)
 
     # The floor is a copy of the model's heads; the feature cache (every cached vector) is shared, not copied.
@@ -210,10 +213,10 @@ def check_heads(run_dir, corpus, aspect_set, aspects: Sequence[str], doc_ids: Se
     model.cache = floor.cache = cache
     for j, a in enumerate(aspects):
         state = (floor_state(floor.heads[a], scorer.weights[j], float(scorer.biases[j]), temperature=1.0,
-                             blend=blends[a], boilerplate=boiler, word_share=word_shares[a])
+                             blend=blends[a], boilerplate=boiler, word_share=word_shares[a], words=directions[j])
                  if isinstance(scorer, CalibratedScorer) else
                  floor_state(floor.heads[a], protos.queries[j], floor_bias(features, protos.queries[j]),
-                             blend=blends[a], boilerplate=boiler, word_share=word_shares[a]))
+                             blend=blends[a], boilerplate=boiler, word_share=word_shares[a], words=directions[j]))
         floor.heads[a].load_state_dict(state)
 
     def encode(batch):
