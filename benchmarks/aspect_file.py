@@ -245,7 +245,8 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     global WHOLE
     WHOLE = MINILM if args.backbone == "minilm" else f"{args.backbone} whole abstract"
-    cache = FeatureCache(Path(tempfile.mkdtemp(prefix="aspect-file-")), FrozenBackbone(args.backbone))
+    folder = tempfile.TemporaryDirectory(prefix="aspect-file-")  # removed when the script ends
+    cache = FeatureCache(Path(folder.name), FrozenBackbone(args.backbone))
     print(f"Synthetic corpus, {args.docs} papers per seed, aspect file {ASPECT_FILE.relative_to(ROOT)}; "
           f"mean per-paper Spearman x100 against 'same value' (the drug is a nuisance)")
     for style in args.styles:
