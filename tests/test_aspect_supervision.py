@@ -559,10 +559,13 @@ def test_the_guard_table_shows_each_aspect_file_head_s_blend():
     from workbench.embed.guard import guard_table
 
     row = {"head": 1.2, "aspect file": 2.0, "base": 0.9, "kept": "aspect file", "verdict": "..."}
-    table = guard_table({"aspects": {"disease": row, "method": row}, "blends": {"disease": 0.98, "method": 0.6}})
+    table = guard_table({"aspects": {"disease": row, "method": row}, "blends": {"disease": 0.98, "method": 0.6},
+                         "word_shares": {"disease": 0.64, "method": 0.0}})
     assert table.loc["disease", "aspect file: sentences' share"] == 0.98
+    assert table["aspect file: words' share"].tolist() == [0.64, 0.0]
     assert table.loc["method", "selectivity: aspect file"] == 2.0 and table.loc["method", "kept"] == "aspect file"
-    assert "aspect file: sentences' share" not in guard_table({"aspects": {"disease": row}}).columns  # older reports
+    older = guard_table({"aspects": {"disease": row}}).columns  # reports written before blends and words
+    assert "aspect file: sentences' share" not in older and "aspect file: words' share" not in older
 
 
 def test_pooled_words_are_a_softmax_over_the_tokens_by_scipy_and_their_plain_mean_is_the_sentence_vector():

@@ -314,7 +314,8 @@ def load_guard(run_dir) -> dict | None:
 def guard_table(report: dict):
     """The guard's report as a DataFrame: one row per aspect, the swap probe's selectivities, the label scores
     where a label column decided (`labels: head`, ...), the aspect-file head's share of pooled sentences
-    (`aspectfile.corpus_blends`) and what was kept."""
+    (`aspectfile.corpus_blends`) and of each sentence's words (`aspectfile.corpus_word_shares`), and what was
+    kept."""
     import pandas as pd
 
     rows = {}
@@ -323,5 +324,7 @@ def guard_table(report: dict):
         row.update({f"labels: {c}": v for c, v in (r.get("labels") or {}).items()})
         if "blends" in report:  # reports written before the blend was read from the corpus have none
             row["aspect file: sentences' share"] = report["blends"].get(a)
+        if "word_shares" in report:  # nor, before words were pooled, a words' share
+            row["aspect file: words' share"] = report["word_shares"].get(a)
         rows[a] = {**row, "kept": r["kept"]}
     return pd.DataFrame.from_dict(rows, orient="index")
