@@ -390,6 +390,7 @@ def test_the_guard_replaces_a_head_that_follows_another_aspect(guarded_run, caps
     assert all(0.3 <= s <= aspectfile.WORD_SHARE for s in report["word_shares"].values()), report["word_shares"]
     head = after.heads["method"]
     assert head.pools_words() and float(head.word_share) == pytest.approx(report["word_shares"]["method"])
+    assert float(head.word_mean.norm()) > 0.1  # centred on the corpus's mean of the pooled words
 
 
 @pytest.mark.slow
@@ -618,16 +619,18 @@ def test_a_head_that_pools_words_is_the_aspect_files_computation_and_keeps_it_in
     expected = aspectfile.zero_shot_embeddings(feats, protos, blend=0.9, sentences=words)["population"]
     plain = aspectfile.zero_shot_embeddings(feats, protos, blend=0.9)["population"]
     assert np.abs(expected - plain).max() > 0.01  # the words change the vectors
+    flat = [t for texts in feats.sentence_texts for t in texts]
+    mean = model.cache.word_vectors(flat, query[None])[0].mean(axis=0)  # what the words are centred on
     model.heads["population"].load_state_dict(floor_state(model.heads["population"], query, -40.0,
                                                           temperature=aspectfile.TEMPERATURE, blend=0.9,
-                                                          word_share=0.7))
+                                                          word_share=0.7, word_mean=mean))
     model.save_pretrained(tmp_path / "m")
     loaded = PooledAspectModel.from_pretrained(tmp_path / "m", device="cpu")
     assert loaded.heads["population"].pools_words()
     np.testing.assert_allclose(loaded.encode(texts)["population"], expected, atol=1e-4)
     # A checkpoint written before heads could pool words loads, pooling the sentences as they are.
     state = {k: v for k, v in load_file(str(tmp_path / "m" / "model.safetensors")).items()
-             if not k.endswith(("words", "word_share"))}
+             if not k.endswith(("words", "word_share", "word_mean"))}
     save_file(state, str(tmp_path / "m" / "model.safetensors"), metadata={"format": "pt"})
     old = PooledAspectModel.from_pretrained(tmp_path / "m", device="cpu")
     assert not old.heads["population"].pools_words()

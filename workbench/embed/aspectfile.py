@@ -282,8 +282,9 @@ def word_pooled_sentences(features, scorer: AspectPrototypes | CalibratedScorer,
                           prototypes: AspectPrototypes | None = None) -> dict[str, list[np.ndarray]]:
     """{aspect: per document its sentences' vectors [n_i, H] for that aspect}, for the aspects with a share > 0:
     unit(share x t + (1 - share) x s), s the sentence's vector and t its tokens pooled towards the aspect's
-    direction (`aspect_directions`, with what `prototypes` excludes; `features.pool_words`), so that "in pregnant women with kidney disease"
-    gives the population head the women and the disease head the kidneys. `word_vectors(texts, direction)` is
+    direction (`aspect_directions`, with what `prototypes` excludes; `features.pool_words`) less their mean over
+    the corpus's sentences (the words every paper uses to state the aspect), so that "in pregnant women with
+    kidney disease" gives the population head the women and the disease head the kidneys. `word_vectors(texts, direction)` is
     `FeatureCache.word_vectors` (every direction at once: the backbone reads each sentence once); it is not
     called when no share is > 0.
     """
@@ -293,9 +294,12 @@ def word_pooled_sentences(features, scorer: AspectPrototypes | CalibratedScorer,
     flat = [t for texts in features.sentence_texts for t in texts]
     bounds = np.cumsum([0] + [len(t) for t in features.sentence_texts])
     words = np.asarray(word_vectors(flat, aspect_directions(scorer, prototypes)[pooling]), dtype=np.float32)
-    return {scorer.aspects[j]: [blend_words(features.sentences[i], w[lo:hi], shares[scorer.aspects[j]])
-                                for i, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:]))]
-            for j, w in zip(pooling, words)}
+    out = {}
+    for j, w in zip(pooling, words):
+        a, mean = scorer.aspects[j], w.mean(axis=0)
+        out[a] = [blend_words(features.sentences[i], w[lo:hi], shares[a], mean)
+                  for i, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:]))]
+    return out
 
 
 def sentence_marks(features, prototypes: AspectPrototypes | CalibratedScorer, temperature: float = TEMPERATURE,

@@ -180,12 +180,17 @@ def pool_words(tokens: np.ndarray, direction: np.ndarray, temperature: float = W
     return unit_rows((w / w.sum()) @ u)
 
 
-def blend_words(sentences: np.ndarray, words: np.ndarray, share: float) -> np.ndarray:
-    """[n, H] unit rows: unit(share x words + (1 - share) x sentences), row by row (both unit rows)."""
+def blend_words(sentences: np.ndarray, words: np.ndarray, share: float, mean: np.ndarray | None = None) -> np.ndarray:
+    """[n, H] unit rows: unit(share x unit(words - mean) + (1 - share) x sentences), row by row (both unit rows).
+    `mean`: the corpus's mean of these pooled words (`aspectfile.word_pooled_sentences`), which the words that
+    state the aspect in every paper ("the study", "was assessed") share; None or zero: not centred."""
     s = unit_rows(np.asarray(sentences, dtype=np.float32))
     if not len(s) or share <= 0:
         return s
-    return unit_rows(share * unit_rows(np.asarray(words, dtype=np.float32)) + (1 - share) * s)
+    w = np.asarray(words, dtype=np.float32)
+    if mean is not None:
+        w = w - np.asarray(mean, dtype=np.float32)
+    return unit_rows(share * unit_rows(w) + (1 - share) * s)
 
 
 class FeatureCache:

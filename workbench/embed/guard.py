@@ -65,7 +65,7 @@ MIN_LABELLED = 6  # papers with a label before the labels decide
 
 def floor_state(head, query: np.ndarray, bias: float, temperature: float = TEMPERATURE, blend: float = BLEND,
                 boilerplate: np.ndarray | None = None, word_share: float = 0.0,
-                words: np.ndarray | None = None) -> dict:
+                words: np.ndarray | None = None, word_mean: np.ndarray | None = None) -> dict:
     """The state of a `SentencePoolingHead` that computes the aspect file's zero-shot vector.
 
     Scores s . query / temperature; with the bias well below them, sigmoid(x) is exp(x) to a
@@ -75,8 +75,8 @@ def floor_state(head, query: np.ndarray, bias: float, temperature: float = TEMPE
     gate 0; `aspectfile.corpus_blends` reads it from the corpus). `boilerplate`: the corpus's
     (`boilerplate.find_boilerplate`), never pooled; None keeps the head's. `word_share` > 0: each
     sentence's vector takes that share from its words pooled towards `words` (`aspectfile.aspect_directions`;
-    None: `query`'s unit direction), as in `aspectfile.word_pooled_sentences` with
-    `aspectfile.corpus_word_shares`. No projection.
+    None: `query`'s unit direction) less `word_mean` (their mean over the corpus; None: zero), as in
+    `aspectfile.word_pooled_sentences` with `aspectfile.corpus_word_shares`. No projection.
     """
     import torch
 
@@ -92,9 +92,25 @@ def floor_state(head, query: np.ndarray, bias: float, temperature: float = TEMPE
     direction = direction / max(float(np.linalg.norm(direction)), 1e-12) if words is None else words
     state["words"] = torch.as_tensor(np.asarray(direction), dtype=state["query"].dtype)
     state["word_share"] = torch.tensor(float(word_share), dtype=state["query"].dtype)
+    state["word_mean"] = (torch.zeros_like(state["word_mean"]) if word_mean is None else
+                          torch.as_tensor(np.asarray(word_mean), dtype=state["query"].dtype))
     if "up" in state:
         state["up"] = torch.zeros_like(state["up"])
     return state
+
+
+def corpus_word_means(features, aspects: Sequence[str], directions: np.ndarray, shares: dict[str, float],
+                      cache) -> dict[str, np.ndarray]:
+    """{aspect: the mean over the corpus's sentences of their words pooled towards the aspect's direction (a row of
+    `directions`, in `aspects`' order)} for the aspects whose words' share is > 0, read through the feature
+    `cache` (`aspectfile.word_pooled_sentences` centres on the same mean)."""
+    pooling = [a for a in aspects if shares.get(a, 0.0) > 0]
+    if not pooling:
+        return {}
+    rows = [list(aspects).index(a) for a in pooling]
+    flat = [t for texts in features.sentence_texts for t in texts]
+    words = cache.word_vectors(flat, np.asarray(directions)[rows])
+    return {a: w.mean(axis=0) for a, w in zip(pooling, words)}
 
 
 def base_state(head) -> dict:
@@ -205,6 +221,7 @@ def check_heads(run_dir, corpus, aspect_set, aspects: Sequence[str], doc_ids: Se
     blends = corpus_blends(seen_features, scorer, boilerplate=boiler)
     word_shares = corpus_word_shares(seen_features, scorer, boilerplate=boiler)
     directions = aspect_directions(scorer, protos)
+    word_means = corpus_word_means(seen_features, list(scorer.aspects), directions, word_shares, model.cache)
     marks, source = aspect_sentences(held, aspects, run, features, scorer, boiler)
 
     # The floor is a copy of the model's heads; the feature cache (every cached vector) is shared, not copied.
@@ -213,10 +230,12 @@ def check_heads(run_dir, corpus, aspect_set, aspects: Sequence[str], doc_ids: Se
     model.cache = floor.cache = cache
     for j, a in enumerate(aspects):
         state = (floor_state(floor.heads[a], scorer.weights[j], float(scorer.biases[j]), temperature=1.0,
-                             blend=blends[a], boilerplate=boiler, word_share=word_shares[a], words=directions[j])
+                             blend=blends[a], boilerplate=boiler, word_share=word_shares[a], words=directions[j],
+                             word_mean=word_means.get(a))
                  if isinstance(scorer, CalibratedScorer) else
                  floor_state(floor.heads[a], protos.queries[j], floor_bias(features, protos.queries[j]),
-                             blend=blends[a], boilerplate=boiler, word_share=word_shares[a], words=directions[j]))
+                             blend=blends[a], boilerplate=boiler, word_share=word_shares[a], words=directions[j],
+                             word_mean=word_means.get(a)))
         floor.heads[a].load_state_dict(state)
 
     def encode(batch):

@@ -71,6 +71,7 @@ class SentencePoolingHead(nn.Module):
         # share 0 (the default, and every trained head) pools the sentence vectors as they are.
         self.register_buffer("words", torch.zeros(self.hidden))
         self.register_buffer("word_share", torch.zeros(()))
+        self.register_buffer("word_mean", torch.zeros(self.hidden))  # the corpus's mean of the pooled words
         if self.rank:
             # U small and random, V zero: the residual starts at exactly zero but can grow
             # (with both zero, neither would ever get a gradient).
@@ -97,6 +98,7 @@ class SentencePoolingHead(nn.Module):
         # A checkpoint written before heads could pool words: no word pooling.
         state_dict.setdefault(prefix + "words", torch.zeros(self.hidden))
         state_dict.setdefault(prefix + "word_share", torch.zeros(()))
+        state_dict.setdefault(prefix + "word_mean", torch.zeros(self.hidden))
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def pools_words(self) -> bool:
@@ -194,7 +196,8 @@ class PooledAspectModel(AspectModel):
         words = self.cache.word_vectors(flat, np.stack([h.words.detach().float().cpu().numpy() for h in heads]),
                                         progress=progress)
         bounds = np.cumsum([0] + [len(t) for t in features.sentence_texts])
-        return [DocumentFeatures(features.whole, [blend_words(s, w[lo:hi], float(head.word_share))
+        return [DocumentFeatures(features.whole, [blend_words(s, w[lo:hi], float(head.word_share),
+                                                              head.word_mean.detach().float().cpu().numpy())
                                                   for s, lo, hi in zip(features.sentences, bounds[:-1], bounds[1:])],
                                  features.sentence_texts).padded(device)[1]
                 for head, w in zip(heads, words)]
