@@ -284,23 +284,36 @@ def word_pooled_sentences(features, scorer: AspectPrototypes | CalibratedScorer,
     """{aspect: per document its sentences' vectors [n_i, H] for that aspect}, for the aspects with a share > 0:
     unit(share x t + (1 - share) x s), s the sentence's vector and t its tokens pooled towards the aspect's
     direction (`aspect_directions`, with what `prototypes` excludes; `features.pool_words`) less their mean over
-    the corpus's sentences (the words every paper uses to state the aspect), so that "in pregnant women with
-    kidney disease" gives the population head the women and the disease head the kidneys. `word_vectors(texts, direction)` is
-    `FeatureCache.word_vectors` (every direction at once: the backbone reads each sentence once); it is not
-    called when no share is > 0.
+    the corpus's sentences (`corpus_word_means`: the words every paper uses to state the aspect), so that "in
+    pregnant women with kidney disease" gives the population head the women and the disease head the kidneys.
+    `word_vectors(texts, directions)` is `FeatureCache.word_vectors` (every direction at once: the backbone
+    reads each sentence once); it is not called when no share is > 0.
     """
-    pooling = [j for j, a in enumerate(scorer.aspects) if shares.get(a, 0.0) > 0]
+    directions = aspect_directions(scorer, prototypes)
+    words = pooled_words(features, scorer.aspects, directions, shares, word_vectors)
+    bounds = np.cumsum([0] + [len(t) for t in features.sentence_texts])
+    return {a: [blend_words(features.sentences[i], w[lo:hi], shares[a], w.mean(axis=0))
+                for i, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:]))]
+            for a, w in words.items()}
+
+
+def pooled_words(features, aspects: Sequence[str], directions: np.ndarray, shares: dict[str, float],
+                 word_vectors) -> dict[str, np.ndarray]:
+    """{aspect: [n_sentences, H]} every sentence's words pooled towards the aspect's direction (a row of
+    `directions`, in `aspects`' order), the corpus's sentences in order, for the aspects whose share is > 0."""
+    pooling = [a for a in aspects if shares.get(a, 0.0) > 0]
     if not pooling:
         return {}
     flat = [t for texts in features.sentence_texts for t in texts]
-    bounds = np.cumsum([0] + [len(t) for t in features.sentence_texts])
-    words = np.asarray(word_vectors(flat, aspect_directions(scorer, prototypes)[pooling]), dtype=np.float32)
-    out = {}
-    for j, w in zip(pooling, words):
-        a, mean = scorer.aspects[j], w.mean(axis=0)
-        out[a] = [blend_words(features.sentences[i], w[lo:hi], shares[a], mean)
-                  for i, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:]))]
-    return out
+    rows = [list(aspects).index(a) for a in pooling]
+    return dict(zip(pooling, np.asarray(word_vectors(flat, np.asarray(directions)[rows]), dtype=np.float32)))
+
+
+def corpus_word_means(features, aspects: Sequence[str], directions: np.ndarray, shares: dict[str, float],
+                      word_vectors) -> dict[str, np.ndarray]:
+    """{aspect: the mean over the corpus's sentences of their words pooled towards the aspect} for the aspects
+    whose share is > 0 (`pooled_words`): what `word_pooled_sentences` centres on, kept in a head's `word_mean`."""
+    return {a: w.mean(axis=0) for a, w in pooled_words(features, aspects, directions, shares, word_vectors).items()}
 
 
 def sentence_marks(features, prototypes: AspectPrototypes | CalibratedScorer, temperature: float = TEMPERATURE,

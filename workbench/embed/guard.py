@@ -50,7 +50,7 @@ from ..core.vectors import unit_rows
 from ..evaluate.evaluation import label_similarity, rowwise_spearman
 from ..evaluate.health import corpus_sentence_aspects, hard_negative_probe
 from .aspectfile import (BLEND, TEMPERATURE, CalibratedScorer, aspect_directions, aspect_prototypes, calibrate,
-                         corpus_blends, corpus_word_shares, sentence_marks)
+                         corpus_blends, corpus_word_means, corpus_word_shares, sentence_marks)
 from .boilerplate import find_boilerplate
 from .checkpoints import load_model
 from .features import FeatureCache, FrozenBackbone
@@ -97,20 +97,6 @@ def floor_state(head, query: np.ndarray, bias: float, temperature: float = TEMPE
     if "up" in state:
         state["up"] = torch.zeros_like(state["up"])
     return state
-
-
-def corpus_word_means(features, aspects: Sequence[str], directions: np.ndarray, shares: dict[str, float],
-                      cache) -> dict[str, np.ndarray]:
-    """{aspect: the mean over the corpus's sentences of their words pooled towards the aspect's direction (a row of
-    `directions`, in `aspects`' order)} for the aspects whose words' share is > 0, read through the feature
-    `cache` (`aspectfile.word_pooled_sentences` centres on the same mean)."""
-    pooling = [a for a in aspects if shares.get(a, 0.0) > 0]
-    if not pooling:
-        return {}
-    rows = [list(aspects).index(a) for a in pooling]
-    flat = [t for texts in features.sentence_texts for t in texts]
-    words = cache.word_vectors(flat, np.asarray(directions)[rows])
-    return {a: w.mean(axis=0) for a, w in zip(pooling, words)}
 
 
 def base_state(head) -> dict:
@@ -221,7 +207,8 @@ def check_heads(run_dir, corpus, aspect_set, aspects: Sequence[str], doc_ids: Se
     blends = corpus_blends(seen_features, scorer, boilerplate=boiler)
     word_shares = corpus_word_shares(seen_features, scorer, boilerplate=boiler)
     directions = aspect_directions(scorer, protos)
-    word_means = corpus_word_means(seen_features, list(scorer.aspects), directions, word_shares, model.cache)
+    word_means = corpus_word_means(seen_features, list(scorer.aspects), directions, word_shares,
+                                   model.cache.word_vectors)
     marks, source = aspect_sentences(held, aspects, run, features, scorer, boiler)
 
     # The floor is a copy of the model's heads; the feature cache (every cached vector) is shared, not copied.
