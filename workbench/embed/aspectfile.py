@@ -63,7 +63,7 @@ import numpy as np
 from ..core.vectors import unit_rows
 from ..evaluate.health import linear_cka
 from .boilerplate import keep_mask
-from .features import blend_words
+from .features import blend_documents
 
 TEMPERATURE = 0.05  # sentence softmax: low enough that the one or two sentences stating the aspect dominate
 BLEND = 0.5         # the sentences' share of the zero-shot vector; the rest is the whole abstract
@@ -291,10 +291,7 @@ def word_pooled_sentences(features, scorer: AspectPrototypes | CalibratedScorer,
     """
     directions = aspect_directions(scorer, prototypes)
     words = pooled_words(features, scorer.aspects, directions, shares, word_vectors)
-    bounds = np.cumsum([0] + [len(t) for t in features.sentence_texts])
-    return {a: [blend_words(features.sentences[i], w[lo:hi], shares[a], w.mean(axis=0))
-                for i, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:]))]
-            for a, w in words.items()}
+    return {a: blend_documents(features, w, shares[a], w.mean(axis=0)) for a, w in words.items()}
 
 
 def pooled_words(features, aspects: Sequence[str], directions: np.ndarray, shares: dict[str, float],

@@ -193,6 +193,14 @@ def blend_words(sentences: np.ndarray, words: np.ndarray, share: float, mean: np
     return unit_rows(share * unit_rows(w) + (1 - share) * s)
 
 
+def blend_documents(features: "DocumentFeatures", words: np.ndarray, share: float,
+                    mean: np.ndarray | None = None) -> list[np.ndarray]:
+    """Per document, its sentences blended with their pooled words (`blend_words`): `words` [n, H] holds a row
+    per sentence of the corpus, documents in order, as `FeatureCache.word_vectors` returns them."""
+    bounds = np.cumsum([0] + [len(t) for t in features.sentence_texts])
+    return [blend_words(s, words[lo:hi], share, mean) for s, lo, hi in zip(features.sentences, bounds[:-1], bounds[1:])]
+
+
 class FeatureCache:
     """Vectors of texts under one frozen backbone, kept in a folder of append-only shards.
 

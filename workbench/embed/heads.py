@@ -42,7 +42,7 @@ from torch import nn
 
 from .boilerplate import NEAR as BOILERPLATE_NEAR
 from .encoders import AspectModel, CheckpointError, read_config, valid_aspects
-from .features import N_POSITION, DocumentFeatures, FeatureCache, FrozenBackbone, blend_words
+from .features import N_POSITION, DocumentFeatures, FeatureCache, FrozenBackbone, blend_documents
 from ..core.files import write_json, write_tensors
 from ..core.devices import best_device
 
@@ -195,10 +195,8 @@ class PooledAspectModel(AspectModel):
         flat = [t for texts in features.sentence_texts for t in texts]
         words = self.cache.word_vectors(flat, np.stack([h.words.detach().float().cpu().numpy() for h in heads]),
                                         progress=progress)
-        bounds = np.cumsum([0] + [len(t) for t in features.sentence_texts])
-        return [DocumentFeatures(features.whole, [blend_words(s, w[lo:hi], float(head.word_share),
-                                                              head.word_mean.detach().float().cpu().numpy())
-                                                  for s, lo, hi in zip(features.sentences, bounds[:-1], bounds[1:])],
+        return [DocumentFeatures(features.whole, blend_documents(features, w, float(head.word_share),
+                                                                 head.word_mean.detach().float().cpu().numpy()),
                                  features.sentence_texts).padded(device)[1]
                 for head, w in zip(heads, words)]
 
