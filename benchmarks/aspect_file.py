@@ -105,11 +105,11 @@ def head_rows(texts, aspect_set, names, truths: dict, cache: FeatureCache, keep:
         for a in names:
             rows[f"{kind}: {a}"] = {t: spearman100(emb[a], truths[t]) for t in truths}
     if keep is not None:
-        keep.update({"stage 03": heads["stage 03"], "words": heads["words"], MINILM: minilm})
+        keep.update({"stage 03": heads["stage 03"], "phrases": heads["phrases"], MINILM: minilm})
     return rows, blends
 
 
-KINDS = ("aspect file", "calibrated", "corpus blend", "stage 03", "words")
+KINDS = ("aspect file", "calibrated", "corpus blend", "stage 03", "phrases")
 MINILM = "MiniLM whole abstract"  # the baseline the issue names, whatever the backbone
 WHOLE = MINILM  # the row of the backbone's own embedding (main sets it from --backbone)
 
@@ -120,9 +120,9 @@ def minilm_whole(texts) -> np.ndarray:
 
 
 def floor_heads(features, protos, cache: FeatureCache) -> tuple[dict, dict]:
-    """({kind: {aspect: vectors}} for KINDS, stage 03's blends and the words' shares): each kind adds one step to
+    """({kind: {aspect: vectors}} for KINDS, stage 03's blends and the phrases' shares): each kind adds one step to
     the one before; "stage 03" (the guard's floor) also leaves boilerplate sentences out (`boilerplate.py`), and
-    "words" gives each aspect its own sentence vectors, its words pooled (`aspectfile.word_pooled_sentences`)."""
+    "phrases" gives each aspect its own sentence vectors, its phrases pooled (`aspectfile.word_pooled_sentences`)."""
     scorer = calibrate(features, protos) or protos
     boiler = find_boilerplate(features)
     cleaned = calibrate(features, protos, boilerplate=boiler) or protos
@@ -133,8 +133,8 @@ def floor_heads(features, protos, cache: FeatureCache) -> tuple[dict, dict]:
             "calibrated": zero_shot_embeddings(features, scorer),
             "corpus blend": zero_shot_embeddings(features, scorer, blend=corpus_blends(features, scorer)),
             "stage 03": zero_shot_embeddings(features, cleaned, blend=blends, boilerplate=boiler),
-            "words": zero_shot_embeddings(features, cleaned, blend=blends, boilerplate=boiler, sentences=words)}, \
-        {"blends": blends, "words": shares}
+            "phrases": zero_shot_embeddings(features, cleaned, blend=blends, boilerplate=boiler, sentences=words)}, \
+        {"blends": blends, "phrases": shares}
 
 
 def aclsum_table(docs: int, cache: FeatureCache) -> tuple[dict, dict, dict]:
@@ -158,7 +158,7 @@ def aclsum_table(docs: int, cache: FeatureCache) -> tuple[dict, dict, dict]:
 
 def describe(blends: dict) -> str:
     return "; ".join(f"{what} " + ", ".join(f"{a} {b:.2f}" for a, b in values.items())
-                     for what, values in (("corpus blends", blends["blends"]), ("words' shares", blends["words"])))
+                     for what, values in (("corpus blends", blends["blends"]), ("phrases' shares", blends["phrases"])))
 
 
 def print_table(rows: dict, columns: list[str], extra: dict | None = None) -> None:

@@ -563,46 +563,25 @@ def test_the_guard_table_shows_each_aspect_file_head_s_blend():
     table = guard_table({"aspects": {"disease": row, "method": row}, "blends": {"disease": 0.98, "method": 0.6},
                          "word_shares": {"disease": 0.64, "method": 0.0}})
     assert table.loc["disease", "aspect file: sentences' share"] == 0.98
-    assert table["aspect file: words' share"].tolist() == [0.64, 0.0]
+    assert table["aspect file: phrases' share"].tolist() == [0.64, 0.0]
     assert table.loc["method", "selectivity: aspect file"] == 2.0 and table.loc["method", "kept"] == "aspect file"
     older = guard_table({"aspects": {"disease": row}}).columns  # reports written before blends and words
-    assert "aspect file: sentences' share" not in older and "aspect file: words' share" not in older
-
-
-def test_pooled_words_are_a_softmax_over_the_tokens_by_scipy_and_their_plain_mean_is_the_sentence_vector():
-    from scipy.special import softmax
-    from workbench.embed.features import FrozenBackbone, pool_words
-
-    rng = np.random.default_rng(11)
-    tokens, direction = rng.normal(size=(9, 16)), rng.normal(size=16)
-    u = tokens / np.linalg.norm(tokens, axis=1, keepdims=True)
-    expected = softmax(u @ direction / 0.05) @ u  # the direction as given: a unit row less what is excluded
-    np.testing.assert_allclose(pool_words(tokens, direction, 0.05), expected / np.linalg.norm(expected), atol=1e-5)
-    aligned = tokens.copy()
-    aligned[4] = 3 * direction  # the token that states the aspect takes the vector at a low temperature
-    assert pool_words(aligned, direction, 0.01) @ (direction / np.linalg.norm(direction)) > 0.999
-
-    backbone = FrozenBackbone("minilm")
-    texts = ["We enrolled elderly patients.", "Kidney decline in pregnant women who exercise was assessed.", "Short."]
-    per_text = backbone.token_vectors(texts, batch_size=2)
-    assert [len(t) for t in per_text] == [len(backbone.encoder().tokenizer(t)["input_ids"]) for t in texts]
-    means = np.stack([t.mean(axis=0) for t in per_text])  # what mean pooling does to them
-    np.testing.assert_allclose(means / np.linalg.norm(means, axis=1, keepdims=True), backbone.embed(texts), atol=1e-5)
+    assert "aspect file: sentences' share" not in older and "aspect file: phrases' share" not in older
 
 
 def test_the_words_share_reads_how_much_the_aspects_share():
-    # Independent aspects: each aspect is some words of a sentence, so they get WORD_SHARE; one shared
+    # Independent aspects: each aspect is one phrase of a sentence, which replaces the sentence; one shared
     # structure (s about 0.8 here, ACLSum 0.58 to 0.76): none. Too few papers: none.
-    independent = aspectfile.corpus_word_shares(*_two_aspect_features(False))
-    assert all(aspectfile.WORD_SHARE - 0.1 <= v <= aspectfile.WORD_SHARE for v in independent.values())
+    assert aspectfile.corpus_word_shares(*_two_aspect_features(False)) == {"a": 1.0, "b": 1.0}
     assert aspectfile.corpus_word_shares(*_two_aspect_features(True)) == {"a": 0.0, "b": 0.0}
     assert aspectfile.corpus_word_shares(*_two_aspect_features(False, n=10)) == {"a": 0.0, "b": 0.0}
-    assert aspectfile.word_shares({"a": 0.1, "b": 0.25, "c": 0.6}) == {"a": 0.56, "b": 0.35, "c": 0.0}
+    assert aspectfile.word_shares({"a": 0.1, "b": 0.25, "c": 0.6}) == {"a": 1.0, "b": 0.75, "c": 0.0}
 
 
-def test_a_head_that_pools_words_is_the_aspect_files_computation_and_keeps_it_in_its_checkpoint(tmp_path):
-    """Weights from the sentences, pooled vectors from the sentences with a share taken from their words:
-    the head (torch, through the model's cache) against aspectfile's numpy computation, then saved and loaded."""
+def test_a_head_that_pools_phrases_is_the_aspect_files_computation_and_keeps_it_in_its_checkpoint(tmp_path):
+    """Weights from the sentences, pooled vectors from the sentences with a share taken from their phrases:
+    the head (torch, through the model's cache) against aspectfile's numpy computation, then saved and loaded,
+    frequency table included."""
     import torch
     from safetensors.torch import load_file, save_file
     from workbench.embed.guard import floor_state
@@ -615,18 +594,24 @@ def test_a_head_that_pools_words_is_the_aspect_files_computation_and_keeps_it_in
     feats = model.features(texts)
     query = model.backbone().embed(["who took part: their age, job or life stage"])[0]
     protos = aspectfile.AspectPrototypes(["population"], query[None], query[None])
-    words = aspectfile.word_pooled_sentences(feats, protos, model.cache.word_vectors, {"population": 0.7})
+    table = {"we enrolled elderly patients": 0.5, "pregnant women": 0.5}  # pieces a corpus repeats weigh less
+    words = aspectfile.word_pooled_sentences(feats, protos, model.cache.word_vectors, {"population": 0.7},
+                                             frequencies=table)
     expected = aspectfile.zero_shot_embeddings(feats, protos, blend=0.9, sentences=words)["population"]
     plain = aspectfile.zero_shot_embeddings(feats, protos, blend=0.9)["population"]
-    assert np.abs(expected - plain).max() > 0.01  # the words change the vectors
+    assert np.abs(expected - plain).max() > 0.01  # the phrases change the vectors
+    untabled = aspectfile.word_pooled_sentences(feats, protos, model.cache.word_vectors, {"population": 0.7},
+                                                frequencies={})
+    assert max(np.abs(a - b).max() for a, b in zip(words["population"], untabled["population"])) > 0.01
     flat = [t for texts in feats.sentence_texts for t in texts]
-    mean = model.cache.word_vectors(flat, query[None])[0].mean(axis=0)  # what the words are centred on
+    mean = model.cache.word_vectors(flat, query[None], table)[0].mean(axis=0)  # what the phrases are centred on
+    model.phrase_frequencies = table
     model.heads["population"].load_state_dict(floor_state(model.heads["population"], query, -40.0,
                                                           temperature=aspectfile.TEMPERATURE, blend=0.9,
                                                           word_share=0.7, word_mean=mean))
     model.save_pretrained(tmp_path / "m")
     loaded = PooledAspectModel.from_pretrained(tmp_path / "m", device="cpu")
-    assert loaded.heads["population"].pools_words()
+    assert loaded.heads["population"].pools_words() and loaded.phrase_frequencies == table
     np.testing.assert_allclose(loaded.encode(texts)["population"], expected, atol=1e-4)
     # A checkpoint written before heads could pool words loads, pooling the sentences as they are.
     state = {k: v for k, v in load_file(str(tmp_path / "m" / "model.safetensors")).items()
@@ -636,24 +621,3 @@ def test_a_head_that_pools_words_is_the_aspect_files_computation_and_keeps_it_in
     assert not old.heads["population"].pools_words()
     with torch.no_grad():
         np.testing.assert_allclose(old.encode(texts)["population"], plain, atol=1e-4)
-
-
-def test_words_the_aspect_excludes_weigh_less():
-    # The direction words are pooled towards has the zero-shot query's form: the unit direction less
-    # EXCLUDE_WEIGHT x the mean of what the aspect excludes, so a medicine's name in a population sentence
-    # gives way to the people it names.
-    from workbench.embed.features import pool_words
-
-    rng = np.random.default_rng(4)
-    unit = lambda x: x / np.linalg.norm(x, axis=-1, keepdims=True)  # noqa: E731
-    aspect, medicine = unit(rng.normal(size=(2, 32)))
-    query = unit(aspect + medicine)  # a classifier that also learned the medicine's name
-    protos = aspectfile.AspectPrototypes(["population"], query[None], query[None], medicine[None])
-    direction = aspectfile.aspect_directions(protos)[0]
-    np.testing.assert_allclose(direction, query - aspectfile.EXCLUDE_WEIGHT * medicine, atol=1e-6)
-    np.testing.assert_allclose(aspectfile.aspect_directions(aspectfile.AspectPrototypes(["p"], query[None],
-                                                                                       query[None]))[0], query)
-    tokens = np.stack([aspect, medicine, unit(rng.normal(size=32))])
-    towards_query, towards_direction = pool_words(tokens, query), pool_words(tokens, direction)
-    assert towards_direction @ medicine < towards_query @ medicine - 0.3
-    assert towards_direction @ aspect > towards_query @ aspect

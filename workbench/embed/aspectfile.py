@@ -44,13 +44,12 @@ with the other aspects, measured on the corpus itself without labels.
 
 Where the aspects vary independently, one sentence often states several ("we enrolled older adults
 with a lasting lung illness"), and its vector is mostly the sentence's frame. There each aspect gets
-its own vector of every sentence (`word_pooled_sentences`): WORD_SHARE x (1 - 2 s) of it (0 where
-s >= 0.5, as on ACLSum) comes from the sentence's contextual token vectors weighed by a softmax of
-their cosine to the aspect's direction less what it excludes (`aspect_directions`, `features.pool_words`),
-centred on their mean over the corpus (what every paper's words for the aspect share). On the synthetic
-corpora this took population from 86% / 74% to 97% / 92% of its ceiling (generators a / b, worst seed),
-method from 54% / 49% to 62% / 55%, and disease from 95% / 92% to 94% / 98%
-(`benchmarks/aspect_file.py`, "words").
+its own vector of every sentence (`word_pooled_sentences`): min(1, WORD_SHARE x (1 - 2 s)) of it (0 where
+s >= 0.5, as on ACLSum) comes from the sentence's phrases, each embedded on its own, weighed by a softmax of
+their cosine to the aspect's direction less what it excludes (`aspect_directions`) and less how often the
+corpus repeats their pieces (`phrases.py`), centred on their mean over the corpus. On the synthetic corpora
+this took method from 54% / 49% to 81% / 78% of its ceiling (generators a / b, worst seed), population
+from 86% / 74% to 97% / 97%, and disease from 95% / 92% to 98% / 100% (`benchmarks/aspect_file.py`, "phrases").
 """
 
 from __future__ import annotations
@@ -64,6 +63,7 @@ from ..core.vectors import unit_rows
 from ..evaluate.health import linear_cka
 from .boilerplate import keep_mask
 from .features import blend_documents
+from .phrases import piece_frequencies
 
 TEMPERATURE = 0.05  # sentence softmax: low enough that the one or two sentences stating the aspect dominate
 BLEND = 0.5         # the sentences' share of the zero-shot vector; the rest is the whole abstract
@@ -74,7 +74,7 @@ MIN_MARKED = 5  # sentences an aspect must have marked before its classifier is 
 MAX_CALIBRATION_SENTENCES = 20000  # a seeded sample of sentences trains the classifiers on large corpora
 MIN_BLEND_DOCUMENTS = 20  # fewer papers: no CKA to read the blend from, BLEND it is
 MAX_BLEND_DOCUMENTS = 2000  # a seeded sample of papers above this (the CKA's Gram matrices are n x n)
-WORD_SHARE = 0.7  # the aspect's words' share of a sentence's vector where the aspects vary independently
+WORD_SHARE = 1.5  # x (1 - 2 s), at most 1: the aspect's phrases' share of a sentence's vector (all of it for s <= 1/6)
 
 
 @dataclass
@@ -262,16 +262,17 @@ def aspect_directions(scorer: AspectPrototypes | CalibratedScorer,
 
 
 def word_shares(shared: dict[str, float]) -> dict[str, float]:
-    """{aspect: the words' share of its sentence vectors}: WORD_SHARE x max(0, 1 - 2 s), s the aspect's shared
-    structure (`shared_structure`). Where the aspects vary independently (s near 0: the synthetic corpora, 0.0
-    to 0.15) an aspect is a few words of a sentence that also states others; where every sentence carries the
-    paper's topic (ACLSum: 0.58 to 0.76) a sentence's words are no more the aspect's than the sentence is."""
-    return {a: round(WORD_SHARE * max(0.0, 1.0 - 2.0 * float(s)), 3) for a, s in shared.items()}
+    """{aspect: the share of its sentence vectors taken from the sentence's phrases}: min(1, WORD_SHARE x max(0,
+    1 - 2 s)), s the aspect's shared structure (`shared_structure`). Where the aspects vary independently (s
+    near 0: the synthetic corpora, 0.0 to 0.15) an aspect is one phrase of a sentence that also states others,
+    and the phrase replaces the sentence; where every sentence carries the paper's topic (ACLSum: 0.58 to
+    0.76) a sentence's phrases are no more the aspect's than the sentence is."""
+    return {a: round(min(1.0, WORD_SHARE * max(0.0, 1.0 - 2.0 * float(s))), 3) for a, s in shared.items()}
 
 
 def corpus_word_shares(features, scorer: AspectPrototypes | CalibratedScorer, seed: int = 0,
                        boilerplate: np.ndarray | None = None) -> dict[str, float]:
-    """{aspect: its words' share} read from the corpus (`word_shares` of `shared_structure`); 0 for every aspect on
+    """{aspect: its phrases' share} read from the corpus (`word_shares` of `shared_structure`); 0 for every aspect on
     fewer than MIN_BLEND_DOCUMENTS papers with sentences, where there is no CKA to read."""
     if sum(1 for s in features.sentences if len(s)) < MIN_BLEND_DOCUMENTS or len(scorer.aspects) < 2:
         return {a: 0.0 for a in scorer.aspects}
@@ -279,38 +280,44 @@ def corpus_word_shares(features, scorer: AspectPrototypes | CalibratedScorer, se
 
 
 def word_pooled_sentences(features, scorer: AspectPrototypes | CalibratedScorer, word_vectors,
-                          shares: dict[str, float],
-                          prototypes: AspectPrototypes | None = None) -> dict[str, list[np.ndarray]]:
+                          shares: dict[str, float], prototypes: AspectPrototypes | None = None,
+                          frequencies: dict[str, float] | None = None) -> dict[str, list[np.ndarray]]:
     """{aspect: per document its sentences' vectors [n_i, H] for that aspect}, for the aspects with a share > 0:
-    unit(share x t + (1 - share) x s), s the sentence's vector and t its tokens pooled towards the aspect's
-    direction (`aspect_directions`, with what `prototypes` excludes; `features.pool_words`) less their mean over
-    the corpus's sentences (`corpus_word_means`: the words every paper uses to state the aspect), so that "in
-    pregnant women with kidney disease" gives the population head the women and the disease head the kidneys.
-    `word_vectors(texts, directions)` is `FeatureCache.word_vectors` (every direction at once: the backbone
-    reads each sentence once); it is not called when no share is > 0.
+    unit(share x t + (1 - share) x s), s the sentence's vector and t its phrases pooled towards the aspect's
+    direction (`aspect_directions`, with what `prototypes` excludes; `phrases.pool_phrases`) less their mean
+    over the corpus's sentences (`corpus_word_means`: what every paper's phrases for the aspect share), so that
+    "in pregnant women with kidney disease" gives the population head the women and the disease head the
+    kidneys. `word_vectors(texts, directions, frequencies)` is `FeatureCache.word_vectors` (every direction at
+    once: each sentence's phrases are encoded once); it is not called when no share is > 0. `frequencies`:
+    the pieces' paper shares that lower a phrase's score (`phrases.piece_frequencies`; None: this corpus's).
     """
     directions = aspect_directions(scorer, prototypes)
-    words = pooled_words(features, scorer.aspects, directions, shares, word_vectors)
+    words = pooled_words(features, scorer.aspects, directions, shares, word_vectors, frequencies)
     return {a: blend_documents(features, w, shares[a], w.mean(axis=0)) for a, w in words.items()}
 
 
 def pooled_words(features, aspects: Sequence[str], directions: np.ndarray, shares: dict[str, float],
-                 word_vectors) -> dict[str, np.ndarray]:
-    """{aspect: [n_sentences, H]} every sentence's words pooled towards the aspect's direction (a row of
-    `directions`, in `aspects`' order), the corpus's sentences in order, for the aspects whose share is > 0."""
+                 word_vectors, frequencies: dict[str, float] | None = None) -> dict[str, np.ndarray]:
+    """{aspect: [n_sentences, H]} every sentence's phrases pooled towards the aspect's direction (a row of
+    `directions`, in `aspects`' order), the corpus's sentences in order, for the aspects whose share is > 0;
+    `frequencies` None: the table of this corpus (`phrases.piece_frequencies`)."""
     pooling = [a for a in aspects if shares.get(a, 0.0) > 0]
     if not pooling:
         return {}
+    if frequencies is None:
+        frequencies = piece_frequencies(features.sentence_texts)
     flat = [t for texts in features.sentence_texts for t in texts]
     rows = [list(aspects).index(a) for a in pooling]
-    return dict(zip(pooling, np.asarray(word_vectors(flat, np.asarray(directions)[rows]), dtype=np.float32)))
+    return dict(zip(pooling, np.asarray(word_vectors(flat, np.asarray(directions)[rows], frequencies),
+                                        dtype=np.float32)))
 
 
 def corpus_word_means(features, aspects: Sequence[str], directions: np.ndarray, shares: dict[str, float],
-                      word_vectors) -> dict[str, np.ndarray]:
-    """{aspect: the mean over the corpus's sentences of their words pooled towards the aspect} for the aspects
+                      word_vectors, frequencies: dict[str, float] | None = None) -> dict[str, np.ndarray]:
+    """{aspect: the mean over the corpus's sentences of their phrases pooled towards the aspect} for the aspects
     whose share is > 0 (`pooled_words`): what `word_pooled_sentences` centres on, kept in a head's `word_mean`."""
-    return {a: w.mean(axis=0) for a, w in pooled_words(features, aspects, directions, shares, word_vectors).items()}
+    return {a: w.mean(axis=0) for a, w in
+            pooled_words(features, aspects, directions, shares, word_vectors, frequencies).items()}
 
 
 def sentence_marks(features, prototypes: AspectPrototypes | CalibratedScorer, temperature: float = TEMPERATURE,

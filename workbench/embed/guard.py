@@ -55,6 +55,7 @@ from .boilerplate import find_boilerplate
 from .checkpoints import load_model
 from .features import FeatureCache, FrozenBackbone
 from .heads import PooledAspectModel
+from .phrases import piece_frequencies
 
 BASE = "base"
 MARGIN = 0.0  # a head is kept when its selectivity is at least the base's plus this ...
@@ -74,7 +75,7 @@ def floor_state(head, query: np.ndarray, bias: float, temperature: float = TEMPE
     The gate holds the blend: the whole abstract's share sigmoid(gate) = 1 - blend (`blend` 0.5:
     gate 0; `aspectfile.corpus_blends` reads it from the corpus). `boilerplate`: the corpus's
     (`boilerplate.find_boilerplate`), never pooled; None keeps the head's. `word_share` > 0: each
-    sentence's vector takes that share from its words pooled towards `words` (`aspectfile.aspect_directions`;
+    sentence's vector takes that share from its phrases pooled towards `words` (`aspectfile.aspect_directions`;
     None: `query`'s unit direction) less `word_mean` (their mean over the corpus; None: zero), as in
     `aspectfile.word_pooled_sentences` with `aspectfile.corpus_word_shares`. No projection.
     """
@@ -207,14 +208,16 @@ def check_heads(run_dir, corpus, aspect_set, aspects: Sequence[str], doc_ids: Se
     blends = corpus_blends(seen_features, scorer, boilerplate=boiler)
     word_shares = corpus_word_shares(seen_features, scorer, boilerplate=boiler)
     directions = aspect_directions(scorer, protos)
+    frequencies = piece_frequencies(seen_features.sentence_texts)  # frames such as "was assessed in" weigh less
     word_means = corpus_word_means(seen_features, list(scorer.aspects), directions, word_shares,
-                                   model.cache.word_vectors)
+                                   model.cache.word_vectors, frequencies)
     marks, source = aspect_sentences(held, aspects, run, features, scorer, boiler)
 
     # The floor is a copy of the model's heads; the feature cache (every cached vector) is shared, not copied.
     cache, model.cache = model.cache, None
     floor = copy.deepcopy(model)
     model.cache = floor.cache = cache
+    floor.phrase_frequencies = frequencies
     for j, a in enumerate(aspects):
         state = (floor_state(floor.heads[a], scorer.weights[j], float(scorer.biases[j]), temperature=1.0,
                              blend=blends[a], boilerplate=boiler, word_share=word_shares[a], words=directions[j],
@@ -251,6 +254,8 @@ def check_heads(run_dir, corpus, aspect_set, aspects: Sequence[str], doc_ids: Se
     for a in replaced:
         notice(f"{a}: {results[a]['verdict']}")
     if apply and replaced:
+        if any(results[a]["kept"] == "aspect file" for a in replaced):
+            model.phrase_frequencies = frequencies
         for a in replaced:
             state = floor.heads[a].state_dict() if results[a]["kept"] == "aspect file" else \
                 base_state(model.heads[a])
@@ -330,7 +335,7 @@ def guard_table(report: dict):
         row.update({f"labels: {c}": v for c, v in (r.get("labels") or {}).items()})
         if "blends" in report:  # reports written before the blend was read from the corpus have none
             row["aspect file: sentences' share"] = report["blends"].get(a)
-        if "word_shares" in report:  # nor, before words were pooled, a words' share
-            row["aspect file: words' share"] = report["word_shares"].get(a)
+        if "word_shares" in report:  # nor, before phrases were pooled, a phrases' share
+            row["aspect file: phrases' share"] = report["word_shares"].get(a)
         rows[a] = {**row, "kept": r["kept"]}
     return pd.DataFrame.from_dict(rows, orient="index")

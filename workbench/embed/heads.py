@@ -66,12 +66,13 @@ class SentencePoolingHead(nn.Module):
         # Sentences the corpus shares nearly word for word (`boilerplate.py`): never pooled. Empty unless the
         # guard sets it; its size is the corpus's, so loading resizes it (`_load_from_state_dict`).
         self.register_buffer("boilerplate", torch.zeros(0, self.hidden))
-        # The aspect's direction among a sentence's words and the pooled words' share of each sentence
-        # (`aspectfile.word_pooled_sentences`): set by the guard's floor where the aspects vary independently;
+        # The aspect's direction among a sentence's phrases and the pooled phrases' share of each sentence
+        # (`aspectfile.word_pooled_sentences`; named "words" since checkpoints hold them by these names): set
+        # by the guard's floor where the aspects vary independently;
         # share 0 (the default, and every trained head) pools the sentence vectors as they are.
         self.register_buffer("words", torch.zeros(self.hidden))
         self.register_buffer("word_share", torch.zeros(()))
-        self.register_buffer("word_mean", torch.zeros(self.hidden))  # the corpus's mean of the pooled words
+        self.register_buffer("word_mean", torch.zeros(self.hidden))  # the corpus's mean of the pooled phrases
         if self.rank:
             # U small and random, V zero: the residual starts at exactly zero but can grow
             # (with both zero, neither would ever get a gradient).
@@ -145,7 +146,8 @@ class PooledAspectModel(AspectModel):
     """
 
     def __init__(self, base_model: str, aspects, hidden: int, pooling: str = "mean", max_length: int = 256,
-                 pool: bool = True, rank: int = 0, extra: dict | None = None, seed: int = 0):
+                 pool: bool = True, rank: int = 0, extra: dict | None = None, seed: int = 0,
+                 phrase_frequencies: dict[str, float] | None = None):
         super().__init__()
         self.base_model, self.pooling, self.max_length = str(base_model), pooling, int(max_length)
         self.pool, self.rank, self.extra = bool(pool), int(rank), dict(extra or {})
@@ -153,6 +155,9 @@ class PooledAspectModel(AspectModel):
         self.heads = nn.ModuleDict({a: SentencePoolingHead(hidden, pool=pool, rank=rank, seed=seed + i)
                                     for i, a in enumerate(valid_aspects(aspects))})
         self.cache: FeatureCache | None = None
+        # The corpus's frequent phrase pieces (`phrases.piece_frequencies`), which heads that pool phrases
+        # weigh down: set with them by the guard's floor, kept in the config.
+        self.phrase_frequencies: dict[str, float] = dict(phrase_frequencies or {})
 
     def backbone(self) -> FrozenBackbone:
         """The frozen backbone these heads read."""
@@ -187,14 +192,14 @@ class PooledAspectModel(AspectModel):
     def word_sentences(self, features: DocumentFeatures, aspects: Sequence[str], device=None,
                        progress: bool = False) -> list:
         """Per aspect, [N, M, H]: the documents' sentence vectors with the aspect's head's share of each pooled
-        from its words (`aspectfile.word_pooled_sentences`); the backbone reads each sentence once for all of
-        them, and the pooled vectors are cached with the others."""
+        from its phrases (`aspectfile.word_pooled_sentences`, with the model's `phrase_frequencies`); each
+        sentence's phrases are encoded once for all of them, and the pooled vectors are cached with the others."""
         if self.cache is None:
             self.cache = FeatureCache(None, self.backbone())
         heads = [self.heads[a] for a in aspects]
         flat = [t for texts in features.sentence_texts for t in texts]
         words = self.cache.word_vectors(flat, np.stack([h.words.detach().float().cpu().numpy() for h in heads]),
-                                        progress=progress)
+                                        self.phrase_frequencies, progress=progress)
         return [DocumentFeatures(features.whole, blend_documents(features, w, float(head.word_share),
                                                                  head.word_mean.detach().float().cpu().numpy()),
                                  features.sentence_texts).padded(device)[1]
@@ -256,7 +261,8 @@ class PooledAspectModel(AspectModel):
         """What `workbench_config.json` holds (everything needed to rebuild the model but the weights)."""
         return {"format": FORMAT, "version": VERSION, "base_model": self.base_model, "pooling": self.pooling,
                 "max_length": self.max_length, "dim": self.dim, "aspects": self.aspects, "pool": self.pool,
-                "rank": self.rank, "frozen_backbone": True, "extra": self.extra}
+                "rank": self.rank, "frozen_backbone": True, "extra": self.extra,
+                "phrase_frequencies": self.phrase_frequencies}
 
     def save_pretrained(self, folder: str | os.PathLike, extra: dict | None = None) -> Path:
         """Write `model.safetensors` (the heads) and `workbench_config.json` (last: a folder without it is unfinished)."""
@@ -292,7 +298,7 @@ class PooledAspectModel(AspectModel):
             raise CheckpointError(f"aspect(s) {unknown} not in checkpoint {folder}; it has {available}")
         model = cls(config["base_model"], available, hidden=config["dim"], pooling=config["pooling"],
                     max_length=config["max_length"], pool=config["pool"], rank=config.get("rank", 0),
-                    extra=config.get("extra"))
+                    extra=config.get("extra"), phrase_frequencies=config.get("phrase_frequencies"))
         try:
             state = load_file(str(folder / WEIGHTS_NAME), device="cpu")
         except (SafetensorError, OSError) as exc:
