@@ -128,7 +128,7 @@ def floor_heads(features, protos, cache: FeatureCache) -> tuple[dict, dict]:
     cleaned = calibrate(features, protos, boilerplate=boiler) or protos
     blends = corpus_blends(features, cleaned, boilerplate=boiler)
     shares = word_shares(shared_structure(features, cleaned, boilerplate=boiler))
-    words = word_pooled_sentences(features, cleaned, cache.word_vectors, shares, protos)
+    words = word_pooled_sentences(features, cleaned, cache.word_vectors, shares, protos, boilerplate=boiler)
     return {"aspect file": zero_shot_embeddings(features, protos),
             "calibrated": zero_shot_embeddings(features, scorer),
             "corpus blend": zero_shot_embeddings(features, scorer, blend=corpus_blends(features, scorer)),

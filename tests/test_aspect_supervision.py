@@ -603,8 +603,11 @@ def test_a_head_that_pools_phrases_is_the_aspect_files_computation_and_keeps_it_
     untabled = aspectfile.word_pooled_sentences(feats, protos, model.cache.word_vectors, {"population": 0.7},
                                                 frequencies={})
     assert max(np.abs(a - b).max() for a, b in zip(words["population"], untabled["population"])) > 0.01
-    flat = [t for texts in feats.sentence_texts for t in texts]
-    mean = model.cache.word_vectors(flat, query[None], table)[0].mean(axis=0)  # what the phrases are centred on
+    # What the phrases are centred on: their mean over the sentences that state the aspect.
+    marks = aspectfile.stating_sentences(feats, protos)
+    assert 0 < marks["population"].sum() < len(marks["population"])
+    mean = aspectfile.corpus_word_means(feats, ["population"], query[None], {"population": 0.7},
+                                        model.cache.word_vectors, table, marks)["population"]
     model.phrase_frequencies = table
     model.heads["population"].load_state_dict(floor_state(model.heads["population"], query, -40.0,
                                                           temperature=aspectfile.TEMPERATURE, blend=0.9,

@@ -82,3 +82,33 @@ def test_shares_fade_with_the_structure_the_aspects_share():
     shares = aspectfile.word_shares(shared)
     assert shares["a"] == shares["b"] == 1.0 and shares["d"] == shares["e"] == 0.0
     assert shares["c"] == round(aspectfile.WORD_SHARE * 0.4, 3)
+
+
+def test_only_the_sentences_that_state_an_aspect_are_read_through_their_phrases():
+    from workbench.embed.phrases import stating
+
+    assert stating(np.array([0.5, 0.1, 0.35, 0.05])).tolist() == [True, False, True, False]
+    assert stating(np.array([0.25, 0.25, 0.2, 0.3])).tolist() == [False, False, False, True]  # the top one always
+    assert stating(2e-13 * np.array([0.5, 0.1, 0.4])).tolist() == [True, False, True]  # shares, not raw weights
+    assert stating(np.zeros(3)).tolist() == [False] * 3 and stating(np.zeros(0)).tolist() == []
+
+    # Only the marked sentences reach the backbone's phrases, each once for all aspects; the rest stay as they are.
+    class Counting:
+        def __init__(self):
+            self.texts = []
+
+        def __call__(self, texts, directions, frequencies):
+            self.texts += list(texts)
+            return np.ones((len(directions), len(texts), 4), dtype=np.float32)
+
+    from workbench.embed.features import DocumentFeatures
+    rng = np.random.default_rng(0)
+    sents = [rng.normal(size=(3, 4)).astype(np.float32), rng.normal(size=(2, 4)).astype(np.float32)]
+    feats = DocumentFeatures(rng.normal(size=(2, 4)), sents, [["a1", "a2", "a3"], ["b1", "b2"]])
+    marks = {"x": np.array([True, False, False, True, False]), "y": np.array([True, False, True, False, False])}
+    counting = Counting()
+    words = aspectfile.pooled_words(feats, ["x", "y"], np.eye(4)[:2], {"x": 1.0, "y": 1.0}, counting, {}, marks)
+    assert counting.texts == ["a1", "a3", "b1"]
+    assert (words["x"][[1, 2, 4]] == 0).all() and (words["x"][[0, 3]] == 1).all()
+    means = aspectfile.corpus_word_means(feats, ["x", "y"], np.eye(4)[:2], {"x": 1.0, "y": 0.0}, counting, {}, marks)
+    assert list(means) == ["x"] and np.allclose(means["x"], 1.0)

@@ -63,7 +63,7 @@ from ..core.vectors import unit_rows
 from ..evaluate.health import linear_cka
 from .boilerplate import keep_mask
 from .features import blend_documents
-from .phrases import piece_frequencies
+from .phrases import piece_frequencies, stating
 
 TEMPERATURE = 0.05  # sentence softmax: low enough that the one or two sentences stating the aspect dominate
 BLEND = 0.5         # the sentences' share of the zero-shot vector; the rest is the whole abstract
@@ -281,43 +281,76 @@ def corpus_word_shares(features, scorer: AspectPrototypes | CalibratedScorer, se
 
 def word_pooled_sentences(features, scorer: AspectPrototypes | CalibratedScorer, word_vectors,
                           shares: dict[str, float], prototypes: AspectPrototypes | None = None,
-                          frequencies: dict[str, float] | None = None) -> dict[str, list[np.ndarray]]:
-    """{aspect: per document its sentences' vectors [n_i, H] for that aspect}, for the aspects with a share > 0:
-    unit(share x t + (1 - share) x s), s the sentence's vector and t its phrases pooled towards the aspect's
-    direction (`aspect_directions`, with what `prototypes` excludes; `phrases.pool_phrases`) less their mean
-    over the corpus's sentences (`corpus_word_means`: what every paper's phrases for the aspect share), so that
-    "in pregnant women with kidney disease" gives the population head the women and the disease head the
-    kidneys. `word_vectors(texts, directions, frequencies)` is `FeatureCache.word_vectors` (every direction at
-    once: each sentence's phrases are encoded once); it is not called when no share is > 0. `frequencies`:
-    the pieces' paper shares that lower a phrase's score (`phrases.piece_frequencies`; None: this corpus's).
+                          frequencies: dict[str, float] | None = None,
+                          boilerplate: np.ndarray | None = None) -> dict[str, list[np.ndarray]]:
+    """{aspect: per document its sentences' vectors [n_i, H] for that aspect}, for the aspects with a share > 0.
+    A sentence that states the aspect (`stating_sentences`) becomes unit(share x t + (1 - share) x s), s its
+    vector and t its phrases pooled towards the aspect's direction (`aspect_directions`, with what `prototypes`
+    excludes; `phrases.pool_phrases`) less their mean over the corpus's stating sentences (`corpus_word_means`:
+    what every paper's phrases for the aspect share), so that "in pregnant women with kidney disease" gives
+    the population head the women and the disease head the kidneys; the other sentences stay as they are.
+    `word_vectors(texts, directions, frequencies)` is `FeatureCache.word_vectors` (every direction at once:
+    each sentence's phrases are encoded once); it is not called when no share is > 0. `frequencies`: the
+    pieces' paper shares that lower a phrase's score (`phrases.piece_frequencies`; None: this corpus's).
     """
     directions = aspect_directions(scorer, prototypes)
-    words = pooled_words(features, scorer.aspects, directions, shares, word_vectors, frequencies)
-    return {a: blend_documents(features, w, shares[a], w.mean(axis=0)) for a, w in words.items()}
+    marks = stating_sentences(features, scorer, boilerplate)
+    words = pooled_words(features, scorer.aspects, directions, shares, word_vectors, frequencies, marks)
+    return {a: blend_documents(features, w, shares[a], w[marks[a]].mean(axis=0) if marks[a].any() else None,
+                               marks[a])
+            for a, w in words.items()}
+
+
+def stating_sentences(features, scorer: AspectPrototypes | CalibratedScorer,
+                      boilerplate: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """{aspect: [n_sentences] bool}: the corpus's sentences (documents in order) that state the aspect by its
+    pooling weights (`sentence_weights`, boilerplate left out; `phrases.stating`)."""
+    weights = sentence_weights(features, scorer, TEMPERATURE, boilerplate)
+    return {a: np.concatenate([stating(w[a]) for w in weights] + [np.zeros(0, dtype=bool)])
+            for a in scorer.aspects}
 
 
 def pooled_words(features, aspects: Sequence[str], directions: np.ndarray, shares: dict[str, float],
-                 word_vectors, frequencies: dict[str, float] | None = None) -> dict[str, np.ndarray]:
-    """{aspect: [n_sentences, H]} every sentence's phrases pooled towards the aspect's direction (a row of
-    `directions`, in `aspects`' order), the corpus's sentences in order, for the aspects whose share is > 0;
-    `frequencies` None: the table of this corpus (`phrases.piece_frequencies`)."""
+                 word_vectors, frequencies: dict[str, float] | None = None,
+                 marks: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+    """{aspect: [n_sentences, H]} the phrases of the sentences `marks` holds for the aspect (None: every
+    sentence) pooled towards its direction (a row of `directions`, in `aspects`' order), zero rows elsewhere,
+    the corpus's sentences in order, for the aspects whose share is > 0. Each marked sentence is read once for
+    all aspects. `frequencies` None: the table of this corpus (`phrases.piece_frequencies`)."""
     pooling = [a for a in aspects if shares.get(a, 0.0) > 0]
     if not pooling:
         return {}
     if frequencies is None:
         frequencies = piece_frequencies(features.sentence_texts)
     flat = [t for texts in features.sentence_texts for t in texts]
+    masks = {a: np.ones(len(flat), dtype=bool) if marks is None else np.asarray(marks[a], dtype=bool)
+             for a in pooling}
+    read = np.flatnonzero(np.any([masks[a] for a in pooling], axis=0)) if flat else np.zeros(0, dtype=int)
     rows = [list(aspects).index(a) for a in pooling]
-    return dict(zip(pooling, np.asarray(word_vectors(flat, np.asarray(directions)[rows], frequencies),
-                                        dtype=np.float32)))
+    pooled = np.asarray(word_vectors([flat[i] for i in read], np.asarray(directions)[rows], frequencies),
+                        dtype=np.float32)
+    out = {}
+    for k, a in enumerate(pooling):
+        full = np.zeros((len(flat), pooled.shape[-1]), dtype=np.float32)
+        full[read] = pooled[k]
+        full[~masks[a]] = 0.0
+        out[a] = full
+    return out
 
 
 def corpus_word_means(features, aspects: Sequence[str], directions: np.ndarray, shares: dict[str, float],
-                      word_vectors, frequencies: dict[str, float] | None = None) -> dict[str, np.ndarray]:
-    """{aspect: the mean over the corpus's sentences of their phrases pooled towards the aspect} for the aspects
-    whose share is > 0 (`pooled_words`): what `word_pooled_sentences` centres on, kept in a head's `word_mean`."""
-    return {a: w.mean(axis=0) for a, w in
-            pooled_words(features, aspects, directions, shares, word_vectors, frequencies).items()}
+                      word_vectors, frequencies: dict[str, float] | None = None,
+                      marks: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+    """{aspect: the mean over the corpus's sentences that state it (`marks`; None: all) of their phrases pooled
+    towards the aspect} for the aspects whose share is > 0 and with such a sentence (`pooled_words`): what
+    `word_pooled_sentences` centres on, kept in a head's `word_mean`."""
+    words = pooled_words(features, aspects, directions, shares, word_vectors, frequencies, marks)
+    out = {}
+    for a, w in words.items():
+        keep = np.ones(len(w), dtype=bool) if marks is None else np.asarray(marks[a], dtype=bool)
+        if keep.any():
+            out[a] = w[keep].mean(axis=0)
+    return out
 
 
 def sentence_marks(features, prototypes: AspectPrototypes | CalibratedScorer, temperature: float = TEMPERATURE,

@@ -149,25 +149,29 @@ class DocumentFeatures:
         return as_tensor(np.asarray(self.whole, dtype=np.float32)), as_tensor(sents), as_tensor(mask), as_tensor(pos)
 
 
-def blend_words(sentences: np.ndarray, words: np.ndarray, share: float, mean: np.ndarray | None = None) -> np.ndarray:
-    """[n, H] unit rows: unit(share x unit(words - mean) + (1 - share) x sentences), row by row (both unit rows).
-    `mean`: the corpus's mean of these pooled words (`aspectfile.word_pooled_sentences`), which the words that
-    state the aspect in every paper ("the study", "was assessed") share; None or zero: not centred."""
+def blend_words(sentences: np.ndarray, words: np.ndarray, share: float, mean: np.ndarray | None = None,
+                stating: np.ndarray | None = None) -> np.ndarray:
+    """[n, H] unit rows: unit(share x unit(words - mean) + (1 - share) x sentences), row by row (both unit rows),
+    for the rows `stating` marks (None: all); the other sentences as they are. `mean`: the corpus's mean of these
+    pooled phrases (`aspectfile.word_pooled_sentences`), which the phrases that state the aspect in every paper
+    share; None or zero: not centred."""
     s = unit_rows(np.asarray(sentences, dtype=np.float32))
     if not len(s) or share <= 0:
         return s
     w = np.asarray(words, dtype=np.float32)
     if mean is not None:
         w = w - np.asarray(mean, dtype=np.float32)
-    return unit_rows(share * unit_rows(w) + (1 - share) * s)
+    blended = unit_rows(share * unit_rows(w) + (1 - share) * s)
+    return blended if stating is None else np.where(np.asarray(stating, dtype=bool)[:, None], blended, s)
 
 
 def blend_documents(features: "DocumentFeatures", words: np.ndarray, share: float,
-                    mean: np.ndarray | None = None) -> list[np.ndarray]:
-    """Per document, its sentences blended with their pooled words (`blend_words`): `words` [n, H] holds a row
-    per sentence of the corpus, documents in order, as `FeatureCache.word_vectors` returns them."""
+                    mean: np.ndarray | None = None, stating: np.ndarray | None = None) -> list[np.ndarray]:
+    """Per document, its sentences blended with their pooled phrases (`blend_words`): `words` [n, H] and `stating`
+    [n] (None: all) hold a row per sentence of the corpus, documents in order."""
     bounds = np.cumsum([0] + [len(t) for t in features.sentence_texts])
-    return [blend_words(s, words[lo:hi], share, mean) for s, lo, hi in zip(features.sentences, bounds[:-1], bounds[1:])]
+    return [blend_words(s, words[lo:hi], share, mean, None if stating is None else stating[lo:hi])
+            for s, lo, hi in zip(features.sentences, bounds[:-1], bounds[1:])]
 
 
 class FeatureCache:

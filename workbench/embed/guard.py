@@ -50,7 +50,8 @@ from ..core.vectors import unit_rows
 from ..evaluate.evaluation import label_similarity, rowwise_spearman
 from ..evaluate.health import corpus_sentence_aspects, hard_negative_probe
 from .aspectfile import (BLEND, TEMPERATURE, CalibratedScorer, aspect_directions, aspect_prototypes, calibrate,
-                         corpus_blends, corpus_word_means, corpus_word_shares, sentence_marks)
+                         corpus_blends, corpus_word_means, corpus_word_shares, sentence_marks,
+                         stating_sentences)
 from .boilerplate import find_boilerplate
 from .checkpoints import load_model
 from .features import FeatureCache, FrozenBackbone
@@ -210,7 +211,8 @@ def check_heads(run_dir, corpus, aspect_set, aspects: Sequence[str], doc_ids: Se
     directions = aspect_directions(scorer, protos)
     frequencies = piece_frequencies(seen_features.sentence_texts)  # frames such as "was assessed in" weigh less
     word_means = corpus_word_means(seen_features, list(scorer.aspects), directions, word_shares,
-                                   model.cache.word_vectors, frequencies)
+                                   model.cache.word_vectors, frequencies,
+                                   stating_sentences(seen_features, scorer, boiler))
     marks, source = aspect_sentences(held, aspects, run, features, scorer, boiler)
 
     # The floor is a copy of the model's heads; the feature cache (every cached vector) is shared, not copied.

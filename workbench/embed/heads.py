@@ -43,6 +43,7 @@ from torch import nn
 from .boilerplate import NEAR as BOILERPLATE_NEAR
 from .encoders import AspectModel, CheckpointError, read_config, valid_aspects
 from .features import N_POSITION, DocumentFeatures, FeatureCache, FrozenBackbone, blend_documents
+from .phrases import stating
 from ..core.files import write_json, write_tensors
 from ..core.devices import best_device
 
@@ -191,19 +192,33 @@ class PooledAspectModel(AspectModel):
 
     def word_sentences(self, features: DocumentFeatures, aspects: Sequence[str], device=None,
                        progress: bool = False) -> list:
-        """Per aspect, [N, M, H]: the documents' sentence vectors with the aspect's head's share of each pooled
-        from its phrases (`aspectfile.word_pooled_sentences`, with the model's `phrase_frequencies`); each
-        sentence's phrases are encoded once for all of them, and the pooled vectors are cached with the others."""
+        """Per aspect, [N, M, H]: the documents' sentence vectors, those that state the aspect by the head's own
+        weights (`phrases.stating`) blended with their phrases (`aspectfile.word_pooled_sentences`, with the
+        model's `phrase_frequencies`); each such sentence's phrases are encoded once for all of them, and the
+        pooled vectors are cached with the others."""
         if self.cache is None:
             self.cache = FeatureCache(None, self.backbone())
         heads = [self.heads[a] for a in aspects]
         flat = [t for texts in features.sentence_texts for t in texts]
-        words = self.cache.word_vectors(flat, np.stack([h.words.detach().float().cpu().numpy() for h in heads]),
-                                        self.phrase_frequencies, progress=progress)
-        return [DocumentFeatures(features.whole, blend_documents(features, w, float(head.word_share),
-                                                                 head.word_mean.detach().float().cpu().numpy()),
-                                 features.sentence_texts).padded(device)[1]
-                for head, w in zip(heads, words)]
+        _, sents, mask, pos = features.padded(device)
+        marks = []
+        with torch.no_grad():
+            for head in heads:
+                w = head.weights(head.scores(sents, pos), head.without_boilerplate(sents, mask)).float().cpu().numpy()
+                marks.append(np.concatenate([stating(w[i, :len(t)]) for i, t in enumerate(features.sentence_texts)]
+                                            + [np.zeros(0, dtype=bool)]))
+        read = np.flatnonzero(np.any(marks, axis=0)) if flat else np.zeros(0, dtype=int)
+        pooled = self.cache.word_vectors([flat[i] for i in read],
+                                         np.stack([h.words.detach().float().cpu().numpy() for h in heads]),
+                                         self.phrase_frequencies, progress=progress)
+        out = []
+        for head, k, m in zip(heads, pooled, marks):
+            words = np.zeros((len(flat), self.dim), dtype=np.float32)
+            words[read] = k
+            blended = blend_documents(features, words, float(head.word_share),
+                                      head.word_mean.detach().float().cpu().numpy(), m)
+            out.append(DocumentFeatures(features.whole, blended, features.sentence_texts).padded(device)[1])
+        return out
 
     def encode(self, texts: Sequence[str], aspects: str | Iterable[str] | None = None, batch_size: int = 32,
                max_length: int | None = None, normalize: bool = True, progress: bool = False,
