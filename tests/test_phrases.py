@@ -16,7 +16,8 @@ def test_a_sentence_is_cut_before_its_openers_and_phrases_are_runs_of_pieces():
                                    "with concealed allocation", "with concealed allocation to evaluate Bexavirin",
                                    "to evaluate Bexavirin"]
     assert cut[1][1] == ["We used", "a blinded parallel-arm trial"]
-    assert len(phrases(sentence)) == 4 + 3 + 2  # one to three pieces: 4 runs of one, 3 of two, 2 of three
+    assert len(phrases(sentence)) == 4 + 3  # one or two pieces (MAX_CHUNKS): 4 runs of one, 3 of two
+    assert len(phrases(sentence, max_chunks=3)) == 4 + 3 + 2
     # Punctuation ends a piece; a piece of openers only is no phrase; a sentence of openers is its own phrase.
     assert pieces("Methods: the work was, in the end, a survey.") == ["Methods", "the work", "in the end", "a survey"]
     assert phrases("It was.") == [("It was.", [])]
