@@ -121,13 +121,14 @@ def private_uses(path: Path) -> list[str]:
     own = module_name(path) if PACKAGE in path.parents else None
     where = path.relative_to(ROOT)
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    found = [f"{where}:{line}: from {module} import {name}" for module, name, line in workbench_imports(path)
+    imports = workbench_imports(path)  # parsed once: by statement line below
+    found = [f"{where}:{line}: from {module} import {name}" for module, name, line in imports
              if name and name.startswith("_") and not name.startswith("__") and module != own]
     # The names a module is bound to in this file: `from workbench.maps import tsne as T`, `import workbench.x.y as T`.
     bound = {}
     for node in ast.walk(tree):
         if isinstance(node, (ast.Import, ast.ImportFrom)):
-            modules = [m for m, n, line in workbench_imports_of(node, path) if n is None]
+            modules = [m for m, n, line in imports if line == node.lineno and n is None]
             names = [a.asname or a.name for a in node.names]
             if isinstance(node, ast.Import):
                 bound.update({a.asname: a.name[len("workbench."):] for a in node.names
@@ -143,11 +144,6 @@ def private_uses(path: Path) -> list[str]:
         if module in MODULES and module != own:
             found.append(f"{where}:{node.lineno}: {module}.{node.attr}")
     return found
-
-
-def workbench_imports_of(node, path: Path) -> list[tuple[str, str | None, int]]:
-    """workbench_imports for one import statement of a file."""
-    return [f for f in workbench_imports(path) if f[2] == node.lineno]
 
 
 def test_the_checks_find_what_they_look_for(tmp_path, monkeypatch):
