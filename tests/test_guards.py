@@ -211,3 +211,15 @@ def test_notebook_05_queries_use_the_title_for_a_missing_summary(capsys):
                  "display": lambda *a: None, "HTML": str, "html_table": lambda frame: ""}
     exec(cell_source("05_visualize.ipynb", "search_queries = {names[1]:"), namespace)
     assert explorer.queries == {"challenge": ("The title", 1.0), "approach": ("Uses X.", -0.5)}
+
+
+def test_a_selectivity_too_large_to_read_is_said_as_over_100():
+    from workbench.embed.guard import probe_verdict, said_ratio
+
+    assert said_ratio(3.14159) == "3.14" and said_ratio(2654.5) == "over 100" and said_ratio(float("nan")) == "nan"
+    # A head that reads phrases barely moves under the other aspects' swaps: its ratio is huge, and said so.
+    # matrix[swapped aspect][column]: how far each embedding moved.
+    matrix = {"a": {"a": 4.0, "floor:a": 5.0, "base": 2.0}, "b": {"a": 1.0, "floor:a": 0.001, "base": 1.0}}
+    verdict = probe_verdict(matrix, "a")
+    assert verdict["aspect file"] == 5000.0 and verdict["kept"] == "aspect file"
+    assert "(4.00 against 2.00)" in verdict["verdict"] and "(over 100)" in verdict["verdict"]

@@ -267,6 +267,12 @@ def check_heads(run_dir, corpus, aspect_set, aspects: Sequence[str], doc_ids: Se
     return report
 
 
+def said_ratio(value: float) -> str:
+    """A selectivity as the notices say it: two decimals, or "over 100" for a head that barely moves when the
+    other aspects' sentences are swapped (a head reading phrases: its ratio's denominator is near zero)."""
+    return f"{value:.2f}" if not np.isfinite(value) or value < 100 else "over 100"
+
+
 def probe_verdict(matrix: dict, a: str) -> dict:
     """One aspect's swap-probe selectivities (head, aspect file, base), what is kept and why, in words."""
     if a not in matrix:
@@ -274,21 +280,22 @@ def probe_verdict(matrix: dict, a: str) -> dict:
                 "verdict": "not checked: no validation paper has a sentence of this aspect alone"}
     head, zero, base = (selectivity(matrix, a, a), selectivity(matrix, f"floor:{a}", a),
                         selectivity(matrix, BASE, a))
+    h, z, b = (said_ratio(v) for v in (head, zero, base))
     if np.isfinite(head) and np.isfinite(base) and head < base + MARGIN and zero > head:
         kept, verdict = "aspect file", (f"the trained head follows {a} less than the encoder's whole abstract does "
-                                        f"(selectivity {head:.2f} against {base:.2f}); replaced by the aspect "
-                                        f"file's zero-shot head ({zero:.2f})")
+                                        f"(selectivity {h} against {b}); replaced by the aspect "
+                                        f"file's zero-shot head ({z})")
     elif np.isfinite(head) and np.isfinite(zero) and zero >= FLOOR_FACTOR * head:
-        kept, verdict = "aspect file", (f"the trained head follows {a} more than the encoder does ({head:.2f} "
-                                        f"against {base:.2f}) but less than half as much as the aspect file's "
-                                        f"zero-shot head ({zero:.2f}), which replaces it")
+        kept, verdict = "aspect file", (f"the trained head follows {a} more than the encoder does ({h} "
+                                        f"against {b}) but less than half as much as the aspect file's "
+                                        f"zero-shot head ({z}), which replaces it")
     elif np.isfinite(head) and np.isfinite(base) and head < base + MARGIN:
-        kept, verdict = "head", (f"the trained head follows {a} no more than the encoder does ({head:.2f} against "
-                                 f"{base:.2f}), and the aspect file does no better ({zero:.2f}): improve the "
+        kept, verdict = "head", (f"the trained head follows {a} no more than the encoder does ({h} against "
+                                 f"{b}), and the aspect file does no better ({z}): improve the "
                                  "aspect's description and examples, or the summaries")
     else:
-        kept, verdict = "head", (f"the trained head follows {a} more than the encoder does ({head:.2f} against "
-                                 f"{base:.2f}; the aspect file alone: {zero:.2f})")
+        kept, verdict = "head", (f"the trained head follows {a} more than the encoder does ({h} against "
+                                 f"{b}; the aspect file alone: {z})")
     return {"head": head, "aspect file": zero, "base": base, "kept": kept, "verdict": verdict}
 
 
