@@ -187,20 +187,22 @@ class PooledAspectModel(AspectModel):
             sents = mask = pos = None
         aspects = self._check_aspects(aspects)
         pooling = [a for a in aspects if sents is not None and self.heads[a].pools_words()]
-        words = dict(zip(pooling, self.word_sentences(features, pooling, device, progress))) if pooling else {}
+        words = dict(zip(pooling, self.word_sentences(features, pooling, device, progress, (sents, mask, pos)))) \
+            if pooling else {}
         return {a: self.heads[a](whole, sents, mask, pos, words.get(a)) for a in aspects}
 
     def word_sentences(self, features: DocumentFeatures, aspects: Sequence[str], device=None,
-                       progress: bool = False) -> list:
+                       progress: bool = False, padded: tuple | None = None) -> list:
         """Per aspect, [N, M, H]: the documents' sentence vectors, those that state the aspect by the head's own
         weights (`phrases.stating`) blended with their phrases (`aspectfile.word_pooled_sentences`, with the
         model's `phrase_frequencies`); each such sentence's phrases are encoded once for all of them, and the
-        pooled vectors are cached with the others."""
+        pooled vectors are cached with the others. `padded`: (sentences, mask, positions) of
+        `features.padded(device)` where the caller has them."""
         if self.cache is None:
             self.cache = FeatureCache(None, self.backbone())
         heads = [self.heads[a] for a in aspects]
         flat = [t for texts in features.sentence_texts for t in texts]
-        _, sents, mask, pos = features.padded(device)
+        sents, mask, pos = padded if padded is not None else features.padded(device)[1:]
         marks = []
         with torch.no_grad():
             for head in heads:
