@@ -63,7 +63,7 @@ import numpy as np
 from ..core.vectors import unit_rows
 from ..evaluate.health import linear_cka
 from .boilerplate import keep_mask
-from .features import blend_documents
+from .features import blend_documents, marked_word_vectors
 from .phrases import piece_frequencies, stating
 
 TEMPERATURE = 0.05  # sentence softmax: low enough that the one or two sentences stating the aspect dominate
@@ -297,9 +297,8 @@ def word_pooled_sentences(features, scorer: AspectPrototypes | CalibratedScorer,
     directions = aspect_directions(scorer, prototypes)
     marks = stating_sentences(features, scorer, boilerplate)
     words = pooled_words(features, scorer.aspects, directions, shares, word_vectors, frequencies, marks)
-    return {a: blend_documents(features, w, shares[a], w[marks[a]].mean(axis=0) if marks[a].any() else None,
-                               marks[a])
-            for a, w in words.items()}
+    means = marked_means(words, marks)
+    return {a: blend_documents(features, w, shares[a], means.get(a), marks[a]) for a, w in words.items()}
 
 
 def stating_sentences(features, scorer: AspectPrototypes | CalibratedScorer,
@@ -316,26 +315,27 @@ def pooled_words(features, aspects: Sequence[str], directions: np.ndarray, share
                  marks: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
     """{aspect: [n_sentences, H]} the phrases of the sentences `marks` holds for the aspect (None: every
     sentence) pooled towards its direction (a row of `directions`, in `aspects`' order), zero rows elsewhere,
-    the corpus's sentences in order, for the aspects whose share is > 0. Each marked sentence is read once for
-    all aspects. `frequencies` None: the table of this corpus (`phrases.piece_frequencies`)."""
+    the corpus's sentences in order, for the aspects whose share is > 0 (`features.marked_word_vectors`).
+    `frequencies` None: the table of this corpus (`phrases.piece_frequencies`)."""
     pooling = [a for a in aspects if shares.get(a, 0.0) > 0]
     if not pooling:
         return {}
     if frequencies is None:
         frequencies = piece_frequencies(features.sentence_texts)
     flat = [t for texts in features.sentence_texts for t in texts]
-    masks = {a: np.ones(len(flat), dtype=bool) if marks is None else np.asarray(marks[a], dtype=bool)
-             for a in pooling}
-    read = np.flatnonzero(np.any([masks[a] for a in pooling], axis=0)) if flat else np.zeros(0, dtype=int)
     rows = [list(aspects).index(a) for a in pooling]
-    pooled = np.asarray(word_vectors([flat[i] for i in read], np.asarray(directions)[rows], frequencies),
-                        dtype=np.float32)
+    masks = [np.ones(len(flat), dtype=bool) if marks is None else marks[a] for a in pooling]
+    return dict(zip(pooling, marked_word_vectors(word_vectors, flat, masks, np.asarray(directions)[rows],
+                                                 frequencies)))
+
+
+def marked_means(words: dict[str, np.ndarray], marks: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+    """{aspect: the mean of its rows of `words` that `marks` holds (None: all)}, for the aspects with such a row."""
     out = {}
-    for k, a in enumerate(pooling):
-        full = np.zeros((len(flat), pooled.shape[-1]), dtype=np.float32)
-        full[read] = pooled[k]
-        full[~masks[a]] = 0.0
-        out[a] = full
+    for a, w in words.items():
+        keep = np.ones(len(w), dtype=bool) if marks is None else np.asarray(marks[a], dtype=bool)
+        if keep.any():
+            out[a] = w[keep].mean(axis=0)
     return out
 
 
@@ -345,13 +345,8 @@ def corpus_word_means(features, aspects: Sequence[str], directions: np.ndarray, 
     """{aspect: the mean over the corpus's sentences that state it (`marks`; None: all) of their phrases pooled
     towards the aspect} for the aspects whose share is > 0 and with such a sentence (`pooled_words`): what
     `word_pooled_sentences` centres on, kept in a head's `word_mean`."""
-    words = pooled_words(features, aspects, directions, shares, word_vectors, frequencies, marks)
-    out = {}
-    for a, w in words.items():
-        keep = np.ones(len(w), dtype=bool) if marks is None else np.asarray(marks[a], dtype=bool)
-        if keep.any():
-            out[a] = w[keep].mean(axis=0)
-    return out
+    return marked_means(pooled_words(features, aspects, directions, shares, word_vectors, frequencies, marks),
+                        marks)
 
 
 def sentence_marks(features, prototypes: AspectPrototypes | CalibratedScorer, temperature: float = TEMPERATURE,

@@ -174,6 +174,21 @@ def blend_documents(features: "DocumentFeatures", words: np.ndarray, share: floa
             for s, lo, hi in zip(features.sentences, bounds[:-1], bounds[1:])]
 
 
+def marked_word_vectors(word_vectors, texts: Sequence[str], marks: Sequence[np.ndarray], directions: np.ndarray,
+                        frequencies: dict[str, float] | None = None) -> np.ndarray:
+    """[D, len(texts), H]: row k, the texts `marks[k]` marks read through their phrases towards `directions[k]`
+    (`word_vectors` is `FeatureCache.word_vectors`), zero rows elsewhere. Each text marked for any direction
+    is read once for all of them."""
+    marks = [np.asarray(m, dtype=bool) for m in marks]
+    read = np.flatnonzero(np.any(marks, axis=0)) if len(texts) else np.zeros(0, dtype=int)
+    pooled = np.asarray(word_vectors([texts[i] for i in read], directions, frequencies), dtype=np.float32)
+    out = np.zeros((len(marks), len(texts), pooled.shape[-1]), dtype=np.float32)
+    out[:, read] = pooled
+    for k, m in enumerate(marks):
+        out[k, ~m] = 0.0
+    return out
+
+
 class FeatureCache:
     """Vectors of texts under one frozen backbone, kept in a folder of append-only shards.
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import json
 import os
+from functools import partial
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -42,7 +43,8 @@ from torch import nn
 
 from .boilerplate import NEAR as BOILERPLATE_NEAR
 from .encoders import AspectModel, CheckpointError, read_config, valid_aspects
-from .features import N_POSITION, DocumentFeatures, FeatureCache, FrozenBackbone, blend_documents
+from .features import (N_POSITION, DocumentFeatures, FeatureCache, FrozenBackbone, blend_documents,
+                       marked_word_vectors)
 from .phrases import stating
 from ..core.files import write_json, write_tensors
 from ..core.devices import best_device
@@ -209,14 +211,11 @@ class PooledAspectModel(AspectModel):
                 w = head.weights(head.scores(sents, pos), head.without_boilerplate(sents, mask)).float().cpu().numpy()
                 marks.append(np.concatenate([stating(w[i, :len(t)]) for i, t in enumerate(features.sentence_texts)]
                                             + [np.zeros(0, dtype=bool)]))
-        read = np.flatnonzero(np.any(marks, axis=0)) if flat else np.zeros(0, dtype=int)
-        pooled = self.cache.word_vectors([flat[i] for i in read],
-                                         np.stack([h.words.detach().float().cpu().numpy() for h in heads]),
-                                         self.phrase_frequencies, progress=progress)
+        pooled = marked_word_vectors(partial(self.cache.word_vectors, progress=progress), flat, marks,
+                                     np.stack([h.words.detach().float().cpu().numpy() for h in heads]),
+                                     self.phrase_frequencies)
         out = []
-        for head, k, m in zip(heads, pooled, marks):
-            words = np.zeros((len(flat), self.dim), dtype=np.float32)
-            words[read] = k
+        for head, words, m in zip(heads, pooled, marks):
             blended = blend_documents(features, words, float(head.word_share),
                                       head.word_mean.detach().float().cpu().numpy(), m)
             out.append(DocumentFeatures(features.whole, blended, features.sentence_texts).padded(device)[1])
