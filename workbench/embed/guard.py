@@ -209,10 +209,12 @@ def check_heads(run_dir, corpus, aspect_set, aspects: Sequence[str], doc_ids: Se
     blends = corpus_blends(seen_features, scorer, boilerplate=boiler)
     word_shares = corpus_word_shares(seen_features, scorer, boilerplate=boiler)
     directions = aspect_directions(scorer, protos)
-    frequencies = piece_frequencies(seen_features.sentence_texts)  # frames such as "was assessed in" weigh less
-    word_means = corpus_word_means(seen_features, list(scorer.aspects), directions, word_shares,
-                                   model.cache.word_vectors, frequencies,
-                                   stating_sentences(seen_features, scorer, boiler))
+    frequencies, word_means = {}, {}  # only where a floor reads phrases (none on ACLSum: every share is 0)
+    if any(v > 0 for v in word_shares.values()):
+        frequencies = piece_frequencies(seen_features.sentence_texts)  # frames such as "was assessed in" weigh less
+        word_means = corpus_word_means(seen_features, list(scorer.aspects), directions, word_shares,
+                                       model.cache.word_vectors, frequencies,
+                                       stating_sentences(seen_features, scorer, boiler))
     marks, source = aspect_sentences(held, aspects, run, features, scorer, boiler)
 
     # The floor is a copy of the model's heads; the feature cache (every cached vector) is shared, not copied.

@@ -106,7 +106,7 @@ class SentencePoolingHead(nn.Module):
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def pools_words(self) -> bool:
-        """Whether the head pools each sentence's words towards its aspect (`words`, `word_share`)."""
+        """Whether the head reads the sentences that state its aspect through their phrases (`words`, `word_share`)."""
         return bool(self.pool and float(self.word_share) > 0)
 
     def without_boilerplate(self, sentences: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
