@@ -500,6 +500,24 @@ def test_one_sentence_and_empty_abstracts_keep_their_whole_vector():
     assert aspectfile.sentence_marks(feats, protos)[1] == {a: [] for a in ASPECTS}
 
 
+def test_sentence_marks_are_the_sentences_stating_each_aspect():
+    from workbench.embed.features import DocumentFeatures
+
+    # Without highlights the swap probe swaps the sentences the aspect file says state an aspect: those holding
+    # at least 0.3 of its weight in their abstract, and always the one holding the most, recomputed here.
+    rng = np.random.default_rng(2)
+    protos = aspectfile.aspect_prototypes(load_aspects(ASPECT_FILE), ASPECTS, lambda t: rng.normal(size=(len(t), 8)))
+    sentences = [rng.normal(size=(n, 8)).astype(np.float32) for n in (5, 3, 1)]
+    feats = DocumentFeatures(np.stack([s.mean(0) for s in sentences]), sentences,
+                             [[f"s{k}" for k in range(len(s))] for s in sentences])
+    marks = aspectfile.sentence_marks(feats, protos)
+    for doc, weights in zip(marks, aspectfile.sentence_weights(feats, protos)):
+        for a in ASPECTS:
+            share = np.asarray(weights[a], np.float64) / np.sum(weights[a])
+            expected = [float(x >= 0.3 or x == share.max()) for x in share]
+            assert doc[a] == expected and sum(doc[a]) >= 1
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("case", ["an aspect no abstract states", "five abstracts"])
 def test_the_guard_finishes_on_odd_input(case, tmp_path, capsys):
@@ -526,6 +544,27 @@ def test_the_guard_finishes_on_odd_input(case, tmp_path, capsys):
         assert set(report["aspects"]) == set(names) and all(r["verdict"] for r in report["aspects"].values())
     else:
         assert report["reason"] and "not checked" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_a_head_the_probe_could_not_check_is_named_in_a_notice(tmp_path, capsys, monkeypatch):
+    import workbench.embed.guard as guard
+    from workbench.embed.heads import PooledAspectModel
+
+    # Only disease had sentences to swap (as on ACLSum without highlights, before the stating sentences were
+    # swapped): method and population are shipped as trained, and the user reads that, by name.
+    monkeypatch.setattr(guard, "hard_negative_probe", lambda *args, **kwargs: {
+        "matrix": {"disease": {"disease": 0.8, "floor:disease": 0.9, "base": 0.4}}, "n_pairs": {"disease": 3}})
+    corpus = user_corpus(seed=2, n=12)
+    run = RunDir(tmp_path)
+    run.write_split(corpus.ids[:6], corpus.ids[6:])
+    PooledAspectModel("minilm", list(ASPECTS), hidden=384, pool=True).save_pretrained(run.unified_model)
+    report = guard.check_heads(run, corpus, load_aspects(ASPECT_FILE), list(ASPECTS), n_pairs=5)
+    out = capsys.readouterr().out
+    assert report["checked"] and report["replaced"] == []
+    for a in ASPECTS:
+        assert report["aspects"][a]["kept"] == "head" and report["aspects"][a]["verdict"].startswith("not checked")
+        assert f"{a}: the trained head is kept unchecked" in out and "nan" not in report["aspects"][a]["verdict"]
 
 
 # ------------------------------------------------------------------------------------------ grounded views

@@ -223,3 +223,14 @@ def test_a_selectivity_too_large_to_read_is_said_as_over_100():
     verdict = probe_verdict(matrix, "a")
     assert verdict["aspect file"] == 5000.0 and verdict["kept"] == "aspect file"
     assert "(4.00 against 2.00)" in verdict["verdict"] and "(over 100)" in verdict["verdict"]
+
+
+def test_an_aspect_swapped_alone_is_said_not_checked_and_the_head_kept():
+    from workbench.embed.guard import probe_verdict
+
+    # Only aspect a had pairs to swap: its selectivities have nothing to divide by (NaN), and no verdict may
+    # read "follows a more than the encoder does (nan against nan)".
+    verdict = probe_verdict({"a": {"a": 0.8, "floor:a": 0.9, "base": 0.4}}, "a")
+    assert verdict["kept"] == "head" and verdict["verdict"].startswith("not checked")
+    assert "nan" not in verdict["verdict"]
+    assert probe_verdict({}, "a")["verdict"].startswith("not checked")

@@ -24,7 +24,9 @@ kept: 1.73, 5.26 and 2.75 against the floor's 0.75, 3.13 and 1.68.
 
 The sentences that state each aspect come from the corpus's human highlights or stage 01's
 LLM sentence labels where there are some (`health.corpus_sentence_aspects`), else from the
-aspect file itself (`aspectfile.sentence_marks`).
+aspect file itself (`aspectfile.sentence_marks`: the sentences stating each aspect). A head the
+probe cannot check (no pair of papers to swap, or no other aspect to compare with) is kept as
+trained and named in a notice.
 
 Where the corpus carries the user's own categories of an aspect (a `label_<aspect>` column),
 they decide instead: each of the three is scored by the per-paper Spearman of its cosine
@@ -257,6 +259,10 @@ def check_heads(run_dir, corpus, aspect_set, aspects: Sequence[str], doc_ids: Se
               "labels": sorted(labelled), "aspects": results, "replaced": replaced}
     for a in replaced:
         notice(f"{a}: {results[a]['verdict']}")
+    for a in aspects:  # a head nobody could check is shipped as trained: the user must know
+        if results[a]["verdict"].startswith("not checked"):
+            notice(f"{a}: the trained head is kept unchecked ({results[a]['verdict']}); add a label_{a} column "
+                   "to the corpus, or more papers, for stage 03 to check it")
     if apply and replaced:
         if any(results[a]["kept"] == "aspect file" for a in replaced):
             model.phrase_frequencies = frequencies
@@ -283,6 +289,9 @@ def probe_verdict(matrix: dict, a: str) -> dict:
     head, zero, base = (selectivity(matrix, a, a), selectivity(matrix, f"floor:{a}", a),
                         selectivity(matrix, BASE, a))
     h, z, b = (said_ratio(v) for v in (head, zero, base))
+    if not (np.isfinite(head) and np.isfinite(base)):  # only this aspect could be swapped: nothing to compare with
+        return {"head": head, "aspect file": zero, "base": base, "kept": "head",
+                "verdict": f"not checked: no other aspect's sentences could be swapped to compare {a} with"}
     if np.isfinite(head) and np.isfinite(base) and head < base + MARGIN and zero > head:
         kept, verdict = "aspect file", (f"the trained head follows {a} less than the encoder's whole abstract does "
                                         f"(selectivity {h} against {b}); replaced by the aspect "
