@@ -288,10 +288,10 @@ def probe_verdict(matrix: dict, a: str) -> dict:
                 "verdict": "not checked: no validation paper has a sentence of this aspect alone"}
     head, zero, base = (selectivity(matrix, a, a), selectivity(matrix, f"floor:{a}", a),
                         selectivity(matrix, BASE, a))
-    h, z, b = (said_ratio(v) for v in (head, zero, base))
     if not (np.isfinite(head) and np.isfinite(base)):  # only this aspect could be swapped: nothing to compare with
         return {"head": head, "aspect file": zero, "base": base, "kept": "head",
                 "verdict": f"not checked: no other aspect's sentences could be swapped to compare {a} with"}
+    h, z, b = (said_ratio(v) for v in (head, zero, base))
     if np.isfinite(head) and np.isfinite(base) and head < base + MARGIN and zero > head:
         kept, verdict = "aspect file", (f"the trained head follows {a} less than the encoder's whole abstract does "
                                         f"(selectivity {h} against {b}); replaced by the aspect "
