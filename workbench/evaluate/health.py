@@ -18,7 +18,8 @@ Encoders", P1: fine-tuning reshapes anisotropy, not effective rank):
 `health_report` gathers them into one JSON-able dict (`metrics.json`, key "health"),
 `health_reading` writes it out as plain sentences, and `plot_health` draws the CKA matrix
 and the probe matrix side by side. `corpus_sentence_aspects` gives the probe its
-sentence labels (human highlights, else the run's LLM labels) and `probe_encoder` its
+sentence labels (human highlights, else the run's LLM labels; `guard.probe_sentences` adds the
+aspect file's) and `probe_encoder` its
 `encode` (a loaded unified model's heads plus the base encoder).
 
     report = health_report(embeddings, base=base, probe=hard_negative_probe(texts, labels, encode))
