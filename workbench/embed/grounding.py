@@ -38,7 +38,8 @@ def judge_views(views: dict[str, AspectViews], corpus, cache: FeatureCache) -> d
     """{aspect: {(doc_id, view index): "kept" | "generic" | "copy"}} for every LLM view of a corpus paper."""
     ids = [str(d) for d in corpus.ids]
     row = {d: i for i, d in enumerate(ids)}
-    docs = cache.documents(corpus.texts())
+    # Every abstract and sentence of the corpus: minutes on 5,000 abstracts, cached for stage 03 after it.
+    docs = cache.documents(corpus.texts(), progress=True)
     abstracts = unit_rows(docs.whole)
     top = max(TOP_MIN, math.ceil(TOP_SHARE * len(ids)))
     verdicts = {}
