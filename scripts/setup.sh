@@ -35,10 +35,12 @@ fi
 
 # The workbench's own dependencies (Jupyter, transformers, ...) go in through uv, which
 # resolves and installs them in about 10 s where pip takes 40-70 s; pip stays the fallback
-# (uv ignores pip.conf: a private index configured there, or INSTALLER=pip, takes pip).
+# (uv ignores pip.conf: a private index configured there, or INSTALLER=pip, takes pip). Unlike
+# pip, uv writes no bytecode unless asked: without it every first import compiles, and the suite's
+# many fresh processes (kernels, runs) took about a minute longer.
 echo "setup: installing the workbench and its dependencies"
 if [ "${INSTALLER:-uv}" = uv ] && pip install -q "uv>=0.5" \
-    && "$VENV/bin/uv" pip install -q --python "$VENV/bin/python" -e ".[dev]"; then
+    && "$VENV/bin/uv" pip install -q --compile-bytecode --python "$VENV/bin/python" -e ".[dev]"; then
   :
 else
   echo "setup: uv unavailable or failed, installing with pip"
