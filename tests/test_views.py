@@ -84,6 +84,30 @@ def test_an_own_corpus_is_also_evaluated_on_labelled_papers_no_stage_saw(tmp_pat
     assert len(evaluation_corpus(corpus, run, unseen=100).ids) == 3 + 17  # all 17 labelled unseen papers
     # without label columns nothing is added: nothing else could score those papers
     assert evaluation_corpus(Corpus(frame.drop(columns="label_disease")), run, unseen=8).ids == ["p6", "p7", "p8"]
+    # papers stage 03's check read chose the heads: never among the unseen ones
+    RunDir(run).unified_model.mkdir(parents=True)
+    RunDir(run).guard.write_text(json.dumps({"checked": True, "paper_ids": ["p6", "p7", "p8", "p11", "p12"]}))
+    after = evaluation_corpus(corpus, run, unseen=100).ids
+    assert after[:3] == ["p6", "p7", "p8"] and len(after) == 3 + 15 and not {"p11", "p12"} & set(after)
+
+
+def test_the_check_reads_validation_papers_then_papers_no_stage_trained_on():
+    import pandas as pd
+    from workbench.data.corpus import Corpus
+    from workbench.embed.guard import check_papers
+
+    frame = pd.DataFrame({"doc_id": [f"p{i}" for i in range(40)], "title": "t",
+                          "abstract": [f"Abstract number {i}." for i in range(40)],
+                          "split": ["test" if i >= 30 else "train" for i in range(40)]})
+    corpus = Corpus(frame)
+    train, val = [f"p{i}" for i in range(10)], ["p12", "p10"]
+    ids = check_papers(corpus, train, val, seed=3, n=8)
+    assert ids[:2] == ["p12", "p10"] and len(ids) == 8 and len(set(ids)) == 8
+    extra = [int(d[1:]) for d in ids[2:]]
+    assert all(10 < i < 30 and i != 12 for i in extra) and extra == sorted(extra)  # never trained on, never test
+    assert check_papers(corpus, train, val, seed=3, n=8) == ids and check_papers(corpus, train, val, seed=4, n=8) != ids
+    assert check_papers(corpus, train, val, n=100)[2:] == [f"p{i}" for i in range(11, 30) if i != 12]  # all there are
+    assert check_papers(corpus, train, val, n=2) == ["p12", "p10"]
 
 
 def test_pairs_are_two_different_views_of_one_document(tmp_path):

@@ -1,6 +1,7 @@
 """Stage 03's guard: no head is shipped following its aspect less than the encoder does, and the user is told.
 
 After stage 03 has trained the unified model, each head is checked on its validation papers
+(and, on a corpus larger than stage 01's sample, papers no stage trained on: `check_papers`)
 by the swap probe (`health.hard_negative_probe`), which needs no ground truth: swap the
 sentences that state aspect a for another paper's and see how far each embedding moves. A
 head that follows its aspect moves for its own aspect's swaps and little for the others'.
@@ -49,6 +50,7 @@ from ..core.files import write_json
 from ..core.progress import notice
 from ..core.rundir import RunDir
 from ..core.vectors import unit_rows
+from ..data.views import held_out_ids
 from ..evaluate.evaluation import label_similarity, rowwise_spearman
 from ..evaluate.health import corpus_sentence_aspects, hard_negative_probe
 from .aspectfile import (BLEND, TEMPERATURE, CalibratedScorer, aspect_directions, aspect_prototypes, calibrate,
@@ -61,6 +63,7 @@ from .heads import PooledAspectModel
 from .phrases import piece_frequencies
 
 BASE = "base"
+CHECK_PAPERS = 200  # papers the check reads at most: the validation papers, then papers no stage trained on
 MARGIN = 0.0  # a head is kept when its selectivity is at least the base's plus this ...
 FLOOR_FACTOR = 2.0  # ... and more than 1 / FLOOR_FACTOR of the aspect-file head's
 LABEL_MARGIN = 1.0  # with label columns: another column must beat the head by this (Spearman x 100)
@@ -170,6 +173,25 @@ def probe_sentences(run_dir, corpus, aspect_set, aspects: Sequence[str]) -> tupl
     return aspect_sentences(corpus, aspects, run, features, protos, boiler)
 
 
+def check_papers(corpus, train_ids: Sequence[str], val_ids: Sequence[str], seed: int = 0,
+                 n: int = CHECK_PAPERS) -> list[str]:
+    """The papers stage 03's check reads: the validation papers, then a seeded sample of the corpus's papers
+    that no stage trained on (outside stage 01's sample, not in a held-out split), up to `n` in all.
+
+    Stage 01 summarises a sample (150 abstracts by default), so on a large corpus the validation papers are
+    some 20: 13 to 19 pairs to swap per aspect, and selectivities a few hundredths apart decide. Papers
+    outside the sample need no summary to be swapped; stage 06 leaves them out of its own sample
+    (`report.evaluation_corpus`), since they chose the heads."""
+    taken = {str(d) for d in train_ids} | {str(d) for d in val_ids} | held_out_ids(corpus)
+    ids = [str(d) for d in val_ids]
+    rest = [d for d in map(str, corpus.ids) if d not in taken]
+    if len(ids) < n and rest:
+        rng = np.random.default_rng(seed)
+        picked = set(rng.choice(len(rest), min(n - len(ids), len(rest)), replace=False).tolist())
+        ids += [d for k, d in enumerate(rest) if k in picked]  # corpus order, so the list reads as the file does
+    return ids
+
+
 def check_heads(run_dir, corpus, aspect_set, aspects: Sequence[str], doc_ids: Sequence[str] | None = None,
                 n_pairs: int = 50, seed: int = 0, apply: bool = True) -> dict:
     """Check each head of the run's unified model against the aspect-file floor and the base; keep the best.
@@ -254,8 +276,8 @@ def check_heads(run_dir, corpus, aspect_set, aspects: Sequence[str], doc_ids: Se
     for a, verdict in labelled.items():  # the labels decide; the probe's selectivities stay beside them
         results[a] = {**results[a], **verdict}
     replaced = [a for a in aspects if results[a]["kept"] != "head"]
-    report = {"checked": True, "marks": source, "papers": len(texts), "n_pairs": probe["n_pairs"], "blends": blends,
-              "word_shares": word_shares, "boilerplate": len(boiler),
+    report = {"checked": True, "marks": source, "papers": len(texts), "paper_ids": ids, "n_pairs": probe["n_pairs"],
+              "blends": blends, "word_shares": word_shares, "boilerplate": len(boiler),
               "labels": sorted(labelled), "aspects": results, "replaced": replaced}
     for a in replaced:
         notice(f"{a}: {results[a]['verdict']}")

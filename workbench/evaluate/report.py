@@ -49,9 +49,10 @@ def evaluation_corpus(corpus, run_dir=None, split: str | None = "test", unseen: 
 
     Never the training documents: with no split column and no stage-02 split, this raises.
     unseen: on the validation path, also up to this many papers that no stage saw (outside stage 01's
-    sample, so neither trained on nor used to choose a head) and that carry a `label_<aspect>` value,
-    a seeded sample in corpus order: Table 2 against the user's labels then reads hundreds of papers
-    instead of the few dozen validation papers. Papers without summaries add nothing to Table 1.
+    sample and the papers stage 03's check read, so neither trained on nor used to choose a head) and
+    that carry a `label_<aspect>` value, a seeded sample in corpus order: Table 2 against the user's
+    labels then reads hundreds of papers instead of the few dozen validation papers. Papers without
+    summaries add nothing to Table 1.
     """
     docs = corpus.docs
     path = RunDir(run_dir).split_file if run_dir is not None else None
@@ -66,7 +67,10 @@ def evaluation_corpus(corpus, run_dir=None, split: str | None = "test", unseen: 
         ids = [str(d) for d in run_split["validation"]]
         labels = [c for c in docs.columns if str(c).startswith("label_")]
         if unseen and labels:
-            seen = set(ids) | {str(d) for d in run_split["train"]}
+            # Papers stage 03's check read chose the heads: they are not unseen (guard.check_papers).
+            guard = RunDir(run_dir).guard
+            checked = json.loads(guard.read_text()).get("paper_ids", []) if guard.is_file() else []
+            seen = set(ids) | {str(d) for d in run_split["train"]} | {str(d) for d in checked}
             labelled = docs[labels].notna().any(axis=1).to_numpy()
             candidates = [d for d, ok in zip(docs["doc_id"].astype(str), labelled) if ok and d not in seen]
             if candidates:
