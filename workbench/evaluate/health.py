@@ -464,7 +464,8 @@ def health_reading(report: dict) -> list[str]:
                     if cka[a][b] is not None), reverse=True)
     for value, a, b in pairs:
         if value >= COPY_CKA:
-            lines.append(f"the {b} head is nearly a copy of the {a} head (CKA {value:.2f}).")
+            lines.append(f"the {b} head is nearly a copy of the {a} head (CKA {value:.2f}): weighting one against "
+                         "the other barely changes a map.")
         elif value >= SIMILAR_CKA:
             lines.append(f"the {a} and {b} heads share most of their structure (CKA {value:.2f}).")
     if pairs and pairs[0][0] < SIMILAR_CKA:
