@@ -92,6 +92,7 @@ def reading(metrics: dict, labels: bool = False) -> list[str]:
 
 
 def main(argv=None) -> None:
+    """Write the corpus and parameters into OUT, run the four stages, print the reading."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("corpus", choices=CORPORA)
     parser.add_argument("out", type=Path)

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
 
+import numpy as np
 import pandas as pd
 
 from ..generate.summaries import summaries_frame
@@ -42,6 +43,14 @@ def held_out_ids(corpus, splits=HELD_OUT_SPLITS) -> set[str]:
         return set()
     held = docs["split"].isin(splits)
     return set() if held.all() else set(docs.loc[held, "doc_id"].astype(str))
+
+
+def sample_in_order(ids: list[str], n: int, seed: int = 0) -> list[str]:
+    """A seeded sample of up to `n` of `ids`, in their order (a list of papers reads as the corpus file does)."""
+    if n <= 0 or not ids:
+        return []
+    picked = set(np.random.default_rng(seed).choice(len(ids), min(int(n), len(ids)), replace=False).tolist())
+    return [d for k, d in enumerate(ids) if k in picked]
 
 
 def trainable(corpus, splits=HELD_OUT_SPLITS):

@@ -50,7 +50,7 @@ from ..core.files import write_json
 from ..core.progress import notice
 from ..core.rundir import RunDir
 from ..core.vectors import unit_rows
-from ..data.views import held_out_ids
+from ..data.views import held_out_ids, sample_in_order
 from ..evaluate.evaluation import label_similarity, rowwise_spearman
 from ..evaluate.health import corpus_sentence_aspects, hard_negative_probe
 from .aspectfile import (BLEND, TEMPERATURE, CalibratedScorer, aspect_directions, aspect_prototypes, calibrate,
@@ -184,12 +184,7 @@ def check_papers(corpus, train_ids: Sequence[str], val_ids: Sequence[str], seed:
     (`report.evaluation_corpus`), since they chose the heads."""
     taken = {str(d) for d in train_ids} | {str(d) for d in val_ids} | held_out_ids(corpus)
     ids = [str(d) for d in val_ids]
-    rest = [d for d in map(str, corpus.ids) if d not in taken]
-    if len(ids) < n and rest:
-        rng = np.random.default_rng(seed)
-        picked = set(rng.choice(len(rest), min(n - len(ids), len(rest)), replace=False).tolist())
-        ids += [d for k, d in enumerate(rest) if k in picked]  # corpus order, so the list reads as the file does
-    return ids
+    return ids + sample_in_order([d for d in map(str, corpus.ids) if d not in taken], n - len(ids), seed)
 
 
 def check_heads(run_dir, corpus, aspect_set, aspects: Sequence[str], doc_ids: Sequence[str] | None = None,

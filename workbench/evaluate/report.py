@@ -30,7 +30,7 @@ from ..core.vectors import unit_rows
 from ..core.rundir import RunDir
 from ..core.display import plot_matrix
 from ..core.models import resolve_model
-from ..data.views import collect_views
+from ..data.views import collect_views, sample_in_order
 from ..decode.faithfulness import (BERTSCORE_LAYERS, decoding_report, confidence_check, load_confidence,
                                    neighbour_density)
 from ..embed.checkpoints import load_model
@@ -73,11 +73,7 @@ def evaluation_corpus(corpus, run_dir=None, split: str | None = "test", unseen: 
             seen = set(ids) | {str(d) for d in run_split["train"]} | {str(d) for d in checked}
             labelled = docs[labels].notna().any(axis=1).to_numpy()
             candidates = [d for d, ok in zip(docs["doc_id"].astype(str), labelled) if ok and d not in seen]
-            if candidates:
-                rng = np.random.default_rng(seed)
-                picked = set(rng.choice(len(candidates), min(int(unseen), len(candidates)), replace=False).tolist())
-                chosen = {candidates[i] for i in picked}
-                ids += [d for d in docs["doc_id"].astype(str) if d in chosen]
+            ids += sample_in_order(candidates, unseen, seed)
         return corpus.subset(ids=ids)
     raise ValueError(f"the corpus has no {split!r} split and the run has no aspect_models/split.json: "
                      "nothing held out to evaluate on")
