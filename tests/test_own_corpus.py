@@ -122,6 +122,11 @@ def test_every_stage_runs_on_an_own_corpus_from_relative_paths(own_run):
     metrics = json.loads((run / "metrics.json").read_text())
     health = metrics["health"]
     assert health["probe"] is None and "too few" in health["reading"][0]
+    # No label columns, summaries or judge: stage 06 says which tables need a ground truth and skips them,
+    # instead of empty tables, a NaN matrix and matplotlib's warnings about empty axes.
+    evaluated = (run / "06_evaluate.ipynb").read_text()
+    assert "No ground truth on these papers" in evaluated and "label_method" in evaluated
+    assert "UserWarning" not in evaluated and not metrics["heads_vs_backbone"]
     # No held-out split: stage 06 evaluates on the validation papers, which the heads were never trained on.
     split = json.loads((RunDir(run).split_file).read_text())
     distill = json.loads((RunDir(run).unified_model / "distill_config.json").read_text())

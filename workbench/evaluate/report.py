@@ -165,6 +165,16 @@ def summary_truths(eval_corpus, aspects: Sequence[str], reference: str = REFEREN
     return out
 
 
+def missing_truths_note(aspects: Sequence[str]) -> str:
+    """What stage 06 says where the evaluated papers have no ground truth of any aspect (a corpus of one's own
+    without label columns): which tables need one, what to add, and what still holds without one."""
+    columns = ", ".join(f"`label_{a}`" for a in aspects)
+    return ("**No ground truth on these papers**: Table 2, its significance and the heads-against-encoder test "
+            f"need one: your own categories per aspect ({columns} columns in the corpus file), human summaries "
+            "(`summary_<aspect>`) or the LLM judge's scores (stage 01's `n_judge_pairs`). Without one, these "
+            "sections are skipped; the health checks and stage 03's verdict per head (section 4b) need none.")
+
+
 def truths_by_encoder(eval_corpus, aspects: Sequence[str], encoders: Sequence[str], run_dir=None) -> dict:
     """{encoder: {name: (n, n)}}: the ground truths under each reference encoder, so nothing is tuned to one.
 
