@@ -117,7 +117,7 @@ class TrainResult:
                 "MRR step 0": self.baseline.get("val_mrr"), "best MRR": self.best_mrr,
                 "mean rank step 0": self.baseline.get("val_mean_rank"), "best mean rank": self.best_mean_rank,
                 "best step": self.best_step, "steps run": self.history[-1]["step"] if self.history else 0,
-                "seconds": round(self.seconds, 1), "skipped": self.skipped}
+                "seconds": round(self.seconds, 1), "reused (trained before)": self.skipped}
 
 
 def evaluate(model, views: AspectViews, val_ids, batch_size: int = 64, aspect: str | None = None) -> dict:
