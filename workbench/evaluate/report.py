@@ -67,7 +67,8 @@ def evaluation_corpus(corpus, run_dir=None, split: str | None = "test", unseen: 
         ids = [str(d) for d in run_split["validation"]]
         labels = [c for c in docs.columns if str(c).startswith("label_")]
         if unseen and labels:
-            # Papers stage 03's check read chose the heads: they are not unseen (guard.check_papers).
+            # Papers stage 03's check read chose the heads: they are not unseen (guard.check_papers). Read here,
+            # not by guard.load_guard, whose module imports this package's health check (an import cycle).
             guard = RunDir(run_dir).guard
             checked = json.loads(guard.read_text()).get("paper_ids", []) if guard.is_file() else []
             seen = set(ids) | {str(d) for d in run_split["train"]} | {str(d) for d in checked}
