@@ -58,6 +58,7 @@ def test_stage_01_runs_with_a_starter_file(tmp_path, smollm):
 
 def test_runs_lists_run_directories_and_cleans_only_their_caches(tmp_path, capsys):
     from workbench.core.files import RunLock
+    from workbench.core.rundir import RunDir
 
     run = tmp_path / "runs" / "demo"
     (run / "features" / "x").mkdir(parents=True)
@@ -66,15 +67,16 @@ def test_runs_lists_run_directories_and_cleans_only_their_caches(tmp_path, capsy
     (run / "embeddings" / "e.safetensors").write_bytes(b"1" * 1000)
     (run / "summaries.jsonl").write_text("{}\n")
     (run / "run.json").write_text('{"01_generate": {}}')
+    RunDir(run).mark()  # what the runner writes with a run's first artifact: only then are its caches ours
     (tmp_path / "runs" / "not_a_run").mkdir()
     assert main(["runs", str(tmp_path / "runs")]) == 0
     out = capsys.readouterr().out
     assert "demo" in out and "not_a_run" not in out and "01_generate" in out
     assert " ".join(out.split()).count("caches 6.0 kB") == 1
     with RunLock(run, "a run in progress"):
-        assert main(["runs", "--clean", str(run)]) == 2  # never under a running stage
+        assert main(["runs", "--clean", str(run), "--yes"]) == 2  # never under a running stage
     assert "in use" in capsys.readouterr().err and (run / "features").exists()
-    assert main(["runs", "--clean", str(run)]) == 0
+    assert main(["runs", "--clean", str(run), "--yes"]) == 0
     assert "6.0 kB freed" in capsys.readouterr().out
     assert not (run / "features").exists() and not (run / "embeddings").exists()
     assert (run / "summaries.jsonl").read_text() == "{}\n"  # results stay

@@ -16,6 +16,12 @@
     maps/selection.json                   05 visualize: the pane's selection and marked pairs
     metrics.json                          06 evaluate: every number of the run
     questions/<aspect>/                   07 questions: the question axes of an aspect
+    .workbench-run.json                   the marker: this folder is a workbench run, and which of its
+                                          caches `workbench runs --clean` may delete (`RunDir.mark`)
+
+A folder is ours only if it says so: `workbench runs --clean` deletes nothing in a folder without
+the marker, and only the caches the marker lists. The runner writes it with a run's first artifact;
+`workbench runs --mark RUN` writes it for a run made before the marker existed.
 
 Every stage, notebook, benchmark and test takes its paths from here, so the layout is stated
 once. `RunDir` is a path (`os.PathLike`, and it answers what a `Path` answers): functions that
@@ -26,8 +32,12 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import time
+from functools import cache
 from pathlib import Path
 
+from .. import __version__
 from .files import write_json
 
 # The folder and file names, for code that needs the name rather than the path.
@@ -51,6 +61,19 @@ PARAMS_FILE = "params.yaml"
 RUN_FILE = "run.json"
 # Folders that can be deleted and are rebuilt when needed (`workbench runs --clean`).
 CACHES = (FEATURES_DIR, EMBEDDINGS_DIR)
+MARKER_NAME = ".workbench-run.json"
+# What the marker's "kind" says: a stray JSON file of that name is not a marker.
+MARKER_KIND = "workbench run directory"
+# Files only workbench writes. A folder holding one is a run (one made before the marker, maybe);
+# `maps/`, `embeddings/` or a `metrics.json` alone are not, since people make folders of those names.
+RUN_EVIDENCE = (PARAMS_FILE, RUN_FILE, SUMMARIES, f"{MODELS_DIR}/{SPLIT_NAME}",
+                f"{UNIFIED_DIR}/workbench_config.json")
+# The workbench package: its checkout (the git work tree above it) is never a run directory.
+PACKAGE = Path(__file__).resolve().parents[1]
+
+
+class MarkerError(ValueError):
+    """A run's marker file that cannot be read or lists what is not a cache."""
 
 # What each stage leaves behind: the stage counts as done when its artifact exists.
 STAGE_ARTIFACTS = {
@@ -208,9 +231,101 @@ class RunDir(os.PathLike):
         return {stage: (self.path / artifact).exists() for stage, artifact in STAGE_ARTIFACTS.items()}
 
     def is_run(self) -> bool:
-        """Whether this folder looks like a run directory (parameters, a record or any stage's artifact)."""
-        return self.path.is_dir() and (self.params.exists() or self.run_record.exists()
-                                       or any(self.stages_done().values()))
+        """Whether this folder holds a file only workbench writes (RUN_EVIDENCE), marked or not.
+
+        Says what a folder looks like, not that it is ours: only the marker (`is_marked`) lets
+        `workbench runs --clean` delete anything.
+        """
+        return self.path.is_dir() and any((self.path / name).is_file() for name in RUN_EVIDENCE)
+
+    # the marker: this folder is ours
+    @property
+    def marker(self) -> Path:
+        return self.path / MARKER_NAME
+
+    def is_marked(self) -> bool:
+        """Whether the folder holds a marker file (`read_marker` checks what it says)."""
+        return self.marker.is_file() and not self.marker.is_symlink()
+
+    def read_marker(self) -> dict:
+        """The marker's content; MarkerError when it is not a marker workbench wrote."""
+        try:
+            marker = json.loads(self.marker.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise MarkerError(f"{self.marker} cannot be read as a run marker ({exc})") from None
+        if not isinstance(marker, dict) or marker.get("kind") != MARKER_KIND or \
+                not isinstance(marker.get("caches"), list):
+            raise MarkerError(f"{self.marker} is not a run marker written by workbench "
+                              f"(no \"kind\": {MARKER_KIND!r} with a \"caches\" list)")
+        return marker
+
+    def marked_caches(self) -> list[str]:
+        """The cache folders the marker lets `--clean` delete; MarkerError on any other name.
+
+        Only the names in CACHES are accepted, so an edited marker can never point `--clean`
+        at a result (`aspect_models`) or outside the folder (`../x`).
+        """
+        listed = self.read_marker()["caches"]
+        unknown = [name for name in listed if name not in CACHES]
+        if unknown:
+            raise MarkerError(f"{self.marker} lists {unknown}, which are not caches of a run "
+                              f"(those are {list(CACHES)})")
+        return [name for name in CACHES if name in listed]
+
+    def mark(self, by: str = "workbench run", claim_existing: bool | None = None) -> Path:
+        """Write the marker (once; a marker already there is kept as it is) and return its path.
+
+        The marker lists the caches `--clean` may delete. A cache folder already present when a
+        folder is first marked is listed only when the folder is a run (`is_run`) or the caller
+        says so (claim_existing=True, `workbench runs --mark`): the `embeddings/` of a folder of
+        someone's own that a run was pointed at is theirs, not a cache of ours.
+        """
+        if self.is_marked():
+            return self.marker
+        claim = self.is_run() if claim_existing is None else claim_existing
+        caches = [name for name in CACHES if claim or not os.path.lexists(self.path / name)]
+        return write_json(self.marker, {"kind": MARKER_KIND, "workbench": __version__, "by": by,
+                                        "created": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()) + " UTC",
+                                        "caches": caches})
+
+
+@cache
+def checkout_root() -> Path | None:
+    """The git work tree the workbench package lies in (a checkout), or None for an installed package."""
+    return next((folder for folder in PACKAGE.parents if (folder / ".git").exists()), None)
+
+
+def _tracked_file(checkout: Path, folder: Path) -> str | None:
+    """A file git tracks at or under `folder` in the checkout (its path there), or None; None without git too."""
+    try:
+        listed = subprocess.run(["git", "-C", str(checkout), "ls-files", "-z", "--", str(folder.relative_to(checkout))],
+                                capture_output=True, timeout=20, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    first = listed.split(b"\0", 1)[0].decode("utf-8", "replace")
+    return first or None
+
+
+def why_not_a_run_dir(path) -> str | None:
+    """Why `path` may never be a run directory, in words for a message, or None when it may be.
+
+    Refused: a folder holding `.git` (a repository's root: the checkout or a project of yours),
+    the workbench checkout's root and the folders above it, and a folder in which git tracks files
+    in the checkout (docs/, data/, tests/data/...). Folders git ignores there (runs/, reports/NAME/)
+    are allowed.
+    """
+    path = Path(path).expanduser().resolve()
+    checkout = checkout_root()
+    if path == checkout:
+        return f"is the root of the workbench's checkout ({checkout})"
+    if checkout is not None and path in checkout.parents:
+        return f"holds the workbench's checkout ({checkout})"
+    if (path / ".git").exists():
+        return "holds .git: it is the root of a git repository, and a run would mix its files with yours"
+    tracked = _tracked_file(checkout, path) if checkout is not None and checkout in path.parents else None
+    if tracked:
+        return f"is tracked by git in the workbench's checkout ({tracked} is committed there)"
+    return None
 
 
 def read_split(run_dir) -> tuple[list[str], list[str]]:
