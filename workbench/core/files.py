@@ -120,12 +120,14 @@ class RunLock:
     """Hold ``<run_dir>/.workbench.lock`` for a run: `with RunLock(run_dir, what): ...`.
 
     Raises RunLockedError at once when another process holds it, with that process's
-    PID, host, start time and command, and writes nothing in that case.
+    PID, host, start time and command, and writes nothing in that case. With `wait`, it waits
+    for the holder instead (writers of a shared cache folder take turns: `FeatureCache`).
     """
 
-    def __init__(self, run_dir, what: str = "workbench run"):
+    def __init__(self, run_dir, what: str = "workbench run", wait: bool = False):
         self.path = Path(run_dir) / LOCK_NAME
         self.what = what
+        self.wait = wait
         self._file = None
 
     def __enter__(self):
@@ -134,7 +136,7 @@ class RunLock:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         handle = open(self.path, "a+", encoding="utf-8")  # "a+": opening never truncates the holder's note
         try:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | (0 if self.wait else fcntl.LOCK_NB))
         except OSError:
             handle.seek(0)
             holder = handle.read().strip() or "another process"

@@ -16,6 +16,13 @@ a shard without its JSON is unfinished and ignored). A run killed half-way keeps
 finished shard, and a re-run encodes only the rest. Keys are SHA-1 hashes of the texts, so
 the same sentence in two documents, a view repeated, or an abstract placed later on a map
 is encoded once.
+
+Several processes may share one cache (a stage and the pane's `Explorer`, two notebooks): a
+writer holds the folder's lock (`RunLock(folder, wait=True)`, an flock) while it reads the
+shards others wrote since, numbers its shard and writes it, so two shards never share a
+number and a text is stored once, with its own vector. The shard is written under a
+temporary name that carries the process id (`write_arrays`). Readers take no lock: a
+shard's JSON appears last and whole, so what they see is finished.
 """
 
 from __future__ import annotations
@@ -30,7 +37,7 @@ from typing import Sequence
 import numpy as np
 
 from ..data.sentences import split_sentences
-from ..core.files import write_json
+from ..core.files import RunLock, write_arrays, write_json
 from ..core.vectors import unit_rows
 from ..core.rundir import RunDir
 from .phrases import TEMPERATURE as PHRASE_TEMPERATURE, frequencies_tag, penalties, phrases, pool_phrases
@@ -199,6 +206,7 @@ class FeatureCache:
         self.folder = Path(folder) if folder is not None else None
         self.backbone, self.batch_size = backbone, batch_size
         self._vectors: dict[str, np.ndarray] = {}
+        self._read_shards: set[str] = set()  # shard JSONs already read: another process's new ones are read later
         if self.folder is not None:
             self._load()
 
@@ -211,9 +219,12 @@ class FeatureCache:
         return len(self._vectors)
 
     def _load(self) -> None:
+        """Read the finished shards not read yet (all of them on opening; under the lock, what others added)."""
         from safetensors.numpy import load_file
 
         for index in sorted(self.folder.glob("shard-*.json")):
+            if index.name in self._read_shards:
+                continue
             tensor = index.with_suffix(".safetensors")
             try:
                 keys = json.loads(index.read_text())["keys"]
@@ -221,19 +232,33 @@ class FeatureCache:
             except Exception:  # a damaged shard is re-encoded, never trusted
                 continue
             if len(keys) == len(vectors):
-                self._vectors.update(zip(keys, vectors))
+                self._read_shards.add(index.name)
+                for key, vector in zip(keys, vectors):
+                    self._vectors.setdefault(key, vector)  # the first stored vector of a text is its vector
+
+    def _next_shard(self) -> Path:
+        """The stem of a new shard: one past every number in use (finished, or torn: a vector file left alone)."""
+        numbers = [0]
+        for path in self.folder.glob("shard-*"):
+            number = path.name.split(".")[0].split("-")[-1]
+            if number.isdigit():
+                numbers.append(int(number))
+        return self.folder / f"shard-{max(numbers) + 1:05d}"
 
     def _save(self, keys: list[str], vectors: np.ndarray) -> None:
-        from safetensors.numpy import save_file
-
-        self.folder.mkdir(parents=True, exist_ok=True)
-        number = 1 + max([int(p.stem.split("-")[1]) for p in self.folder.glob("shard-*.safetensors")] + [0])
-        stem = self.folder / f"shard-{number:05d}"
-        tmp = Path(f"{stem}.safetensors.tmp")
-        save_file({"vectors": np.ascontiguousarray(vectors, dtype=np.float32)}, str(tmp))
-        os.replace(tmp, f"{stem}.safetensors")
-        # The keys last: a shard whose JSON is missing was interrupted and is ignored on load.
-        write_json(Path(f"{stem}.json"), {"backbone": repr(self.backbone), "keys": keys}, indent=None)
+        """Store the vectors of the keys that no process has stored yet, as one new shard, holding the lock."""
+        with RunLock(self.folder, f"feature cache writer of {self.backbone!r}", wait=True):
+            self._load()  # what other processes stored since this cache was opened
+            fresh = {k: v for k, v in zip(keys, vectors) if k not in self._vectors}
+            if not fresh:
+                return
+            stem = self._next_shard()
+            write_arrays(Path(f"{stem}.safetensors"),  # under a temporary name with the process id, then renamed
+                         {"vectors": np.asarray(np.stack(list(fresh.values())), dtype=np.float32)})
+            # The keys last: a shard whose JSON is missing was interrupted and is ignored on load.
+            write_json(Path(f"{stem}.json"), {"backbone": repr(self.backbone), "keys": list(fresh)}, indent=None)
+            self._read_shards.add(f"{stem.name}.json")
+            self._vectors.update(fresh)
 
     def missing(self, texts: Sequence[str]) -> list[str]:
         """The texts not cached yet, each once, in order of first appearance."""
@@ -242,9 +267,10 @@ class FeatureCache:
     def add(self, texts: Sequence[str], vectors: np.ndarray) -> None:
         """Cache vectors computed elsewhere from the same backbone (e.g. `bertscore.read`'s pooled pass)."""
         keys = [text_key(t) for t in texts]
-        self._vectors.update(zip(keys, vectors))
         if self.folder is not None and keys:
-            self._save(keys, vectors)
+            self._save(keys, vectors)  # keeps a vector another process stored first for the same text
+        else:
+            self._vectors.update(zip(keys, vectors))
 
     def word_vectors(self, texts: Sequence[str], directions: np.ndarray, frequencies: dict[str, float] | None = None,
                      temperature: float = PHRASE_TEMPERATURE, progress: bool = False) -> np.ndarray:

@@ -486,8 +486,8 @@ class Explorer:
                        labels=relabel() if relabel else None, color_by=color_by, on_labels=relabel,
                        on_fit_weights=lambda marked: self.fit_weights(pairs=marked, apply=False),
                        on_compare=self.on_compare if self.question_axes() else None,
-                       selected=[row[d] for d in self.picked.doc_ids],
-                       marks=[(row[a], row[b], s) for a, b, s in self.picked.marks],
+                       selected=[row[d] for d in self.picked.doc_ids if d in row],  # papers it can show
+                       marks=[(row[a], row[b], s) for a, b, s in self.picked.marks if a in row and b in row],
                        on_select=self.select, on_marks=self.set_marks)
 
     # ------------------------------------------------------------------ the user's selection
@@ -499,16 +499,27 @@ class Explorer:
 
     @property
     def marked_pairs(self) -> pd.DataFrame:
-        """The pairs marked similar or not in the pane, by doc_id and title."""
+        """The pairs marked similar or not in the pane, by doc_id and title; `in_corpus` is False for a pair
+        that names a paper this corpus lacks (kept, not shown on this map)."""
         return self.picked.pairs(self.titles)
 
+    @property
+    def not_in_corpus(self) -> pd.DataFrame:
+        """The papers selected or marked in this run that this corpus lacks (doc_id, selected, marked_pairs):
+        kept in maps/selection.json, never pruned, and shown again on a corpus that holds them."""
+        return self.picked.not_in(self.meta["doc_id"])
+
     def select(self, papers: Sequence) -> pd.DataFrame:
-        """Select papers by row index or doc_id (replacing the selection); saved in the run directory."""
+        """Select papers by row index or doc_id (replacing the selection on this map); saved in the run directory.
+
+        Selected papers this corpus lacks stay selected (`not_in_corpus`): this map cannot show them.
+        """
         ids = self.meta["doc_id"].tolist()
-        self.picked.doc_ids = [ids[int(p)] if isinstance(p, (int, np.integer)) else str(p) for p in papers]
-        unknown = sorted(set(self.picked.doc_ids) - set(ids))
-        if unknown:
+        picked = [ids[int(p)] if isinstance(p, (int, np.integer)) else str(p) for p in papers]
+        unknown = sorted(set(picked) - set(ids))
+        if unknown:  # before anything changes, so a typo leaves the selection as it was
             raise ValueError(f"not papers of this map: {unknown[:5]}")
+        self.picked.replace_ids(picked, ids)
         self.picked.save(self.run_dir)
         return self.selection
 
@@ -520,15 +531,20 @@ class Explorer:
         return self.select(np.flatnonzero(regions == int(region)).tolist())
 
     def set_marks(self, marks: Sequence[tuple[int, int, bool]]) -> None:
-        """Keep the pane's marked pairs (row indices) by doc_id in the run directory."""
+        """Keep the pane's marked pairs (row indices) by doc_id in the run directory; pairs marked earlier that
+        name a paper this corpus lacks are kept (the pane cannot show them)."""
         ids = self.meta["doc_id"].tolist()  # row -> doc_id
-        self.picked.marks = [(ids[int(i)], ids[int(j)], bool(s)) for i, j, s in marks]
+        self.picked.replace_marks([(ids[int(i)], ids[int(j)], bool(s)) for i, j, s in marks], ids)
         self.picked.save(self.run_dir)
 
     def export_selection(self, path) -> Path:
-        """Write the selected papers as CSV or RIS (by suffix), for a reference manager; `load_corpus` reads it."""
-        if not self.picked.doc_ids:
-            raise ValueError("nothing is selected: lasso or box-select papers in the pane, or call select()")
+        """Write the selected papers of this corpus as CSV or RIS (by suffix), for a reference manager;
+        `load_corpus` reads it. Selected papers this corpus lacks have no fields to write (`not_in_corpus`)."""
+        if self.selection.empty:
+            away = len(self.picked.doc_ids)  # all of them, if any, are papers this corpus lacks
+            raise ValueError("nothing is selected" + (f" in this corpus ({away} selected papers are not in it: see "
+                                                      "explorer.not_in_corpus)" if away else "")
+                             + ": lasso or box-select papers in the pane, or call select()")
         return write_records(self.selection, path)
 
     # ------------------------------------------------------------------ export and storage
@@ -571,6 +587,9 @@ class Explorer:
         return presets
 
     def save_map(self, name: str = "current") -> Path:
-        """Store the current map under <run_dir>/maps/<name>/ (safetensors + JSON); a later Explorer reopens it."""
+        """Store the current map under <run_dir>/maps/<name>/ (safetensors + JSON); a later Explorer reopens it.
+
+        name: a plain folder name (letters, digits, '.', '_', '-'; `saved.check_map_name`), never a path.
+        """
         return save_map(self.run_dir, name, self.map, self.meta["doc_id"].tolist())
 

@@ -10,6 +10,7 @@ Other weights then start from that layout (`with_weights`, a warm refit), as a s
 from __future__ import annotations
 
 import json
+import re
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -20,11 +21,30 @@ from ..core.rundir import RunDir
 from .tsne import CONFIG_NAME, AspectMap, normalize_weights
 
 DOC_IDS = "doc_ids.json"
+MAX_NAME = 60  # characters of a map's name: at most 240 bytes in UTF-8, under every file system's 255 per name
+SELECTION_FILE = "selection.json"  # RunDir.selection's name: maps/selection.json holds the pane's picks, not a map
+# A map's name is one folder under maps/: a letter, digit or underscore first (so never '.', '..' or a hidden
+# folder), then those and '.', '-'; no separator, so no name can reach outside maps/.
+MAP_NAME = re.compile(r"\w[\w.-]*")
+
+
+def check_map_name(name) -> str:
+    """`name` if it is a usable map name (`MAP_NAME`, at most MAX_NAME characters, not the selection's file),
+    else ValueError saying which names are allowed: a map is saved in a folder of that name under maps/."""
+    text = name if isinstance(name, str) else ""
+    if not (MAP_NAME.fullmatch(text) and len(text) <= MAX_NAME and text != SELECTION_FILE):
+        raise ValueError(f"cannot use {name!r} as a map's name: it is the name of a folder under the run's maps/, "
+                         f"so it must be 1 to {MAX_NAME} letters, digits, '_', '.' or '-', start with a letter, "
+                         f"digit or '_', and not be {SELECTION_FILE!r} (e.g. 'current' or 'by-approach')")
+    return text
 
 
 def save_map(run_dir, name: str, aspect_map: AspectMap, doc_ids: Sequence[str]):
-    """Store a map and the doc_id of each of its rows under <run_dir>/maps/<name>/; returns the folder."""
-    folder = RunDir(run_dir).map(name)
+    """Store a map and the doc_id of each of its rows under <run_dir>/maps/<name>/; returns the folder.
+
+    ValueError, before anything is written, for a name that is not a plain folder name (`check_map_name`).
+    """
+    folder = RunDir(run_dir).map(check_map_name(name))
     aspect_map.save(folder)
     write_json(folder / DOC_IDS, [str(d) for d in doc_ids], indent=None)
     return folder
@@ -37,7 +57,7 @@ def reopen_map(run_dir, name: str, doc_ids: Sequence[str], embeddings: Mapping[s
 
     embeddings: {aspect: (n, d)} of the papers in `doc_ids` order; weights: None keeps the saved ones.
     """
-    folder = RunDir(run_dir).map(name)
+    folder = RunDir(run_dir).map(check_map_name(name))
     if not (folder / CONFIG_NAME).is_file() or not (folder / DOC_IDS).is_file():
         return None
     try:
