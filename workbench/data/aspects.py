@@ -34,6 +34,7 @@ from typing import Any, Iterator, Mapping
 import yaml
 
 from ..core.safeyaml import AliasError, BlockDumper, StrictLoader
+from .aspect_names import folder_name_problem
 
 PRESET_DIR = Path(__file__).resolve().parents[1] / "presets"
 
@@ -547,6 +548,8 @@ def parse_aspects(data: dict, source: str = "<dict>") -> AspectSet:
         check.mapping(raw, field, required=("name", "description", "prompts"),
                       optional=("include", "exclude", "examples", "judge"))
         aspect_name = check.identifier(raw["name"], f"{field}.name")
+        if problem := folder_name_problem(aspect_name):  # it names aspect_models/<aspect>/
+            check.fail(f"{field}.name", problem)
         if aspect_name in aspect_fields:
             check.fail(f"{field}.name",
                        f"duplicate aspect name {_short(aspect_name)} (also {aspect_fields[aspect_name]})")

@@ -11,7 +11,8 @@ Three backends, one interface (`complete`):
   `pip install llama-cpp-python`);
 * `OpenAIBackend`: any OpenAI-compatible HTTP server (vLLM, llama.cpp's server,
   Ollama, TGI, `transformers serve`), with concurrent requests, timeouts and retries
-  with exponential backoff. The API key is read from an environment variable only.
+  with exponential backoff. The API key is read from an environment variable only, and
+  scrubbed from everything the server sends back (`workbench.core.redaction`).
 
 `complete` yields `(index, Completion)` pairs as answers arrive, so the caller can save
 each batch as soon as it is done (the stores are resumable; see `workbench.core.store`).
@@ -35,6 +36,7 @@ from typing import Iterator, Sequence
 from .batching import pack_groups, plan_batches, shared_start
 from ..core.models import cache_keyword, load_causal_lm, gguf_cache_folder, resolve_model
 from .sampling import Completion, Sampling, call_seeds, cut_at_stop, draw, filtered_probs
+from ..core.redaction import redact, url_secrets
 
 # Kept importable from here (they moved to sampling.py and batching.py).
 from .batching import common_prefix  # noqa: F401
@@ -394,7 +396,7 @@ class OpenAIBackend:
     """Any OpenAI-compatible chat-completions server, with concurrency, timeouts and retries.
 
     The API key is taken from the environment variable named by `api_key_env`
-    (default OPENAI_API_KEY); it is never logged or stored in records.
+    (default OPENAI_API_KEY); it is never logged or stored, and every reply is scrubbed of it (`_clean`).
     """
 
     kind = "openai"
@@ -419,6 +421,8 @@ class OpenAIBackend:
         key = os.environ.get(api_key_env) if api_key_env else None
         if key:
             headers["Authorization"] = f"Bearer {key}"
+        # What a server may echo back (a test server, a proxy's error page): scrubbed from all it sends.
+        self._secrets = tuple(s for s in (key, *url_secrets(self.base_url)) if s)
         self._client = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout,
                                     limits=httpx.Limits(max_connections=self.concurrency))
 
@@ -451,6 +455,7 @@ class OpenAIBackend:
 
         Retries on connection errors, timeouts, 429 and 5xx; a 4xx answer other than
         429 is a mistake in the request and fails at once.
+        What the server sends (answer, error page, httpx's error text) passes `_clean` first.
         """
         import httpx
 
@@ -461,32 +466,47 @@ class OpenAIBackend:
                 time.sleep(self.backoff * 2 ** (attempt - 1) * (1 + random.random()) / 2)
             t0 = time.perf_counter()
             try:
-                resp = self._client.post("/chat/completions", json=body)
-                if resp.status_code in (400, 422) and "top_k" in body and "top_k" in resp.text:
-                    self._send_top_k = False  # a strict server: ask again without it, and from now on
-                    del body["top_k"]
-                    resp = self._client.post("/chat/completions", json=body)
+                resp = self._post(body)
             except httpx.TimeoutException:
                 last = f"timed out after {self._client.timeout.read}s"
                 continue
             except httpx.TransportError as exc:
-                last = f"connection failed ({type(exc).__name__}: {exc})"
+                last = f"connection failed ({type(exc).__name__}: {self._clean(str(exc))})"
                 continue
+            except httpx.HTTPError as exc:  # e.g. a body that cannot be decoded: its text may quote the server
+                raise BackendError(f"{self.shown_url}/chat/completions failed ({type(exc).__name__}: "
+                                   f"{self._clean(str(exc))})") from None
             if resp.status_code == 429 or resp.status_code >= 500:
-                last = f"HTTP {resp.status_code}: {resp.text[:200]}"
+                last = f"HTTP {resp.status_code}: {self._clean(resp.text, 200)}"
                 continue
             if resp.status_code >= 400:
                 raise BackendError(f"{self.shown_url}/chat/completions answered HTTP {resp.status_code}: "
-                                   f"{resp.text[:300]}")
+                                   f"{self._clean(resp.text, 300)}")
             try:
                 data = resp.json()
                 text = data["choices"][0]["message"]["content"] or ""
             except (ValueError, KeyError, IndexError, TypeError):
-                last = f"reply is not a chat completion: {resp.text[:200]}"
+                last = f"reply is not a chat completion: {self._clean(resp.text, 200)}"
                 continue
             tokens = int((data.get("usage") or {}).get("completion_tokens") or 0)
-            return Completion(text, tokens, time.perf_counter() - t0)
+            return Completion(self._clean(str(text)), tokens, time.perf_counter() - t0)
         return Completion("", 0, 0.0, error=f"{self.shown_url}: {last} ({self.retries + 1} attempts)")
+
+    def _post(self, body: dict):
+        """POST the request; a strict server that rejects top_k is asked again without it, and from now on."""
+        resp = self._client.post("/chat/completions", json=body)
+        if resp.status_code in (400, 422) and "top_k" in body and "top_k" in resp.text:
+            self._send_top_k = False
+            del body["top_k"]
+            resp = self._client.post("/chat/completions", json=body)
+        return resp
+
+    def _clean(self, text: str, limit: int | None = None) -> str:
+        """`text` from the server with the key (and URL credentials) redacted, then cut to `limit` characters."""
+        # Redacted before the cut: a cut first could leave a key's start too short to recognise.
+        head = text if limit is None else text[:limit + 4096]  # an error page can be megabytes
+        clean = redact(head, self._secrets)
+        return clean if limit is None else clean[:limit]
 
     def complete(self, conversations: Sequence[Messages], sampling: Sampling,
                  prefill: str | None = None, seeds: Sequence[int] | None = None) -> Iterator[tuple[int, Completion]]:
