@@ -370,7 +370,10 @@ def load_corpus(
 
     The mapped source columns become ``doc_id``, ``title``, ``abstract``, ``year``,
     ``labels`` (a date column used for the year is kept as well); all other columns are
-    kept unchanged. BibTeX titles and abstracts are converted from LaTeX to plain text.
+    kept unchanged. BibTeX titles and abstracts are converted from LaTeX to plain text. In a
+    CSV, the ``'`` that a CSV export of ours (and a spreadsheet) puts before a cell starting
+    with ``=``, ``+``, ``-``, ``@``, a tab or a CR, so that it is not run as a formula, is
+    removed (`writers.unguard_formula`; `writers` says what round-trips and what cannot).
     Nothing is dropped: what the loader found wrong (rows with the wrong number of fields,
     RIS records without ``ER``, repeated RIS tags, years that are not years) is reported
     by `Corpus.validate` with the file's line; then `Corpus.drop_invalid`.

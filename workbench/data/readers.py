@@ -14,6 +14,7 @@ import codecs
 import csv
 import functools
 import json
+import re
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +25,7 @@ import pandas as pd
 
 from .columns import DERIVED_IDS, Raw, content_ids
 from .validation import CorpusError, make_issue, option_hint, plural, short
+from .writers import unguard_formula
 
 #: Suffix -> format name understood by `load_corpus(format=...)`.
 SUPPORTED_FORMATS: dict[str, str] = {
@@ -42,6 +44,12 @@ SUPPORTED_FORMATS: dict[str, str] = {
 }
 FORMATS = sorted(set(SUPPORTED_FORMATS.values()))
 
+# The line ends of text files: CRLF, LF and a bare CR (old Mac exports). Not every character that
+# `str.splitlines` breaks at: in a RIS file U+2028, NEL or a form feed is text inside a value, and byte
+# 0x85 read as latin-1 is a Windows "..." (NEL), not a new line. Our writers fold all of those
+# (`writers.LINE_BREAKS`), so what they write splits here exactly where they ended a line.
+_LINE_END = re.compile(r"\r\n|\r|\n")
+
 
 def read_file(path: Path, fmt: str, encoding: str) -> Raw:
     """Run the reader for `fmt`, turning a wrong or unknown encoding into a `CorpusError`."""
@@ -55,10 +63,32 @@ def read_file(path: Path, fmt: str, encoding: str) -> Raw:
     try:
         return READERS[fmt](path, enc)
     except UnicodeDecodeError as exc:
-        raise CorpusError(
-            f"{path.name}: not valid {encoding} (byte {exc.start}: {exc.reason}); pass the file's "
-            f"encoding, e.g. {option_hint('encoding', 'latin-1')}"
-        ) from exc
+        raise CorpusError(f"{path.name}: {_decode_error(path, enc, exc)}; pass the file's encoding, e.g. "
+                          f"{option_hint('encoding', 'latin-1')}, or, where only some lines are in another "
+                          "encoding (rows pasted from two exports), re-save those lines in the file's "
+                          "encoding") from exc
+
+
+def _decode_error(path: Path, encoding: str, exc: UnicodeDecodeError) -> str:
+    """Where the file stops being valid `encoding`: line and column, and the byte found there.
+
+    A reader decodes in chunks, so the error's own offset is not the file's; the file is decoded
+    whole once more to find the line.
+    """
+    name = encoding.replace("-sig", "")
+    data = path.read_bytes()
+    try:
+        data.decode(encoding)
+    except UnicodeDecodeError as whole:
+        before = data[:whole.start].decode(encoding, errors="replace")
+        line_starts = [m.end() for m in _LINE_END.finditer(before)]
+        line, start = len(line_starts) + 1, (line_starts[-1] if line_starts else 0)
+        bad = " ".join(f"0x{b:02x}" for b in whole.object[whole.start:whole.end])
+        text_before = before[start:]
+        shown = ("ends " if len(text_before) > 40 else "reads ") + repr(text_before[-40:])
+        return (f"not valid {name} at line {line}, column {len(text_before) + 1} (byte {bad}: {whole.reason}; "
+                f"the line up to it {shown})")
+    return f"not valid {name} (byte {exc.start} of a chunk: {exc.reason})"
 
 
 def format_from_suffix(path: Path) -> str:
@@ -73,10 +103,16 @@ def format_from_suffix(path: Path) -> str:
 
 
 # -- delimited text -------------------------------------------------------------------
-def _read_table(path: Path, encoding: str, sep: str, quoting: int = csv.QUOTE_MINIMAL) -> Raw:
+def _read_table(path: Path, encoding: str, sep: str, quoting: int = csv.QUOTE_MINIMAL,
+                unguard: bool = False) -> Raw:
     """Read a delimited file; a row whose field count differs from the header's is kept
-    (cut or padded to the header) and reported as a malformed_row error with its lines."""
+    (cut or padded to the header) and reported as a malformed_row error with its lines.
+
+    unguard: remove the ``'`` a CSV writer puts before a cell a spreadsheet would run as a formula.
+    """
     records = _csv_records(path, encoding, sep, quoting)
+    if unguard:
+        records = [(first, last, [unguard_formula(v) for v in fields]) for first, last, fields in records]
     if not records:
         return Raw(pd.DataFrame())
     names = _column_names(records[0][2])
@@ -174,7 +210,8 @@ def _fit_fields(fields: list[str], n: int, sep: str) -> tuple[list[str], str]:
 
 
 def _read_csv(path: Path, encoding: str) -> Raw:
-    return _read_table(path, encoding, ",")
+    """A CSV file; the ``'`` that our writers put before a formula-like cell is removed (`unguard_formula`)."""
+    return _read_table(path, encoding, ",", unguard=True)
 
 
 def _read_tsv(path: Path, encoding: str) -> Raw:
@@ -263,12 +300,15 @@ def _read_ris(path: Path, encoding: str) -> Raw:
     a last record cut off by the end of the file is kept (truncated_record); tagged lines
     outside a record start one (missing_ty); repeated AB/N2 tags are joined as paragraphs
     and other repeated single tags keep their first value (repeated_tag). Records without
-    a DO or ID tag get an id derived from their title and abstract.
+    a DO or ID tag get an id derived from their title and abstract. Lines end at CRLF, LF or
+    CR only (`_LINE_END`): other line separators inside a value cannot start a record.
     """
     import rispy
 
     parser = rispy.RisParser()
-    lines = path.read_text(encoding=encoding).splitlines()
+    lines = _LINE_END.split(path.read_text(encoding=encoding))
+    if lines[-1] == "":
+        lines.pop()  # the file's last line end ends a line; it does not start one
     chunks, stray = _ris_chunks(lines, parser)
     if not chunks and stray:
         raise CorpusError(f"{path.name}: no documents: no RIS record found (no line starts with "

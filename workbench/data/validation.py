@@ -3,7 +3,8 @@
 A problem is one issue row (`ISSUE_COLUMNS`: row, doc_id, field, severity, problem, detail),
 whoever found it: a reader (what is wrong in the file itself, `readers.py`) or
 `Corpus.validate` (what is wrong with a document, `validate_docs`). The small text helpers that
-those messages share (`plural`, `short`, `option_hint`) live here too.
+those messages share (`plural`, `short`, `option_hint`; `terminal_text` for printing a file's text)
+live here too.
 """
 
 from __future__ import annotations
@@ -199,6 +200,28 @@ def validate_docs(docs: pd.DataFrame, max_chars: int) -> list[dict]:
         else:
             first_row_of_text[normalised] = row
     return issues
+
+
+# What a terminal acts on instead of showing: C0 and C1 controls (ESC starts colour, cursor and title
+# escape sequences, U+009B is an 8-bit CSI), DEL, the Unicode line and paragraph separators, and the
+# bidirectional overrides and isolates that make a line read in another order than it is stored.
+_TERMINAL_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def terminal_text(text: str, keep_newlines: bool = False) -> str:
+    """`text` safe to print to a terminal: each control character written as an escape (ESC as ``\\x1b``,
+    U+2028 as ``\\u2028``), so a title from a file can neither colour, move nor retitle the terminal.
+
+    keep_newlines: leave "\\n" as a line break (for multi-line messages of ours).
+    """
+    def escape(match: re.Match) -> str:
+        char = match.group()
+        if keep_newlines and char == "\n":
+            return char
+        code = ord(char)
+        return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+    return _TERMINAL_CONTROLS.sub(escape, str(text))
 
 
 def option_hint(name: str, example: str) -> str:

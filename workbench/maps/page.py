@@ -10,8 +10,10 @@ offline and can be mailed. The page holds
 * filters: a year range and one choice per metadata column (`filters`); a hidden
   paper cannot be hovered, tapped or selected;
 * "select a region" and two buttons that download the selection (or, with none, every
-  paper the filters show) as CSV and RIS. Both read back through `load_corpus` with the
-  same ids, titles and abstracts, so a region goes back into a reference manager.
+  paper the filters show) as CSV and RIS, by the rules of the Python writers (`data/writers.py`):
+  the CSV reads back through `load_corpus` with the same ids, titles and abstracts, the RIS with
+  line breaks folded into spaces, and a cell a spreadsheet would run as a formula gets a leading
+  "'" that `load_corpus` removes; so a region goes back into a reference manager.
 
 Paper text travels as JSON in the data source or is escaped (`display.esc`); the JavaScript
 builds files from that data and never writes it into the page's markup.
@@ -39,6 +41,7 @@ import pandas as pd
 
 from ..core.display import esc
 from ..core.files import write_text
+from ..data.writers import LINE_BREAKS, WHITESPACE
 from .mapview import (BASE_ALPHA, DIM_ALPHA, HIT_SIZE, POINT_SIZE, QUESTIONS, as_text, build_figure, caption_html,
                       group_title, label_source_data, legend_html, map_frame, region_colors)
 
@@ -111,28 +114,47 @@ source.selected.indices = picked;
 """
 
 # Selected papers (else every paper shown) as a file: CSV with every field quoted (RFC 4180), or RIS with
-# one AB tag per paragraph. Downloaded through a Blob link; nothing is written into the page.
-_EXPORT_JS = """
+# one AB tag per paragraph. Downloaded through a Blob link; nothing is written into the page. The rules are
+# those of the Python writers (`data/writers.py`), which hand over their character lists (`breaks`,
+# `spaces`) because JavaScript's \s is not Python's: a CSV cell a spreadsheet would run as a formula gets a
+# leading "'" (plain numbers excepted); a RIS value folds every line break Python's splitlines knows into
+# one space, so no value can start a line ("ER  - ", "TY  - JOUR"). `exact` (a data source both buttons share)
+# holds the papers' own text where the page's one-line text differs (a title or id with a line break), so the
+# CSV gives it back exactly.
+_EXPORT_JS = r"""
 const d = source.data, mask = view.filter.booleans;
 let rows = source.selected.indices.filter(k => !mask || mask[k]);
 const what = rows.length ? "selected" : "shown";
 if (!rows.length) { rows = [...Array(d.title.length).keys()].filter(k => !mask || mask[k]); }
 const text = v => (v === null || v === undefined || (typeof v === "number" && Number.isNaN(v))) ? "" : String(v);
+const own = new Map();
+for (let i = 0; i < exact.data.text.length; i++) { own.set(exact.data.column[i] + "\0" + exact.data.row[i], exact.data.text[i]); }
+const cell = (name, k) => { const v = own.get(name + "\0" + k); return v === undefined ? d[name][k] : v; };
+const guarded = /^'*[=+\-@\t\r]/, number = /^-?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?$/;
+const guard = s => (guarded.test(s) && !number.test(s)) ? "'" + s : s;
+const cls = chars => "[" + Array.from(chars, c => "\\u" + c.charCodeAt(0).toString(16).padStart(4, "0")).join("") + "]";
+const WS = cls(spaces), BR = cls(breaks);
+const fold = new RegExp(WS + "*" + BR + WS + "*", "g"), ends = new RegExp("^" + WS + "+|" + WS + "+$", "g");
+const paragraph = new RegExp(BR + WS + "*" + BR);
+const risValue = s => s.replace(fold, " ").replace(ends, "");
 let out;
 if (format === "csv") {
-  const q = v => '"' + text(v).replace(/"/g, '""') + '"';
+  const q = v => '"' + guard(text(v)).replace(/"/g, '""') + '"';
   const head = ["doc_id", "title", "abstract", "year"].concat(extra);
-  out = [head.map(q).join(",")].concat(rows.map(k => [d.doc_id[k], d.title[k], d.abstract[k], d.year[k]]
-      .concat(extra.map(c => d["filter:" + c][k])).map(q).join(","))).join("\\r\\n") + "\\r\\n";
+  out = [head.map(q).join(",")].concat(rows.map(k => [cell("doc_id", k), cell("title", k), d.abstract[k], d.year[k]]
+      .concat(extra.map(c => cell("filter:" + c, k))).map(q).join(","))).join("\r\n") + "\r\n";
 } else {
-  const line = (tag, v) => tag + "  - " + text(v).replace(/\\s*\\n\\s*/g, " ").trim();
+  const line = (tag, v) => tag + "  - " + risValue(text(v));
   out = rows.map(k => {
-    const lines = ["TY  - JOUR", line("ID", d.doc_id[k]), line("TI", d.title[k])];
-    for (const para of text(d.abstract[k]).split(/\\n\\s*\\n/)) { if (para.trim()) { lines.push(line("AB", para)); } }
+    const lines = ["TY  - JOUR", line("ID", cell("doc_id", k)), line("TI", cell("title", k))];
+    for (const para of text(d.abstract[k]).replace(/\r\n/g, "\n").split(paragraph)) {
+      const value = risValue(para);
+      if (value) { lines.push("AB  - " + value); }
+    }
     if (text(d.year[k])) { lines.push(line("PY", d.year[k])); }
     lines.push("ER  - ");
-    return lines.join("\\r\\n");
-  }).join("\\r\\n\\r\\n") + "\\r\\n";
+    return lines.join("\r\n");
+  }).join("\r\n\r\n") + "\r\n";
 }
 const blob = new Blob([out], {type: format === "csv" ? "text/csv" : "application/x-research-info-systems"});
 const a = document.createElement("a");
@@ -143,6 +165,22 @@ a.click();
 a.remove();
 status.text = "exported " + rows.length + " " + what + (rows.length === 1 ? " paper" : " papers") + " as " + format.toUpperCase();
 """
+
+
+def exact_texts(records: pd.DataFrame, data: dict, filters: Sequence[str]) -> dict[str, list]:
+    """The papers' own texts where the page's one-line text (`as_text`) differs, e.g. a title with a line
+    break, as data-source columns: `column` (doc_id, title, filter:<name>), `row`, `text`. The CSV download
+    writes these instead of the page's text."""
+    exact: dict[str, list] = {"column": [], "row": [], "text": []}
+    for key, column in [("doc_id", "doc_id"), ("title", "title")] + [(f"filter:{f}", f) for f in filters]:
+        if column not in records.columns or key not in data:
+            continue
+        for row, (own, shown) in enumerate(zip(records[column], data[key])):
+            if isinstance(own, str) and own != shown:
+                exact["column"].append(key)
+                exact["row"].append(row)
+                exact["text"].append(own)
+    return exact
 
 
 def filter_columns(records: pd.DataFrame) -> list[str]:
@@ -180,8 +218,8 @@ def export_html(path, coords_by_preset: dict[str, np.ndarray], meta: pd.DataFram
     titles only. filters: metadata columns of records to filter by (default `filter_columns`).
     """
     from bokeh.layouts import column, row
-    from bokeh.models import (BooleanFilter, BoxSelectTool, Button, CDSView, CustomJS, Div, LassoSelectTool,
-                              RangeSlider, Select, TextInput)
+    from bokeh.models import (BooleanFilter, BoxSelectTool, Button, CDSView, ColumnDataSource, CustomJS, Div,
+                              LassoSelectTool, RangeSlider, Select, TextInput)
 
     if not coords_by_preset:
         raise ValueError("export_html needs at least one preset")
@@ -261,11 +299,13 @@ def export_html(path, coords_by_preset: dict[str, np.ndarray], meta: pd.DataFram
         choice.js_on_change("value", on_filter)
 
     export_status = Div(text="", name="export_status", width=300, render_as_text=True)
+    exact = ColumnDataSource(data=exact_texts(records, data, filters), name="exact_texts")
     buttons = []
     for fmt in ("csv", "ris"):
         button = Button(label=f"Download selection ({fmt.upper()})", name=f"export_{fmt}", width=200)
         button.js_on_click(CustomJS(args=dict(source=source, view=view, format=fmt, extra=filters,
-                                              status=export_status), code=_EXPORT_JS))
+                                              status=export_status, exact=exact, breaks=LINE_BREAKS,
+                                              spaces=WHITESPACE), code=_EXPORT_JS))
         buttons.append(button)
 
     header = Div(text=f"<h2 style='margin:4px 0'>{esc(title)}</h2>" if title else "", name="header")
