@@ -84,8 +84,8 @@ def own_run(tmp_path_factory):
         "parameters": {"corpus": "papers.csv", "aspects": "aspects.yaml", "seed": 0},
         # The optional stage 07 too, at its smallest: every report of a run is under test (the payloads below).
         "stage_parameters": {**quick["stage_parameters"], "07_questions": {
-            "k": 2, "per_cluster": 2, "samples": 1, "question_tokens": 24, "pairs": 12, "truth_encoders": ["minilm"],
-            "n_regions": 2, "region_top": 1, "time_encoder": False}},
+            "n_clusters": 2, "per_cluster": 2, "samples": 1, "question_tokens": 24, "pairs": 12,
+            "truth_encoders": ["minilm"], "n_regions": 2, "region_top": 1, "time_encoder": False}},
     }))
     result = _workbench(home, "run", "--params", "params.yaml", "-p", "encoding=latin-1",
                         "-p", f"abstract_column={ABSTRACT_COLUMN}", "--stages", "01,02,03,04,05,06,07")

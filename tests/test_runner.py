@@ -89,7 +89,7 @@ def test_relative_paths_are_taken_from_the_current_directory(tmp_path, monkeypat
     """`-p corpus=data/my_papers.csv` reached the notebooks relative to the run directory: no such file."""
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "my_papers.csv").write_text("doc_id,abstract\na,An abstract.\n")
-    (tmp_path / "my_field.yaml").write_text("aspects: []\n")
+    (tmp_path / "my_field.yaml").write_text((Path(__file__).resolve().parents[1] / "data" / "my_field.yaml").read_text())
     (tmp_path / "conf").mkdir()
     params = tmp_path / "conf" / "p.yaml"  # paths in a parameters file are also taken from where the user stands
     params.write_text(yaml.safe_dump({"parameters": {"aspects": "my_field.yaml"},

@@ -8,9 +8,11 @@ import sys
 import yaml
 from .core.files import RunLockedError
 from .core.models import PACKAGED, model_table, prepare_causal_lm
+from .core.rundir import MARKER_NAME, MarkerError, RunDir
+from .core.safeyaml import AliasError, StrictLoader
 from .data.aspects import list_presets, load_aspects
 from .run.runner import run_pipeline
-from .run.runs import clean_caches, human, run_table
+from .run.runs import RefusedError, clean_caches, human, mark_run, plan_clean, run_table
 
 
 def _overrides(pairs: list[str]) -> dict:
@@ -22,7 +24,9 @@ def _overrides(pairs: list[str]) -> dict:
         if not sep or not key.strip():
             raise SystemExit(f"workbench run: -p expects KEY=VALUE or STAGE.KEY=VALUE, got {pair!r}")
         try:
-            parsed = yaml.safe_load(value)
+            parsed = yaml.load(value, Loader=StrictLoader)  # the parameters file's loader: a bomb is refused at once
+        except AliasError as exc:
+            raise SystemExit(f"workbench run: -p {key.strip()}: the value {exc}") from None
         except yaml.YAMLError:
             parsed = value
         out[key.strip()] = parsed
@@ -62,21 +66,31 @@ _LOAD_OPTIONS = {
 
 
 def cmd_validate(args) -> int:
-    """Load a corpus and print its validation report; exit 1 when it has errors."""
+    """Load a corpus and print its validation report; exit 1 when it has errors.
+
+    Everything printed passes `terminal_text`: titles, ids and file names are the file's text, and an
+    escape sequence in them must show as text, not colour or move the user's terminal.
+    """
     from .data.corpus import load_corpus
+    from .data.validation import CorpusError, terminal_text
 
     options = {name: getattr(args, name) for name in _LOAD_OPTIONS if getattr(args, name) is not None}
-    corpus = load_corpus(args.source, **options)
+    try:
+        corpus = load_corpus(args.source, **options)
+    except CorpusError as exc:
+        print(f"workbench validate: {terminal_text(str(exc), keep_newlines=True)}", file=sys.stderr)
+        return 2
     report = corpus.validate()
-    print(f"{corpus.name}: {len(corpus)} documents from {corpus.source}")
-    print(report.summary())
+    print(terminal_text(f"{corpus.name}: {len(corpus)} documents from {corpus.source}"))
+    print(terminal_text(report.summary(), keep_newlines=True))
     for severity, frame in (("errors", report.errors), ("warnings", report.warnings)):
         if len(frame):
             print(f"\n{severity}:")
             for issue in frame.itertuples():
-                print(f"  row {issue.row} (doc_id {issue.doc_id!r}): {issue.field}: {issue.problem} - {issue.detail}")
+                print(terminal_text(f"  row {issue.row} (doc_id {issue.doc_id!r}): {issue.field}: {issue.problem} "
+                                    f"- {issue.detail}"))
     if args.ids:
-        print("\n" + corpus.id_table().to_string(index=False))
+        print("\n" + corpus.id_table().map(terminal_text).to_string(index=False))
     return 0 if report.ok else 1
 
 
@@ -130,25 +144,70 @@ def cmd_compare(args) -> int:
     return 0
 
 
-def cmd_runs(args) -> int:
-    """List the run directories with their disk use, or clean one run's caches (--clean RUN)."""
-    if args.clean:
-        try:
-            freed = clean_caches(args.clean)
-        except (FileNotFoundError, RunLockedError) as exc:
-            print(f"workbench runs: {exc}", file=sys.stderr)
-            return 2
-        print(f"{args.clean}: removed its caches (features/, embeddings/), {human(freed)} freed; "
-              "the stages that need them encode again")
+def _clean_run(args) -> int:
+    """`workbench runs --clean RUN`: name what will be deleted, ask (unless --yes), then delete it."""
+    listed = plan_clean(args.clean)
+    if not listed:
+        listed_names = ", ".join(c + "/" for c in RunDir(args.clean).marked_caches()) or "no cache"
+        print(f"{args.clean}: nothing to remove (its marker lists {listed_names}, and none is there); "
+              f"nothing was deleted")
         return 0
+    print(f"workbench runs --clean deletes these caches of {args.clean} (the stages that need them encode "
+          f"again; results stay):")
+    for entry in listed:
+        print("  " + entry.describe())
+    if not args.yes:
+        if not sys.stdin.isatty():
+            print("workbench runs: nothing was deleted: no terminal to confirm on; add --yes to delete the caches "
+                  "listed above", file=sys.stderr)
+            return 2
+        try:
+            answer = input("Delete them? [y/N] ")
+        except EOFError:  # Ctrl-D: no
+            answer = ""
+        if answer.strip().lower() not in ("y", "yes"):
+            print("nothing was deleted")
+            return 1
+    freed = clean_caches(args.clean, listed)
+    print(f"{args.clean}: removed {', '.join(e.path.name + ('/' if e.kind == 'folder' else ' (link)') for e in listed)}"
+          f", {human(freed)} freed; the stages that need them encode again")
+    return 0
+
+
+def _mark_run(args) -> int:
+    """`workbench runs --mark RUN`: mark a run made before the marker, so that --clean may clean it."""
+    already = RunDir(args.mark).is_marked()
+    caches = mark_run(args.mark)
+    print(f"{args.mark}: {'already marked' if already else 'marked'} as a workbench run ({MARKER_NAME}); "
+          f"`workbench runs --clean {args.mark}` may delete its caches {', '.join(c + '/' for c in caches) or '(none)'}"
+          f" and nothing else")
+    return 0
+
+
+def cmd_runs(args) -> int:
+    """List the run directories with their disk use, clean one run's caches (--clean RUN) or mark an old run."""
+    try:
+        if args.clean and args.mark:
+            raise RefusedError("give --clean or --mark, not both")
+        if args.clean:
+            return _clean_run(args)
+        if args.mark:
+            return _mark_run(args)
+    except (RefusedError, MarkerError, RunLockedError) as exc:
+        print(f"workbench runs: {exc}", file=sys.stderr)
+        return 2
     rows = run_table(args.root)
     if not rows:
         print(f"no run directories under {args.root}")
         return 0
     for r in rows:
-        print(f"{r['run']:<32} {human(r['bytes']):>9}  caches {human(r['cache bytes']):>9}  {r['changed']}  "
+        caches = f"caches {human(r['cache bytes']):>9}" if r["marked"] else f"{'unmarked':>16}"
+        print(f"{r['run']:<32} {human(r['bytes']):>9}  {caches}  {r['changed']}  "
               f"{', '.join(r['stages']) or 'no stage finished'}")
     print("workbench runs --clean RUN removes a run's caches (rebuilt when needed); results stay.")
+    if not all(r["marked"] for r in rows):
+        print("An unmarked run was made before runs carried a marker: `workbench runs --mark RUN` marks it, "
+              "and only then may --clean clean it.")
     return 0
 
 
@@ -185,7 +244,11 @@ def main(argv: list[str] | None = None) -> int:
 
     runs = sub.add_parser("runs", help="list run directories with their disk use; --clean RUN removes its caches")
     runs.add_argument("root", nargs="?", default="runs", help="the folder holding run directories (default runs)")
-    runs.add_argument("--clean", metavar="RUN", help="remove this run's caches (features/, embeddings/)")
+    runs.add_argument("--clean", metavar="RUN", help="remove the caches this run's marker lists (features/, "
+                                                     "embeddings/), after listing them")
+    runs.add_argument("--yes", action="store_true", help="with --clean: delete without asking")
+    runs.add_argument("--mark", metavar="RUN", help="mark a run made before runs carried a marker, so that "
+                                                    "--clean may clean it")
     runs.set_defaults(func=cmd_runs)
 
     aspects = sub.add_parser("aspects", help="list aspect presets, show one, or write a starter file: "

@@ -1,4 +1,4 @@
-"""Reading YAML that users write (aspect files) safely, no duplicate keys and no alias bombs; and writing it readably."""
+"""Reading users' YAML (aspect and parameters files) safely: no duplicate keys, no alias bombs; writing it readably."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import reprlib
 
 import yaml
 
-# Nodes plus characters an aspect file may expand to with its aliases written out.
+# Nodes plus characters an aspect or parameters file may expand to with its aliases written out.
 MAX_ALIAS_EXPANSION = 1_000_000
 _REPR = reprlib.Repr()
 _REPR.maxlevel, _REPR.maxstring, _REPR.maxother = 3, 100, 100
@@ -19,7 +19,8 @@ def short(value, limit: int = 200) -> str:
 
 
 class AliasError(yaml.YAMLError):
-    """Aliases that expand too far (or into themselves); aspects.parse_aspects_yaml turns it into AspectConfigError."""
+    """Aliases that expand too far (or into themselves); aspects.parse_aspects_yaml turns it into AspectConfigError,
+    runconfig.load_params into RunConfigError."""
 
 
 class StrictLoader(yaml.SafeLoader):
@@ -52,7 +53,7 @@ class StrictLoader(yaml.SafeLoader):
             if size > MAX_ALIAS_EXPANSION:
                 raise AliasError(
                     f"uses YAML aliases (&name / *name, {where}) that expand to {size:,} nodes and characters, "
-                    f"more than the {MAX_ALIAS_EXPANSION:,} an aspect file may have (nested aliases, a "
+                    f"more than the {MAX_ALIAS_EXPANSION:,} a YAML file may have here (nested aliases, a "
                     "'billion laughs' document); write the values out instead of repeating them through aliases")
         return node
 

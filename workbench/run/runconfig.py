@@ -15,7 +15,13 @@ A parameters file (YAML) says where the run goes and what each notebook gets:
 Each notebook receives `run_dir` too. A shared parameter goes to the notebooks that declare it
 in their `parameters` cell, so one file can drive all stages; a name that no notebook declares
 (a typo) is an error, as is a stage parameter that its stage does not declare. On the command
-line, `-p k=v` sets a shared parameter and `-p 02_train.k=v` one stage's.
+line, `-p NAME=v` sets a shared parameter, for every stage that declares NAME and over what the
+file sets for it (per stage too), and `-p 02_train.NAME=v` one stage's, over both.
+
+Each value is checked by its declared type and range (`paramspec.SPECS`: `k` a whole number >= 1,
+`subset` >= 1 or null, no NaN, no true/false for a number, no list for a single value) before any
+stage runs, and the message names the key and the stage. The file is read with the aspect files'
+loader (`core.safeyaml.StrictLoader`): duplicate keys and YAML alias bombs are refused at once.
 
 Relative paths are taken from the directory you run `workbench` in, on the command line and in
 the parameters file alike (as `run_dir` always was), never from the file's own folder. The
@@ -42,6 +48,11 @@ import warnings
 from pathlib import Path
 
 import yaml
+
+from ..core.rundir import why_not_a_run_dir
+from ..core.safeyaml import AliasError, StrictLoader
+from ..data.aspects import load_aspects
+from .paramspec import RENAMED, value_problem
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = ROOT / "notebooks"
@@ -93,9 +104,13 @@ def load_params(path: str | os.PathLike | None, overrides: dict | None = None) -
     config: dict = {}
     if path is not None:
         try:
-            config = yaml.safe_load(Path(path).read_text()) or {}
+            # The aspect files' loader: duplicate keys and alias bombs refused while parsing, before the
+            # secret check walks every value (a 452-byte bomb kept it busy past 45 s).
+            config = yaml.load(Path(path).read_text(), Loader=StrictLoader) or {}
         except FileNotFoundError:
             raise RunConfigError(f"parameters file {path} does not exist (looked in {Path.cwd()})") from None
+        except AliasError as exc:
+            raise RunConfigError(f"{path}: {exc}") from None
         except yaml.YAMLError as exc:
             raise RunConfigError(f"{path}: not valid YAML: {exc}") from None
         if not isinstance(config, dict):
@@ -107,14 +122,7 @@ def load_params(path: str | os.PathLike | None, overrides: dict | None = None) -
     _check_types(config, source)
     params = dict(config.get("parameters") or {})
     per_stage = {str(k): dict(v or {}) for k, v in (config.get("stage_parameters") or {}).items()}
-    for key, value in (overrides or {}).items():
-        stage, _, name = str(key).rpartition(".")
-        if not name:
-            raise RunConfigError(f"-p {key}=...: no parameter name; write -p NAME=VALUE or -p STAGE.NAME=VALUE")
-        if stage:
-            per_stage.setdefault(stage, {})[name] = value
-        else:
-            params[name] = value
+    _apply_overrides(overrides or {}, params, per_stage)
     for where, given in [("", params), *((f"{stage}.", d) for stage, d in per_stage.items())]:
         for name, value in given.items():
             check_secret(f"{where}{name}", value)
@@ -126,6 +134,26 @@ def load_params(path: str | os.PathLike | None, overrides: dict | None = None) -
     config["parameters"] = params
     config["stage_parameters"] = per_stage
     return config
+
+
+def _apply_overrides(overrides: dict, params: dict, per_stage: dict) -> None:
+    """Apply `-p` values: `-p NAME=V` reaches every stage that declares NAME, over what the file sets for
+    it, per stage too (`-p k=2` on params/demo.yaml, which sets 01_generate.k: 4, runs k = 2); then
+    `-p STAGE.NAME=V` sets one stage's, over both."""
+    split = {}
+    for key in overrides:
+        stage, _, name = str(key).rpartition(".")
+        if not name:
+            raise RunConfigError(f"-p {key}=...: no parameter name; write -p NAME=VALUE or -p STAGE.NAME=VALUE")
+        split[key] = stage, name
+    for key, (stage, name) in split.items():
+        if not stage:
+            params[name] = overrides[key]
+            for given in per_stage.values():
+                given.pop(name, None)
+    for key, (stage, name) in split.items():
+        if stage:
+            per_stage.setdefault(stage, {})[name] = overrides[key]
 
 
 def _short(value, n: int = 60) -> str:
@@ -281,7 +309,8 @@ def _absolute(value):
 
 
 def check_inputs(params: dict, where: str) -> None:
-    """A corpus or aspect file that is not there fails now, with the directory it was looked for in."""
+    """A corpus or aspect file that is not there fails now, with the directory it was looked for in; an aspect
+    file (or preset) that does not load (a field it names is wrong) fails now too, not in a stage's kernel."""
     corpus, aspects = params.get("corpus"), params.get("aspects")
     for name, value, what in [("corpus", corpus, "corpus: aclsum"), ("aspects", aspects, "a preset: workbench aspects")]:
         if not isinstance(value, str) or (name == "corpus" and value.split(":")[0] == "aclsum"):
@@ -291,18 +320,24 @@ def check_inputs(params: dict, where: str) -> None:
                 f"parameter {where}{name}: no such file {value!r} (looked for it from the current directory "
                 f"{Path.cwd()}). Relative paths are taken from where you run workbench; give the path from here "
                 f"or an absolute one (or {what}).")
+    if isinstance(aspects, str):
+        try:
+            load_aspects(str(Path(aspects).expanduser()) if _pathlike(aspects) else aspects)
+        except (ValueError, OSError) as exc:  # AspectConfigError names the field; an alias bomb, the file
+            raise RunConfigError(f"parameter {where}aspects: {exc}") from None
 
 
 # --------------------------------------------------------------------------- the stages
 
 
-def declared_parameters(notebook: Path) -> set[str]:
-    """The parameters a notebook declares in its cell tagged `parameters` (papermill's reading of it)."""
+def declared_parameters(notebook: Path) -> dict[str, str | None]:
+    """The parameters a notebook declares in its cell tagged `parameters` (papermill's reading of it):
+    {name: its default as written there}."""
     import papermill
 
     with warnings.catch_warnings():  # nbformat's note that the cells have no ids: noise on every run
         warnings.filterwarnings("ignore", message="Cell is missing an id field")
-        return set(papermill.inspect_notebook(str(notebook)).keys())
+        return {name: p.get("default") for name, p in papermill.inspect_notebook(str(notebook)).items()}
 
 
 def resolve_stage(stage, known: list[str]) -> str:
@@ -314,20 +349,68 @@ def resolve_stage(stage, known: list[str]) -> str:
     return match[0]
 
 
-def refuse_undeclared(names, declared: set[str], what: str) -> None:
+def resolve_stage_keys(per_stage: dict, known: list[str]) -> dict:
+    """`stage_parameters` keyed by full stage names; "01" and "01_generate" (the file's, then -p's) merge in order."""
+    merged: dict = {}
+    for stage, given in per_stage.items():
+        merged.setdefault(resolve_stage(stage, known), {}).update(given)
+    return merged
+
+
+def refuse_undeclared(names, declared, what: str) -> None:
     """Refuse the first of `names` no notebook declares, with the close matches and what is declared."""
+    declared = set(declared)
     for name in sorted(set(names) - declared):
         close = difflib.get_close_matches(name, declared, n=3)
         hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else "."
         raise RunConfigError(f"{what} {name!r}{hint} Declared: {', '.join(sorted(declared - set(SET_BY_RUNNER)))}")
 
 
+def stage_values(config: dict, stage: str, declared) -> dict:
+    """What `stage` receives (run_dir and report_dir aside): the shared parameters it declares, then its own."""
+    given = {**config["parameters"], **config["stage_parameters"].get(stage, {})}
+    return {name: value for name, value in given.items() if name in declared}
+
+
+def check_parameters(config: dict, declared: dict[str, dict], resolved: list[str], log=print) -> None:
+    """Every parameter a stage would receive, checked before the first stage runs: its name (declared by a
+    notebook, or renamed: `RENAMED`) and its value (type and range: `paramspec.SPECS`).
+
+    `config["stage_parameters"]` is keyed by stage names resolved already; `declared`: {stage: {name:
+    default}} for every stage; `resolved`: the stages of this run (a shared parameter none of them
+    declares is noted through `log`). Stages outside this run are checked too: the file is wrong either way.
+    """
+    everywhere = set().union(*declared.values())
+    refuse_undeclared(config["parameters"], everywhere, "no notebook declares the parameter")
+    for stage, given in config["stage_parameters"].items():
+        for old, (new, why) in RENAMED.get(stage, {}).items():
+            if old in given and old not in declared[stage]:
+                raise RunConfigError(f"parameter {stage}.{old}: stage {stage} calls it {new} now ({why}); rename "
+                                     f"it in the parameters file or on the command line (-p {stage}.{new}=...)")
+        refuse_undeclared(given, declared[stage], f"stage {stage} has no parameters named")
+    for name in sorted(set(config["parameters"]) - set().union(*(declared[s] for s in resolved))):
+        users = [s for s in declared if name in declared[s]]
+        log(f"[workbench] note: {name} goes to no stage of this run (it is for {', '.join(users)})")
+    for stage, names in declared.items():
+        for name, value in stage_values(config, stage, names).items():
+            problem = value_problem(name, value, names[name])
+            if problem:
+                own = name in config["stage_parameters"].get(stage, {})
+                key = f"{stage}.{name}" if own else f"{name} (shared, given to stage {stage})"
+                raise RunConfigError(f"parameter {key}: {problem}. Fix it in the parameters file or on the "
+                                     f"command line (-p {stage + '.' if own else ''}{name}=...)")
+
+
 def check_run_dir(run_path: Path, notebook_dir: Path, stages: list[str]) -> None:
-    """Never write executed notebooks or artifacts over the workbench's own source."""
+    """Never write executed notebooks or artifacts over the workbench's own source, a checkout or tracked files."""
     for source in (notebook_dir.resolve(), PACKAGE):
         if run_path == source or source in run_path.parents:
             raise RunConfigError(f"run_dir {run_path} is (inside) {source}, the workbench's source; the run would "
                                  f"overwrite it. Give a folder of its own, e.g. --run-dir runs/my-run")
+    reason = why_not_a_run_dir(run_path)  # the checkout's root, a repository, a folder git tracks
+    if reason:
+        raise RunConfigError(f"run_dir {run_path} {reason}; a run there would write among files that are not "
+                             f"its own. Give a folder of its own, e.g. --run-dir runs/my-run (git ignores runs/)")
     for stage in stages:
         old = run_path / f"{stage}.ipynb"
         try:
