@@ -254,10 +254,27 @@ def save_confidence(run_dir, signals_by_aspect: Mapping[str, tuple]) -> dict:
     return levels
 
 
-def load_confidence(run_dir) -> dict:
-    """{aspect: levels} of decoders/confidence.json; {} for a run made before it existed (or without stage 04)."""
+def missing_confidence(run_dir) -> str | None:
+    """What to say when the run has decoders but no decoders/confidence.json (deleted, or made before it existed)."""
+    run = RunDir(run_dir)
+    if run.confidence.is_file() or not run.decoders.is_dir() or not any(run.decoders.iterdir()):
+        return None
+    return (f"{run.confidence} is missing: decoded texts show their round trip with no confidence level (high, "
+            "medium, low); re-run stage 04 (workbench run --stages 04), or rebuild it with "
+            "workbench.decode.decoding.calibrate_confidence(run_dir, corpus, aspects)")
+
+
+def load_confidence(run_dir, quiet: bool = False) -> dict:
+    """{aspect: levels} of decoders/confidence.json; {} without it (no stage 04, or a run made before it existed).
+
+    A run with decoders but no calibration says so (`missing_confidence`, a notice) unless quiet:
+    the caller then says it itself.
+    """
     path = RunDir(run_dir).confidence
     if not path.is_file():
+        missing = None if quiet else missing_confidence(run_dir)
+        if missing:
+            notice(missing)
         return {}
     try:
         levels = dict(json.loads(path.read_text()).get("aspects", {}))

@@ -32,7 +32,7 @@ from ..core.display import plot_matrix
 from ..core.models import resolve_model
 from ..data.views import collect_views, sample_in_order
 from ..decode.faithfulness import (BERTSCORE_LAYERS, decoding_report, confidence_check, load_confidence,
-                                   neighbour_density)
+                                   missing_confidence, neighbour_density)
 from ..embed.checkpoints import load_model
 from ..embed.distill import embed_corpus
 from ..embed.encoders import CONFIG_NAME
@@ -426,7 +426,8 @@ def held_out_decoding(decoders, unified: Mapping[str, np.ndarray], held, aspects
     is checked against the human summaries, with each paper's density taken among
     `all_embeddings` (every paper of the run, where a map's points lie).
 
-    Returns {"table", "examples", "reconstruction_cosine", "confidence"} (the last two may be absent).
+    Returns {"table", "examples", "reconstruction_cosine", "confidence", "warnings"} (the last three may be
+    absent; "warnings": a missing decoders/confidence.json, for the caller to say and record in metrics.json).
     """
     docs = held.docs.reset_index(drop=True)
     use = np.arange(min(eval_docs, len(docs)))
@@ -450,10 +451,37 @@ def held_out_decoding(decoders, unified: Mapping[str, np.ndarray], held, aspects
                                                    perplexity_docs=perplexity_docs)
     everyone = all_embeddings if all_embeddings is not None else unified
     check = confidence_check(out["examples"], {a: neighbour_density(emb[a], everyone[a]) for a in aspects},
-                             load_confidence(run_dir))
+                             load_confidence(run_dir, quiet=True))
     if len(check):
         out["confidence"] = check
+    missing = missing_confidence(run_dir)
+    if missing:
+        out["warnings"] = [f"confidence check skipped: {missing}"]
     return out
+
+
+def guard_section(run_dir, metrics) -> dict | None:
+    """Stage 03's check of each head against its encoder (unified_model/guard.json) as the "guard" section of
+    `metrics` (a `runmetrics.RunMetrics`); returns it, or None after a warning when the file is missing.
+
+    Stage 03 writes the file whatever it decides (a check skipped says why), so a run without it
+    lost it or predates it: metrics.json would otherwise come out without its guard section, unsaid.
+    Read here, not by guard.load_guard, whose module imports this package's health check (an import cycle).
+    """
+    path = RunDir(run_dir).guard
+    if not path.is_file():
+        metrics.warn(f"{path} is missing: stage 03's check of each head against its encoder is not in this "
+                     "evaluation (metrics.json has no \"guard\" section); re-run stage 03 (workbench run --stages "
+                     "03,04,05,06) to rebuild it")
+        return None
+    try:
+        guard = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(guard, dict):
+            raise ValueError(f"a JSON {type(guard).__name__}, not an object")
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{path} cannot be read as stage 03's guard report ({exc}); re-run stage 03") from None
+    metrics["guard"] = guard
+    return guard
 
 
 def decoding_reading(decoding: pd.DataFrame) -> str:

@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from ..core.files import write_json
+from ..core.progress import notice
 from ..core.rundir import METRICS_FILE
 
 
@@ -49,8 +50,12 @@ def jsonable(value):
 
 
 def _metrics_path(run_dir) -> Path:
+    """A run directory's metrics.json, or the path itself when it names a metrics file.
+
+    A folder is a run directory whatever its name: `x.json/` is one, not a file to write over.
+    """
     path = Path(run_dir)
-    return path if path.suffix == ".json" else path / METRICS_FILE
+    return path if path.suffix == ".json" and not path.is_dir() else path / METRICS_FILE
 
 
 class RunMetrics(dict):
@@ -61,7 +66,8 @@ class RunMetrics(dict):
         metrics.save(complete=True)                # the last write: every section is there
 
     A section changed in place (metrics["evaluation"]["backbone"] = ...) is written by the next
-    assignment or `save`.
+    assignment or `save`. `warn` records what the evaluation could not do as it should (a missing
+    artifact) in a "warnings" list, so metrics.json does not read as complete when it is not.
     """
 
     def __init__(self, run_dir, sections: Mapping | None = None):
@@ -76,6 +82,13 @@ class RunMetrics(dict):
     def update(self, *args, **kwargs):
         super().update(*args, **kwargs)
         self.save(complete=False)
+
+    def warn(self, text: str) -> None:
+        """Record a warning in the "warnings" section (once) and say it in the notebook and on the terminal."""
+        notice(text)
+        warnings = self.get("warnings", [])
+        if text not in warnings:
+            self["warnings"] = [*warnings, text]
 
     def save(self, complete: bool = True) -> Path:
         """Write every section now; `complete` says whether the evaluation has finished."""

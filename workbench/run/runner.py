@@ -8,16 +8,14 @@ namespace) or a fresh one per stage.
 While a stage runs, one line shows its cells done / total, the elapsed time and the running
 cell's own progress bar (or its last line of output): redrawn in place on a terminal, a plain
 line every 30 s in a log or a pipe (`Progress`). At the end a summary lists what each stage
-wrote into the run directory, its report and its time.
+wrote into the run directory, its report and its time. The reports (reports.py) go to a folder that
+belongs to this run; run.json (record.py) keeps every stage the run directory ever completed.
 """
 
 from __future__ import annotations
 
-import hashlib
 import html
-import json
 import os
-import platform
 import re
 import shutil
 import sys
@@ -25,15 +23,17 @@ import threading
 import time
 import warnings
 from functools import cache
-from importlib import metadata
 from pathlib import Path
 
 import yaml
 
-from ..core.files import RunLock, replace_from, write_json, write_text
+from ..core.files import RunLock, replace_from, write_text
 from ..core.progress import NOTICE
-from .runconfig import (NOTEBOOKS, OPTIONAL_STAGES, available_stages, check_run_dir, declared_parameters,
-                        load_params, refuse_undeclared, resolve_stage)
+from .record import record_stage
+from .reports import claim_report_dir, export_html
+from ..core.rundir import RunDir
+from .runconfig import (NOTEBOOKS, OPTIONAL_STAGES, available_stages, check_parameters, check_run_dir,
+                        declared_parameters, load_params, resolve_stage, resolve_stage_keys, stage_values)
 
 # Kept importable from here (they moved to runconfig.py).
 from .runconfig import PACKAGE, ROOT, RunConfigError, check_inputs, check_secret  # noqa: F401
@@ -293,7 +293,8 @@ def run_pipeline(params_file: str | os.PathLike | None = None, *, run_dir: str |
                  notebook_dir: Path = NOTEBOOKS, log=print, progress: bool = True,
                  kernel_per_stage: bool = False, kernel: Kernel | None = None, report_code: bool = False) -> dict:
     """Execute the chosen notebooks in order with papermill; returns {stage: {"notebook", "html", "seconds",
-    "artifacts"}}, also written to run.json in the run directory.
+    "artifacts"}} of the stages this call ran. run.json in the run directory keeps every stage the run directory
+    ever completed, each written as it completes, with what a re-run changed (record.py).
 
     Everything is checked before the first notebook starts (parameters, paths, the run directory).
     A stage that fails stops the run; its partly executed notebook is kept in the run directory
@@ -310,15 +311,12 @@ def run_pipeline(params_file: str | os.PathLike | None = None, *, run_dir: str |
     known = available_stages(notebook_dir)
     default = [s for s in known if s not in OPTIONAL_STAGES]
     resolved = [resolve_stage(stage, known) for stage in stages or config.get("stages") or default]
-    config["stage_parameters"] = {resolve_stage(k, known): v for k, v in config["stage_parameters"].items()}
+    config["stage_parameters"] = resolve_stage_keys(config["stage_parameters"], known)
     declared = {stage: declared_parameters(notebook_dir / f"{stage}.ipynb") for stage in known}
-    refuse_undeclared(config["parameters"], set().union(*declared.values()), "no notebook declares the parameter")
-    for stage, given in config["stage_parameters"].items():
-        refuse_undeclared(given, declared[stage], f"stage {stage} has no parameters named")
-    for name in sorted(set(config["parameters"]) - set().union(*(declared[s] for s in resolved))):
-        users = [s for s in known if name in declared[s]]
-        log(f"[workbench] note: {name} goes to no stage of this run (it is for {', '.join(users)})")
+    check_parameters(config, declared, resolved, log)  # names, types and ranges, before any stage runs
     check_run_dir(run_path, notebook_dir, resolved)
+    if report or any("report_dir" in declared[stage] for stage in resolved):
+        claim_report_dir(report_path, run_path)  # refused when it holds another run's reports (same folder name)
 
     run_path.mkdir(parents=True, exist_ok=True)
     # One run at a time in a run directory: a second one is refused here, before it writes anything.
@@ -327,12 +325,30 @@ def run_pipeline(params_file: str | os.PathLike | None = None, *, run_dir: str |
                            kernel_per_stage, kernel, report_code)
 
 
+def _keep_stage(stage: str, entry: dict, params: dict, run_path: Path, report_path: Path | None,
+                report_code: bool) -> dict:
+    """A stage that ran: its report exported (report_path None: none) and the stage added to run.json at once,
+    keeping every stage completed before (record.py); returns the entry. A write that fails names its file."""
+    written = run_path / "run.json"
+    try:
+        if report_path is not None:
+            written = report_path / f"{stage}.html"
+            entry["html"] = str(export_html(Path(entry["notebook"]), written, code=report_code))
+            written = run_path / "run.json"
+        record_stage(run_path, stage, entry, params)
+    except OSError as exc:
+        raise RuntimeError(f"stage {stage} ran, but {exc.filename or written} could not be written: "
+                           f"{exc.strerror or exc}") from None
+    return entry
+
+
 def _run_locked(config, run_path, report_path, resolved, declared, report, notebook_dir, log, progress,
                 kernel_per_stage, kernel, report_code=False) -> dict:
     """`run_pipeline` once its checks have passed and it holds the run directory's lock."""
     import papermill
     from nbclient.exceptions import DeadKernelError
 
+    RunDir(run_path).mark()  # with the first artifact: this folder is a run, and its caches are ours to clean
     write_text(run_path / "params.yaml", yaml.safe_dump({**config, "run_dir": str(run_path)}, sort_keys=False))
     engine = _register_engine()
     own_kernel = kernel is None
@@ -346,8 +362,7 @@ def _run_locked(config, run_path, report_path, resolved, declared, report, noteb
     try:
         for stage in resolved:
             source = notebook_dir / f"{stage}.ipynb"
-            params = {k: v for k, v in {**config["parameters"], **config["stage_parameters"].get(stage, {})}.items()
-                      if k in declared[stage]}
+            params = stage_values(config, stage, declared[stage])  # as check_parameters checked them
             params["run_dir"] = str(run_path)
             if "report_dir" in declared[stage]:  # stages that write their own report files (05's standalone map)
                 params["report_dir"] = str(report_path)
@@ -391,73 +406,11 @@ def _run_locked(config, run_path, report_path, resolved, declared, report, noteb
             entry = {"notebook": str(executed), "seconds": round(time.perf_counter() - t0, 1),
                      "artifacts": _written(before, _snapshot(run_path), run_path, (executed, kernel_log)),
                      "notices": list(watch.notices)}
-            if report:
-                html_path = report_path / f"{stage}.html"
-                try:
-                    entry["html"] = str(export_html(executed, html_path, code=report_code))
-                except OSError as exc:
-                    raise RuntimeError(f"stage {stage} ran, but its report {exc.filename or html_path} could not be "
-                                       f"written: {exc.strerror or exc}") from None
-            results[stage] = entry
+            results[stage] = _keep_stage(stage, entry, params, run_path, report_path if report else None, report_code)
             log(f"[workbench] {stage}: done in {_duration(entry['seconds'])}, {watch.done} cells")
     finally:
         if own_kernel:
             kernel.close()
-    write_json(run_path / "run.json", results)
     log(summary(results, run_path))
     return results
 
-
-def export_html(notebook: Path, html_path: Path, code: bool = False) -> Path:
-    """Export an executed notebook as a standalone HTML report (images inlined).
-
-    For a reader, not a developer: by default no code and no cell counters, the run's parameters
-    as one table at the top and where the results came from at the end (package versions, the
-    corpus file's hash, the parameters). code=True (`workbench run --report-code`) keeps the code.
-    """
-    import nbformat
-    from nbconvert import HTMLExporter
-
-    nb = nbformat.read(notebook, as_version=4)
-    params = nb.metadata.get("papermill", {}).get("parameters", {})
-    if not code:
-        nb.cells = [c for c in nb.cells if not (c.cell_type == "code" and {"parameters", "injected-parameters"}
-                                                & set(c.metadata.get("tags", [])))]
-        at = 1 if nb.cells and nb.cells[0].cell_type == "markdown" else 0  # after the notebook's title
-        nb.cells.insert(at, nbformat.v4.new_markdown_cell(_parameters_markdown(params)))
-        nb.cells.append(nbformat.v4.new_markdown_cell(_provenance_markdown(params)))
-    exporter = HTMLExporter(template_name="lab", exclude_input=not code, exclude_input_prompt=not code,
-                            exclude_output_prompt=not code)
-    body, _ = exporter.from_notebook_node(nb)
-    return write_text(html_path, body)
-
-
-def _parameters_markdown(params: dict) -> str:
-    """The run's parameters as one table: an HTML block (no Markdown is read inside it), every value escaped."""
-    def shown(value):
-        return html.escape(value if isinstance(value, str) else json.dumps(value, ensure_ascii=False))
-
-    rows = "".join(f"<tr><td><code>{html.escape(str(k))}</code></td><td>{shown(v)}</td></tr>" for k, v in params.items())
-    table = f"<table><tr><th>parameter</th><th>value</th></tr>{rows}</table>" if rows else "<p>the notebook's defaults</p>"
-    return f"<div class=\"wb-parameters\"><p><b>Parameters of this run</b></p>{table}</div>"
-
-
-def _provenance_markdown(params: dict) -> str:
-    """Where the results came from: versions, the corpus file's hash, the platform (escaped Markdown)."""
-
-    lines = []
-    for package in ("semcse-workbench", "torch", "transformers", "sentence-transformers", "scikit-learn",
-                    "openTSNE", "bokeh", "pandas", "numpy"):
-        try:
-            lines.append(f"{package} {metadata.version(package)}")
-        except metadata.PackageNotFoundError:
-            continue
-    corpus = params.get("corpus")
-    if isinstance(corpus, str) and Path(corpus).is_file():
-        digest = hashlib.sha256(Path(corpus).read_bytes()).hexdigest()[:16]
-        lines.append(f"corpus file {Path(corpus).name}, sha256 {digest}…")
-    elif corpus:
-        lines.append(f"corpus {corpus}")
-    lines.append(f"Python {platform.python_version()} on {platform.system()} {platform.machine()}")
-    return ("<div class=\"wb-provenance\"><p><b>Provenance</b>: " + "; ".join(html.escape(line) for line in lines)
-            + ".</p></div>")
