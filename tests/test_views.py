@@ -151,3 +151,36 @@ def test_stage_06_pairs_of_the_held_out_papers_raise_no_changed_corpus_warning(t
 
     with pytest.warns(UserWarning, match="not in the corpus"):
         collect_views(["challenge"], tmp_path, corpus.subset(where=corpus.docs["doc_id"] != train_id))
+
+
+def test_labelled_papers_are_kept_for_stage_06_even_when_stage_01_reads_the_whole_corpus(tmp_path):
+    """`subset: null` used to summarise, train on and check every labelled paper, leaving Table 2 against the
+    labels the few validation papers: a third of the labelled papers (up to 300) now stay with stage 06 alone."""
+    import pandas as pd
+    from workbench.data.corpus import Corpus
+    from workbench.data.views import labelled_held_out, trainable
+    from workbench.embed.guard import check_papers
+    from workbench.evaluate.report import evaluation_corpus
+
+    frame = pd.DataFrame({"doc_id": [f"p{i}" for i in range(150)], "title": "t",
+                          "abstract": [f"Abstract number {i}." for i in range(150)],
+                          "label_disease": [None if i % 5 == 0 else f"d{i % 3}" for i in range(150)],
+                          "summary_disease": [f"Disease of paper {i}." for i in range(150)]})
+    corpus = Corpus(frame)
+    kept = labelled_held_out(corpus)
+    assert len(kept) == 120 // 3 and all(int(d[1:]) % 5 for d in kept)  # labelled papers only
+    assert labelled_held_out(Corpus(frame.sample(frac=1, random_state=0))) == kept  # order does not matter
+    pool = trainable(corpus)  # what stage 01 summarises with subset: null
+    assert set(pool.ids) == set(corpus.ids) - kept
+    views = collect_views(["disease"], corpus=corpus, include_human=True)["disease"]
+    assert not kept & set(views.views) and len(views.views) == 150 - 40
+    others = [d for d in corpus.ids if d not in kept]
+    train, val = others[:90], others[90:]
+    assert not kept & set(check_papers(corpus, train, val, n=200))  # nor do they choose a head
+    run = tmp_path / "run"
+    RunDir(run).aspect_models.mkdir(parents=True)
+    RunDir(run).split_file.write_text(json.dumps({"train": train, "validation": val}))
+    assert set(evaluation_corpus(corpus, run, unseen=300).ids) == set(val) | kept
+    # A small corpus keeps its papers for training: a third of 60 labelled papers is under 30.
+    assert labelled_held_out(Corpus(frame.iloc[:75])) == set()
+    assert labelled_held_out(Corpus(frame.drop(columns="label_disease"))) == set()

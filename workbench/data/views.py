@@ -28,11 +28,20 @@ from ..generate.summaries import summaries_frame
 from ..core.rundir import RunDir
 
 HELD_OUT_SPLITS = ("test",)
+UNSEEN_LABELLED = 300  # labelled papers kept for stage 06 alone (`labelled_held_out`)
+MIN_UNSEEN_LABELLED = 30  # fewer: none are kept aside (Table 2 on so few papers says little, and training needs them)
 HUMAN_EXCLUDED_SPLITS = HELD_OUT_SPLITS  # the former name
 
 
 def held_out_ids(corpus, splits=HELD_OUT_SPLITS) -> set[str]:
-    """The ids of the corpus's papers in held-out splits, which no stage trains on.
+    """The ids of the papers no stage but 06 reads: those of held-out splits (`held_out_split_ids`) and
+    `labelled_held_out`."""
+    held = held_out_split_ids(corpus, splits)
+    return held | labelled_held_out(corpus)
+
+
+def held_out_split_ids(corpus, splits=HELD_OUT_SPLITS) -> set[str]:
+    """The ids of the corpus's papers in held-out splits, where stage 06 evaluates instead of the validation papers.
 
     None without a `split` column, and none when every paper is in a held-out split
     (``aclsum:test`` alone): then the user chose those papers to work with, and stage 06
@@ -43,6 +52,28 @@ def held_out_ids(corpus, splits=HELD_OUT_SPLITS) -> set[str]:
         return set()
     held = docs["split"].isin(splits)
     return set() if held.all() else set(docs.loc[held, "doc_id"].astype(str))
+
+
+def labelled_held_out(corpus, n: int = UNSEEN_LABELLED) -> set[str]:
+    """Papers with a `label_<aspect>` value kept from stages 01-05, for stage 06's Table 2 against the labels.
+
+    Without them, a run that summarises the whole corpus (`subset: null`) trains on or checks every
+    labelled paper, and Table 2 rests on the few dozen validation papers. Up to `n`, at most a third
+    of the labelled papers, and none where that third is under MIN_UNSEEN_LABELLED (a small corpus
+    needs its papers to train). Chosen by a hash of each id, not by position: a re-export in another
+    order, or with papers added, keeps a paper on the side it was on (unless the count changes).
+    """
+    docs = corpus.docs
+    labels = [c for c in docs.columns if str(c).startswith("label_")]
+    if not labels:
+        return set()
+    exclude = held_out_split_ids(corpus)  # papers of a held-out split are stage 06's already
+    labelled = [d for d, ok in zip(docs["doc_id"].astype(str), docs[labels].notna().any(axis=1)) if ok
+                and d not in exclude]
+    take = min(int(n), len(labelled) // 3)
+    if take < MIN_UNSEEN_LABELLED:
+        return set()
+    return set(sorted(labelled, key=lambda d: hashlib.sha1(d.encode("utf-8")).hexdigest())[:take])
 
 
 def sample_in_order(ids: list[str], n: int, seed: int = 0) -> list[str]:
@@ -132,6 +163,7 @@ def collect_views(aspects: list[str], run_dir=None, corpus=None, include_human: 
     if include_human and corpus is not None:
         docs = corpus.docs
         allowed = ~docs["split"].isin(exclude_splits) if "split" in docs else pd.Series(True, index=docs.index)
+        allowed &= ~docs["doc_id"].astype(str).isin(labelled_held_out(corpus))  # stage 06's labelled papers
         for aspect in aspects:
             summary, highlights = f"summary_{aspect}", f"highlights_{aspect}"
             for i in docs.index[allowed]:
