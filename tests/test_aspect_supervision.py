@@ -381,6 +381,9 @@ def test_the_guard_replaces_a_head_that_follows_another_aspect(guarded_run, caps
     method = report["aspects"]["method"]
     assert method["kept"] == "aspect file" and method["head"] < method["base"] < method["aspect file"]
     assert "less than the encoder" in method["verdict"] and "method" in capsys.readouterr().out
+    # The swapped sentences came from the aspect file that built the floor: the verdict cannot confirm itself.
+    assert method["verified"] is False and method["verdict"].startswith("unverified") and "label_method" in \
+        method["verdict"]
     assert load_guard(run) == json.loads(json.dumps(report))  # what stage 06 reads
     after = load_model(run.unified_model, run_dir=run)
     assert after.extra["guard"]["method"] == "aspect file"
@@ -459,7 +462,7 @@ def test_swapped_descriptions_are_caught_by_label_columns_and_the_base_is_kept(t
     assert report["checked"] and set(report["labels"]) == set(ASPECTS)
     for a in ("disease", "method"):
         row = report["aspects"][a]
-        assert row["checked by"] == f"label_{a}" and row["kept"] == "base", row
+        assert row["checked by"] == f"label_{a}" and row["kept"] == "base" and row["verified"] is True, row
         assert row["labels"]["head"] < row["labels"]["base"] - 1
         assert "less than the encoder" in row["verdict"] and "description" in row["verdict"]
     assert "disease" in capsys.readouterr().out

@@ -234,3 +234,17 @@ def test_an_aspect_swapped_alone_is_said_not_checked_and_the_head_kept():
     assert verdict["kept"] == "head" and verdict["verdict"].startswith("not checked")
     assert "nan" not in verdict["verdict"]
     assert probe_verdict({}, "a")["verdict"].startswith("not checked")
+
+
+def test_a_verdict_on_the_aspect_files_own_sentences_says_it_is_unverified():
+    """The floor and the sentences the probe swaps came from one aspect file: its verdict may not read as a finding."""
+    from workbench.embed.guard import guard_table, probe_verdict, unverified
+
+    matrix = {"a": {"a": 0.5, "floor:a": 4.0, "base": 1.0}, "b": {"a": 1.0, "floor:a": 0.4, "base": 1.0}}
+    verdict = probe_verdict(matrix, "a")
+    assert verdict["kept"] == "aspect file" and "verified" not in verdict
+    said = unverified(verdict, "a")
+    assert said["kept"] == "aspect file" and said["verified"] is False  # the decision stands, said as unverified
+    assert said["verdict"].startswith("unverified: ") and "label_a" in said["verdict"]
+    assert unverified(probe_verdict({}, "a"), "a")["verdict"].startswith("not checked")
+    assert not guard_table({"aspects": {"a": said}}).loc["a", "verified"]

@@ -29,6 +29,13 @@ aspect file itself (`aspectfile.sentence_marks`: the sentences stating each aspe
 probe cannot check (no pair of papers to swap, or no other aspect to compare with) is kept as
 trained and named in a notice.
 
+Evidence the floor did not use, or none. Where the swapped sentences come from the aspect file, they were
+chosen by the same descriptions that built the floor: a floor wrong about which sentences state an aspect
+passes that probe all the same (on a medical corpus the project never saw, it read 4 to 10 times as selective
+as the encoder while its labels put it below). Such a verdict is *unverified* (`"verified": false`): the
+decision stands, said as what it is, with what to add to verify it. Human highlights, stage 01's LLM sentence
+labels and the user's `label_<aspect>` columns are evidence of their own: their verdicts are verified.
+
 Where the corpus carries the user's own categories of an aspect (a `label_<aspect>` column),
 they decide instead: each of the three is scored by the per-paper Spearman of its cosine
 similarities against "shares the category" (Table 2's label truth) on the same papers, and
@@ -68,6 +75,7 @@ MARGIN = 0.0  # a head is kept when its selectivity is at least the base's plus 
 FLOOR_FACTOR = 2.0  # ... and more than 1 / FLOOR_FACTOR of the aspect-file head's
 LABEL_MARGIN = 1.0  # with label columns: another column must beat the head by this (Spearman x 100)
 MIN_LABELLED = 6  # papers with a label before the labels decide
+INDEPENDENT_MARKS = "human highlights or LLM sentence labels"  # marks the floor did not choose
 
 
 def floor_state(head, query: np.ndarray, bias: float, temperature: float = TEMPERATURE, blend: float = BLEND,
@@ -151,7 +159,7 @@ def aspect_sentences(corpus, aspects: Sequence[str], run_dir, features, prototyp
     except ValueError:
         marks = []
     if sum(1 for m in marks if all(m.get(a) for a in aspects)) >= 4:
-        return marks, "human highlights or LLM sentence labels"
+        return marks, INDEPENDENT_MARKS
     how = "calibrated to the corpus" if isinstance(prototypes, CalibratedScorer) else "zero-shot sentence scores"
     return sentence_marks(features, prototypes, boilerplate=boilerplate), f"the aspect file ({how})"
 
@@ -167,7 +175,7 @@ def probe_sentences(run_dir, corpus, aspect_set, aspects: Sequence[str]) -> tupl
     try:
         protos = aspect_prototypes(aspect_set, aspects, cache.vectors)
     except ValueError:  # an aspect the file says nothing about: only human or LLM labels can serve
-        return corpus_sentence_aspects(corpus, aspects, run), "human highlights or LLM sentence labels"
+        return corpus_sentence_aspects(corpus, aspects, run), INDEPENDENT_MARKS
     heads = list(model.heads.values()) if isinstance(model, PooledAspectModel) else []
     boiler = heads[0].boilerplate.cpu().numpy() if heads else None  # the guard's, where it set a floor
     return aspect_sentences(corpus, aspects, run, features, protos, boiler)
@@ -268,8 +276,11 @@ def check_heads(run_dir, corpus, aspect_set, aspects: Sequence[str], doc_ids: Se
         report = {"checked": False, "reason": probe["error"], "marks": source}
         write_json(run.guard, report)
         return report
+    for a in aspects:
+        results[a] = results[a] | ({"verified": True, "checked by": source} if source == INDEPENDENT_MARKS else
+                                   unverified(results[a], a))
     for a, verdict in labelled.items():  # the labels decide; the probe's selectivities stay beside them
-        results[a] = {**results[a], **verdict}
+        results[a] = {**results[a], **verdict, "verified": True}
     replaced = [a for a in aspects if results[a]["kept"] != "head"]
     report = {"checked": True, "marks": source, "papers": len(texts), "paper_ids": ids, "n_pairs": probe["n_pairs"],
               "blends": blends, "word_shares": word_shares, "boilerplate": len(boiler),
@@ -290,6 +301,19 @@ def check_heads(run_dir, corpus, aspect_set, aspects: Sequence[str], doc_ids: Se
         model.save_pretrained(run.unified_model, extra={"guard": {a: results[a]["kept"] for a in aspects}})
     write_json(run.guard, report)
     return report
+
+
+def unverified(result: dict, aspect: str) -> dict:
+    """A swap-probe verdict whose sentences the aspect file chose, said as unverified, with what would verify it.
+
+    The decision (what is kept) stands: without other evidence it is the best reading there is, but neither
+    its numbers nor its words may claim that a head follows the aspect."""
+    if result["verdict"].startswith("not checked"):
+        return {**result, "verified": False}
+    return {**result, "verified": False, "checked by": "the aspect file's own sentences",
+            "verdict": (f"unverified: {result['verdict']}. The swapped sentences were chosen by the aspect file that "
+                        f"also built its head, so this cannot confirm either; to verify, add a label_{aspect} column "
+                        "(your categories for some papers) or run stage 01 with an LLM that labels sentences")}
 
 
 def said_ratio(value: float) -> str:
@@ -374,5 +398,5 @@ def guard_table(report: dict):
             row["aspect file: sentences' share"] = report["blends"].get(a)
         if "word_shares" in report:  # nor, before phrases were pooled, a phrases' share
             row["aspect file: phrases' share"] = report["word_shares"].get(a)
-        rows[a] = {**row, "kept": r["kept"]}
+        rows[a] = {**row, "kept": r["kept"], "verified": r.get("verified")}
     return pd.DataFrame.from_dict(rows, orient="index")
