@@ -1,4 +1,4 @@
-"""The confidence shown beside a decoded text (workbench/decode/decoding.py): its rule, checked by hand."""
+"""The confidence shown beside a decoded text (workbench/decode/faithfulness.py): its rule, checked by hand."""
 
 import json
 
@@ -6,8 +6,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from workbench.decode.decoding import (confidence_check, confidence_label, confidence_level, confidence_levels,
-                                load_confidence, neighbour_density, save_confidence)
+from workbench.decode.decoding import (confidence_check, confidence_label, confidence_level, load_confidence,
+                                       neighbour_density)
+from workbench.decode.faithfulness import rank_calibration, save_confidence
 from workbench.core.rundir import RunDir
 
 
@@ -20,25 +21,24 @@ def test_neighbour_density_skips_the_point_itself_and_averages_the_k_nearest():
     assert got == pytest.approx(np.sort(sims)[-5:].mean(), abs=1e-6)
 
 
-def test_levels_are_terciles_of_the_standardised_sum():
-    rng = np.random.default_rng(1)
-    cos, dens = rng.uniform(0.2, 0.8, 60), rng.uniform(0.3, 0.9, 60)
-    levels = confidence_levels(cos, dens)
-    score = (cos - cos.mean()) / cos.std() + (dens - dens.mean()) / dens.std()  # by hand
-    assert levels["low_below"] == pytest.approx(np.quantile(score, 1 / 3))
-    assert levels["high_from"] == pytest.approx(np.quantile(score, 2 / 3))
-    got = [confidence_level(c, d, levels) for c, d in zip(cos, dens)]
-    assert 18 <= got.count("high") <= 22 and 18 <= got.count("low") <= 22  # a third each on its own papers
-    best = int(np.argmax(score))
-    assert confidence_label(cos[best], 1, 60, levels, dens[best]).startswith("high confidence (round-trip cosine")
-    assert confidence_label(0.5).startswith("confidence not calibrated")  # an old run: no level invented
+def test_levels_are_cut_on_the_rank_by_the_share_of_papers_nearer():
+    # 4,205 papers: high within the 10 nearest, low beyond the 50 nearest; 100 papers: 1 and 10.
+    levels = rank_calibration([1, 1, 2, 9, 10, 11, 50, 51, 300], 4205)
+    assert (levels["high_within"], levels["low_beyond"]) == (10, 50)
+    got = [confidence_level(r, 4205, levels) for r in (1, 10, 11, 50, 51, 300)]
+    assert got == ["high", "high", "medium", "medium", "low", "low"]
+    assert [confidence_level(r, 100, levels) for r in (1, 2, 10, 11)] == ["high", "medium", "medium", "low"]
+    assert levels["held out"]["high"] == {"papers": 5, "median rank": 2.0, "BERTScore": None}
+    assert confidence_label(1, 60, levels).startswith("high confidence: no other of the 60 papers")
+    assert confidence_label(5, 60).startswith("confidence not calibrated: 4 of the 60 papers")  # no level invented
     with pytest.raises(ValueError, match="at least 3"):
-        confidence_levels([0.5, 0.6], [0.5, 0.6])
+        rank_calibration([1, 2], 100)
 
 
 def test_calibration_file_round_trips_and_a_broken_one_is_refused(tmp_path):
     assert load_confidence(tmp_path) == {}
-    saved = save_confidence(tmp_path, {"a": ([0.1, 0.5, 0.9, 0.3], [0.2, 0.4, 0.6, 0.8]), "b": ([0.5], [0.5])})
+    frame = pd.DataFrame({"round-trip rank": [1, 5, 9, 3], "corpus size": 100})
+    saved = save_confidence(tmp_path, {"a": frame, "b": frame.head(1)})
     assert set(saved) == {"a"} and load_confidence(tmp_path) == saved  # b had too few papers: left out
     assert not list((RunDir(tmp_path).decoders).glob("*.tmp"))
     (RunDir(tmp_path).confidence).write_text(json.dumps({"aspects": {"a": {"cosine": 1}}}))
@@ -47,8 +47,8 @@ def test_calibration_file_round_trips_and_a_broken_one_is_refused(tmp_path):
 
 
 def test_confidence_check_groups_bertscores_by_level():
-    levels = confidence_levels([0.1, 0.2, 0.3, 0.4, 0.5, 0.6], [0.1, 0.2, 0.3, 0.4, 0.5, 0.6])
-    examples = {"a": pd.DataFrame({"round-trip cosine": [0.1, 0.6, 0.35], "bertscore": [0.4, 0.6, 0.5]})}
-    table = confidence_check(examples, {"a": np.array([0.1, 0.6, 0.35])}, levels={"a": levels}).set_index("level")
+    levels = rank_calibration([1, 2, 3], 30)
+    examples = {"a": pd.DataFrame({"round-trip rank": [1, 20, 2], "corpus size": 30, "bertscore": [0.6, 0.4, 0.5]})}
+    table = confidence_check(examples, levels={"a": levels}).set_index("level")
     assert table.loc["high", "BERTScore vs human summary"] == 0.6 and table.loc["low", "papers"] == 1
-    assert table.loc["medium", "BERTScore vs human summary"] == 0.5
+    assert table.loc["medium", "BERTScore vs human summary"] == 0.5 and table.loc["low", "median rank"] == 20

@@ -63,6 +63,6 @@ def test_a_corrupt_artifact_is_rebuilt_or_named(pristine, tmp_path, pattern, bre
     else:
         explorer = Explorer(run, docs, ASPECTS, perplexity=5.0, seed=0)
         html = explorer.on_tap(0.0, 0.0, 0)
-        assert "Decoded from its embedding" in html
+        assert "Nearest known statements to its embedding" in html
         if "confidence" in pattern:
             assert "confidence levels off" in capsys.readouterr().out and "not calibrated" in html

@@ -279,7 +279,7 @@ def _drive_the_pane(server: JupyterLab, browser: Browser, app: str, name: str, r
 
     # A tap on a paper: its title and its decoded aspects.
     index, title = _tap_paper(browser)
-    text = _wait_readout(browser, "Decoded from its embedding")
+    text = _wait_readout(browser, "Nearest known statements to its embedding")
     assert title[:40] in text and all(f"{a}:" in text for a in ASPECTS) and "confidence" in text
     _shot_of("03_paper_tapped")
 

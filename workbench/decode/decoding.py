@@ -37,21 +37,22 @@ import pandas as pd
 
 from .soft_prompt import CONFIG_NAME, HISTORY_NAME, DecoderConfig, EmbeddingDecoder
 from .decodertrain import DecoderTrainResult, train_decoder
-from .faithfulness import neighbour_density, round_trip, save_confidence
+from .faithfulness import round_trip, save_confidence
 from ..core.rundir import RunDir, aspect_model_dir, read_split
 from ..core.files import write_json
 from ..core.vectors import unit_rows
 
 # Kept importable from here (they moved to faithfulness.py).
 from .faithfulness import (BERTSCORE_LAYERS, BERTSCORE_MODEL, DENSITY_NEIGHBOURS,  # noqa: F401
-                           FAITHFULNESS_COUNTS, LOW_MEANS, bertscore, confidence_check, confidence_label,
-                           confidence_level, confidence_levels, confidence_score, decoding_report, derangement,
-                           describe_with_confidence, faithfulness_table, figure3_table, load_confidence)
+                           FAITHFULNESS_COUNTS, bertscore, confidence_check, confidence_label, confidence_level,
+                           decoding_report, derangement, describe_with_confidence, faithfulness_table,
+                           figure3_table, load_confidence, neighbour_density)
 from ..core.models import load_causal_lm
 from ..core.progress import notice
 from ..data.views import collect_views
 from ..embed.distill import embed_corpus, load_targets
-from .retrieval import FOLDER, build_memories, fingerprint, save_memories, load_retrieval_decoders
+from .retrieval import (CHECKS, FOLDER, KIND_GENERATED, build_memories, fingerprint, load_retrieval_decoders,
+                        save_memories)
 
 SHARED = "shared"
 DONE_NAME = "done.json"
@@ -73,6 +74,9 @@ class DecoderData:
     train_idx: list[int]
     val_idx: list[int]
     source: str = "unified"
+    # The unified embeddings of every paper of the corpus (source "unified"), among which the round trip
+    # ranks a decoded paper: the rank a tap on the map shows. None: ranked among `embeddings`.
+    corpus_embeddings: np.ndarray | None = field(default=None, repr=False)
 
     def fingerprint(self) -> str:
         """Hash of everything training depends on, so a re-run skips finished decoders."""
@@ -111,8 +115,10 @@ def decoder_data(run_dir, corpus, aspects: Sequence[str], source: str = "unified
         emb = embed_corpus(model_dir, corpus, run_dir, batch_size=batch_size, progress=False)
         row = {d: i for i, d in enumerate(corpus.docs["doc_id"].astype(str))}
         vectors = {a: {d: emb[a][i] for d, i in row.items()} for a in aspects}
+        everyone = {a: unit_rows(emb[a]) for a in aspects}
     elif source == "targets":
         vectors = load_targets(run_dir, list(aspects))
+        everyone = {}
     else:
         raise ValueError(f"source must be 'unified' or 'targets', not {source!r}")
     out = {}
@@ -125,7 +131,8 @@ def decoder_data(run_dir, corpus, aspects: Sequence[str], source: str = "unified
                         else np.zeros((0, 1), np.float32)),
             texts=[list(views[aspect].views[d]) for d in items],
             train_idx=[i for i, d in enumerate(items) if d not in val],
-            val_idx=[i for i, d in enumerate(items) if d in val], source=source)
+            val_idx=[i for i, d in enumerate(items) if d in val], source=source,
+            corpus_embeddings=everyone.get(aspect))
     return out
 
 
@@ -210,27 +217,32 @@ def train_decoders(run_dir, corpus, aspects: Sequence[str], config: DecoderConfi
 
 
 def build_retrieval_decoders(run_dir, corpus, aspects: Sequence[str], lm: str = "smollm2-135m-instruct",
-                             k: int = 8, context: int = 3, force: bool = False, progress: bool = False) -> dict:
-    """The training-free decoder: every known statement per aspect, embedded once (decoders/retrieval/).
+                             k: int = 8, context: int = 3, force: bool = False, progress: bool = False,
+                             aspect_set=None) -> dict:
+    """The training-free decoder: the statements worth showing per aspect, embedded once (decoders/retrieval/).
 
-    Only the run's train and validation papers enter the memory. Skipped when the
-    statements, their embeddings and the settings are unchanged. Returns a summary per
-    aspect (statements, papers, sources) for the notebook's table.
+    Only the run's train and validation papers enter the memory: their human statements, the LLM
+    answers the grounding check kept, none with a prompt artefact (with `aspect_set`, the run's
+    aspect file, also none that carries its example sentences), and, for a paper with none of
+    those, its own sentence for the aspect (`retrieval.build_memories`). Skipped when the
+    statements, their embeddings and the settings are unchanged. Returns a summary per aspect
+    (statements, papers, sources, and what was left out) for the notebook's table.
     """
     folder = RunDir(run_dir).decoders / FOLDER
-    memories = build_memories(run_dir, corpus, aspects, progress=progress)
+    memories = build_memories(run_dir, corpus, aspects, progress=progress, aspect_set=aspect_set)
     empty = [a for a, m in memories.items() if not m.texts]
     if empty:
         raise ValueError(f"aspects {empty} have no known statement in the train or validation papers; "
                          "generate summaries (stage 01) for more documents or drop those aspects")
-    settings = {"lm": str(lm), "k": int(k), "context": int(context)}
+    settings = {"lm": str(lm), "k": int(k), "context": int(context), "checks": CHECKS}
     done = folder / DONE_NAME
     if force or not done.is_file() or json.loads(done.read_text()).get("fingerprint") != fingerprint(memories, settings):
         done.unlink(missing_ok=True)  # a folder without done.json is incomplete, should this be killed
         written = save_memories(folder, memories, settings)
         write_json(done, {"fingerprint": written, "settings": settings}, indent=None)
     return {a: {"statements": len(m.texts), "papers": len(set(m.doc_ids)),
-                **{s: m.sources.count(s) for s in sorted(set(m.sources))}} for a, m in memories.items()}
+                **{s: m.sources.count(s) for s in sorted(set(m.sources))},
+                "left out": sum(m.left_out.values())} for a, m in memories.items()}
 
 
 def set_default_decoder(run_dir, kind: str) -> None:
@@ -250,10 +262,12 @@ def set_default_decoder(run_dir, kind: str) -> None:
 class Decoder(Protocol):
     """What every decoder of one aspect offers the stages after 04 (maps, evaluation): the one interface.
 
-    `statements` gives, per embedding, {"text", "doc_id", "cosine"}: doc_id is the paper the
-    text is taken from where the decoder takes known statements (`names_sources`), else None
-    (written by the LM); cosine is the text's similarity to the embedding where the decoder
-    knows it, else NaN (-inf: every candidate was excluded). `describe` is the same as text
+    `statements` gives, per embedding, {"text", "doc_id", "cosine"} and, optionally, "kind": doc_id
+    is the one paper the text is taken from where the decoder takes known statements
+    (`names_sources`; kind "nearest known statement"), else None (written by the LM; kind
+    "generated", assumed where a decoder gives no kind and no paper); cosine is the text's
+    similarity to the embedding where the decoder knows it, else NaN (-inf: every candidate was
+    excluded). `describe` is the same as text
     lists, `perplexities` scores reference texts given embeddings (Table 3).
     """
 
@@ -300,9 +314,11 @@ class AspectDecoder:
 
     def statements(self, embeddings, exclude=None, rewrite: bool = False, max_new_tokens: int = 48,
                    **sampling) -> list[dict]:
-        """The first candidate per embedding as {"text", "doc_id": None, "cosine": NaN} (the `Decoder` interface)."""
+        """The first candidate per embedding as {"text", "doc_id": None, "kind": "generated", "cosine": NaN}
+        (the `Decoder` interface)."""
         found = self.describe(embeddings, exclude, max_new_tokens=max_new_tokens, **sampling)
-        return [{"text": c[0] if c else "", "doc_id": None, "cosine": float("nan")} for c in found]
+        return [{"text": c[0] if c else "", "doc_id": None, "kind": KIND_GENERATED, "cosine": float("nan")}
+                for c in found]
 
     def perplexity(self, embeddings, texts: Sequence[str], batch_size: int = 8, exclude=None) -> float:
         """Perplexity of texts[i] given embeddings[i]; embeddings=None is the unconditioned control."""
@@ -418,22 +434,24 @@ def plot_loss_curves(history: pd.DataFrame, ax=None, title: str = "decoder valid
 def calibrate_confidence(run_dir, corpus, aspects: Sequence[str], doc_ids: Sequence[str] | None = None,
                          max_new_tokens: int = 48) -> dict:
     """Decode the given papers (default: the run's validation papers) from their unified embeddings, their own
-    statements hidden, and save the levels from the round trips. Stage 04 saves them from its own faithfulness
-    pass instead (`save_confidence`), which decodes the same way; this is for a run without that pass."""
+    statements hidden, rank each among the whole corpus for its text and save the levels' figures. Stage 04 saves
+    them from its own faithfulness pass instead (`save_confidence`), which decodes the same way (and adds the
+    BERTScore against the papers' own statements); this is for a run without that pass."""
     run_dir = Path(run_dir)
     doc_ids = [str(d) for d in (doc_ids if doc_ids is not None else read_split(run_dir)[1])]
     position = {str(d): i for i, d in enumerate(corpus.ids)}
     rows = [position[d] for d in doc_ids]
     emb = embed_corpus(RunDir(run_dir).unified_model, corpus, run_dir, progress=False)
     decoders = load_decoders(run_dir, aspects)
-    cosines = {}
+    ranked = {}
     for a in aspects:
-        vectors = unit_rows(emb[a])[rows]
-        texts = [c[0] if c else "" for c in decoders[a].describe(vectors, exclude=doc_ids, greedy=True,
-                                                                  max_new_tokens=max_new_tokens)]
-        cosines[a] = (round_trip(texts, vectors, aspect_model_dir(run_dir, a), a)["cosine"].to_numpy(),
-                      neighbour_density(vectors, emb[a]))
-    return save_confidence(run_dir, cosines)
+        everyone = unit_rows(emb[a])
+        vectors = everyone[rows]
+        texts = [c[0] if c else "" for c in decoders[a].describe(vectors, exclude=[[d] for d in doc_ids],
+                                                                  greedy=True, max_new_tokens=max_new_tokens)]
+        rt = round_trip(texts, vectors, aspect_model_dir(run_dir, a), a, everyone)
+        ranked[a] = pd.DataFrame({"round-trip rank": rt["rank"], "corpus size": rt["corpus size"]})
+    return save_confidence(run_dir, ranked)
 
 
 @dataclass
@@ -459,7 +477,9 @@ def evaluate_decoders(run_dir, data: Mapping[str, DecoderData], aspects: Sequenc
     (the shuffled control needs two).
     """
     run = RunDir(run_dir)
-    corpus_vectors = {a: data[a].embeddings for a in aspects}
+    # The round trip ranks a paper among every paper of the corpus, as a tap on the map does.
+    corpus_vectors = {a: data[a].embeddings if data[a].corpus_embeddings is None else data[a].corpus_embeddings
+                      for a in aspects}
     metrics, examples, skipped = {}, {}, []
     for kind in kinds:
         found = load_decoders(run, aspects, device=device,
@@ -479,8 +499,5 @@ def evaluate_decoders(run_dir, data: Mapping[str, DecoderData], aspects: Sequenc
                 sampling={"max_new_tokens": max_new_tokens}, bertscore_model=bertscore_model, seed=seed,
                 exclude=[d.doc_ids[i] for i in picked], perplexity_docs=perplexity_docs)
     write_json(run.decoder_metrics, {f"{a}/{k}": m for (a, k), m in metrics.items()}, indent=2)
-    levels = save_confidence(run, {
-        a: (ex["round-trip cosine"], neighbour_density(data[a].embeddings[data[a].val_idx[:eval_docs]],
-                                                       corpus_vectors[a]))
-        for (a, k), ex in examples.items() if k == default_kind and "round-trip cosine" in ex})
+    levels = save_confidence(run, {a: ex for (a, k), ex in examples.items() if k == default_kind})
     return DecodingEvaluation(faithfulness_table(metrics), examples, levels, skipped)

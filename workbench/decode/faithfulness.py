@@ -3,8 +3,9 @@
 Round trip. A decoded text is embedded again by the aspect's own model (stage 02); its
 cosine to the embedding it was decoded from, and where that embedding's document ranks
 among the corpus for it, need no reference text, so they score decodings of arbitrary
-points too. `confidence_label` reports them next to each decoded text, with a level
-calibrated on the run's validation papers (`save_confidence`, `load_confidence`).
+points too. `confidence_label` reports the rank next to each decoded text, with a level
+that is a function of the rank (high, medium, low: `rank_level`), measured on the run's
+validation papers by stage 04 (`save_confidence`, `load_confidence`).
 
 A decoder here is what `decoding.load_decoders` returns: an object with `describe` and
 `perplexities` (`decoding.AspectDecoder`), or a retrieval decoder, which also has `decode`.
@@ -13,7 +14,6 @@ A decoder here is what `decoding.load_decoders` returns: an object with `describ
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -26,6 +26,7 @@ from ..core.progress import notice
 from ..core.rundir import RunDir
 from ..core.vectors import unit_rows
 from ..embed.checkpoints import is_model, load_model
+from .retrieval import KIND_GENERATED, KIND_NEAREST
 
 BERTSCORE_MODEL = "mpnet"  # the fixed reference encoder the workbench never trains
 BERTSCORE_LAYERS = {"mpnet": 9, "minilm": 6}  # OFFLINE_ASSETS: layers that bert-score uses for these
@@ -171,6 +172,7 @@ def decoding_report(decoder, embeddings, references: Sequence[Sequence[str]], as
                         corpus_embeddings if corpus_embeddings is not None else emb)
         examples["round-trip cosine"] = rt["cosine"].to_numpy()
         examples["round-trip rank"] = rt["rank"].to_numpy()
+        examples["corpus size"] = rt["corpus size"].to_numpy()  # the papers the rank is among (confidence levels)
         metrics.update({"round-trip cosine": float(rt["cosine"].mean()), "round-trip rank": float(rt["rank"].mean()),
                         "round-trip MRR": float(np.mean(1.0 / rt["rank"])), "corpus size": int(rt["corpus size"][0])})
     return metrics, examples
@@ -193,21 +195,31 @@ def faithfulness_table(metrics: Mapping[tuple[str, str], Mapping]) -> pd.DataFra
 
 # ---------------------------------------------------------------- confidence of a decoded text
 #
-# The rule, two signals, each standardised on the run's own validation papers (decoded by stage 04
-# the way a tap decodes a paper: its own statements hidden):
-#   round trip  the decoded text embedded again by the aspect model, cosine to the embedding it came from;
-#   density     the mean cosine of that embedding to its 10 nearest papers of the corpus (a point among
-#               papers is described from statements about papers like it; an outlying one is not).
-# score = z(round trip) + z(density); high: as high as the best third of the validation papers' scores,
-# low: as low as the worst third, medium between. Fixed cosine cut-offs cannot work: how close a text
-# comes back depends on the encoder, the heads and the decoder (with the retrieval decoder every tap on
-# the demo read "low"). On ACLSum's held-out papers the decodings marked high are nearer their human
-# summaries (BERTScore) than those marked low for every aspect (docs/results.md; stage 06 checks it).
+# What a reader can check is the *rank*: the text, embedded again by the aspect's model (stage 02), and
+# the map's papers; rank = 1 + the number of papers whose embedding is nearer the text than the point it
+# was decoded from (a tapped paper, an empty spot, a placed abstract). Rank 1: no paper is nearer the text
+# than that point. The level is a function of the rank alone:
+#   high    rank <= high_within  (at most HIGH_SHARE of the papers, and at most HIGH_MAX)
+#   low     rank >  low_beyond   (more than LOW_SHARE of the papers, or more than LOW_MAX)
+#   medium  between.
+# On 4,205 papers: high within the 10 nearest papers, low beyond the 50 nearest, so a text with hundreds of
+# papers nearer than the tapped one reads low. Stage 04 measures the levels on the run's validation papers,
+# decoded as a tap decodes a paper (its own statements hidden): per level, how many, their median rank and
+# their BERTScore against the paper's own statements (the held-out agreement), in decoders/confidence.json.
+# The thresholds follow the size of the map the text is shown on (`rank_thresholds`); an entry's high_within
+# and low_beyond record them at stage 04's corpus size. An older confidence.json (a round-trip and density
+# score cut at terciles, which read "high" with hundreds of papers nearer) still loads; its levels are then
+# read from the rank too, with a notice.
 
+HIGH_SHARE, HIGH_MAX = 0.01, 10
+LOW_SHARE, LOW_MAX = 0.1, 50
+LEVELS = ("high", "medium", "low")
+RULE = (f"rank of the point among all papers for the text: high within the nearest {HIGH_SHARE:.0%} (at most "
+        f"{HIGH_MAX}), low beyond the nearest {LOW_SHARE:.0%} (at most {LOW_MAX}); figures of the run's validation "
+        "papers, decoded with their own statements hidden")
+OLD_FIELDS = ("cosine", "density", "low_below", "high_from")  # an older calibration's rule
+RANK_FIELDS = ("high_within", "low_beyond")
 DENSITY_NEIGHBOURS = 10
-LOW_MEANS = ("low confidence: the text, embedded again, lands far from this point, or the point lies away from "
-             "the papers, compared with decodings of the run's validation papers; read it as a hint and check the "
-             "nearest papers")
 
 
 def neighbour_density(vectors, corpus, k: int = DENSITY_NEIGHBOURS) -> np.ndarray:
@@ -219,38 +231,98 @@ def neighbour_density(vectors, corpus, k: int = DENSITY_NEIGHBOURS) -> np.ndarra
     return np.where(np.isfinite(top), top, np.nan).mean(axis=1) if len(top) else np.zeros(0)
 
 
-def confidence_levels(cosines, densities) -> dict:
-    """The rule's standardisation and cut-offs from validation papers' round trips and densities."""
-    cos, dens = np.asarray(cosines, dtype=float), np.asarray(densities, dtype=float)
-    if cos.shape != dens.shape:
-        raise ValueError(f"{len(cos)} round trips but {len(dens)} densities")
-    keep = np.isfinite(cos) & np.isfinite(dens)
-    cos, dens = cos[keep], dens[keep]
-    if len(cos) < 3:
-        raise ValueError(f"calibrating the confidence needs at least 3 decoded papers, got {len(cos)}")
-    levels = {"cosine": [float(cos.mean()), float(cos.std() or 1.0)],
-              "density": [float(dens.mean()), float(dens.std() or 1.0)], "papers": int(len(cos))}
-    low, high = np.quantile(confidence_score(cos, dens, levels), [1 / 3, 2 / 3])
-    return {**levels, "low_below": float(low), "high_from": float(high)}
+def rank_thresholds(corpus_size: int) -> tuple[int, int]:
+    """(high_within, low_beyond) on a map of `corpus_size` papers: high at rank <= high_within, low above low_beyond."""
+    n = int(corpus_size)
+    high = max(1, min(HIGH_MAX, int(np.floor(HIGH_SHARE * n))))
+    return high, max(high, min(LOW_MAX, int(round(LOW_SHARE * n))))
 
 
-def confidence_score(cosine, density, levels: Mapping):
-    """z(round trip) + z(density), standardised on the validation papers (`confidence_levels`)."""
-    (cm, cs), (dm, ds) = levels["cosine"], levels["density"]
-    return (np.asarray(cosine, dtype=float) - cm) / cs + (np.asarray(density, dtype=float) - dm) / ds
+def rank_level(rank, corpus_size) -> str | None:
+    """"high", "medium" or "low" for a point of rank `rank` among `corpus_size` papers; None where one is unknown."""
+    if rank is None or corpus_size is None or not np.isfinite(float(rank)) or not int(corpus_size):
+        return None
+    high, low = rank_thresholds(corpus_size)
+    return "high" if rank <= high else "low" if rank > low else "medium"
 
 
-def save_confidence(run_dir, signals_by_aspect: Mapping[str, tuple]) -> dict:
-    """Write decoders/confidence.json from stage 04's (round trips, densities) per aspect (fewer than 3 papers: left out)."""
+def levels_line(corpus_size: int, point: str = "paper") -> str:
+    """The pane's one line on what the levels mean on a map of `corpus_size` papers."""
+    high, low = rank_thresholds(corpus_size)
+    medium = f"medium = {high} to {low - 1}, " if low > high else ""
+    return (f"Confidence is the rank of this {point} among all {int(corpus_size):,} papers for the text, embedded "
+            f"again by the aspect's model: high = {'no' if high == 1 else f'at most {high - 1}'} other papers "
+            f"nearer the text than this {point}, {medium}low = {low} or more.")
+
+
+def held_out_line(levels_by_aspect: Mapping[str, Mapping]) -> str:
+    """Stage 04's figures behind the levels, per aspect: how many validation papers (decoded with their own
+    statements hidden) reached each level and their BERTScore against their own statements; "" where none."""
+    parts, older = [], []
+    for aspect, levels in levels_by_aspect.items():
+        if not levels:
+            continue
+        if not is_rank_calibration(levels):
+            older.append(aspect)
+            continue
+        held = levels.get("held out") or {}
+        figures = []
+        for name in LEVELS:
+            got = held.get(name) or {}
+            score = got.get("BERTScore")
+            figures.append(f"{name} {int(got.get('papers') or 0)}" + (f" ({score:.2f})" if score is not None else ""))
+        parts.append(f"{aspect}: {', '.join(figures)}")
+    line = ""
+    if parts:
+        line = ("Stage 04's validation papers, decoded with their own statements hidden, per level (BERTScore "
+                "against their own statements): " + "; ".join(parts) + ".")
+    if older:
+        line += (" " if line else "") + (f"The calibration of {', '.join(older)} is an older one (round trip and "
+                                         "density): re-run stage 04 for these figures.")
+    return line
+
+
+def rank_calibration(ranks, corpus_size: int, agreement=None) -> dict:
+    """An aspect's entry of confidence.json from its validation papers' ranks among `corpus_size` papers and, where
+    measured, their agreement (BERTScore of the decoding against the paper's own statements)."""
+    ranks = np.asarray(ranks, dtype=float)
+    agree = np.full(len(ranks), np.nan) if agreement is None else np.asarray(agreement, dtype=float)
+    keep = np.isfinite(ranks)
+    ranks, agree = ranks[keep], agree[keep]
+    if len(ranks) < 3:
+        raise ValueError(f"calibrating the confidence needs at least 3 decoded papers, got {len(ranks)}")
+    high, low = rank_thresholds(corpus_size)
+    level = np.array([rank_level(r, corpus_size) for r in ranks])
+    held = {}
+    for name in LEVELS:
+        picked = level == name
+        scores = agree[picked][np.isfinite(agree[picked])]
+        held[name] = {"papers": int(picked.sum()),
+                      "median rank": float(np.median(ranks[picked])) if picked.any() else None,
+                      "BERTScore": float(scores.mean()) if len(scores) else None}
+    return {"papers": int(len(ranks)), "corpus size": int(corpus_size), "high_within": high, "low_beyond": low,
+            "held out": held}
+
+
+def is_rank_calibration(levels: Mapping) -> bool:
+    """Whether an aspect's calibration is this rule's (rank thresholds), not an older one's."""
+    return all(k in levels for k in RANK_FIELDS)
+
+
+def save_confidence(run_dir, held_out: Mapping[str, pd.DataFrame]) -> dict:
+    """Write decoders/confidence.json from stage 04's decoded validation papers, {aspect: frame} with the columns
+    "round-trip rank", "corpus size" and, optionally, "bertscore" (`decoding_report`'s examples). An aspect with
+    fewer than 3 ranked papers is left out, with a notice."""
     levels = {}
-    for aspect, (cosines, densities) in signals_by_aspect.items():
+    for aspect, frame in held_out.items():
         try:
-            levels[aspect] = confidence_levels(cosines, densities)
+            if "round-trip rank" not in frame or "corpus size" not in frame or not len(frame):
+                raise ValueError("no paper was ranked (no aspect model, or no corpus to rank among)")
+            levels[aspect] = rank_calibration(frame["round-trip rank"], int(frame["corpus size"].iloc[0]),
+                                              frame["bertscore"] if "bertscore" in frame else None)
         except ValueError as exc:
-            notice(f"{aspect}: confidence not calibrated ({exc}); its decodings show the round trip only")
-    write_json(RunDir(run_dir).confidence,
-               {"rule": "z(round-trip cosine) + z(density of the 10 nearest papers), terciles of the validation "
-                        "papers", "aspects": levels}, indent=1)
+            notice(f"{aspect}: confidence not calibrated ({exc}); its decodings show their rank with no level")
+    write_json(RunDir(run_dir).confidence, {"rule": RULE, "aspects": levels}, indent=1)
     return levels
 
 
@@ -259,16 +331,29 @@ def missing_confidence(run_dir) -> str | None:
     run = RunDir(run_dir)
     if run.confidence.is_file() or not run.decoders.is_dir() or not any(run.decoders.iterdir()):
         return None
-    return (f"{run.confidence} is missing: decoded texts show their round trip with no confidence level (high, "
+    return (f"{run.confidence} is missing: decoded texts show their rank with no confidence level (high, "
             "medium, low); re-run stage 04 (workbench run --stages 04), or rebuild it with "
             "workbench.decode.decoding.calibrate_confidence(run_dir, corpus, aspects)")
+
+
+def _check_levels(value) -> None:
+    """Raise (KeyError, TypeError, ValueError) where an aspect's entry is neither this rule's nor an older one's."""
+    if not isinstance(value, Mapping):
+        raise TypeError(f"an aspect's entry is a {type(value).__name__}, not a mapping")
+    if is_rank_calibration(value):
+        if int(value["high_within"]) < 1 or int(value["low_beyond"]) < int(value["high_within"]):
+            raise ValueError(f"rank thresholds {value['high_within']}, {value['low_beyond']} are out of order")
+        return
+    (cm, cs), (dm, ds) = value["cosine"], value["density"]  # an older calibration: its fields must be whole
+    [float(x) for x in (cm, cs, dm, ds, value["low_below"], value["high_from"])]
 
 
 def load_confidence(run_dir, quiet: bool = False) -> dict:
     """{aspect: levels} of decoders/confidence.json; {} without it (no stage 04, or a run made before it existed).
 
     A run with decoders but no calibration says so (`missing_confidence`, a notice) unless quiet:
-    the caller then says it itself.
+    the caller then says it itself. An older calibration (round trip and density) loads too; unless
+    quiet, a notice says that its levels are now read from the rank, without held-out figures.
     """
     path = RunDir(run_dir).confidence
     if not path.is_file():
@@ -279,90 +364,110 @@ def load_confidence(run_dir, quiet: bool = False) -> dict:
     try:
         levels = dict(json.loads(path.read_text()).get("aspects", {}))
         for value in levels.values():
-            confidence_score(0.0, 0.0, value)  # every field the rule needs is there
+            _check_levels(value)
     except (json.JSONDecodeError, UnicodeDecodeError, AttributeError, KeyError, TypeError, ValueError) as exc:
         raise ValueError(f"{path} is not a confidence calibration ({exc}); re-run stage 04") from exc
+    older = sorted(a for a, v in levels.items() if not is_rank_calibration(v))
+    if older and not quiet:
+        notice(f"{path} is an older calibration (round trip and density) for {', '.join(older)}: the levels shown "
+               "are from the rank alone (high, medium, low as the pane says), without held-out figures; re-run "
+               "stage 04 (workbench run --stages 04) to measure them on the run's validation papers")
     return levels
 
 
-def confidence_level(cosine: float, density: float | None, levels: Mapping | None) -> str | None:
-    """"high", "medium" or "low" by the calibrated rule; None without a calibration or a density."""
-    if not levels or density is None or not np.isfinite(density):
+def confidence_level(rank, corpus_size, levels: Mapping | None) -> str | None:
+    """"high", "medium" or "low" by the rank (`rank_level`); None without a calibration of the aspect, or a rank."""
+    if not levels:
         return None
-    score = float(confidence_score(cosine, density, levels))
-    return "high" if score >= levels["high_from"] else "low" if score < levels["low_below"] else "medium"
+    return rank_level(rank, corpus_size)
 
 
-def confidence_label(cosine: float, rank: int | None = None, corpus_size: int | None = None,
-                     levels: Mapping | None = None, density: float | None = None) -> str:
-    """A short human reading of a decoded text's confidence, shown next to it.
+def confidence_label(rank, corpus_size, levels: Mapping | None = None, point: str = "paper") -> str:
+    """A short human reading of a decoded text's confidence, shown next to it: its level and its rank in words.
 
-    levels: the aspect's calibration (`load_confidence`) and density: the point's
-    `neighbour_density`; without them the round trip is shown with no level. With a rank: how
-    many of the corpus's papers the decoded text, embedded again, is nearer to than to the
-    embedding it was decoded from (none: it points straight back).
+    rank: 1 + how many of the `corpus_size` papers are nearer the text, embedded again, than the
+    point it was decoded from (`round_trip`); levels: the aspect's calibration (`load_confidence`),
+    without which the rank is shown with no level.
     """
-    where = ""
-    if rank is not None and corpus_size:
-        nearer = int(rank) - 1
-        where = (f"; no paper of {int(corpus_size)} is nearer the text" if nearer == 0 else
-                 f"; {nearer} of {int(corpus_size)} papers {'is' if nearer == 1 else 'are'} nearer the text")
-    level = confidence_level(cosine, density, levels)
+    if rank is None or corpus_size is None or not np.isfinite(float(rank)):
+        return "confidence unknown: the run has no aspect model to embed the text again (stage 02)"
+    nearer, n = int(rank) - 1, f"{int(corpus_size):,}"
+    where = (f"no other of the {n} papers is nearer this text than this {point}" if nearer == 0 else
+             f"{nearer:,} of the {n} papers {'is' if nearer == 1 else 'are'} nearer this text than this {point}")
+    level = confidence_level(rank, corpus_size, levels)
     if level is None:
-        return f"confidence not calibrated (round-trip cosine {cosine:.2f}{where}; re-run stage 04 to calibrate)"
-    return f"{level} confidence (round-trip cosine {cosine:.2f}{where})"
+        return f"confidence not calibrated: {where} (re-run stage 04 to calibrate)"
+    return f"{level} confidence: {where}"
 
 
-def confidence_check(examples: Mapping[str, pd.DataFrame], densities: Mapping[str, np.ndarray],
-                     levels: Mapping[str, Mapping]) -> pd.DataFrame:
-    """Whether the calibrated levels mean something on held-out papers: per aspect and level, the papers and
-    their mean BERTScore against their human summaries (stage 06's decoding examples; densities[aspect][i]
-    of example row i). Confident decodings should score higher than low ones."""
+def confidence_check(examples: Mapping[str, pd.DataFrame], densities=None,
+                     levels: Mapping[str, Mapping] | None = None) -> pd.DataFrame:
+    """Whether the levels mean something on held-out papers: per aspect and level, the papers, their median rank and
+    their mean BERTScore against their human summaries (stage 06's decoding examples, with "round-trip rank" and
+    "corpus size"). Confident decodings should score higher than low ones. densities: accepted from callers of
+    the older rule, unused (the level follows the rank)."""
     rows = []
     for aspect, frame in examples.items():
-        if aspect not in levels or "round-trip cosine" not in frame or aspect not in densities:
+        if aspect not in (levels or {}) or "round-trip rank" not in frame:
             continue
-        level = [confidence_level(float(c), float(d), levels[aspect])
-                 for c, d in zip(frame["round-trip cosine"], densities[aspect])]
-        for name in ("high", "medium", "low"):
-            picked = frame.loc[[lv == name for lv in level], "bertscore"]
-            rows.append({"aspect": aspect, "level": name, "papers": int(len(picked)),
-                         "BERTScore vs human summary": float(picked.mean()) if len(picked) else float("nan")})
+        size = frame["corpus size"] if "corpus size" in frame else pd.Series(len(frame), index=frame.index)
+        level = [rank_level(float(r), int(n)) for r, n in zip(frame["round-trip rank"], size)]
+        for name in LEVELS:
+            picked = [lv == name for lv in level]
+            scores, ranks = frame.loc[picked, "bertscore"], frame.loc[picked, "round-trip rank"]
+            rows.append({"aspect": aspect, "level": name, "papers": int(len(scores)),
+                         "median rank": float(ranks.median()) if len(ranks) else float("nan"),
+                         "BERTScore vs human summary": float(scores.mean()) if len(scores) else float("nan")})
     return pd.DataFrame(rows)
+
+
+def point_word(exclude) -> str:
+    """What a decoded point is, in the pane's words: a paper of the map (its own statements excluded), or a spot."""
+    return "paper" if exclude else "point"
+
+
+def _decoded_row(decoder, aspect: str, vector, exclude, settings: Mapping) -> dict:
+    """One aspect's decoded text, what kind of text it is and, for a known statement, its paper and source."""
+    found = decoder.statements(vector, exclude=[exclude], **settings)[0]
+    paper = found.get("doc_id") if decoder.names_sources else None
+    row = {"aspect": aspect, "decoded": found["text"],
+           "kind": found.get("kind") or (KIND_NEAREST if paper else KIND_GENERATED)}
+    if decoder.names_sources:  # say where the text comes from: one paper
+        row["from paper"] = paper
+        row["source"] = found.get("source")
+    return row
 
 
 def describe_with_confidence(decoders: Mapping, embeddings: Mapping[str, np.ndarray],
                              aspect_models: Mapping[str, object] | None = None,
                              corpus_embeddings: Mapping[str, np.ndarray] | None = None,
                              sampling: Mapping | None = None, exclude: str | None = None,
-                             levels: Mapping[str, Mapping] | None = None) -> pd.DataFrame:
-    """Decode one embedding per aspect ({aspect: [D]}) and score each text by its round trip.
+                             levels: Mapping[str, Mapping] | None = None, point: str | None = None) -> pd.DataFrame:
+    """Decode one embedding per aspect ({aspect: [D]}) and rank each text's point among the corpus.
 
-    The entry point for arbitrary points (a map inversion, a user's text): one row per
-    aspect with the text, cosine, rank among the corpus and a readable confidence. A
-    retrieval decoder also names the paper its statement comes from ("from paper");
-    exclude: a paper whose own statements may not be used (the paper being decoded);
-    levels: {aspect: calibration} (`load_confidence`) for the confidence's level.
+    The entry point for arbitrary points (a map inversion, a user's text): one row per aspect with
+    the text, its kind ("nearest known statement" of one paper, or "generated"), for a known
+    statement the paper it is from ("from paper") and its source (an LLM answer, a human summary,
+    a highlight, an abstract's sentence), the round trip (cosine, rank among the corpus, corpus
+    size), the level and a readable confidence. exclude: a paper whose own statements may not be
+    used (the paper being decoded); levels: {aspect: calibration} (`load_confidence`); point: what
+    the decoded point is in the confidence's words ("paper", "spot"; default by `exclude`).
     """
     rows = []
     settings = {"greedy": True, "max_new_tokens": 48, **(sampling or {})}
     for aspect, vector in embeddings.items():
         if aspect not in decoders:
             raise KeyError(f"no decoder for aspect {aspect!r} (have {sorted(decoders)})")
-        decoder = decoders[aspect]
-        found = decoder.statements(vector, exclude=[exclude], **settings)[0]
-        row = {"aspect": aspect, "decoded": found["text"]}
-        if decoder.names_sources:  # say where the text comes from
-            row["from paper"] = found["doc_id"]
-        text = row["decoded"]
+        row = _decoded_row(decoders[aspect], aspect, vector, exclude, settings)
         if aspect_models is not None and aspect in aspect_models:
             corpus = corpus_embeddings.get(aspect) if corpus_embeddings else None
-            rt = round_trip([text], vector, aspect_models[aspect], aspect, corpus).iloc[0]
-            density = float(neighbour_density(vector, corpus)[0]) if corpus is not None else None
-            row.update({"round-trip cosine": float(rt["cosine"]),
-                        "round-trip rank": int(rt["rank"]) if "rank" in rt else None,
-                        "confidence": confidence_label(rt["cosine"], rt.get("rank"), rt.get("corpus size"),
-                                                       (levels or {}).get(aspect), density)})
+            rt = round_trip([row["decoded"]], vector, aspect_models[aspect], aspect, corpus).iloc[0]
+            rank = int(rt["rank"]) if "rank" in rt else None
+            size = int(rt["corpus size"]) if "corpus size" in rt else None
+            calibration = (levels or {}).get(aspect)
+            row.update({"round-trip cosine": float(rt["cosine"]), "round-trip rank": rank, "corpus size": size,
+                        "level": confidence_level(rank, size, calibration),
+                        "confidence": confidence_label(rank, size, calibration, point or point_word(exclude))})
         rows.append(row)
     return pd.DataFrame(rows)
 

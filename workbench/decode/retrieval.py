@@ -2,24 +2,32 @@
 
 The soft-prompt decoder (`soft_prompt.py`, the paper's) must learn to read an embedding
 through a frozen LM; on two CPU cores it learns the aspect's style and little more
-(README, "Decoding"). This decoder needs no training. Each aspect keeps a *memory*: every
-statement the run knows about that aspect (LLM summaries, human summaries and highlighted
-sentences of the train and validation papers; never the test split), each embedded once
-by the aspect's own model (stage 02), the model that also scores the round trip. To decode
-an embedding q:
+(README, "Decoding"). This decoder needs no training. Each aspect keeps a *memory*: the
+statements worth showing about that aspect of the train and validation papers (never the
+test split), each embedded once by the aspect's own model (stage 02), the model that also
+scores the round trip:
 
-    candidates = the statements whose embedding is nearest q (cosine)
-               [+ with rewrite=True: the LM's one-sentence fusion of the top few]
-    answer     = the candidate whose embedding lands nearest q again
+* LLM answers (stage 01) that the grounding check of stage 02 keeps (`embed/grounding.py`:
+  the answer finds its own abstract and does not copy it) and that carry no prompt artefact
+  (`artefacts.py`: "BEGININPUT", "###", an example sentence of the aspect file spliced in);
+* human summaries and highlighted sentences (ACLSum), without artefacts;
+* for a paper with none of those, its *own sentence*: the sentence of its abstract that the
+  unified model (stage 03) weighs most for the aspect (`own_sentences`).
+
+Every entry is one paper's text: no entry joins two papers' sentences. To decode an embedding q:
+
+    answer = the statement whose embedding is nearest q (cosine)
+             [+ with rewrite=True: the LM's one-sentence rewrite of that paper's statements,
+              kept where it lands nearer q, and then labelled "generated"]
 
 so every answer is, by construction, the text that best points back to where it came from
-(its round trip), and it names the paper it came from, so a reader can check it. A map
-point between clusters gets the statement nearest to it, or, with `rewrite`, a sentence
-the LM writes from its neighbours, kept only where it lands nearer than any of them.
+(its round trip), and it names the one paper it came from, so a reader can check it
+(`KIND_NEAREST`, "nearest known statement, from <paper>"). A map point between clusters gets
+the statement nearest to it.
 
 `perplexity` conditions the LM on the statements nearest an embedding (plain text in its
 prompt, no soft tokens) and scores a reference text: the paper's Table 3 columns
-(matching, shuffled, unconditioned) for this decoder too.
+(matching, shuffled, unconditioned) for this decoder too. That prompt is read, never shown.
 
 Saved as ``<run_dir>/decoders/retrieval/``: ``memory.safetensors`` (one [N, D] array per
 aspect) + ``memory.json`` (texts, their papers and sources, settings) + ``done.json``.
@@ -38,9 +46,12 @@ from typing import Sequence
 import numpy as np
 
 from ..core.files import write_json
+from ..core.progress import notice
 from ..core.vectors import unit_rows
 from ..core.rundir import RunDir, aspect_model_dir, read_split
 from ..generate.batching import shared_start
+from ..embed.features import FeatureCache, FrozenBackbone
+from .artefacts import artefact_reason, marker_reason, prompt_text
 
 FOLDER = "retrieval"
 VECTORS_NAME = "memory.safetensors"
@@ -48,6 +59,14 @@ MEMORY_NAME = "memory.json"
 FORMAT = "workbench-retrieval-decoder"
 SYSTEM = "You summarise research papers."
 INSTRUCTION = "Write one sentence stating the {aspect} of a paper like these."
+# What memory.json's "checks" says the memory went through: 1 = prompt artefacts and ungrounded LLM answers left
+# out, papers without a statement given their own sentence. An older memory (no "checks") is filtered as it loads.
+CHECKS = 1
+
+# What a shown text is (the pane states it beside every text).
+KIND_NEAREST = "nearest known statement"  # a known statement of one named paper, nearest the embedding
+KIND_GENERATED = "generated"  # written by an LM from the embedding (soft prompt) or from one paper's statements
+KIND_OWN = "own sentence"  # the tapped paper's own sentence that states the aspect
 
 
 @dataclass
@@ -59,6 +78,7 @@ class StatementMemory:
     doc_ids: list[str]
     sources: list[str]
     vectors: np.ndarray = field(repr=False)
+    left_out: dict = field(default_factory=dict, repr=False)  # why -> statements left out when it was built
 
     def __post_init__(self):
         n = len(self.texts)
@@ -66,6 +86,16 @@ class StatementMemory:
             raise ValueError(f"memory of {self.aspect!r}: {n} texts, {len(self.doc_ids)} doc ids, "
                              f"{len(self.sources)} sources and {len(self.vectors)} vectors")
         self.vectors = unit_rows(self.vectors) if n else np.zeros((0, 1), np.float32)
+
+    def subset(self, keep) -> "StatementMemory":
+        """The statements where `keep` (a boolean per statement) is true."""
+        rows = np.flatnonzero(np.asarray(keep, dtype=bool))
+        return StatementMemory(self.aspect, [self.texts[i] for i in rows], [self.doc_ids[i] for i in rows],
+                               [self.sources[i] for i in rows], self.vectors[rows])
+
+    def of_paper(self, doc_id: str) -> list[tuple[str, str]]:
+        """(text, source) of every statement of one paper, in memory order."""
+        return [(t, s) for t, d, s in zip(self.texts, self.doc_ids, self.sources) if d == doc_id]
 
     def nearest(self, queries: np.ndarray, k: int, exclude: Sequence[Sequence[str] | str | None] | None = None):
         """(indices [Q, k], cosines [Q, k]) of the k statements nearest each query, best first.
@@ -133,11 +163,15 @@ class RetrievalDecoder:
     # ------------------------------------------------------------------ decoding
 
     def decode(self, embeddings, exclude=None, rewrite: bool = False, max_new_tokens: int = 40) -> list[dict]:
-        """Per embedding: {text, doc_id, source, cosine, rewritten} of the best candidate, plus `neighbours`.
+        """Per embedding: {text, doc_id, source, kind, cosine, rewritten} of the best statement, plus `neighbours`.
 
-        cosine is the candidate's similarity to the embedding in the aspect's space (the
-        round trip). rewrite=True adds the LM's fusion of the `context` nearest statements
-        as a candidate; it wins only where it lands nearer than every statement.
+        The text is one statement of one paper (doc_id), kind `KIND_NEAREST`; cosine is its
+        similarity to the embedding in the aspect's space (the round trip). neighbours: the
+        `context` nearest (text, paper, cosine), for a caller to list, each with its paper.
+        rewrite=True lets the LM rewrite the best paper's own statements (never several
+        papers': that would splice them into one text) into one sentence; it wins only where
+        it lands nearer than the statement, and is then of kind `KIND_GENERATED`, with
+        `rewritten_from` naming the paper and doc_id None (no paper wrote it).
         """
         q = unit_rows(np.atleast_2d(embeddings))
         idx, cos = self.memory.nearest(q, max(self.k, self.context), exclude)
@@ -145,16 +179,19 @@ class RetrievalDecoder:
         for row, (ii, cc) in enumerate(zip(idx, cos)):
             best = int(ii[0])
             out.append({"text": self.memory.texts[best], "doc_id": self.memory.doc_ids[best],
-                        "source": self.memory.sources[best], "cosine": float(cc[0]), "rewritten": False,
+                        "source": self.memory.sources[best], "kind": KIND_NEAREST, "cosine": float(cc[0]),
+                        "rewritten": False,
                         "neighbours": [(self.memory.texts[j], self.memory.doc_ids[j], float(c))
                                        for j, c in zip(ii[:self.context], cc[:self.context])]})
         if rewrite and len(out):
-            fused = self._generate([[t for t, _, _ in o["neighbours"]] for o in out], max_new_tokens)
+            contexts = [[t for t, _ in self.memory.of_paper(o["doc_id"])][:self.context] for o in out]
+            fused = self._generate(contexts, max_new_tokens)
             vectors = self.embed([f or "." for f in fused])
             for o, text, v, qq in zip(out, fused, vectors, q):
                 c = float(v @ qq)
-                if text and c > o["cosine"]:
-                    o.update(text=text, doc_id=None, source="rewritten", cosine=c, rewritten=True)
+                if text and c > o["cosine"] and artefact_reason(text) is None:
+                    o.update(text=text, rewritten_from=o["doc_id"], doc_id=None, source="rewritten",
+                             kind=KIND_GENERATED, cosine=c, rewritten=True)
         return out
 
     def statements(self, embeddings, exclude=None, rewrite: bool = False, max_new_tokens: int = 40,
@@ -329,12 +366,106 @@ class RetrievalDecoder:
 # --------------------------------------------------------------------------- building and saving
 
 
+@dataclass
+class Entries:
+    """The statements of one aspect that enter its memory, before they are embedded, and what was left out."""
+
+    texts: list[str] = field(default_factory=list)
+    doc_ids: list[str] = field(default_factory=list)
+    sources: list[str] = field(default_factory=list)
+    left_out: dict[str, int] = field(default_factory=dict)  # why -> how many
+
+    def add(self, doc_id: str, text: str, source: str) -> None:
+        """Let one paper's text enter the memory."""
+        self.texts.append(text)
+        self.doc_ids.append(doc_id)
+        self.sources.append(source)
+
+    def leave_out(self, why: str) -> None:
+        """Count a statement left out, by why."""
+        self.left_out[why] = self.left_out.get(why, 0) + 1
+
+
+def grounding_verdicts(views, run_dir, corpus) -> dict[str, dict]:
+    """{aspect: {(doc_id, view index): "kept" | "generic" | "copy"}}: stage 02's grounding check of the LLM
+    views (`embed.grounding.judge_views`), read from the run's feature cache where stage 02 left it."""
+    from ..embed.grounding import REFERENCE, judge_views
+
+    has_llm = any(s == "llm" for v in views.values() for sources in v.sources.values() for s in sources)
+    if corpus is None or not len(corpus) or not has_llm:
+        return {a: {} for a in views}
+    return judge_views(views, corpus, FeatureCache.for_run(run_dir, FrozenBackbone(REFERENCE)))
+
+
+def shown_entries(views, verdicts: dict, abstracts: dict[str, str], allowed: set[str], prompt: str = "") -> Entries:
+    """The views of the allowed papers worth showing: LLM answers only where grounding kept them, and no text
+    with a prompt artefact (`artefacts.artefact_reason`; an LLM answer is also checked against the prompt)."""
+    entries = Entries()
+    for doc, items in views.views.items():
+        if doc not in allowed:
+            continue
+        for k, (text, source) in enumerate(zip(items, views.sources[doc])):
+            if source == "llm" and verdicts.get((doc, k), "kept") != "kept":
+                entries.leave_out(f"LLM answer not grounded ({verdicts[(doc, k)]})")
+                continue
+            why = artefact_reason(text, prompt if source == "llm" else "", abstracts.get(doc, ""))
+            if why:
+                entries.leave_out(f"artefact: {why}")
+                continue
+            entries.add(doc, text, source)
+    return entries
+
+
+def own_sentences(model, texts: Sequence[str], aspects: Sequence[str]) -> list[dict[str, str]]:
+    """Per text, {aspect: the sentence the model's pooling head weighs most for it} (`PooledAspectModel.attention`).
+
+    A sentence with a format marker ("Summary:", a heading) is passed over for the next one. [] for
+    a model without sentence weights (one that reads whole texts); a text without a clean
+    sentence has no entry.
+    """
+    if not getattr(model, "pool", False) or not hasattr(model, "attention") or not len(texts):
+        return []
+    heads = [a for a in aspects if a in model.aspects]
+    out = []
+    for frame in model.attention(list(texts), heads) if heads else []:
+        found = {}
+        for a in heads:
+            ranked = [str(frame["sentence"].iloc[i]) for i in np.argsort(-frame[a].to_numpy(), kind="stable")]
+            clean = [t for t in ranked if t.strip() and marker_reason(t) is None]
+            if clean:
+                found[a] = clean[0]
+        out.append(found)
+    return out
+
+
+def _add_own_sentences(run_dir: Path, corpus, entries: dict[str, Entries], allowed: list[str]) -> None:
+    """Give each allowed paper with no statement of an aspect its own sentence for it (`own_sentences`)."""
+    from ..embed.checkpoints import load_model
+
+    having = {a: set(e.doc_ids) for a, e in entries.items()}
+    missing = {a: [d for d in allowed if d not in having[a]] for a in entries}
+    papers = list(dict.fromkeys(d for ds in missing.values() for d in ds))
+    folder = RunDir(run_dir).unified_model
+    if not papers or corpus is None or not folder.is_dir():
+        return
+    abstracts = dict(zip(map(str, corpus.ids), corpus.texts()))
+    papers = [d for d in papers if d in abstracts]
+    found = own_sentences(load_model(folder, run_dir=run_dir), [abstracts[d] for d in papers], list(entries))
+    for d, sentences in zip(papers, found):
+        for a, sentence in sentences.items():
+            if d not in having[a]:
+                entries[a].add(d, sentence, "sentence")
+
+
 def build_memories(run_dir, corpus, aspects: Sequence[str], doc_ids: Sequence[str] | None = None,
-                   progress: bool = False) -> dict[str, StatementMemory]:
-    """Every known statement of each aspect, embedded by that aspect's model (stage 02).
+                   progress: bool = False, aspect_set=None) -> dict[str, StatementMemory]:
+    """The statements worth showing of each aspect (see the module doc), embedded by that aspect's model (stage 02).
 
     doc_ids: the papers whose statements may enter (default: the run's train and
     validation papers, stage 02's split), so held-out papers never reach the memory.
+    aspect_set: the run's aspect file (`data.aspects.AspectSet`): an LLM answer that carries a
+    run of its words (an example sentence) is left out. Each memory's `left_out` counts what
+    was left out and why.
     """
     from ..embed.checkpoints import load_model
     from ..data.views import collect_views
@@ -343,20 +474,21 @@ def build_memories(run_dir, corpus, aspects: Sequence[str], doc_ids: Sequence[st
     if doc_ids is None:
         train, val = read_split(run_dir)
         doc_ids = train + val
-    allowed = set(map(str, doc_ids))
+    allowed = list(dict.fromkeys(map(str, doc_ids)))
     views = collect_views(list(aspects), run_dir, corpus)
+    verdicts = grounding_verdicts(views, run_dir, corpus)
+    abstracts = dict(zip(map(str, corpus.ids), corpus.texts())) if corpus is not None else {}
+    prompt = prompt_text(aspect_set) if aspect_set is not None else ""
+    entries = {a: shown_entries(views[a], verdicts.get(a, {}), abstracts, set(allowed), prompt) for a in aspects}
+    _add_own_sentences(run_dir, corpus, entries, allowed)
     out = {}
     for aspect in aspects:
-        texts, docs, sources = [], [], []
-        for doc, items in views[aspect].views.items():
-            if doc in allowed:
-                texts += items
-                docs += [doc] * len(items)
-                sources += views[aspect].sources[doc]
+        e = entries[aspect]
         model = load_model(aspect_model_dir(run_dir, aspect), run_dir=run_dir)
         head = aspect if aspect in model.aspects else model.aspects[0]
-        vectors = model.encode(texts, aspects=head, progress=progress)[head] if texts else np.zeros((0, model.dim))
-        out[aspect] = StatementMemory(aspect, texts, docs, sources, vectors)
+        vectors = model.encode(e.texts, aspects=head, progress=progress)[head] if e.texts else np.zeros((0, model.dim))
+        out[aspect] = StatementMemory(aspect, e.texts, e.doc_ids, e.sources, vectors)
+        out[aspect].left_out = dict(e.left_out)
     return out
 
 
@@ -380,7 +512,8 @@ def save_memories(folder, memories: dict[str, StatementMemory], settings: dict) 
     save_file({a: np.ascontiguousarray(m.vectors, dtype=np.float32) for a, m in memories.items()}, str(tmp))
     os.replace(tmp, folder / VECTORS_NAME)
     meta = {"format": FORMAT, "settings": settings, "fingerprint": fingerprint(memories, settings),
-            "aspects": {a: {"texts": m.texts, "doc_ids": m.doc_ids, "sources": m.sources}
+            "checks": CHECKS,
+            "aspects": {a: {"texts": m.texts, "doc_ids": m.doc_ids, "sources": m.sources, "left out": m.left_out}
                         for a, m in memories.items()}}
     write_json(folder / MEMORY_NAME, meta, indent=1)
     return meta["fingerprint"]
@@ -414,10 +547,17 @@ def load_retrieval_decoders(folder, aspects: Sequence[str] | None = None, lm=Non
     run_dir = folder.parent.parent
     # One LM for all aspects, loaded on first use by whichever decoder needs it first.
     lm = lm if lm is not None else _SharedLM(settings.get("lm", "smollm2-135m-instruct"), device)
+    if meta.get("checks", 0) < CHECKS:
+        notice(f"{meta_path} was built before stage 04 left out prompt artefacts and ungrounded LLM answers: texts "
+               "with artefacts are left out as it loads; re-run stage 04 (workbench run --stages 04) to leave out "
+               "the ungrounded answers too and give papers without a statement their own sentence")
     out = {}
     for a in names:
         m = meta["aspects"][a]
         memory = StatementMemory(a, m["texts"], m["doc_ids"], m["sources"], arrays[a])
+        # Markers of a prompt are checked again on every load: a memory built by older code, or a
+        # marker added since, never reaches the pane.
+        memory = memory.subset([marker_reason(t) is None for t in memory.texts])
         model_dir = RunDir(run_dir).aspect_model(a)
         out[a] = RetrievalDecoder(memory, model_dir if model_dir.is_dir() else None, lm=lm,
                                   k=settings.get("k", 8), context=settings.get("context", 3), device=device)
