@@ -159,7 +159,9 @@ def test_no_question_axes_changes_nothing(explorer_run, monkeypatch):
     terms = explorer.region_labels(3)  # key phrases need no decoder
     aspect = max(explorer.weights, key=explorer.weights.get)
     assert len(terms) == 3 and len({t[2] for t in terms}) == 3
-    assert all(t[2].startswith(f"{aspect}: ") and len(t[2]) <= 60 and "papers)" in t[3] for t in terms)
+    # A label names the aspect only where its terms come from that aspect's statements; the detail gives shares.
+    assert all(t[2].split(": ")[0] in (aspect, t[2]) and len(t[2]) <= 60 and " of its " in t[3] for t in terms)
+    assert [t[4] for t in terms] == ["1", "2", "3"]  # the regions' numbers, as on the map
     seen = _pane_arguments(explorer, monkeypatch, labels=3)
     assert seen["on_compare"] is None and "questions" not in seen["meta"]
     with pytest.raises(ValueError, match="statements"):
@@ -197,7 +199,8 @@ def test_region_question_labels_and_hover_questions_come_from_the_papers(axes_ex
     labels = ex.region_labels(3, by="questions")
     groups = cluster_labels(ex.coords, 3)
     assert len(labels) == 3
-    for g, (x, y, short, detail) in zip(np.unique(groups), labels):
+    for g, (x, y, short, detail, number) in zip(np.unique(groups), labels):
+        assert number == str(g + 1)  # a first map's regions are numbered as its clusters
         p = _probs(ex.embeddings["challenge"][groups == g])
         share, mean = (p > 0.5).mean(0), p.mean(0)
         best = max(range(len(QUESTIONS)), key=lambda q: (share[q], mean[q]))
@@ -224,7 +227,7 @@ def test_region_question_labels_and_hover_questions_come_from_the_papers(axes_ex
     assert asked["approach"] == [""] * len(hover)  # no axes for it: the column is there, empty
     assert asked["equal"] != asked["approach"] and all(t.startswith("challenge: ") for t in asked["equal"] if t)
     drawn = seen["labels_by_preset"]["equal"]
-    assert len(drawn) == 3 and all(text in QUESTIONS or "no question" in text for _, _, text, _ in drawn)
+    assert len(drawn) == 3 and all(text in QUESTIONS or "no question" in text for _, _, text, *_ in drawn)
     assert seen["labels_by_preset"]["approach"] == []  # the preset's weighted aspect has no axes
 
 
@@ -344,14 +347,14 @@ def test_the_exported_map_explains_itself_in_a_1280_by_800_window(explorer_run, 
             assert (f"({'approach 1.00' if aspect == 'approach' else 'challenge 0.75, approach 0.25'})"
                     in state["caption"])
             assert len(state["labels"]) == 4 and len(set(state["labels"])) == 4, state["labels"]
-            for label in state["labels"]:  # short, of its aspect, two terms or more, no citation fragment
-                assert len(label) <= 60 and label.startswith(f"{aspect}: ") and ", " in label, label
+            for label in state["labels"]:  # short, of its aspect or of none (the abstracts'), no citation fragment
+                assert len(label) <= 60 and label.split(": ")[0] in (aspect, label), label
                 assert not re.search(r"et al|\d{4}\)|\.\.\.|…", label), label
-            # The legend's swatch i is the colour of every point the hover calls "region i".
-            swatches = re.findall(r"background:(#[0-9a-fA-F]{6})", state["legend"])
+            # The legend's swatch of region m is the colour of every point the hover calls "region m".
+            swatches = re.findall(r"background:(#[0-9a-fA-F]{6})'></span><b>(\d+)\. ", state["legend"])
             assert len(swatches) == 4
             for colour, group in zip(state["color"], state["group"]):
-                assert colour == swatches[int(group.split()[-1]) - 1], (colour, group)
+                assert colour == {m: c for c, m in swatches}[group.split()[-1]], (colour, group)
 
         viewport = browser.js("return [window.innerWidth, window.innerHeight]")
 

@@ -1,24 +1,22 @@
-"""Short region labels: class-based TF-IDF against a hand computation, and the label rules (aspect, length, unique)."""
+"""Short region labels: term coverage against a hand count, and the label rules (aspect, length, unique)."""
 
 import numpy as np
 import pytest
 
-from workbench.maps.labels import MAX_CHARS, class_tfidf, region_term_labels
+from workbench.maps.labels import MAX_CHARS, coverage, paper_terms, region_term_labels, term_matrix
 
 
-def test_class_tfidf_matches_the_formula():
-    texts = ["alien plants spread alien plants", "native birds sing", "alien birds"]
-    scores, terms = class_tfidf(texts)
-    counts = {t: [doc.split().count(t) if " " not in t else doc.count(t) for doc in texts] for t in terms}
-    totals = np.array([len(d.split()) + max(len(d.split()) - 1, 0) for d in texts], dtype=float)
-    words_per_region = totals.sum() / len(texts)
-    for j, t in enumerate(terms):
-        c = np.array(counts[t], dtype=float)
-        expected = c / totals * np.log(1 + words_per_region / c.sum())
-        if (c > 0).sum() > len(texts) / 2:  # a term most regions use names none of them
-            expected = np.zeros_like(expected)
-        np.testing.assert_allclose(scores[:, j], expected, rtol=1e-9, err_msg=t)
-    assert scores[:, terms.index("alien")].max() == 0 and scores[0, terms.index("plants")] > 0
+def test_coverage_and_terms_match_a_hand_count():
+    texts = ["Alien plants spread; alien plants.", "native birds sing", "alien birds", "The plants"]
+    regions = np.array([0, 0, 1, 1])
+    assert sorted(paper_terms(texts[0])) == ["alien", "alien plants", "plants", "plants spread", "spread"]
+    assert paper_terms("the of and") == [] and paper_terms(None) == []
+    matrix, terms = term_matrix(texts)
+    cover, overall = coverage(matrix, regions, [0, 1])
+    for j, t in enumerate(terms):  # a term counts once per paper, however often it comes
+        has = np.array([t in paper_terms(x) for x in texts])
+        np.testing.assert_allclose(cover[:, j], [has[:2].mean(), has[2:].mean()], err_msg=t)
+        assert overall[j] == has.mean()
 
 
 def test_labels_name_the_aspect_and_set_regions_apart():

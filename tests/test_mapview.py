@@ -468,7 +468,8 @@ def test_exported_page_escapes_text_and_runs_its_widgets(pages, tmp_path, preset
     from workbench.maps.mapview import legend_html
 
     legend = legend_html([(0, 0, "a <b>region</b>")], {"method": 0.3, "task": 0.7})
-    assert "described in their <i>task</i> aspect" in legend and "a &lt;b&gt;region&lt;/b&gt;" in legend
+    # Each label says what it is (an aspect's terms, the abstracts' or "mixed"): the legend claims no aspect.
+    assert "<b>1. a &lt;b&gt;region&lt;/b&gt;</b>" in legend and "method 0.30, task 0.70" in legend
     # Raw text in the data (Bokeh escapes the tooltip); the dumped <pre> escapes it once more.
     assert [html.unescape(q) for q in out["questions_before"]] == ["balanced Q0?", XSS_SUMMARY]
     assert out["questions_after"] == "method only Q0?"  # hover questions follow the preset

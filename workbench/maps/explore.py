@@ -24,16 +24,18 @@ import pandas as pd
 
 from ..data.writers import write_records
 from ..core.progress import notice
-from ..decode.faithfulness import LOW_MEANS, describe_with_confidence
+from ..decode.faithfulness import describe_with_confidence
+from ..decode.retrieval import own_sentences
 from ..embed.distill import embed_corpus
 from ..generate.summaries import summaries_frame
-from .labels import region_term_labels
-from .mapview import cluster_labels
+from .labels import question_labels, term_labels
+from .mapview import MapRegions, by_cluster, fine_regions, region_count, region_order
 from .page import export_html
 from ..questions.report import compare_html
 from .saved import reopen_map, save_map
 from .selection import Selection
 from .pane import MapPane
+from .readout import decoded_html, own_statements_html, pick_own
 from .tsne import AspectMap, normalize_weights
 from .weights import fit_weights, map_weights
 from ..core.rundir import RunDir
@@ -98,6 +100,7 @@ class Explorer:
         reopened = reopen_map(self.run_dir, reuse_map, self.meta["doc_id"], self.embeddings, weights, perplexity,
                               seed, method) if reuse_map else None
         self.map = reopened or AspectMap.fit(self.embeddings, weights, perplexity=perplexity, method=method, seed=seed)
+        self.regions, self.term_indexes = MapRegions(), {}  # regions numbered alike across maps; terms per aspect
         if reopened is not None and reopened.method == "opentsne" and reopened.preparing is None:
             reopened.prepare(background=True)  # the first click on a reopened map need not build its caches
         self.picked = Selection.load(self.run_dir, self.meta["doc_id"])  # kept across kernel restarts
@@ -206,17 +209,20 @@ class Explorer:
         """[m, 2] map positions of new abstracts (the map itself does not move)."""
         return self.map.place(self.embed_texts(texts))
 
-    def describe(self, vectors: Mapping[str, np.ndarray], exclude: str | None = None) -> pd.DataFrame:
-        """Decode {aspect: [D]} with the run's decoders; round-trip confidence where an aspect model exists.
+    def describe(self, vectors: Mapping[str, np.ndarray], exclude: str | None = None,
+                 point: str | None = None) -> pd.DataFrame:
+        """Decode {aspect: [D]} with the run's decoders: each text's kind and source, and, where an aspect model
+        exists, its confidence: the rank of the point among the map's papers for it (`describe_with_confidence`).
 
         exclude: a paper of the corpus whose own statements the retrieval decoder may not use
-        (when that paper is the one decoded, so the text is read from its embedding alone).
+        (when that paper is the one decoded, so the text is read from its embedding alone);
+        point: what the point is in the confidence's words ("paper", "spot").
         """
         if self.decoders is None:
             raise RuntimeError("this run has no decoders (stage 04), so points cannot be described in words")
         models = {a: m for a in vectors if (m := self.aspect_model(a)) is not None}
         return describe_with_confidence(self.decoders, vectors, models, self.embeddings, self.sampling, exclude,
-                                        levels=self.confidence)
+                                        levels=self.confidence, point=point)
 
     def invert(self, x: float, y: float) -> dict[str, np.ndarray]:
         """An embedding per weighted aspect that the map would place at (x, y) (appendix A.10).
@@ -263,37 +269,37 @@ class Explorer:
         return table.reset_index(drop=True)
 
     def region_labels(self, k: int = 8, words: int = 10, aspect: str | None = None,
-                      by: str = "terms") -> list[tuple]:
-        """Labels of the k regions of the map: [(x, y, short text, full text), ...], in region order.
+                      by: str = "terms", fine: bool = False) -> list[tuple]:
+        """Labels of the k regions of the map: [(x, y, short text, full text, number), ...], in number order.
 
-        by="terms" (the default): the short text names the aspect and the key phrases that set the
-        region's own statements apart (`labels.region_term_labels`, class-based TF-IDF, at most
-        60 characters); the full text is the region's nearest statement (as by="statements")
-        where the run has decoders, else the phrases and the number of papers.
+        by="terms" (the default): terms that a quarter or more of the region's papers share, more than the
+        map's papers do, or "mixed" (`labels.describe_regions`; the aspect is named where the terms come from
+        its statements); the full text gives each term's share, then the region's nearest statement (as
+        by="statements") where the run has decoders.
         by="statements": the decoded statement itself, cut to `words` words.
         by="questions" labels them with question axes instead (`region_question_labels`).
 
-        Regions are KMeans clusters of the map positions (`cluster_labels`, the same as the
-        map's colours for that k). Each is described by decoding the mean embedding of its
-        papers in one aspect (default: the most heavily weighted one). With the retrieval
+        Regions are the map's regions (`region_numbers`: numbered as its colours, kept across weight
+        changes); fine=True: each cut in up to three sub-regions, numbered "3.1", "3.2". by="statements"
+        describes each by decoding the mean embedding of its papers in one aspect (default: the most heavily weighted one). With the retrieval
         decoder the text is the statement of a paper *in that region* nearest to the
         region's mean, and the full text names that paper, so a reader can check it.
         (x, y) is the region's centre; the short text is cut to `words` words.
         """
         if by == "questions":
-            return self.region_question_labels(k, words, aspect)
+            return self.region_question_labels(k, words, aspect, fine=fine)
         if by == "terms":
-            return self.region_term_labels(k, words, aspect)
+            return self.region_term_labels(k, words, aspect, fine)
         if by != "statements":
             raise ValueError(f"by={by!r}: use 'terms', 'statements' or 'questions'")
         if self.decoders is None:
             return []
         aspect = aspect or max(self.weights, key=self.weights.get)
         decoder = self.decoders[aspect]
-        groups = cluster_labels(self.coords, k)
+        groups = self.region_numbers(k, fine)
         ids = self.meta["doc_id"].astype(str).to_numpy()
         out, texts = [], []
-        for g in np.unique(groups):
+        for g in region_order(groups):
             members = groups == g
             centre = self.coords[members].mean(axis=0)
             mean = self.embeddings[aspect][members].mean(axis=0)
@@ -304,8 +310,8 @@ class Explorer:
             if decoder.names_sources and found["cosine"] == float("-inf"):
                 found = decoder.statements(mean, **settings)[0]
             title = self.titles.get(str(found["doc_id"]), "") if found["doc_id"] else ""
-            texts.append((centre, found["text"], found["text"] + (f" (from: {title})" if title else "")))
-        split = [t.split() for _, t, _ in texts]
+            texts.append((centre, found["text"], found["text"] + (f" (from: {title})" if title else ""), g))
+        split = [t.split() for _, t, _, _ in texts]
         # Soft-prompt decodings often open with the same boilerplate ("The main challenge of the
         # paper is that ..."); drop the words every label shares at the start so the labels show
         # what tells the regions apart.
@@ -313,65 +319,26 @@ class Explorer:
         while len(split) > 1 and all(len(w) > common + 1 for w in split) and \
                 len({w[common].lower() for w in split}) == 1:
             common += 1
-        for ((x, y), _, detail), w in zip(texts, split):
+        for ((x, y), _, detail, g), w in zip(texts, split):
             rest = w[common:]
             short = ("…" if common else "") + " ".join(rest[:words]) + ("…" if len(rest) > words else "")
-            out.append((float(x), float(y), short, detail))
+            out.append((float(x), float(y), short, detail, str(g)))
         return out
 
-    def statements_of(self, aspect: str) -> list[str]:
-        """Each paper's statement of an aspect: its summary where the map has one (human or LLM), else its abstract."""
-        column = f"summary_{aspect}"
-        abstracts = self.corpus.docs["abstract"].fillna("").astype(str).tolist()
-        if column not in self.meta:
-            return abstracts
-        return [s if isinstance(s, str) and s.strip() else a for s, a in zip(self.meta[column], abstracts)]
+    def region_numbers(self, k: int = 8, fine: bool = False) -> np.ndarray:
+        """Per paper, its region's number on the current map (1..; kept across weight changes, `MapRegions`);
+        fine=True: its sub-region's, "3.2" (`mapview.fine_regions`)."""
+        numbers = self.regions.numbers(self.coords, k)
+        return fine_regions(self.coords, numbers) if fine else numbers
 
-    def region_term_labels(self, k: int = 8, words: int = 10, aspect: str | None = None) -> list[tuple]:
-        """The k regions labelled by their key phrases in one aspect (see `region_labels`, by="terms")."""
-        aspect = aspect or max(self.weights, key=self.weights.get)
-        groups = cluster_labels(self.coords, k)
-        names = region_term_labels(self.statements_of(aspect), groups, aspect)
-        nearest = self.region_labels(k, words, aspect, by="statements") if self.decoders is not None else []
-        out = []
-        for i, g in enumerate(np.unique(groups)):
-            members = groups == g
-            x, y = self.coords[members].mean(axis=0)
-            detail = nearest[i][3] if i < len(nearest) else f"{names[int(g)]} ({int(members.sum())} papers)"
-            out.append((float(x), float(y), names[int(g)], detail))
-        return out
+    def region_term_labels(self, k: int = 8, words: int = 10, aspect: str | None = None, fine: bool = False) -> list:
+        """The k regions labelled by the terms their papers share (`labels.term_labels`; see `region_labels`)."""
+        return term_labels(self, k, words, aspect, fine)
 
-    def region_question_labels(self, k: int = 8, words: int = 10, aspect: str | None = None,
-                               top: int = 3) -> list[tuple]:
-        """The k regions (as `region_labels`) labelled by the questions most of their papers answer "yes".
-
-        In one aspect with question axes (default: the most heavily weighted one that has
-        them); [] when none has. One label per region, in region order (so label i keeps
-        region i's colour): the short text is the top question, the full text up to `top`
-        questions with the share of the region's papers answering "yes" (`QuestionAxes.region_questions`).
-        """
-        axes = self.question_axes()
-        ranked = [a for a in sorted(self.weights, key=self.weights.get, reverse=True)
-                  if a in axes and self.weights[a] > 0]
-        aspect = aspect or (ranked[0] if ranked else None)
-        if aspect is None:
-            return []
-        if aspect not in axes:
-            raise ValueError(f"no question axes for {aspect!r}; there are for {sorted(axes)}")
-        groups = cluster_labels(self.coords, k)
-        out = []
-        for g in np.unique(groups):
-            members = groups == g
-            x, y = self.coords[members].mean(axis=0)
-            found = axes[aspect].region_questions(self.embeddings[aspect][members], top)
-            if found:
-                w = found[0][0].split()
-                short = " ".join(w[:words]) + ("…" if len(w) > words else "")
-                detail = f"{aspect}: " + "; ".join(f"{q} ({share:.0%} of its papers: yes)" for q, share in found)
-            else:
-                short = detail = f"{aspect}: no question that most of its papers answer yes"
-            out.append((float(x), float(y), short, detail))
-        return out
+    def region_question_labels(self, k: int = 8, words: int = 10, aspect: str | None = None, top: int = 3,
+                               fine: bool = False) -> list[tuple]:
+        """The k regions labelled by the questions most of their papers answer "yes" (`labels.question_labels`)."""
+        return question_labels(self, k, words, aspect, top, fine)
 
     def hover_questions(self, weights: Mapping[str, float] | None = None, per_aspect: int = 2) -> list[str] | None:
         """Per paper, its `per_aspect` likeliest yes-questions in each weighted aspect with axes (hover text).
@@ -396,26 +363,40 @@ class Explorer:
 
     # ------------------------------------------------------------------ callbacks for the view
 
-    def _decoded_html(self, vectors: Mapping[str, np.ndarray], exclude: str | None = None) -> str:
+    def own_statements(self, index: int) -> dict[str, tuple[str, str] | None]:
+        """{aspect: (kind, text)}: what paper `index` itself states of each aspect of the map, or None.
+
+        Its preferred statement of the retrieval memory (a human summary, an LLM answer the
+        grounding check kept, a highlighted sentence, its abstract's sentence: `readout.pick_own`),
+        else its abstract's sentence that the unified model weighs most for the aspect (a paper
+        of the test split, or a run decoded by the soft-prompt decoder).
+        """
+        doc = str(self.meta.iloc[int(index)]["doc_id"])
+        aspects = self.map_aspects()
+        known = {a: (self.decoders[a].memory.of_paper(doc) if self.decoders and hasattr(self.decoders.get(a),
+                                                                                         "memory") else [])
+                 for a in aspects}
+        sentences = {}
+        if not all(known.values()):
+            abstract = str(self.corpus.docs.iloc[int(index)].get("abstract", ""))
+            found = own_sentences(self.unified(), [abstract], aspects) if abstract.strip() else []
+            sentences = found[0] if found else {}
+        return {a: pick_own(known[a], sentences.get(a)) for a in aspects}
+
+    def _decoded_html(self, vectors: Mapping[str, np.ndarray], exclude: str | None = None,
+                      point: str = "paper") -> str:
         if self.decoders is None:
             return "<p><i>No decoders in this run (stage 04), so no description in words.</i></p>"
-        rows = []
-        frame = self.describe(vectors, exclude)
-        for _, r in frame.iterrows():
-            conf = f"<br><small>{html.escape(r['confidence'])}</small>" if isinstance(r.get("confidence"), str) else ""
-            source = r.get("from paper")
-            if isinstance(source, str) and source:
-                conf += f"<br><small>known statement of: {html.escape(self.titles.get(source, source)[:120])}</small>"
-            rows.append(f"<li><b>{html.escape(r['aspect'])}</b>: {html.escape(r['decoded'])}{conf}</li>")
-        low = any(str(c).startswith("low") for c in frame.get("confidence", []))
-        return "<ul>" + "".join(rows) + "</ul>" + (f"<p><small>{html.escape(LOW_MEANS.capitalize())}.</small></p>"
-                                                   if low else "")
+        frame = self.describe(vectors, exclude, point)
+        return decoded_html(frame, self.titles, len(self.meta), self.confidence, point)
 
     def on_tap(self, x: float, y: float, index: int | None) -> str:
-        """HTML for a tapped spot: a paper (abstract and decoded aspects) or an empty spot (inverted, decoded).
+        """HTML for a tapped spot: a paper (abstract, its own statements, the known statements nearest its
+        embedding) or an empty spot (inverted, and the known statements nearest it).
 
-        A tapped paper is decoded from its embedding without its own statements, so what is
-        shown is what the embedding says, not the paper's text read back.
+        A tapped paper's own statements are hidden from the decoding, so the nearest statements
+        say what its embedding is near, each with the other paper it comes from and how many
+        papers are nearer that text than the tapped one (the confidence).
         """
         if index is not None:
             row = self.meta.iloc[int(index)]
@@ -423,15 +404,15 @@ class Explorer:
             vectors = {a: self.embeddings[a][int(index)] for a in self.map_aspects()}
             return (f"<h4>{html.escape(str(row['title']))}</h4>"
                     f"<p style='max-height:9em;overflow:auto'>{html.escape(abstract[:1500])}</p>"
-                    f"<p><b>Decoded from its embedding</b> (its own statements hidden)</p>"
+                    f"{own_statements_html(self.own_statements(int(index)))}"
                     f"{self._decoded_html(vectors, exclude=str(row['doc_id']))}")
         vectors = self.invert(x, y)
         near = self.map.nearest(np.array([x, y]), k=3)
         titles = "".join(f"<li>{html.escape(str(self.meta.iloc[i]['title']))}</li>" for i in near)
         return (f"<h4>Empty spot ({x:.1f}, {y:.1f})</h4>"
-                f"<p>Inverted to an embedding per weighted aspect and decoded. Nearest papers on the map:</p>"
+                f"<p>Inverted to an embedding per weighted aspect. Nearest papers on the map:</p>"
                 f"<ul>{titles}</ul>"
-                f"{self._decoded_html(vectors)}")
+                f"{self._decoded_html(vectors, point='spot')}")
 
     def compare_html(self, i: int, j: int | None = None, vectors: Mapping[str, np.ndarray] | None = None,
                      top: int = 3) -> str:
@@ -468,18 +449,20 @@ class Explorer:
         sims = self.map.features() @ features
         near = np.argsort(-sims)[:3]
         titles = "".join(f"<li>{html.escape(str(self.meta.iloc[i]['title']))} ({sims[i]:.2f})</li>" for i in near)
-        decoded = self._decoded_html({a: vectors[a][0] for a in self.map_aspects()})
+        decoded = self._decoded_html({a: vectors[a][0] for a in self.map_aspects()}, point="abstract")
         return float(x), float(y), f"<h4>Placed at ({x:.1f}, {y:.1f})</h4><p>Most similar papers:</p><ul>{titles}</ul>{decoded}"
 
-    def pane(self, labels: bool | int = True, color_by=None, label_source: str = "terms"):
+    def pane(self, labels: bool | int = True, color_by=None, label_source: str = "terms", fine: bool = False):
         """The interactive JupyterLab pane (ipywidgets sliders + Bokeh map).
 
-        label_source: "terms" (key phrases, the nearest statement as the detail), "statements" (decoded) or
-        "questions" (question axes) region labels.
+        label_source: "terms" (shared terms, the nearest statement in the detail), "statements" (decoded) or
+        "questions" (question axes) region labels; fine=True labels the sub-regions ("3.2"). Colours are the
+        labelled regions, and keep their numbers and colours when the weights change (`self.regions`).
         With question axes, two tapped papers (or a paper and then an empty spot) are compared.
         """
         k = labels if isinstance(labels, int) and labels > 1 else 8
-        relabel = (lambda: self.region_labels(k, by=label_source)) if labels else None
+        relabel = (lambda: self.region_labels(k, by=label_source, fine=fine)) if labels else None
+        color_by = k if labels and color_by is None else color_by
         row = {d: i for i, d in enumerate(self.meta["doc_id"])}
         return MapPane(self.coords, self.meta, self.aspects, self.weights, on_weights=self.reweight,
                        on_tap=self.on_tap, on_place=self.on_place, on_search=self.search,
@@ -488,7 +471,7 @@ class Explorer:
                        on_compare=self.on_compare if self.question_axes() else None,
                        selected=[row[d] for d in self.picked.doc_ids if d in row],  # papers it can show
                        marks=[(row[a], row[b], s) for a, b, s in self.picked.marks if a in row and b in row],
-                       on_select=self.select, on_marks=self.set_marks)
+                       on_select=self.select, on_marks=self.set_marks, regions=self.regions)
 
     # ------------------------------------------------------------------ the user's selection
 
@@ -524,10 +507,11 @@ class Explorer:
         return self.selection
 
     def select_region(self, region: int, k: int = 8) -> pd.DataFrame:
-        """Select the papers of region `region` (numbered from 1, as in the legend) of the map's k regions."""
-        regions = cluster_labels(self.coords, k) + 1
+        """Select the papers of region `region` (its number in the legend and on the map) of the map's k regions."""
+        regions = self.region_numbers(k)
         if int(region) not in regions:
-            raise ValueError(f"region {region} does not exist: the map has regions 1 to {int(regions.max())}")
+            raise ValueError(f"region {region} does not exist: the map's regions are "
+                             f"{', '.join(map(str, np.unique(regions)))} (as numbered in the legend)")
         return self.select(np.flatnonzero(regions == int(region)).tolist())
 
     def set_marks(self, marks: Sequence[tuple[int, int, bool]]) -> None:
@@ -561,24 +545,30 @@ class Explorer:
         hover also shows its likeliest yes-questions per weighted aspect of the preset.
         """
         presets = dict(presets or self.default_presets())
-        keep = self.map
-        coords, drawn, used, asked = {}, {}, {}, {}
+        keep, kept_regions = self.map, self.regions
+        coords, drawn, used, asked, numbered = {}, {}, {}, {}, {}
         n = 8 if labels is True else int(labels or 0)
         if n and color_by is None:
             color_by = n  # colour by the same regions the labels describe, so the legend's colours match
+        k = region_count(color_by) if by_cluster(color_by) else None
+        if k:
+            kept_regions.numbers(keep.coords, k)  # each preset's regions are numbered as the current map's
         try:
             for name, weights in presets.items():
                 self.map = keep.with_weights(normalize_weights(weights, self.aspects))
+                self.regions = kept_regions.fork()
                 coords[name], used[name] = self.map.coords, dict(self.map.weights)
+                numbered[name] = self.regions.numbers(self.map.coords, k) if k else None
                 drawn[name] = self.region_labels(n, by=label_source) if n else []
                 asked[name] = self.hover_questions(used[name]) if self.question_axes() else None
         finally:
-            self.map = keep
+            self.map, self.regions = keep, kept_regions
         # A preset whose weighted aspects have no axes still needs the column: empty hover text.
         questions = {name: q or [""] * len(self.meta) for name, q in asked.items()} if any(asked.values()) else None
         # The papers' own fields travel with the page, so a selection downloads as CSV or RIS.
         return export_html(path, coords, self.meta, labels_by_preset=drawn, title=title, color_by=color_by,
-                           weights_by_preset=used, questions_by_preset=questions, records=self.corpus.docs)
+                           weights_by_preset=used, questions_by_preset=questions, records=self.corpus.docs,
+                           regions_by_preset=numbered)
 
     def default_presets(self) -> dict[str, dict[str, float]]:
         """Current weights, equal weights, and each aspect alone."""

@@ -6,6 +6,8 @@ driven and tested without a model or a browser.
 Two entry points here, and the pane beside them:
 
 * `map_figure` - a static Bokeh figure with hover, tap and region labels;
+* `MapRegions` - the map's regions, numbered and coloured so that a region keeps its number and
+  colour when the map is laid out again (`match_regions`), and finer sub-regions (`fine_regions`);
 * `page.export_html` - the standalone HTML page built from the same figure;
 * `pane.MapPane` - the JupyterLab pane, built from this module's data (`map_frame`) and
   figure (`build_figure`).
@@ -17,7 +19,7 @@ and Bokeh escapes `@field` tooltips; the few HTML snippets built here use `displ
 from __future__ import annotations
 
 import textwrap
-from typing import Mapping
+from typing import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -30,11 +32,15 @@ BASE_ALPHA = 0.8
 DIM_ALPHA = 0.08  # points not matching a title search: faint but still there for context
 POINT_SIZE = 8
 HIT_SIZE = 12
-TOOLTIP_CHARS = 110  # per summary: the tooltip (TOOLTIP_WIDTH wide) stays inside a 1,280 x 800 window
-TOOLTIP_WIDTH = 300
+# Per summary: two lines of the tooltip. TOOLTIP_WIDTH keeps it inside a 1,280 x 800 window and, with two
+# lines per field and no field a paper lacks, off most of the map: a tapped paper's hover left about a sixth of
+# a 480 x 420 map covered at 300 px and four lines per field.
+TOOLTIP_CHARS = 80
+TOOLTIP_WIDTH = 250
 # The pane's map and its readout side by side fit JupyterLab's notebook at 1,280 x 800 with the file
 # browser open (about 880 px for an output): 480 + 340 px and the gaps, no sideways scroll.
 MAP_WIDTH, MAP_HEIGHT, READOUT_WIDTH = 480, 420, 340
+ROW_DISPLAY = "-webkit-box"  # a hover row shown: a box whose lines are clamped
 QUESTIONS = "questions"  # optional meta column: a paper's likeliest yes-questions (Explorer.hover_questions)
 
 
@@ -109,6 +115,115 @@ def cluster_labels(coords, k: int = DEFAULT_CLUSTERS, seed: int = 0, method: str
     return np.unique(ids, return_inverse=True)[1].reshape(-1)  # ids 0..r-1, whatever the method numbered
 
 
+MATCH_MIN = 0.2  # Jaccard overlap below which a new region continues no old one: it gets a fresh number
+FINE_PER_REGION = 3  # sub-regions per region at the fine level (fewer in a small region)
+FINE_MIN_PAPERS = 10  # papers per sub-region at least
+
+
+def match_regions(previous, current, min_jaccard: float = MATCH_MIN) -> np.ndarray:
+    """Per paper, the number of its region in `current` (region ids, any ints), carried over from `previous`
+    (region numbers of the same papers on the map before).
+
+    The regions are paired by the overlap of their members. A new region that holds more than half of an
+    old one's members, and whose members are more than half from it, continues it. The others are paired by
+    the assignment (Hungarian, scipy's `linear_sum_assignment`) that maximises the summed Jaccard index
+    |A & B| / |A | B|. A new region paired with an old one at a Jaccard of `min_jaccard` or more keeps its
+    number (and so its colour); any other gets the smallest number neither map uses.
+    """
+    from scipy.optimize import linear_sum_assignment
+
+    old_ids, old_of = np.unique(np.asarray(previous), return_inverse=True)
+    new_ids, new_of = np.unique(np.asarray(current), return_inverse=True)
+    shared = np.zeros((len(old_ids), len(new_ids)))
+    np.add.at(shared, (old_of.ravel(), new_of.ravel()), 1.0)
+    old_size, new_size = shared.sum(axis=1, keepdims=True), shared.sum(axis=0, keepdims=True)
+    jaccard = shared / (old_size + new_size - shared)
+    # A majority both ways pairs two regions alone (neither can hold a majority of another); a summed
+    # Jaccard could trade such a pair for two middling ones.
+    continues = (shared > 0.5 * old_size) & (shared > 0.5 * new_size)
+    number = {int(c): int(old_ids[r]) for r, c in zip(*np.nonzero(continues))}
+    rows = np.flatnonzero(~continues.any(axis=1))
+    cols = np.flatnonzero(~continues.any(axis=0))
+    for r, c in zip(*linear_sum_assignment(-jaccard[np.ix_(rows, cols)])):
+        if jaccard[rows[r], cols[c]] >= min_jaccard:
+            number[int(cols[c])] = int(old_ids[rows[r]])
+    used = {int(i) for i in old_ids} | set(number.values())
+    fresh = (m for m in range(1, len(used) + len(new_ids) + 2) if m not in used)
+    for c in np.argsort(-shared.sum(axis=0), kind="stable"):  # the larger unmatched regions first
+        if int(c) not in number:
+            number[int(c)] = next(fresh)
+    return np.array([number[c] for c in range(len(new_ids))], dtype=int)[new_of.ravel()]
+
+
+def fine_regions(coords, numbers, per_region: int = FINE_PER_REGION, seed: int = 0) -> np.ndarray:
+    """The finer level of a map's regions: each region (`numbers`, per paper) cut into up to `per_region`
+    sub-regions of FINE_MIN_PAPERS papers or more (KMeans of its points). Per paper its sub-region's name,
+    "3.2": region 3, its second-largest part."""
+    arr, numbers = as_coords(coords), np.asarray(numbers)
+    names = np.empty(len(arr), dtype=object)
+    for g in np.unique(numbers):
+        members = np.flatnonzero(numbers == g)
+        parts = kmeans_regions(arr[members], max(1, min(per_region, len(members) // FINE_MIN_PAPERS)), seed)
+        order = np.argsort(-np.bincount(parts), kind="stable")  # part 1 the largest
+        rank = np.empty(len(order), dtype=int)
+        rank[order] = np.arange(1, len(order) + 1)
+        names[members] = [f"{int(g)}.{rank[p]}" for p in parts]
+    return names
+
+
+class MapRegions:
+    """The regions of the map drawn, numbered from 1 so that a region keeps its number and colour across maps.
+
+    `numbers(coords, k)` cuts a map into k regions (`cluster_labels`) and numbers them by the regions of
+    the last map seen at that k (`match_regions`); the same coordinates again give the same numbers without
+    cutting again. The pane, the region labels, `Explorer.select_region` and an exported page share one, so
+    the colours, the legend, the numbers on the map and a selection by number agree.
+    """
+
+    def __init__(self, method: str | None = None, seed: int = 0):
+        self.method, self.seed = method, seed
+        self._last: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # k -> (coords, numbers) of the last map
+
+    def numbers(self, coords, k: int = DEFAULT_CLUSTERS, keep: bool = True) -> np.ndarray:
+        """Per paper, its region's number on the map at `coords`; keep=False leaves the last map as it was."""
+        arr = as_coords(coords)
+        last = self._last.get(int(k))
+        if last is not None and last[0].shape == arr.shape and np.array_equal(last[0], arr):
+            return last[1].copy()
+        ids = cluster_labels(arr, k, self.seed, self.method)
+        numbers = ids + 1 if last is None or len(last[1]) != len(ids) else match_regions(last[1], ids)
+        if keep:
+            self._last[int(k)] = (arr.copy(), numbers)
+        return numbers.copy()
+
+    def fork(self) -> "MapRegions":
+        """A copy that numbers further maps against this one's, leaving this one as it is (a page's presets)."""
+        other = MapRegions(self.method, self.seed)
+        other._last = dict(self._last)
+        return other
+
+
+def region_order(numbers) -> list:
+    """The distinct regions of a map in reading order: 1, 2, ..., 10, or "1.1", "1.2", ..., "10.1"."""
+    distinct = {g.item() if hasattr(g, "item") else g for g in np.asarray(numbers).ravel()}
+    return sorted(distinct, key=lambda g: tuple(int(p) for p in str(g).split(".")) if str(g).replace(
+        ".", "").lstrip("-").isdigit() else (float("inf"), str(g)))
+
+
+def region_color(number) -> str:
+    """The colour of region `number` (1, 2, ...; "3.2" takes region 3's): Category10 for 1-10, their light
+    shades (Category20) for 11-20, then round again. A region's colour depends on its number alone."""
+    from bokeh.palettes import Category10_10, Category20_20
+
+    n = int(str(number).split(".")[0]) - 1
+    return Category10_10[n % 10] if n % 20 < 10 else Category20_20[2 * (n % 10) + 1]
+
+
+def region_count(color_by) -> int:
+    """How many regions colour a map coloured by clusters (`color_by` None or an int k)."""
+    return DEFAULT_CLUSTERS if color_by is None else int(color_by)
+
+
 def _palette(n: int) -> list[str]:
     """n distinct colours: Category10 up to 10 groups, Category20 (cycled) beyond."""
     from bokeh.palettes import Category10_10, Category20_20
@@ -127,17 +242,17 @@ def group_title(color_by) -> str:
     return "region" if by_cluster(color_by) else str(color_by)
 
 
-def point_colors(coords: np.ndarray, meta: pd.DataFrame, color_by) -> tuple[list[str], list[str], str]:
+def point_colors(coords: np.ndarray, meta: pd.DataFrame, color_by, regions=None) -> tuple[list[str], list[str], str]:
     """(colour per point, group name per point, name of the grouping) for `color_by`.
 
     `color_by` is a metadata column (categorical colours), an int k (k map clusters), or
-    None (the default number of map clusters).
+    None (the default number of map clusters). regions: each point's region number where the
+    caller keeps them (`MapRegions`), else the map's clusters numbered from 1.
     """
     if by_cluster(color_by):
-        ids = cluster_labels(coords, DEFAULT_CLUSTERS if color_by is None else int(color_by))
-        colors = _palette(int(ids.max()) + 1 if len(ids) else 0)
-        # Numbered from 1, as the legend and the map's labels number the regions.
-        return [colors[i] for i in ids], [f"region {i + 1}" for i in ids], "region"
+        numbers = cluster_labels(coords, region_count(color_by)) + 1 if regions is None else np.asarray(regions)
+        # The legend and the map's labels number the regions the same way, and colour them by number.
+        return [region_color(m) for m in numbers], [f"region {m}" for m in numbers], "region"
     if color_by not in meta.columns:
         raise ValueError(f"color_by={color_by!r} is not a metadata column")
     groups = [as_text(v) for v in meta[color_by]]
@@ -146,14 +261,30 @@ def point_colors(coords: np.ndarray, meta: pd.DataFrame, color_by) -> tuple[list
     return [lookup.get(g, MISSING_COLOR) for g in groups], groups, str(color_by)
 
 
-def map_frame(coords, meta: pd.DataFrame, color_by=None) -> dict[str, list]:
+def shown_column(field: str) -> str:
+    """The data column saying, per paper, whether its hover shows `field` (a CSS display value)."""
+    return f"shown_{field}"
+
+
+def shown_values(values: Sequence[str], always: bool = False, display: str = ROW_DISPLAY) -> list[str] | None:
+    """Per paper, `display` where it has the field and "none" where not; None where every paper has it
+    (or none does) and `always` is False: then the hover's row needs no switch."""
+    has = [bool(v) for v in values]
+    if not always and (all(has) or not any(has)):
+        return None
+    return [display if h else "none" for h in has]
+
+
+def map_frame(coords, meta: pd.DataFrame, color_by=None, regions=None) -> dict[str, list]:
     """The ColumnDataSource data of the map: one row per paper.
 
     Columns: x, y, title, year, hover (a plain-text one-liner: title, year and the aspect
     summaries), summary_<aspect> (shortened, for the tooltip), color, group (what the colour
-    means), alpha and size (changed by the title search), and `questions` only when `meta`
-    has that column (question axes, stage 07). Text is left unescaped: Bokeh escapes it when
-    it renders the tooltip.
+    means; `regions`: each paper's region number, see `point_colors`), alpha and size (changed
+    by the title search), and `questions` only when `meta` has that column (question axes,
+    stage 07). A field some papers lack gets `shown_<field>` ("none" where a paper lacks it), so
+    the hover shows only the fields a paper has (`tooltip_template`); doc_id comes along where
+    no paper has a title. Text is left unescaped: Bokeh escapes it when it renders the tooltip.
     """
     arr = as_coords(coords)
     if len(arr) != len(meta):
@@ -172,7 +303,7 @@ def map_frame(coords, meta: pd.DataFrame, color_by=None) -> dict[str, list]:
         parts += [f"{a}: {summaries[a][i]}" for a in aspects if summaries[a][i]]
         parts += [f"yes to: {questions[i]}"] if questions and questions[i] else []
         hover.append(" | ".join(p for p in parts if p))
-    colors, groups, _ = point_colors(arr, meta, color_by)
+    colors, groups, _ = point_colors(arr, meta, color_by, regions)
     data = {
         "x": arr[:, 0].tolist(), "y": arr[:, 1].tolist(),
         "title": titles, "year": years, "hover": hover,
@@ -180,13 +311,21 @@ def map_frame(coords, meta: pd.DataFrame, color_by=None) -> dict[str, list]:
         "alpha": [BASE_ALPHA] * n, "size": [POINT_SIZE] * n,
     }
     data.update({f"summary_{a}": summaries[a] for a in aspects})
+    if not any(titles) and "doc_id" in meta.columns:  # the hover names a paper by its id where none has a title
+        data["doc_id"] = [as_text(v) for v in meta["doc_id"]]
     if questions is not None:
         data[QUESTIONS] = questions
+    for name in ["year"] + [f"summary_{a}" for a in aspects] + ([QUESTIONS] if questions is not None else []):
+        # The questions' switch always: a page swaps it with the questions per preset (page._PRESET_JS).
+        shown = shown_values(data[name], name == QUESTIONS, "inline" if name == "year" else ROW_DISPLAY)
+        if shown is not None:
+            data[shown_column(name)] = shown
     return data
 
 
 def label_source_data(labels) -> dict[str, list]:
-    """Region labels [(x, y, text[, detail]), ...] as LabelSet source data (drawn on the canvas, not as HTML).
+    """Region labels [(x, y, text[, detail[, number]]), ...] as LabelSet source data (drawn on the canvas, not as
+    HTML). A label's number is the region's (`MapRegions`; "3.2" a sub-region), else its place in the list.
 
     The canvas shows only the region's number ("number"), so labels never cover the points;
     the text and its detail go into the legend beside the map (`legend_html`).
@@ -197,7 +336,7 @@ def label_source_data(labels) -> dict[str, list]:
         "y": [float(label[1]) for label in labels],
         "text": [as_text(label[2]) for label in labels],
         "detail": [as_text(label[3] if len(label) > 3 else label[2]) for label in labels],
-        "number": [str(i + 1) for i in range(len(labels))],
+        "number": [str(label[4]) if len(label) > 4 else str(i + 1) for i, label in enumerate(labels)],
     }
 
 
@@ -213,58 +352,79 @@ def caption_html(weights: dict | None, color_by=None, n: int | None = None) -> s
             "(t-SNE keeps neighbours, not far distances).</p>")
 
 
-def legend_html(labels, weights: dict | None = None, colors: list[str] | None = None) -> str:
-    """What the map shows, as escaped HTML: the weights that made it and each region's colour and label.
+def weights_text(weights: dict) -> str:
+    """ "method 0.60, task 0.40": aspect weights as the sliders show them (escaped)."""
+    return ", ".join(f"{esc(a)} {float(w):.2f}" for a, w in weights.items())
 
-    labels: [(x, y, text[, detail]), ...] in region order; colors[i]: region i's colour
-    (the map's cluster colours when it is coloured by its regions). The regions are described in
-    the most heavily weighted aspect (`Explorer.region_labels`' default), which the header names.
+
+def legend_html(labels, weights: dict | None = None, colors: list[str] | None = None,
+                pending: dict | None = None) -> str:
+    """What the map shows, as escaped HTML: the weights of the map drawn and each region's number, colour and label.
+
+    labels: [(x, y, text[, detail[, number]]), ...]; colors[i]: label i's colour (the map's region
+    colours when it is coloured by its regions, `region_colors`). pending: the weights a new layout is
+    being computed for, said beside the drawn map's until it is drawn. Each label says what it is
+    (`labels.describe_regions`: an aspect's terms, the abstracts' terms, or "mixed").
     """
     parts = []
-    described = max(weights, key=weights.get) if weights else None
     if weights:
-        parts.append("<p style='margin:2px 0'><b>Aspect weights of this map:</b> "
-                     + ", ".join(f"{esc(a)} {float(w):.2f}" for a, w in weights.items()) + "</p>")
+        laying = f" <i>(laying the map out for {weights_text(pending)}…)</i>" if pending else ""
+        parts.append(f"<p style='margin:2px 0'><b>Aspect weights of this map:</b> {weights_text(weights)}{laying}</p>")
     data = label_source_data(labels)
     if data["number"]:
-        aspect = f", described in their <i>{esc(described)}</i> aspect" if described else ""
-        parts.append(f"<p style='margin:2px 0'><b>Regions</b>{aspect} (colours: clusters of the map; numbers: "
-                     "where each region's description sits):</p><ol style='margin:2px 0;padding-left:1.6em'>")
-        for i, (short, detail) in enumerate(zip(data["text"], data["detail"])):
+        parts.append("<p style='margin:2px 0'><b>Regions</b> (numbers and colours as on the map; a region keeps "
+                     "both when the weights change):</p><div style='margin:2px 0'>")
+        for i, (number, short, detail) in enumerate(zip(data["number"], data["text"], data["detail"])):
             swatch = ""
             if colors and i < len(colors):
                 swatch = (f"<span style='display:inline-block;width:0.8em;height:0.8em;margin-right:4px;"
                           f"background:{esc(colors[i])}'></span>")
-            parts.append(f"<li>{swatch}<b>{esc(short)}</b><br><small>{esc(detail)}</small></li>")
-        parts.append("</ol>")
+            parts.append(f"<div class='wb-region' style='margin:2px 0'>{swatch}<b>{esc(number)}. {esc(short)}</b>"
+                         f"<br><small>{esc(detail)}</small></div>")
+        parts.append("</div>")
     return "".join(parts)
 
 
 def region_colors(labels, color_by) -> list[str] | None:
-    """Region i's colour when the map is coloured by as many clusters as it has labels, else None."""
-    n = len(labels or [])
-    if n and by_cluster(color_by) and (color_by if color_by is not None else DEFAULT_CLUSTERS) == n:
-        return _palette(n)
-    return None
+    """Each label's colour on a map coloured by its regions: the colour of the label's region number (or, for
+    labels without numbers, of its place, when there are as many labels as regions); else None."""
+    labels = list(labels or [])
+    if not labels or not by_cluster(color_by):
+        return None
+    if all(len(label) > 4 for label in labels):
+        return [region_color(label[4]) for label in labels]
+    return [region_color(i + 1) for i in range(len(labels))] if region_count(color_by) == len(labels) else None
 
 
 # --------------------------------------------------------------------------- figure
 
 
 def tooltip_template(data: dict, group_name: str) -> str:
-    """The hover's HTML template: title, year, the colour's group, each aspect's summary, wrapped at TOOLTIP_WIDTH.
+    """The hover's HTML template: the fields the map's papers have, wrapped at TOOLTIP_WIDTH, a line or two each.
 
+    The title (or, where no paper has one, the id), the colour's group and the year where the corpus
+    has years, each aspect's summary where a paper has one, the yes-questions. A field only some papers
+    have is switched off per paper by its `shown_<field>` column (`map_frame`), a CSS display value.
     A fixed width that wraps keeps the tooltip inside the window (Bokeh's default rows never wrap).
     Plain `@field`s only: Bokeh escapes their values; `{safe}` would let a title inject markup.
     """
-    row = "<div style='-webkit-line-clamp:4;display:-webkit-box;-webkit-box-orient:vertical;overflow:hidden'>" \
-          "<span style='color:#666'>{}:</span> {}</div>"
-    clamp = "display:-webkit-box;-webkit-box-orient:vertical;overflow:hidden;-webkit-line-clamp:"
-    rows = [f"<div style='font-weight:bold;{clamp}3'>@title</div>", row.format("year", "@year"),
-            row.format(esc(group_name), "@group")]
-    rows += [row.format(esc(c[len("summary_"):]), f"@{{{c}}}") for c in data if c.startswith("summary_")]
+    clamp = "-webkit-box-orient:vertical;overflow:hidden;-webkit-line-clamp:"
+
+    def row(name: str, field: str, value: str, lines: int) -> str:
+        shown = f"@{{{shown_column(field)}}}" if shown_column(field) in data else ROW_DISPLAY
+        return f"<div style='{clamp}{lines};display:{shown}'><span style='color:#666'>{esc(name)}:</span> {value}</div>"
+
+    heading = "title" if any(data.get("title", [])) or "doc_id" not in data else "doc_id"
+    rows = [f"<div style='font-weight:bold;{clamp}2;display:{ROW_DISPLAY}'>@{heading}</div>"]
+    year = ""  # on the group's line: one line fewer
+    if any(data.get("year", [])):
+        shown = f"@{{{shown_column('year')}}}" if shown_column("year") in data else "inline"
+        year = f"<span style='display:{shown}'> · <span style='color:#666'>year:</span> @year</span>"
+    rows.append(f"<div><span style='color:#666'>{esc(group_name)}:</span> @group{year}</div>")
+    # A summary gets one line: the tapped paper's readout has it whole.
+    rows += [row(c[len("summary_"):], c, f"@{{{c}}}", 1) for c in data if c.startswith("summary_") and any(data[c])]
     if QUESTIONS in data:
-        rows.append(row.format("yes to", f"@{QUESTIONS}"))
+        rows.append(row("yes to", QUESTIONS, f"@{QUESTIONS}", 2))
     return (f"<div style='width:{TOOLTIP_WIDTH}px;white-space:normal;overflow-wrap:anywhere;font-size:12px;"
             f"line-height:1.25'>" + "".join(rows) + "</div>")
 
@@ -324,11 +484,12 @@ def plot_map(coords, labels=None, groups=None, ax=None, title: str = "", marks: 
                linewidths=0)
     # Region labels: a number on the map (the points stay visible), the text in a list below it.
     labels = list(labels or [])
-    for i, label in enumerate(labels):
-        ax.annotate(str(i + 1), label[:2], fontsize=8, weight="bold", ha="center", va="center",
+    numbers = label_source_data(labels)["number"]  # the region's own number where the label carries one
+    for number, label in zip(numbers, labels):
+        ax.annotate(number, label[:2], fontsize=8, weight="bold", ha="center", va="center",
                     bbox=dict(boxstyle="circle,pad=0.2", fc="white", ec="0.3", alpha=0.85))
     if labels:
-        listing = "\n".join(textwrap.shorten(f"{i + 1}. {label[2]}", 90) for i, label in enumerate(labels))
+        listing = "\n".join(textwrap.shorten(f"{m}. {label[2]}", 90) for m, label in zip(numbers, labels))
         ax.text(0.0, -0.02, listing, transform=ax.transAxes, va="top", ha="left", fontsize=7)
     for name, (x, y) in (marks or {}).items():
         ax.scatter([x], [y], marker="*", s=260, c="gold", edgecolors="black", zorder=5)

@@ -43,7 +43,7 @@ from ..core.display import esc
 from ..core.files import write_text
 from ..data.writers import LINE_BREAKS, WHITESPACE
 from .mapview import (BASE_ALPHA, DIM_ALPHA, HIT_SIZE, POINT_SIZE, QUESTIONS, as_text, build_figure, caption_html,
-                      group_title, label_source_data, legend_html, map_frame, region_colors)
+                      group_title, label_source_data, legend_html, map_frame, region_colors, shown_column)
 
 MAX_FILTER_VALUES = 40  # a column with more distinct values is text, not a category to filter by
 PAGE_ABSTRACTS_MAX = 20000  # above this many papers the page leaves the abstracts out (see the module doc)
@@ -207,7 +207,7 @@ def export_html(path, coords_by_preset: dict[str, np.ndarray], meta: pd.DataFram
                 labels_by_preset: dict | None = None, title: str = "", color_by=None,
                 width: int = 800, height: int = 520, weights_by_preset: dict | None = None,
                 questions_by_preset: dict | None = None, records: pd.DataFrame | None = None,
-                filters: Sequence[str] | None = None) -> Path:
+                filters: Sequence[str] | None = None, regions_by_preset: dict | None = None) -> Path:
     """Write the standalone map page (see the module doc) and return its path.
 
     coords_by_preset: {preset name: (n, 2)}; meta: one row per paper (`explore.hover_meta`);
@@ -216,6 +216,8 @@ def export_html(path, coords_by_preset: dict[str, np.ndarray], meta: pd.DataFram
     paper}, an extra hover line. records: the papers' doc_id, title, abstract and year (and
     metadata), row for row with meta, for the selection export; None: the export holds ids and
     titles only. filters: metadata columns of records to filter by (default `filter_columns`).
+    regions_by_preset: {name: each paper's region number} (`mapview.MapRegions`), so that a region keeps
+    its number and colour from preset to preset; None: each preset's clusters numbered from 1.
     """
     from bokeh.layouts import column, row
     from bokeh.models import (BooleanFilter, BoxSelectTool, Button, CDSView, ColumnDataSource, CustomJS, Div,
@@ -227,9 +229,10 @@ def export_html(path, coords_by_preset: dict[str, np.ndarray], meta: pd.DataFram
     labels_by_preset = labels_by_preset or {}
     metas = {k: meta if questions_by_preset is None else meta.assign(**{QUESTIONS: questions_by_preset[k]})
              for k in coords_by_preset}
-    frames = [map_frame(c, metas[k], color_by) for k, c in coords_by_preset.items()]
+    frames = [map_frame(c, metas[k], color_by, (regions_by_preset or {}).get(k)) for k, c in coords_by_preset.items()]
     # Presets are stored as indexed columns (x__0, y__0, ...) so any preset name is safe.
-    columns = ["x", "y", "color", "group"] + ([QUESTIONS] if questions_by_preset is not None else [])
+    columns = ["x", "y", "color", "group"] + ([QUESTIONS, shown_column(QUESTIONS)] if questions_by_preset is not None
+                                              else [])
     # The plain-text "hover" one-liner repeats the title and summaries the tooltip shows from their own
     # columns; the page has no use for it (a tenth of a 100,000-paper page).
     frames = [{k: v for k, v in frame.items() if k != "hover"} for frame in frames]
@@ -265,8 +268,8 @@ def export_html(path, coords_by_preset: dict[str, np.ndarray], meta: pd.DataFram
     captions = [caption_html(weights_by_preset.get(name), color_by, len(meta)) for name in coords_by_preset]
     caption = Div(text=captions[0], name="caption", width=width + 360)
 
-    region_options = [[NO_REGION] + [f"{i + 1}: {t}" for i, t in
-                                     enumerate(label_source_data(labels_by_preset.get(name))["text"])]
+    region_options = [[NO_REGION] + [f"{m}: {t}" for m, t in zip(*(label_source_data(labels_by_preset.get(name))[c]
+                                                                     for c in ("number", "text")))]
                       for name in coords_by_preset]
     region = Select(title="Select a region", value=NO_REGION, options=region_options[0], name="region", width=260)
     region.js_on_change("value", CustomJS(args=dict(source=source, view=view, none=NO_REGION), code=_REGION_JS))

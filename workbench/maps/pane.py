@@ -17,8 +17,8 @@ import numpy as np
 import pandas as pd
 
 from ..core.display import esc, html_table
-from .mapview import (MAP_HEIGHT, MAP_WIDTH, READOUT_WIDTH, as_coords, as_text, build_figure, by_cluster,
-                      group_title, label_source_data, legend_html, map_frame, point_colors, region_colors)
+from .mapview import (MAP_HEIGHT, MAP_WIDTH, READOUT_WIDTH, MapRegions, as_coords, as_text, build_figure, by_cluster,
+                      group_title, label_source_data, legend_html, map_frame, point_colors, region_colors, region_count)
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +100,9 @@ class MapPane:
       point, None for an empty spot); the caller escapes the HTML it returns;
     * `on_place(text) -> (x, y, html)`: where a new abstract lands;
     * `on_search({aspect: (query, weight)}) -> DataFrame`: nearest papers;
-    * `on_labels() -> [(x, y, text), ...]`: region labels for a new layout (after `on_weights`);
+    * `on_labels() -> [(x, y, text[, detail[, number]]), ...]`: region labels for a new layout (after
+      `on_weights`), numbered by `regions` (`mapview.MapRegions`, shared with the caller), which numbers
+      and colours the map's regions so that each keeps its number and colour across layouts;
     * `on_fit_weights([(i, j, similar), ...]) -> fit`: aspect weights fitted to the pairs the
       user marked (tap two papers, then "similar" / "not similar"); `fit` is a
       `weights.WeightFit` (its `summary()` is shown) or a plain {aspect: weight} dict. The
@@ -130,7 +132,7 @@ class MapPane:
                  on_compare: Callable[[int, int | tuple[float, float]], str] | None = None,
                  selected: Sequence[int] = (), marks: Sequence[tuple[int, int, bool]] = (),
                  on_select: Callable[[list[int]], object] | None = None,
-                 on_marks: Callable[[list], object] | None = None):
+                 on_marks: Callable[[list], object] | None = None, regions: MapRegions | None = None):
         import ipywidgets as widgets
         from bokeh.events import Tap
         from bokeh.models import BoxSelectTool, ColumnDataSource, LassoSelectTool, TapTool
@@ -150,8 +152,9 @@ class MapPane:
         # A tap within this fraction of the map's extent of a point counts as tapping it.
         self.hit_fraction = hit_fraction
         self.coords = as_coords(coords)
+        self.regions, self.labels = regions or MapRegions(), labels
 
-        data = map_frame(self.coords, self.meta, color_by)
+        data = map_frame(self.coords, self.meta, color_by, self._numbers(self.coords))
         self.figure, self.source, self.label_source = build_figure(data, labels, group_title(color_by),
                                                                     "", width, height)
         self.figure.toolbar_location = "above"  # on the right it overlapped whatever stands beside the map
@@ -175,6 +178,7 @@ class MapPane:
         total = sum(w for w in weights.values() if w > 0)
         if total > 0:  # the sliders show the weights as the map uses them: summing to 1
             weights = {a: max(w, 0.0) / total for a, w in weights.items()}
+        self.drawn_weights = dict(weights)  # the legend's: those of the map drawn, not of a layout under way
         self.sliders = {
             a: widgets.FloatSlider(value=float(weights.get(a, 0.0)), min=0.0, max=1.0, step=0.05,
                                    description=a, continuous_update=False,  # recompute on release only
@@ -202,7 +206,7 @@ class MapPane:
         self.search_button = widgets.Button(description="search", disabled=on_search is None)
         self.search_button.on_click(lambda _: self.search(self._queries()))
         self.results = widgets.HTML(value="")
-        self.legend = widgets.HTML(value=legend_html(labels, self.weights(), region_colors(labels, color_by)),
+        self.legend = widgets.HTML(value=legend_html(labels, self.drawn_weights, region_colors(labels, color_by)),
                                    layout=widgets.Layout(width=f"{READOUT_WIDTH + width - 350}px"))
         self.mark_info = widgets.HTML(value=self._marks_html())
         self.selection_info = widgets.HTML(value=self._selection_html())
@@ -318,6 +322,7 @@ class MapPane:
                 return None
             normalised = {a: w / total for a, w in merged.items()}
             self._show(_message_html("Computing the new layout…"))
+            self._show_legend(pending=normalised)
             # A first frame, where on_weights offers one (large maps), is drawn while the layout settles.
             takes_frames = "on_frame" in inspect.signature(self.on_weights).parameters
             coords = as_coords(self.on_weights(normalised, on_frame=self._draw_frame) if takes_frames
@@ -325,14 +330,14 @@ class MapPane:
             if len(coords) != len(self.coords):
                 raise ValueError(f"on_weights returned {len(coords)} points, the map has {len(self.coords)}")
             self._set_sliders(normalised)  # one way to show weights: the sliders, legend and status agree
+            self.drawn_weights = normalised
             self._set_coords(coords)
-            if self.on_labels is not None:
-                self.set_labels(self.on_labels())
-            else:
-                self.legend.value = legend_html(None, normalised)
+            self.set_labels(self.on_labels() if self.on_labels is not None else None)
             self._show(_message_html("Layout: " + ", ".join(f"{a} {w:.2f}" for a, w in normalised.items())))
             return coords
         except Exception as exc:  # shown to the user, never raised into the kernel
+            self._set_sliders(self.drawn_weights)  # the map drawn is still the old one: so are the weights shown
+            self._show_legend()
             self._fail("Re-weighting", exc)
             return None
 
@@ -356,22 +361,33 @@ class MapPane:
         finally:
             self._syncing = False
 
+    def _numbers(self, coords) -> np.ndarray | None:
+        """Each paper's region number on the map at `coords` when the map is coloured by its regions."""
+        return self.regions.numbers(coords, region_count(self.color_by)) if by_cluster(self.color_by) else None
+
+    def _show_legend(self, pending: dict | None = None) -> None:
+        """The legend of the map drawn: its weights (and, while a layout is computed, the ones it is for)."""
+        self.legend.value = legend_html(self.labels, self.drawn_weights, region_colors(self.labels, self.color_by),
+                                        pending)
+
     def _set_coords(self, coords: np.ndarray) -> None:
         """Move the points; markers and region labels belong to the old layout and are cleared."""
         self.coords = coords
         patch = _xy(coords)
         if by_cluster(self.color_by):
-            # Cluster colours are clusters of the map, so they follow the new layout.
-            patch["color"], patch["group"], _ = point_colors(coords, self.meta, self.color_by)
+            # Region colours follow the new layout's regions, each matched to the old one it continues.
+            patch["color"], patch["group"], _ = point_colors(coords, self.meta, self.color_by, self._numbers(coords))
         self.source.data.update(patch)
         self.tap_source.data = {"x": [], "y": []}
         self.placed_source.data = {"x": [], "y": [], "text": []}
         self.label_source.data = label_source_data(None)
+        self.labels = None
 
     def set_labels(self, labels) -> None:
-        """Replace the region labels: [(x, y, text[, detail]), ...] (e.g. after a re-layout), and the legend."""
+        """Replace the region labels, [(x, y, text[, detail[, number]]), ...] (after a re-layout), and the legend."""
         self.label_source.data = label_source_data(labels)
-        self.legend.value = legend_html(labels, self.weights(), region_colors(labels, self.color_by))
+        self.labels = labels
+        self._show_legend()
 
     def _on_tap_event(self, event) -> None:
         if event.x is not None and event.y is not None:
