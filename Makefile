@@ -36,6 +36,8 @@ bench: setup
 	$(PY) benchmarks/maps.py
 	$(PY) benchmarks/weights.py
 	$(PY) benchmarks/health.py
+	$(PY) benchmarks/families.py
+	$(PY) benchmarks/generator_c.py
 	$(PY) benchmarks/evaluate.py
 	$(PY) benchmarks/questions.py
 	$(PY) benchmarks/threads.py

@@ -1,0 +1,904 @@
+"""Which steps of stage 03's aspect-file floor hold on text the project did not write: an ablation across families.
+
+Stage 03's floor (`workbench.embed.aspectfile`, built step by step as `benchmarks/aspect_file.py`'s
+`floor_heads` builds it) was developed on the project's own synthetic corpora. This script measures
+each of its steps, and three label-free candidates, on three families of corpora, choosing on one split
+of a family and reporting on another:
+
+* **CSAbstruct** (`scripts/csabstruct.py`, 2,155 real computer-science abstracts, every sentence's
+  role labelled by a person) with the `acl` preset, run as a user would: the whole file is the corpus
+  every corpus-fitted step reads (no label), dev papers choose, test papers report. Truth: per paper
+  and aspect the mean of the unit vectors of its human-marked sentences (challenge ~ background +
+  objective, approach ~ method, outcome ~ result), pooled by MiniLM and, separately, by mpnet;
+* **ACLSum as a user has it** (`load_corpus("aclsum")`, all 250 papers the corpus; its summaries and
+  highlights read by nothing but the truths) with `acl`: validation papers choose, test papers report.
+  Truth: the `highlights_<aspect>` sentences pooled the same way; Table 2's human-summary truth (the
+  summaries' cosine, MiniLM and mpnet) is printed beside it in the bars;
+* **synthetic**, generators a and b (`scripts/synthetic_corpus.py`, summaries and highlights dropped)
+  with `data/clinical-study-aspects.yaml`, each corpus its own fit: the first seed chooses, the others
+  report (worst seed). Truth: "same value" of the aspect's factor; the drug is a nuisance.
+
+Metric: mean per-paper Spearman x100 of an embedding's cosine similarities against the truth's
+(`evaluation.rowwise_spearman`), over the papers that have the aspect; a family's figure is the mean
+over its heads and truth encoders (synthetic: heads and generators, worst seed). Rows: MiniLM's whole
+abstract, position pooling (first 40% of the sentences challenge, last 25% outcome, the rest
+approach; real families only), the prototype probe (the lean floor: prototype = MiniLM's unit mean of
+the preset's description, include items and examples; sentence score = cosine less the mean over
+aspects; softmax over the abstract's sentences at t = 0.05; no blend, no training), today's floor
+(`aspect_file.floor_heads`'s "phrases": stage 03's; checked equal), today's floor with each step
+removed and the lean floor with each step added.
+
+Steps: `scale` (today's query, prototype less the mean of the *other* aspects': a 1.5x sharper
+softmax with three aspects), `exclude` (less `EXCLUDE_WEIGHT` x the mean of the exclude items),
+`calibrate` (self-training), `boilerplate` (near-copied sentences left out), `blend` (with the whole
+abstract, 1 - s / 2), `phrases` (sentences read through their phrases, `word_shares`) and `centring`
+(of the phrases, part of `phrases`). Label-free candidates: `prior` (a position prior read from the
+corpus: per aspect, the density of the floor's own soft weights over relative sentence position,
+PRIOR_BINS bins, re-estimated PRIOR_ITERATIONS times, multiplied into the weights, i.e. added as a
+log-prior to the scores before the softmax; flat where position carries nothing), `mixture` (each
+sentence's posterior over the aspects, its scores plus each aspect's position density read by EM
+from the corpus, pooled per aspect; a second form of the same idea, at most one of the two kept) and
+`centred` (each aspect's vectors less their corpus mean).
+
+Then leave one family out, twice: from the lean floor (forward) and from today's floor (backward),
+the two other families' choosing splits pick the temperature, keep each step that, switched alone,
+adds to the mean on both, and pick the constants; the held-out family's reporting split says what
+each step adds there, and a step holds where it does in every fold. Last, the sentence marks
+against the human ones (micro precision, recall, F1) on the real families and issue 39's bars.
+
+    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/families.py --cache /tmp/fc [--seeds 0 1 2 3] [--synthetic-docs 150]
+        [--csab-docs N] [--aclsum SPEC] [--permutations 200] [--truths minilm mpnet] [--smoke]
+
+--cache: a folder of encoder vectors kept between runs (one subfolder per encoder); default a temporary
+folder. --smoke (or WORKBENCH_BENCH_SMOKE=1): 4 CSAbstruct papers per split, 10 ACLSum papers, 10
+synthetic papers and two seeds per generator, 10 permutations, MiniLM alone pooling the truths.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import numpy as np  # noqa: E402
+
+import csabstruct  # noqa: E402
+from _smoke import add_smoke  # noqa: E402
+from aspect_file import ASPECT_FILE, ceiling, floor_heads, same_value  # noqa: E402
+from synthetic_corpus import ASPECTS as SYN_ASPECTS, NUISANCE, synthetic_frame  # noqa: E402
+from workbench.core.vectors import unit_rows  # noqa: E402
+from workbench.data.aspects import load_aspects  # noqa: E402
+from workbench.data.corpus import load_corpus  # noqa: E402
+from workbench.data.sentences import match_highlights  # noqa: E402
+from workbench.embed.aspectfile import (EXCLUDE_WEIGHT, TEMPERATURE, AspectPrototypes, CalibratedScorer,  # noqa: E402
+                                        aspect_directions, aspect_prototypes, calibrate, corpus_blends,
+                                        corpus_word_shares, marked_means, pooled_words, sentence_marks,
+                                        sentence_weights, stating_sentences)
+from workbench.embed.boilerplate import find_boilerplate, keep_mask  # noqa: E402
+from workbench.embed.features import FeatureCache, FrozenBackbone, blend_documents  # noqa: E402
+from workbench.embed.phrases import stating  # noqa: E402
+from workbench.evaluate.evaluation import permutation_test, rowwise_spearman, summary_similarity  # noqa: E402
+
+PRIOR_BINS = 5        # relative-position bins of the position prior
+PRIOR_ITERATIONS = 1  # re-estimates of the prior from the weights it changed (EM-like)
+TEMPERATURES = (0.03, 0.05, 0.08, 0.12, 0.2)  # the lean floor's softmax temperatures a fold chooses from
+PRIOR_GRID = ((3, 5, 10), (1, 3))  # the prior's bins and estimates a fold chooses from, where it keeps the prior
+POSITION = (0.4, 0.75)  # position rule: challenge before 40% of the abstract, outcome from 75%
+TRUTH_ENCODERS = ("minilm", "mpnet")  # the encoders pooling the truths (main sets it from --truths)
+
+
+@dataclass(frozen=True)
+class Floor:
+    """One floor: which steps it takes (see the module doc) and its constants."""
+    scale: bool = False
+    exclude: bool = False
+    calibrate: bool = False
+    boilerplate: bool = False
+    blend: bool = False
+    phrases: bool = False
+    centring: bool = True   # only read with phrases
+    prior: bool = False
+    mixture: bool = False
+    centred: bool = False
+    temperature: float = TEMPERATURE
+    prior_iterations: int = PRIOR_ITERATIONS
+    prior_bins: int = PRIOR_BINS
+
+    def with_step(self, step: str, on: bool = True) -> "Floor":
+        return replace(self, **{step: on})
+
+
+LEAN = Floor()
+TODAY = Floor(scale=True, exclude=True, calibrate=True, boilerplate=True, blend=True, phrases=True)
+STEPS = ("scale", "exclude", "calibrate", "boilerplate", "blend", "phrases", "centring")
+NEW_STEPS = ("prior", "mixture", "centred")
+ALTERNATIVES = ("prior", "mixture")  # two forms of one new step (the position read from the corpus): at most one kept
+MIXTURE_ITERATIONS = 10  # EM rounds of the mixture's position prior
+WHOLE, POSITIONAL = "MiniLM whole abstract", "position pooling"
+
+
+def name_of(spec) -> str:
+    """A row's name: a baseline's, or the floor's steps and constants."""
+    if isinstance(spec, str):
+        return spec
+    if spec == LEAN:
+        return "prototype probe (lean floor)"
+    if spec == TODAY:
+        return "today's floor (stage 03)"
+    if {s: getattr(spec, s) for s in STEPS} == {s: getattr(TODAY, s) for s in STEPS}:
+        words = "today's floor"
+    else:
+        words = "lean" + "".join(f" + {s}" for s in STEPS if s != "centring" and getattr(spec, s))
+        words += " (phrases not centred)" if spec.phrases and not spec.centring else ""
+    words += "".join(f" + {s}" for s in NEW_STEPS if getattr(spec, s))
+    consts = [f"t {spec.temperature:g}"] if spec.temperature != TEMPERATURE else []
+    if spec.prior and (spec.prior_iterations, spec.prior_bins) != (PRIOR_ITERATIONS, PRIOR_BINS):
+        consts.append(f"prior: {spec.prior_bins} bins, {spec.prior_iterations} estimates")
+    if spec.mixture and spec.prior_bins != PRIOR_BINS:
+        consts.append(f"{spec.prior_bins} bins" if spec.prior_bins > 1 else "no position")
+    return words + (f" ({', '.join(consts)})" if consts else "")
+
+
+class CachedBackbone:
+    """A backbone whose texts go through a disk `FeatureCache` (phrases included), for `FeatureCache.word_vectors`."""
+
+    def __init__(self, cache: FeatureCache):
+        self.cache = cache
+        self.hidden_size = cache.backbone.hidden_size
+        self.key = cache.backbone.key
+
+    def embed(self, texts, batch_size: int = 32, progress: bool = False) -> np.ndarray:
+        return self.cache.vectors(list(texts))
+
+
+class Builder:
+    """Every floor of one corpus (its `features`, the aspect file's `raw` prototypes), each step read from the corpus
+    itself and kept, so that floors sharing a step fit it once."""
+
+    def __init__(self, features, raw: AspectPrototypes, cache: FeatureCache):
+        self.features, self.raw, self.aspects = features, raw, list(raw.aspects)
+        self.phrase_cache = FeatureCache(None, CachedBackbone(cache))  # pooled phrases in memory, phrases on disk
+        self.words = self.phrase_cache.word_vectors
+        self.memo: dict = {}
+        self.n = len(features)
+
+    def _get(self, key, make):
+        if key not in self.memo:
+            self.memo[key] = make()
+        return self.memo[key]
+
+    def prototypes(self, f: Floor) -> AspectPrototypes:
+        """The aspect file's queries: prototype less the mean of all aspects' (lean) or of the others' (scale),
+        less EXCLUDE_WEIGHT x the mean of the exclude items (exclude)."""
+        def make():
+            P, n = self.raw.prototypes, len(self.aspects)
+            centre = (P.sum(0, keepdims=True) - P) / max(n - 1, 1) if f.scale else P.mean(0, keepdims=True)
+            excluded = self.raw.excluded if f.exclude else np.zeros_like(self.raw.excluded)
+            return AspectPrototypes(self.aspects, P, (P - centre - EXCLUDE_WEIGHT * excluded).astype(np.float32),
+                                    excluded.astype(np.float32))
+        return self._get(("protos", f.scale, f.exclude), make)
+
+    def boiler(self, f: Floor):
+        return self._get("boiler", lambda: find_boilerplate(self.features)) if f.boilerplate else None
+
+    def scorer(self, f: Floor):
+        protos = self.prototypes(f)
+        if not f.calibrate:
+            return protos
+        return self._get(("calibrated", f.scale, f.exclude, f.boilerplate),
+                         lambda: calibrate(self.features, protos, boilerplate=self.boiler(f)) or protos)
+
+    def blends(self, f: Floor) -> dict:
+        if not f.blend:
+            return {a: 1.0 for a in self.aspects}
+        return self._get(("blend", f.scale, f.exclude, f.calibrate, f.boilerplate),
+                         lambda: corpus_blends(self.features, self.scorer(f), boilerplate=self.boiler(f)))
+
+    def shares(self, f: Floor) -> dict:
+        return self._get(("shares", f.scale, f.exclude, f.calibrate, f.boilerplate),
+                         lambda: corpus_word_shares(self.features, self.scorer(f), boilerplate=self.boiler(f)))
+
+    def sentences(self, f: Floor):
+        """{aspect: per document its sentences' vectors} read through their phrases, as
+        `aspectfile.word_pooled_sentences` makes them (its parts; `centring` off: not centred), or None."""
+        if not f.phrases:
+            return None
+
+        def make():
+            scorer, shares, boiler = self.scorer(f), self.shares(f), self.boiler(f)
+            directions = aspect_directions(scorer, self.prototypes(f))
+            marks = stating_sentences(self.features, scorer, boiler)
+            words = pooled_words(self.features, self.aspects, directions, shares, self.words, None, marks)
+            means = marked_means(words, marks) if f.centring else {}
+            return {a: blend_documents(self.features, w, shares[a], means.get(a), marks[a]) for a, w in words.items()}
+        return self._get(("phrases", f.scale, f.exclude, f.calibrate, f.boilerplate, f.centring), make)
+
+    def weights(self, f: Floor) -> list[dict]:
+        """Per document {aspect: pooling weights over its sentences} (`sentence_weights`; the position prior or the
+        mixture applied)."""
+        base = self._get(("weights", f.scale, f.exclude, f.calibrate, f.boilerplate, f.temperature),
+                         lambda: sentence_weights(self.features, self.scorer(f), f.temperature, self.boiler(f)))
+        if f.mixture:
+            return self._get(("mixture", f.scale, f.exclude, f.calibrate, f.boilerplate, f.temperature, f.prior_bins),
+                             lambda: mixture_weights(self.features, self.scorer(f), f.temperature, self.boiler(f),
+                                                     f.prior_bins)[0])
+        if not f.prior:
+            return base
+        return self._get(("prior", f.scale, f.exclude, f.calibrate, f.boilerplate, f.temperature, f.prior_bins,
+                          f.prior_iterations), lambda: position_prior(self.features, base, self.aspects,
+                                                                      f.prior_bins, f.prior_iterations)[0])
+
+    def embed(self, spec) -> dict[str, np.ndarray]:
+        """{aspect: [N, H] unit rows} of a floor or a baseline (WHOLE, POSITIONAL) over the whole corpus."""
+        return self._get(("embed", spec), lambda: self._embed(spec))
+
+    def _embed(self, spec) -> dict[str, np.ndarray]:
+        if spec == WHOLE:
+            return {a: unit_rows(self.features.whole) for a in self.aspects}
+        if spec == POSITIONAL:
+            return position_pooling(self.features, self.aspects)
+        out = pool(self.features, self.weights(spec), self.blends(spec), self.sentences(spec))
+        if spec.centred:
+            out = {a: unit_rows(v - v.mean(axis=0, keepdims=True)) for a, v in out.items()}
+        return out
+
+
+def pool(features, weights, blends: dict, sentences=None) -> dict[str, np.ndarray]:
+    """`aspectfile.zero_shot_embeddings` with the weights given: the weighted mean of each abstract's sentence
+    vectors (an aspect's own where `sentences` holds them), blended with the whole abstract (`blends`: the
+    sentences' share)."""
+    whole = unit_rows(np.asarray(features.whole, dtype=np.float32))
+    out = {a: whole.copy() for a in blends}
+    for i, (sents, w) in enumerate(zip(features.sentences, weights)):
+        if not len(sents):
+            continue
+        shared = unit_rows(np.asarray(sents, dtype=np.float32))
+        for a in blends:
+            s = sentences[a][i] if sentences is not None and a in sentences else shared
+            out[a][i] = blends[a] * unit_rows((w[a] @ s)[None])[0] + (1 - blends[a]) * whole[i]
+    return {a: unit_rows(v) for a, v in out.items()}
+
+
+def relative_bins(n: int, bins: int) -> np.ndarray:
+    """The relative-position bin of each of an abstract's n sentences ((j + 0.5) / n cut into `bins`)."""
+    return np.minimum((((np.arange(n) + 0.5) / max(n, 1)) * bins).astype(int), bins - 1)
+
+
+def prior_rates(features, weights, aspects, bins: int) -> np.ndarray:
+    """[A, bins]: per aspect, the mean over the corpus's sentences in each relative-position bin of n x the
+    sentence's weight (n the abstract's sentences): 1 everywhere where the weights ignore position. One
+    pseudo-sentence of rate 1 per bin keeps an empty bin flat."""
+    num, den = np.ones((len(aspects), bins)), np.ones(bins)
+    for sents, w in zip(features.sentences, weights):
+        n = len(sents)
+        if not n:
+            continue
+        b = relative_bins(n, bins)
+        den += np.bincount(b, minlength=bins)
+        for j, a in enumerate(aspects):
+            num[j] += np.bincount(b, weights=n * np.asarray(w[a], np.float64), minlength=bins)
+    return num / den
+
+
+def position_prior(features, weights, aspects, bins: int = PRIOR_BINS, iterations: int = PRIOR_ITERATIONS):
+    """(per document {aspect: weights x the prior, renormalised}, the rates [A, bins]): the floor's weights times
+    each aspect's position density read from the corpus (`prior_rates`), i.e. log-prior added to the scores
+    before the softmax; re-estimated from the new weights `iterations` times. Label-free."""
+    current, rates = weights, np.ones((len(aspects), bins))
+    for _ in range(max(int(iterations), 1)):
+        rates = prior_rates(features, current, aspects, bins)
+        new = []
+        for sents, w in zip(features.sentences, weights):
+            b = relative_bins(len(sents), bins)
+            d = {}
+            for j, a in enumerate(aspects):
+                v = np.asarray(w[a], np.float64) * rates[j, b]
+                d[a] = (v / v.sum() if v.sum() > 0 else v).astype(np.float32)
+            new.append(d)
+        current = new
+    return current, rates
+
+
+def mixture_weights(features, scorer, temperature: float = TEMPERATURE, boilerplate=None, bins: int = PRIOR_BINS,
+                    iterations: int = MIXTURE_ITERATIONS):
+    """(per document {aspect: weights}, the prior [A, bins], per document its posteriors [n, A]): each sentence
+    assigned to the aspects by its posterior, a softmax over aspects of score / temperature (a calibrated scorer:
+    its log-probabilities) + log prior, the prior each aspect's density over relative-position bins (1: flat; the
+    aspects' shares kept equal) read from the posteriors over the corpus, re-estimated by EM from a flat start; an
+    aspect's weights are its posteriors over the abstract's sentences, normalised (boilerplate 0). Label-free."""
+    A = len(scorer.aspects)
+    sents = [np.asarray(s, np.float32) for s in features.sentences]
+    keep = [keep_mask(s, boilerplate) for s in sents]
+    flat = np.concatenate([s[k] for s, k in zip(sents, keep) if len(s)] + [np.zeros((0, features.whole.shape[1]),
+                                                                                     np.float32)])
+    if isinstance(scorer, CalibratedScorer):
+        emission = np.log(np.maximum(scorer.probabilities(flat), 1e-30))
+    else:
+        emission = scorer.scores(flat) / temperature
+    b = np.concatenate([relative_bins(len(s), bins)[k] for s, k in zip(sents, keep) if len(s)] + [np.zeros(0, int)])
+    prior = np.ones((A, bins))
+    share = (np.bincount(b, minlength=bins) + 1.0) / (len(b) + bins)  # the sentences' share of each bin
+    for _ in range(iterations):
+        z = emission + np.log(prior[:, b].T)
+        post = np.exp(z - z.max(axis=1, keepdims=True))
+        post /= post.sum(axis=1, keepdims=True)
+        # Each aspect's density over the bins, relative to the sentences' (1: flat): where an aspect sits, not how
+        # many sentences it takes (a prior on the shares would let the aspect the prototypes favour take all).
+        prior = np.stack([(np.bincount(b, weights=post[:, j], minlength=bins) + 1.0) / (post[:, j].sum() + bins)
+                          for j in range(A)]) / share
+    out, posteriors, start = [], [], 0
+    for s, k in zip(sents, keep):
+        w = {a: np.zeros(len(s), np.float32) for a in scorer.aspects}
+        n = int(k.sum()) if len(s) else 0
+        p = np.zeros((len(s), A))
+        p[k] = post[start:start + n]
+        for j, a in enumerate(scorer.aspects):
+            v = post[start:start + n, j]
+            w[a][k] = v / v.sum() if v.sum() > 0 else 1.0 / max(n, 1)
+        start += n
+        out.append(w)
+        posteriors.append(p)
+    return out, prior, posteriors
+
+
+def position_pooling(features, aspects) -> dict[str, np.ndarray]:
+    """The position rule's pooling: the mean of the first 40% of the sentences (challenge), the last 25% (outcome),
+    the rest (approach); the whole abstract where a part is empty."""
+    out = {a: unit_rows(np.asarray(features.whole, np.float32)) for a in aspects}
+    for i, s in enumerate(features.sentences):
+        if not len(s):
+            continue
+        masks = position_masks(len(s))
+        for a in aspects:
+            m = masks[a] if masks[a].any() else np.ones(len(s), bool)
+            out[a][i] = unit_rows(unit_rows(np.asarray(s, np.float32))[m].mean(0)[None])[0]
+    return out
+
+
+def position_masks(n: int) -> dict[str, np.ndarray]:
+    rel = (np.arange(n) + 0.5) / max(n, 1)
+    challenge, outcome = rel < POSITION[0], rel >= POSITION[1]
+    return {"challenge": challenge, "approach": ~(challenge | outcome), "outcome": outcome}
+
+
+def spearman_on(emb: np.ndarray, truth: np.ndarray, has: np.ndarray) -> float:
+    e = unit_rows(np.asarray(emb, np.float64)[has])
+    return 100 * float(np.nanmean(rowwise_spearman(e @ e.T, truth[np.ix_(has, has)])))
+
+
+def pooled_truth(cache: FeatureCache, groups: list[list[str]]) -> tuple[np.ndarray, np.ndarray]:
+    """(cosine matrix of each paper's marked sentences' unit vectors averaged, which papers have any)."""
+    has = np.array([bool(g) for g in groups])
+    flat = [s for g in groups for s in g]
+    vectors = unit_rows(cache.vectors(flat)) if flat else np.zeros((0, cache.backbone.hidden_size), np.float32)
+    v = np.zeros((len(groups), vectors.shape[1]), np.float32)
+    start = 0
+    for i, g in enumerate(groups):
+        if g:
+            v[i] = vectors[start:start + len(g)].mean(0)
+            start += len(g)
+    v = unit_rows(v)
+    return v @ v.T, has
+
+
+# ---------------------------------------------------------------------------------------------- families
+
+class RealFamily:
+    """One real corpus, fitted once as a whole, judged on its choosing and reporting papers."""
+
+    def __init__(self, name: str, texts, human: dict, splits: dict, aspect_set, caches: dict, summaries=None):
+        """`human`: {aspect: per paper the list of its human-marked sentence texts}; `splits`: {"choose": rows,
+        "report": rows}; `summaries`: {aspect: per paper its human summary or None} (ACLSum)."""
+        self.name, self.aspects, self.splits = name, list(aspect_set.names), splits
+        cache = caches["minilm"]
+        self.features = cache.documents(list(texts))
+        self.builder = Builder(self.features, aspect_prototypes(aspect_set, self.aspects, cache.vectors), cache)
+        self.truths = {}
+        self.marks = {}
+        self.summary = {}
+        for split, rows in splits.items():
+            for enc in TRUTH_ENCODERS:
+                for a in self.aspects:
+                    self.truths[split, a, enc] = pooled_truth(caches[enc], [human[a][i] for i in rows])
+            for a in self.aspects:
+                self.marks[split, a] = [np.asarray(match_highlights(self.features.sentence_texts[i], human[a][i]))
+                                        >= 0.5 if human[a][i] else np.zeros(len(self.features.sentence_texts[i]), bool)
+                                        for i in rows]
+            for a in self.aspects if summaries is not None else []:
+                texts_a = [summaries[a][i] for i in rows]
+                has = np.array([isinstance(t, str) and bool(t.strip()) for t in texts_a])
+                for enc in TRUTH_ENCODERS:  # Table 2's truth: the summaries' cosine (`evaluation.summary_similarity`)
+                    v = np.full((len(rows), caches[enc].backbone.hidden_size), np.nan, np.float32)
+                    if has.any():
+                        v[has] = caches[enc].vectors([t for t, h in zip(texts_a, has) if h])
+                    self.summary[split, a, enc] = (np.nan_to_num(summary_similarity(v)), has)
+        self.columns = [f"{a} {enc}" for a in self.aspects for enc in TRUTH_ENCODERS]
+
+    def score(self, split: str, spec) -> dict[str, float]:
+        emb, rows = self.builder.embed(spec), self.splits[split]
+        return {f"{a} {enc}": spearman_on(emb[a][rows], *self.truths[split, a, enc])
+                for a in self.aspects for enc in TRUTH_ENCODERS}
+
+    def summary_scores(self, split: str, spec) -> dict[str, float]:
+        """{"<aspect> <encoder>": Spearman x100 against the human summaries' similarities}."""
+        emb, rows = self.builder.embed(spec), self.splits[split]
+        return {f"{a} {enc}": spearman_on(emb[a][rows], *self.summary[split, a, enc])
+                for a in self.aspects for enc in TRUTH_ENCODERS if (split, a, enc) in self.summary}
+
+    @staticmethod
+    def mean(scores: dict) -> float:
+        return float(np.mean(list(scores.values())))
+
+
+class SyntheticFamily:
+    """Generators a and b, one corpus per (generator, seed), each fitted on itself; the first seed chooses."""
+
+    def __init__(self, styles, seeds, docs: int, caches: dict):
+        self.name, self.aspects, self.styles = "synthetic", list(SYN_ASPECTS), list(styles)
+        self.splits = {"choose": [seeds[0]], "report": list(seeds[1:])}
+        aspect_set = load_aspects(ASPECT_FILE)
+        cache = caches["minilm"]
+        self.corpora = {}
+        for style in styles:
+            for seed in seeds:
+                frame = synthetic_frame(n_train=0, n_val=0, n_test=docs, seed=seed, style=style)
+                frame = frame.drop(columns=[c for c in frame if c.startswith(("summary_", "highlights_"))
+                                            or c == "sentences"])
+                features = cache.documents(frame["abstract"].tolist())
+                builder = Builder(features, aspect_prototypes(aspect_set, self.aspects, cache.vectors), cache)
+                truths = {f: same_value(frame[f]) for f in self.aspects + [NUISANCE]}
+                self.corpora[style, seed] = (builder, truths, {f: ceiling(frame[f], seed) for f in self.aspects})
+        self.columns = [f"{s} {a}" for s in styles for a in self.aspects]
+        self.memo: dict = {}
+
+    def raw(self, split: str, spec) -> dict:
+        """{(style, seed): {factor: spearman of the aspect's head on its own factor, and 'drug': the most any head
+        follows the drug}}."""
+        if (split, spec) not in self.memo:
+            self.memo[split, spec] = self._raw(split, spec)
+        return self.memo[split, spec]
+
+    def _raw(self, split: str, spec) -> dict:
+        out = {}
+        for (style, seed), (builder, truths, _) in self.corpora.items():
+            if seed not in self.splits[split]:
+                continue
+            emb = builder.embed(spec)
+            everywhere = np.ones(len(truths[NUISANCE]), bool)
+            row = {a: spearman_on(emb[a], truths[a], everywhere) for a in self.aspects}
+            row[NUISANCE] = max(spearman_on(emb[a], truths[NUISANCE], everywhere) for a in self.aspects)
+            out[style, seed] = row
+        return out
+
+    def score(self, split: str, spec) -> dict[str, float]:
+        """{"<style> <aspect>": the worst seed's Spearman on its own factor} (one seed on the choosing split)."""
+        raw = self.raw(split, spec)
+        return {f"{s} {a}": min(r[a] for (st, _), r in raw.items() if st == s) for s in self.styles
+                for a in self.aspects}
+
+    def nuisance(self, split: str, spec) -> float:
+        return max(r[NUISANCE] for r in self.raw(split, spec).values())
+
+    def shares(self, split: str, spec) -> dict[str, float]:
+        """{"<style> <aspect>": the worst seed's share of the ceiling, %}."""
+        raw = self.raw(split, spec)
+        return {f"{s} {a}": min(100 * r[a] / self.corpora[st, seed][2][a] for (st, seed), r in raw.items()
+                                if st == s) for s in self.styles for a in self.aspects}
+
+    mean = staticmethod(RealFamily.mean)
+
+
+# ---------------------------------------------------------------------------------------------- tables
+
+def ablation_rows(family) -> list:
+    """The rows of a family's ablation table."""
+    rows = [WHOLE] + ([POSITIONAL] if isinstance(family, RealFamily) else []) + [LEAN, TODAY]
+    rows += [TODAY.with_step(s, False) for s in STEPS if s != "centring"] + [replace(TODAY, centring=False)]
+    rows += [TODAY.with_step(s) for s in NEW_STEPS]
+    rows += [replace(LEAN, temperature=t) for t in TEMPERATURES if t != LEAN.temperature]
+    rows += [LEAN.with_step(s) for s in STEPS if s != "centring"] + [LEAN.with_step(s) for s in NEW_STEPS]
+    rows += [replace(LEAN, prior=True, prior_iterations=3), replace(LEAN, prior=True, prior_bins=3),
+             replace(LEAN, prior=True, prior_bins=10)]
+    rows += [replace(LEAN, mixture=True, prior_bins=1), replace(LEAN, mixture=True, prior_bins=10)]
+    rows += [replace(LEAN, mixture=True, temperature=t) for t in TEMPERATURES if t != LEAN.temperature]
+    return rows
+
+
+def row_label(spec) -> str:
+    if spec in (WHOLE, POSITIONAL, LEAN, TODAY):
+        return f"**{name_of(spec)}**"
+    for s in STEPS:
+        if s != "centring" and spec == TODAY.with_step(s, False):
+            return f"today's - {s}"
+    if spec == replace(TODAY, centring=False):
+        return "today's - centring (of the phrases)"
+    return name_of(spec)
+
+
+def print_table(family, split: str, rows, reference=LEAN) -> dict:
+    """A markdown table of `rows` on a split: per column, the mean and its difference from `reference`."""
+    scores = {spec: family.score(split, spec) for spec in rows}
+    ref = family.mean(scores[reference]) if reference in scores else family.mean(family.score(split, reference))
+    extra = " | drug (most) |" if isinstance(family, SyntheticFamily) else " |"
+    print("| embedding | " + " | ".join(family.columns) + " | mean | vs lean" + extra)
+    print("|---|" + "---:|" * (len(family.columns) + 2 + (isinstance(family, SyntheticFamily))))
+    for spec in rows:
+        s = scores[spec]
+        m = family.mean(s)
+        tail = f" | {family.nuisance(split, spec):.1f} |" if isinstance(family, SyntheticFamily) else " |"
+        print(f"| {row_label(spec)} | " + " | ".join(f"{s[c]:.1f}" for c in family.columns)
+              + f" | {m:.1f} | {m - ref:+.1f}" + tail)
+    return scores
+
+
+def micro_prf(pred, truth) -> tuple[float, float, float]:
+    tp = fp = fn = 0
+    for p, t in zip(pred, truth):
+        p, t = np.asarray(p, bool), np.asarray(t, bool)
+        tp += int((p & t).sum())
+        fp += int((p & ~t).sum())
+        fn += int((~p & t).sum())
+    pr, rc = tp / max(tp + fp, 1), tp / max(tp + fn, 1)
+    return pr, rc, 2 * pr * rc / max(pr + rc, 1e-9)
+
+
+def mark_sets(family: RealFamily, split: str, chosen: Floor) -> dict:
+    """{method: {aspect: per paper its marked sentences}} on a split's papers."""
+    b, rows, A = family.builder, family.splits[split], family.aspects
+    feats = b.features.subset(rows)
+    today = sentence_marks(feats, b.scorer(TODAY), boilerplate=b.boiler(TODAY))
+    out = {"aspect file's marks (today's floor, stage 03)": {a: [np.asarray(d[a]) > 0 for d in today] for a in A}}
+    lean_w = [b.weights(LEAN)[i] for i in rows]
+    out["lean floor's stating sentences"] = {a: [stating(w[a]) for w in lean_w] for a in A}
+    prior_f = replace(LEAN, prior=True)
+    prior_w = [b.weights(prior_f)[i] for i in rows]
+    out["lean + prior's stating sentences"] = {a: [stating(w[a]) for w in prior_w] for a in A}
+    if chosen not in (LEAN, prior_f, TODAY):
+        chosen_w = [b.weights(chosen)[i] for i in rows]
+        out[f"{name_of(chosen)}'s stating sentences"] = {a: [stating(w[a]) for w in chosen_w] for a in A}
+    n = [len(s) for s in feats.sentences]
+    out["position rule"] = {a: [position_masks(k)[a] if a in position_masks(1) else np.zeros(k, bool) for k in n]
+                            for a in A}
+    protos = b.prototypes(LEAN)
+    _, rates = position_prior(b.features, b.weights(LEAN), A)
+    argmax, prior_argmax = {a: [] for a in A}, {a: [] for a in A}
+    for s in feats.sentences:
+        k = len(s)
+        cos = unit_rows(np.asarray(s, np.float32)) @ protos.prototypes.T if k else np.zeros((0, len(A)))
+        top = cos.argmax(1) if k else np.zeros(0, int)
+        post = (protos.scores(s) / LEAN.temperature + np.log(rates[:, relative_bins(k, PRIOR_BINS)].T)).argmax(1) \
+            if k else np.zeros(0, int)
+        for j, a in enumerate(A):
+            argmax[a].append(top == j)
+            prior_argmax[a].append(post == j)
+    out["prototype argmax"] = argmax
+    out["prototype + prior argmax"] = prior_argmax
+    for spec in dict.fromkeys([replace(LEAN, mixture=True), replace(LEAN, mixture=True, temperature=chosen.temperature,
+                                                                    prior_bins=chosen.prior_bins)]):
+        post = mixture_weights(b.features, b.scorer(spec), spec.temperature, b.boiler(spec), spec.prior_bins)[2]
+        out[f"{name_of(spec)}: argmax of the posterior"] = {
+            a: [(post[i].argmax(1) == j) if len(post[i]) else np.zeros(0, bool) for i in rows]
+            for j, a in enumerate(A)}
+    out["every sentence"] = {a: [np.ones(k, bool) for k in n] for a in A}
+    return out
+
+
+def print_marks(family: RealFamily, split: str, chosen: Floor) -> None:
+    A = family.aspects
+    print("| marks | " + " | ".join(f"{a} P / R / F1" for a in A) + " |")
+    print("|---|" + "---:|" * len(A))
+    for method, marks in mark_sets(family, split, chosen).items():
+        cells = []
+        for a in A:
+            p, r, f = micro_prf(marks[a], family.marks[split, a])
+            cells.append(f"{p:.2f} / {r:.2f} / **{f:.2f}**")
+        print(f"| {method} | " + " | ".join(cells) + " |")
+
+
+def step_names(spec: Floor) -> list[str]:
+    """The steps a floor can take or leave: every step, `centring` only where it reads phrases."""
+    return [s for s in STEPS + NEW_STEPS if s != "centring" or spec.phrases]
+
+
+def toggled(spec: Floor, step: str) -> Floor:
+    """The floor with the step switched: taken away where it has it, added where it has not (of the
+    ALTERNATIVES, adding one takes the other away)."""
+    if getattr(spec, step):
+        return spec.with_step(step, False)
+    out = spec.with_step(step)
+    if step in ALTERNATIVES:
+        out = replace(out, **{a: False for a in ALTERNATIVES if a != step})
+    return out
+
+
+def step_gain(family, split: str, spec: Floor, step: str) -> float:
+    """What the step adds to the floor's mean: with it less without it (whichever the floor has)."""
+    other = toggled(spec, step)
+    with_, without = (spec, other) if getattr(spec, step) else (other, spec)
+    return family.mean(family.score(split, with_)) - family.mean(family.score(split, without))
+
+
+def choose(families: list, start: Floor, split: str = "choose") -> tuple[Floor, dict]:
+    """What the `families`' choosing splits pick, from `start` (the lean floor: forward; today's: backward): first
+    the temperature (the largest summed mean), then every step is kept where it adds on every family given (from
+    `start`, switched alone) and left out elsewhere (of the ALTERNATIVES, the one with the larger summed gain), then
+    the constants of the floor that gives (temperature; the prior's bins and estimates) by its summed mean."""
+    total = lambda spec: sum(f.mean(f.score(split, spec)) for f in families)  # noqa: E731
+    base = max((replace(start, temperature=t) for t in TEMPERATURES),
+               key=lambda spec: (round(total(spec), 6), spec.temperature == start.temperature))
+    deltas = {s: {f.name: step_gain(f, split, base, s) for f in families} for s in step_names(base)}
+    passed = [s for s, d in deltas.items() if all(v > 0 for v in d.values())]
+    alternatives = [s for s in passed if s in ALTERNATIVES]
+    if len(alternatives) > 1:
+        best = max(alternatives, key=lambda s: sum(deltas[s].values()))
+        passed = [s for s in passed if s not in ALTERNATIVES or s == best]
+    kept = replace(base, **{s: s in passed for s in deltas})
+    grid = [replace(kept, temperature=x) for x in TEMPERATURES]
+    if kept.prior:
+        grid = [replace(g, prior_bins=b, prior_iterations=k) for g in grid for b in PRIOR_GRID[0]
+                for k in PRIOR_GRID[1]]
+    elif kept.mixture:
+        grid = [replace(g, prior_bins=b) for g in grid for b in PRIOR_GRID[0]]
+    kept = max(grid, key=lambda spec: (round(total(spec), 6), spec == kept))
+    return kept, {"deltas": deltas}
+
+
+def constants(spec: Floor) -> str:
+    out = f"t {spec.temperature:g}" if not spec.calibrate else "(calibrated: no t)"
+    if spec.prior:
+        out += f", prior {spec.prior_bins} bins x {spec.prior_iterations}"
+    if spec.mixture:
+        out += f", mixture {spec.prior_bins} bins"
+    return out
+
+
+def leave_one_out(families: list, start: Floor, title: str) -> tuple[Floor, dict]:
+    """Per held-out family: what the other two choose from `start`, and the held-out family's reporting figures;
+    returns the floor of the steps that hold in every fold (kept by the choosing families and adding on the held-out
+    one, each fold), with the constants every fold chose, and the verdicts."""
+    print(f"\n## Leave one family out, {title}\n")
+    print(f"From {name_of(start)}, chosen on the other two families' choosing splits: the temperature first (the "
+          "largest summed mean), then each step kept where, switched alone, it adds to the mean on both, then the "
+          "constants; reported on the held-out family's reporting split (mean over its columns). Gains on the two "
+          "choosing families in brackets.\n")
+    print("| held out | constants | steps kept | steps left out | MiniLM whole | lean | chosen floor | today's floor |")
+    print("|---|---|---|---|---:|---:|---:|---:|")
+    verdicts = {}
+    for held in families:
+        others = [f for f in families if f is not held]
+        chosen, info = choose(others, start)
+        names = step_names(chosen)
+        kept = [s for s in names if getattr(chosen, s)]
+        left = [s for s in names if not getattr(chosen, s)]
+        on_held = {s: step_gain(held, "report", chosen, s) for s in names}
+        verdicts[held.name] = {"chosen": chosen, "kept": kept, "on_held": on_held, "deltas": info["deltas"]}
+        fmt = lambda s: f"{s} (" + ", ".join(f"{v:+.1f}" for v in info["deltas"].get(s, {}).values()) + ")"  # noqa
+        m = lambda spec: held.mean(held.score("report", spec))  # noqa: E731
+        print(f"| {held.name} | {constants(chosen)} | {'; '.join(fmt(s) for s in kept) or 'none'} | "
+              f"{'; '.join(fmt(s) for s in left) or 'none'} | {m(WHOLE):.1f} | {m(LEAN):.1f} | {m(chosen):.1f} | "
+              f"{m(TODAY):.1f} |")
+    print("\nWhat each step adds on each held-out family's reporting split, in that fold's chosen floor (with the step "
+          "less without it), mean Spearman x100:\n")
+    names = [f.name for f in families]
+    print("| step | " + " | ".join(f"{n} held out" for n in names) + " | holds in every fold |")
+    print("|---|" + "---|" * (len(names) + 1))
+    holding = []
+    for s in [x for x in STEPS + NEW_STEPS]:
+        cells, holds = [], True
+        for n in names:
+            v = verdicts[n]
+            d = v["on_held"].get(s)
+            cells.append("n/a" if d is None else f"{'kept' if s in v['kept'] else 'left out'}, {d:+.2f}")
+            holds &= d is not None and s in v["kept"] and d > 0
+        if holds:
+            holding.append(s)
+        print(f"| {s} | " + " | ".join(cells) + f" | {'yes' if holds else 'no'} |")
+    final = replace(LEAN, **{s: s in holding for s in STEPS + NEW_STEPS if s != "centring"})
+    if final.phrases:
+        final = replace(final, centring="centring" in holding)
+    for const in ("temperature", "prior_bins", "prior_iterations"):  # a constant every fold chose
+        values = {getattr(v["chosen"], const) for v in verdicts.values()}
+        if len(values) == 1:
+            final = replace(final, **{const: values.pop()})
+    print(f"\nThe floor of the steps that hold in every fold ({title}): **{name_of(final)}**")
+    return final, verdicts
+
+
+def matmul_gflops(repeats: int = 5) -> float:
+    """The machine's speed as docs/results.md states it: a 1600 x 768 @ 768 x 3072 fp32 product (torch), best of 5."""
+    import torch
+
+    a, b = torch.randn(1600, 768), torch.randn(768, 3072)
+    a @ b
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        a @ b
+        best = min(best, time.perf_counter() - t0)
+    return 2 * 1600 * 768 * 3072 / best / 1e9
+
+
+def load_families(args, caches) -> list:
+    t0 = time.perf_counter()
+    acl = load_aspects("acl")
+    frame = csabstruct.load()
+    if args.csab_docs:
+        frame = frame.groupby("split", sort=False).head(args.csab_docs).reset_index(drop=True)
+    human = {a: [[s for s, r in zip(ss, rr) if r in csabstruct.ASPECT_ROLES[a]]
+                 for ss, rr in zip(frame["sentences"], frame["roles"])] for a in acl.names}
+    rows = {"choose": np.flatnonzero(frame["split"] == "dev"), "report": np.flatnonzero(frame["split"] == "test")}
+    csab = RealFamily("CSAbstruct", frame["abstract"].tolist(), human, rows, acl, caches)
+    print(f"CSAbstruct: {len(frame)} abstracts the corpus, {len(rows['choose'])} dev papers choose, "
+          f"{len(rows['report'])} test papers report ({time.perf_counter() - t0:.0f} s)")
+    t0 = time.perf_counter()
+    corpus = load_corpus(args.aclsum)
+    docs = corpus.docs.reset_index(drop=True)
+    listed = lambda v: [str(s) for s in v] if isinstance(v, (list, tuple, np.ndarray)) else []  # noqa: E731
+    human = {a: [listed(v) for v in docs[f"highlights_{a}"]] for a in acl.names}
+    summaries = {a: docs[f"summary_{a}"].tolist() for a in acl.names}
+    rows = {"choose": np.flatnonzero(docs["split"] == "validation"), "report": np.flatnonzero(docs["split"] == "test")}
+    aclsum = RealFamily("ACLSum", corpus.texts(), human, rows, acl, caches, summaries)
+    print(f"ACLSum ({args.aclsum}): {len(docs)} papers the corpus, {len(rows['choose'])} validation papers choose, "
+          f"{len(rows['report'])} test papers report ({time.perf_counter() - t0:.0f} s)")
+    t0 = time.perf_counter()
+    synthetic = SyntheticFamily(args.styles, args.seeds, args.synthetic_docs, caches)
+    print(f"synthetic: generators {', '.join(args.styles)}, {args.synthetic_docs} papers per corpus, seed "
+          f"{args.seeds[0]} chooses, seeds {', '.join(map(str, args.seeds[1:]))} report (worst seed) "
+          f"({time.perf_counter() - t0:.0f} s)")
+    return [csab, aclsum, synthetic]
+
+
+def check_against_floor_heads(family: RealFamily | SyntheticFamily) -> float:
+    """The largest difference between this script's today's floor and `aspect_file.floor_heads`' "phrases" (stage 03's
+    floor) on one corpus: the composition here must be the same floor."""
+    builder = family.builder if isinstance(family, RealFamily) else next(iter(family.corpora.values()))[0]
+    heads, _ = floor_heads(builder.features, builder.raw, builder.phrase_cache)
+    mine = builder.embed(TODAY)
+    return max(float(np.abs(heads["phrases"][a] - mine[a]).max()) for a in builder.aspects)
+
+
+def main(argv=None) -> None:
+    global TRUTH_ENCODERS
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cache", default=None,
+                        help="folder of encoder vectors kept between runs (default: a temporary one)")
+    parser.add_argument("--csab-docs", type=int, default=None, help="CSAbstruct papers per split (default: all)")
+    parser.add_argument("--aclsum", default="aclsum", help="the ACLSum corpus (a load_corpus spec)")
+    parser.add_argument("--synthetic-docs", type=int, default=150, help="papers per synthetic corpus")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3],
+                        help="synthetic seeds: the first chooses, the others report")
+    parser.add_argument("--styles", nargs="+", default=["a", "b"])
+    parser.add_argument("--permutations", type=int, default=200, help="A.6 permutations on ACLSum's test papers")
+    parser.add_argument("--truths", nargs="+", default=list(TRUTH_ENCODERS),
+                        help="the encoders that pool the human-marked sentences and read the summaries")
+    add_smoke(parser, argv, csab_docs=4, aclsum="aclsum:train[:2],validation[:4],test[:4]", synthetic_docs=10,
+              seeds=[0, 1], permutations=10, truths=["minilm"])
+    args = parser.parse_args(argv)
+    TRUTH_ENCODERS = tuple(args.truths)
+    start = time.perf_counter()
+    folder = None
+    if args.cache is None:
+        folder = tempfile.TemporaryDirectory(prefix="families-")  # removed when the script ends
+    root = Path(args.cache or folder.name)
+    caches = {enc: FeatureCache(root / enc, FrozenBackbone(enc)) for enc in ("minilm",) + TRUTH_ENCODERS}
+    print(f"# Aspect-file floors across families\n\nmatrix product: {matmul_gflops():.0f} GFLOP/s "
+          "(1600 x 768 @ 768 x 3072 fp32, torch)\n")
+    families = load_families(args, caches)
+    print("\nToday's floor here against `aspect_file.floor_heads`' (largest difference of a coordinate): "
+          + ", ".join(f"{f.name} {check_against_floor_heads(f):.1e}" for f in families[1:]))
+
+    for family in families:
+        print(f"\n## {family.name}: reporting split\n")
+        if isinstance(family, SyntheticFamily):
+            print("Worst of the reporting seeds, per generator and aspect, Spearman x100 against 'same value' of its "
+                  "factor; drug: the most any head follows the nuisance.\n")
+        else:
+            print("Mean per-paper Spearman x100 against the human-marked sentences pooled by MiniLM and by mpnet.\n")
+        print_table(family, "report", ablation_rows(family))
+        print(f"\n{family.name}, choosing split (means only):\n")
+        print("| embedding | mean | vs lean |")
+        print("|---|---:|---:|")
+        ref = family.mean(family.score("choose", LEAN))
+        for spec in ablation_rows(family):
+            m = family.mean(family.score("choose", spec))
+            print(f"| {row_label(spec)} | {m:.1f} | {m - ref:+.1f} |")
+        b = family.builder if isinstance(family, RealFamily) else next(iter(family.corpora.values()))[0]
+        corpora = [(b, "")] if isinstance(family, RealFamily) else \
+            [(c[0], f" (generator {k[0]}, seed {k[1]})") for k, c in family.corpora.items()
+             if k[1] == family.splits["choose"][0]]
+        for b, where in corpora:
+            _, rates = position_prior(b.features, b.weights(LEAN), b.aspects)
+            print(f"\nposition prior read from the corpus{where} (the lean floor's weights, {PRIOR_BINS} bins, "
+                  "first to last): " + "; ".join(f"{a} " + " ".join(f"{r:.2f}" for r in rates[j])
+                                         for j, a in enumerate(b.aspects)))
+            _, prior, _ = mixture_weights(b.features, b.scorer(LEAN), LEAN.temperature, None, PRIOR_BINS)
+            print(f"the mixture's position densities, {PRIOR_BINS} bins: " + "; ".join(
+                f"{a} " + " ".join(f"{r:.2f}" for r in prior[j]) for j, a in enumerate(b.aspects)))
+        print("today's floor's blends: " + ", ".join(f"{a} {v:.2f}" for a, v in b.blends(TODAY).items())
+              + "; phrases' shares: " + ", ".join(f"{a} {v:.2f}" for a, v in b.shares(TODAY).items()))
+
+    forward, _ = leave_one_out(families, LEAN, "forward: the lean floor with steps added")
+    backward, _ = leave_one_out(families, TODAY, "backward: today's floor with steps taken away or added")
+    csab, aclsum, synthetic = families
+    for family in (csab, aclsum):
+        print(f"\n## {family.name}: sentence marks against the human ones (reporting split, micro)\n")
+        print_marks(family, "report", forward)
+    heads = list(dict.fromkeys([LEAN, TODAY, forward, backward, replace(LEAN, prior=True),
+                                replace(LEAN, mixture=True, temperature=0.12), TODAY.with_step("prior"),
+                                TODAY.with_step("mixture")]))
+    print_bars(csab, aclsum, synthetic, heads, args.permutations)
+    print(f"\nmatrix product at the end: {matmul_gflops():.0f} GFLOP/s; {time.perf_counter() - start:.0f} s in all")
+
+
+def print_bars(csab: RealFamily, aclsum: RealFamily, synthetic: SyntheticFamily, heads: list, permutations: int):
+    """Issue 39's bars on each family's reporting split, for the floors in `heads`."""
+    A = csab.aspects
+    print("\n## Bars, CSAbstruct test papers\n")
+    print("Per head, MiniLM / mpnet truth; a head passes where, with both truths, it is at least 5 points above "
+          "MiniLM's whole abstract (+5), at or above the prototype probe (probe) and at or above position pooling "
+          "(pos).\n")
+    print("| floor | " + " | ".join(A) + " | heads passing all three |")
+    print("|---|" + "---|" * (len(A) + 1))
+    whole, probe, pos = (csab.score("report", x) for x in (WHOLE, LEAN, POSITIONAL))
+    for spec in [WHOLE, POSITIONAL] + heads:
+        sc = csab.score("report", spec)
+        cells, passing = [], 0
+        for a in A:
+            cols = [f"{a} {e}" for e in TRUTH_ENCODERS]
+            ok = {"+5": all(sc[c] >= whole[c] + 5 for c in cols), "probe": all(sc[c] >= probe[c] for c in cols),
+                  "pos": all(sc[c] >= pos[c] for c in cols)}
+            passing += all(ok.values())
+            cells.append(" / ".join(f"{sc[c]:.1f}" for c in cols) + " (" +
+                         ", ".join(k for k, v in ok.items() if v) + ")" if isinstance(spec, Floor) else
+                         " / ".join(f"{sc[c]:.1f}" for c in cols))
+        print(f"| {row_label(spec)} | " + " | ".join(cells) + f" | {passing if isinstance(spec, Floor) else ''} |")
+    print("\n## Bars, ACLSum test papers\n")
+    print("Gain over MiniLM's whole abstract on the head's own aspect, pooled highlights and Table 2's human "
+          f"summaries, each read by MiniLM / mpnet; A.6 p-values ({permutations} permutations) in brackets. Bar: "
+          "approach and outcome at least +3 with both encoders (p < 0.05), challenge no lower than today's.\n")
+    print("| floor | truth | " + " | ".join(A) + " |")
+    print("|---|---|" + "---|" * len(A))
+    rows = aclsum.splits["report"]
+    cos = lambda v: unit_rows(np.asarray(v, np.float64)) @ unit_rows(np.asarray(v, np.float64)).T  # noqa: E731
+    base = aclsum.builder.embed(WHOLE)
+    for spec in heads:
+        emb = aclsum.builder.embed(spec)
+        for truth, table in (("highlights", aclsum.truths), ("summaries", aclsum.summary)):
+            cells = []
+            for a in A:
+                parts = []
+                for enc in TRUTH_ENCODERS:
+                    key = ("report", a, enc)
+                    if key not in table:
+                        parts.append("n/a")
+                        continue
+                    sim, has = table[key]
+                    idx = rows[has]
+                    t = permutation_test(cos(emb[a][idx]), cos(base[a][idx]), sim[np.ix_(has, has)], permutations, 0)
+                    parts.append(f"{100 * t['observed_difference']:+.1f} ({t['p_value']:.3f})")
+                cells.append(" / ".join(parts))
+            print(f"| {row_label(spec)} | {truth} | " + " | ".join(cells) + " |")
+    print("\n## Bars, synthetic (reporting seeds)\n")
+    print("Share of the ceiling, worst reporting seed (%), and the difference from today's floor (bar: within 2 "
+          "points); drug: the most any head follows the nuisance.\n")
+    print("| floor | " + " | ".join(synthetic.columns) + " | drug |")
+    print("|---|" + "---|" * (len(synthetic.columns) + 1))
+    today = synthetic.shares("report", TODAY)
+    for spec in [WHOLE] + heads:
+        sh = synthetic.shares("report", spec)
+        print(f"| {row_label(spec)} | "
+              + " | ".join(f"{sh[c]:.1f} ({sh[c] - today[c]:+.1f})" for c in synthetic.columns)
+              + f" | {synthetic.nuisance('report', spec):.1f} |")
+
+if __name__ == "__main__":
+    main()
