@@ -154,3 +154,10 @@ def test_a_run_directory_named_like_a_json_file_gets_its_metrics_inside(tmp_path
     assert (run / "metrics.json").is_file() and load_metrics(run)["evaluation"] == {"documents": 3}
     write_metrics(run, {"a": 1})
     assert load_metrics(run / "metrics.json")["a"] == 1  # the file itself is still read as the file
+
+
+def test_a_missing_grounding_report_is_said_not_shown_as_an_empty_table(tmp_path, capsys):
+    from workbench.embed.grounding import grounding_table
+
+    table = grounding_table(tmp_path)
+    assert table.empty and "grounding.json is missing" in capsys.readouterr().out

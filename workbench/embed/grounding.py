@@ -23,6 +23,7 @@ import math
 import pandas as pd
 
 from ..core.files import write_json
+from ..core.progress import notice
 from ..core.rundir import RunDir
 from ..core.vectors import unit_rows
 from ..data.views import AspectViews, collect_views
@@ -92,6 +93,8 @@ def grounded_views(aspects, run_dir, corpus, include_human: bool = True, **optio
 def grounding_table(run_dir) -> pd.DataFrame:
     """Per aspect: the LLM views, how many were kept, and why the others went (from grounding.json)."""
     path = RunDir(run_dir).grounding
-    if not path.is_file():
+    if not path.is_file():  # a missing report changes what the notebook shows: say so, never an empty table alone
+        notice(f"{path} is missing: the grounding check's counts are written when stage 02 or 03 gathers the "
+               "views; re-run stage 02 to see them")
         return pd.DataFrame(columns=["llm views", "kept", "generic", "copy"])
     return pd.DataFrame(json.loads(path.read_text())["aspects"]).T.rename_axis("aspect")
