@@ -50,7 +50,6 @@ def _setup(home: Path, docs: int) -> Path:
     quick = yaml.safe_load((ROOT / "params" / "own-corpus-quick.yaml").read_text())
     params = home / "params.yaml"
     params.write_text(yaml.safe_dump({
-        "report_dir": str(home / "reports"),  # with the runs, not under the checkout's reports/
         "parameters": {"corpus": str(home / "papers.csv"), "aspects": str(home / "aspects.yaml"), "seed": 0},
         "stage_parameters": quick["stage_parameters"],
     }))
@@ -60,8 +59,12 @@ def _setup(home: Path, docs: int) -> Path:
 def _run(params: Path, run_dir: Path, per_stage: bool) -> tuple[float, dict]:
     from workbench.run.runner import run_pipeline
 
+    # Each run its own report folder beside the runs (a report folder belongs to one run), not the checkout's reports/.
+    own = params.with_name(f"params-{run_dir.name}.yaml")
+    own.write_text(yaml.safe_dump({**yaml.safe_load(params.read_text()),
+                                   "report_dir": str(params.parent / "reports" / run_dir.name)}))
     t0 = time.perf_counter()
-    results = run_pipeline(params, run_dir=str(run_dir), report=True, progress=False, log=lambda *a: None,
+    results = run_pipeline(own, run_dir=str(run_dir), report=True, progress=False, log=lambda *a: None,
                            kernel_per_stage=per_stage)
     return time.perf_counter() - t0, {stage: r["seconds"] for stage, r in results.items()}
 
