@@ -73,6 +73,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import numpy as np  # noqa: E402
 
 import csabstruct  # noqa: E402
+from _machine import matmul_gflops  # noqa: E402
 from _smoke import add_smoke  # noqa: E402
 from aspect_file import ASPECT_FILE, ceiling, floor_heads, same_value  # noqa: E402
 from synthetic_corpus import ASPECTS as SYN_ASPECTS, NUISANCE, synthetic_frame  # noqa: E402
@@ -712,20 +713,6 @@ def leave_one_out(families: list, start: Floor, title: str) -> tuple[Floor, dict
             final = replace(final, **{const: values.pop()})
     print(f"\nThe floor of the steps that hold in every fold ({title}): **{name_of(final)}**")
     return final, verdicts
-
-
-def matmul_gflops(repeats: int = 5) -> float:
-    """The machine's speed as docs/results.md states it: a 1600 x 768 @ 768 x 3072 fp32 product (torch), best of 5."""
-    import torch
-
-    a, b = torch.randn(1600, 768), torch.randn(768, 3072)
-    a @ b
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        a @ b
-        best = min(best, time.perf_counter() - t0)
-    return 2 * 1600 * 768 * 3072 / best / 1e9
 
 
 def load_families(args, caches) -> list:

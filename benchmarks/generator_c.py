@@ -48,6 +48,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import numpy as np  # noqa: E402
 
+from _machine import matmul_gflops  # noqa: E402
 from _smoke import add_smoke  # noqa: E402
 from aspect_file import KINDS, MINILM, ceiling, floor_heads, print_table, same_value, spearman100  # noqa: E402
 from generator_c import ASPECTS, FACTORS, NUISANCE, generator_c_frame, repeated_shares  # noqa: E402
@@ -61,21 +62,6 @@ PRESET = "medicine"
 PROBE = "prototype probe"
 PROBE_TEMPERATURE = 0.05  # as issue 39 states the probe; not chosen on this corpus
 FLOOR = ("stage 03", "phrases")
-
-
-def matmul_gflops(repeats: int = 5) -> float:
-    """The machine's speed as docs/results.md states it: a 1600 x 768 @ 768 x 3072 fp32 product (torch), best of
-    a few."""
-    import torch
-
-    a, b = torch.randn(1600, 768), torch.randn(768, 3072)
-    a @ b
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        a @ b
-        best = min(best, time.perf_counter() - t0)
-    return 2 * 1600 * 768 * 3072 / best / 1e9
 
 
 def probe_weights(features, aspect_set, cache: FeatureCache) -> list[dict[str, np.ndarray]]:
