@@ -84,14 +84,20 @@ def _cache_entry(path: Path) -> CacheEntry:
     return CacheEntry(path, "folder", _walk_size(path))
 
 
-def plan_clean(run) -> list[CacheEntry]:
-    """The caches `clean_caches` would delete in `run`, checked whole; RefusedError when it would delete nothing."""
+def _possible_run(run, nothing_done: str) -> Path:
+    """`run` as a Path, or RefusedError (ending in `nothing_done`) where it is no folder or may never be a run."""
     run = Path(run)
     if not run.is_dir():
-        raise RefusedError(f"{run} is not a folder; nothing was deleted")
+        raise RefusedError(f"{run} is not a folder; {nothing_done}")
     reason = why_not_a_run_dir(run)
     if reason:
-        raise RefusedError(f"{run} {reason}; workbench deletes nothing there. Nothing was deleted.")
+        raise RefusedError(f"{run} {reason}, so it cannot be a run directory; {nothing_done}")
+    return run
+
+
+def plan_clean(run) -> list[CacheEntry]:
+    """The caches `clean_caches` would delete in `run`, checked whole; RefusedError when it would delete nothing."""
+    run = _possible_run(run, "nothing was deleted")
     if not RunDir(run).is_marked():
         raise RefusedError(_unmarked(run))
     try:
@@ -140,12 +146,7 @@ def mark_run(run) -> list[str]:
     Refused for a folder that holds no file only a run writes (RUN_EVIDENCE), for the checkout's
     root and the folders git tracks there, and for a folder holding `.git`.
     """
-    run = Path(run)
-    if not run.is_dir():
-        raise RefusedError(f"{run} is not a folder; nothing was marked")
-    reason = why_not_a_run_dir(run)
-    if reason:
-        raise RefusedError(f"{run} {reason}, so it cannot be a run directory; nothing was marked")
+    run = _possible_run(run, "nothing was marked")
     if not RunDir(run).is_run():
         raise RefusedError(f"{run} holds none of the files a run writes ({', '.join(RUN_EVIDENCE)}), so it is not "
                            f"a run; nothing was marked")
