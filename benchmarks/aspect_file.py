@@ -53,10 +53,11 @@ from synthetic_corpus import ASPECTS, FACTORS, NUISANCE, synthetic_frame  # noqa
 from workbench.core.vectors import unit_rows  # noqa: E402
 from workbench.data.aspects import load_aspects  # noqa: E402
 from workbench.data.corpus import Corpus, load_corpus  # noqa: E402
-from workbench.embed.aspectfile import (aspect_prototypes, calibrate, corpus_blends, shared_structure,  # noqa: E402
-                                        word_pooled_sentences, word_shares, zero_shot_embeddings)
+from workbench.embed.aspectfile import (aspect_prototypes, calibrate, corpus_blends,  # noqa: E402
+                                        zero_shot_embeddings)
 from workbench.embed.boilerplate import find_boilerplate  # noqa: E402
 from workbench.embed.features import FeatureCache, FrozenBackbone  # noqa: E402
+from workbench.embed.floor import STEPS, fit_floor  # noqa: E402
 from workbench.evaluate.evaluation import permutation_test, rowwise_spearman  # noqa: E402
 from workbench.evaluate.report import summary_truths  # noqa: E402
 
@@ -121,20 +122,18 @@ def minilm_whole(texts) -> np.ndarray:
 
 def floor_heads(features, protos, cache: FeatureCache) -> tuple[dict, dict]:
     """({kind: {aspect: vectors}} for KINDS, stage 03's blends and the phrases' shares): each kind adds one step to
-    the one before; "stage 03" (the guard's floor) also leaves boilerplate sentences out (`boilerplate.py`), and
-    "phrases" gives each aspect its own sentence vectors, its phrases pooled (`aspectfile.word_pooled_sentences`)."""
+    the one before; "stage 03" (`floor.fit_floor` without phrases) also leaves boilerplate sentences out
+    (`boilerplate.py`) and adds the position prior, and "phrases" (the guard's floor, every step) gives each aspect
+    its own sentence vectors, its phrases pooled (`aspectfile.word_pooled_sentences`)."""
     scorer = calibrate(features, protos) or protos
-    boiler = find_boilerplate(features)
-    cleaned = calibrate(features, protos, boilerplate=boiler) or protos
-    blends = corpus_blends(features, cleaned, boilerplate=boiler)
-    shares = word_shares(shared_structure(features, cleaned, boilerplate=boiler))
-    words = word_pooled_sentences(features, cleaned, cache.word_vectors, shares, protos, boilerplate=boiler)
+    lean = fit_floor(features, protos, cache.word_vectors, steps=[s for s in STEPS if s != "phrases"])
+    full = fit_floor(features, protos, cache.word_vectors)
     return {"aspect file": zero_shot_embeddings(features, protos),
             "calibrated": zero_shot_embeddings(features, scorer),
             "corpus blend": zero_shot_embeddings(features, scorer, blend=corpus_blends(features, scorer)),
-            "stage 03": zero_shot_embeddings(features, cleaned, blend=blends, boilerplate=boiler),
-            "phrases": zero_shot_embeddings(features, cleaned, blend=blends, boilerplate=boiler, sentences=words)}, \
-        {"blends": blends, "phrases": shares}
+            "stage 03": lean.embeddings(features),
+            "phrases": full.embeddings(features, cache.word_vectors)}, \
+        {"blends": full.blends, "phrases": full.word_shares}
 
 
 def aclsum_table(docs: int, cache: FeatureCache) -> tuple[dict, dict, dict]:

@@ -84,16 +84,15 @@ from workbench.data.sentences import match_highlights  # noqa: E402
 from workbench.embed.aspectfile import (EXCLUDE_WEIGHT, TEMPERATURE, AspectPrototypes, CalibratedScorer,  # noqa: E402
                                         aspect_directions, aspect_prototypes, calibrate, corpus_blends,
                                         corpus_word_shares, marked_means, pooled_words, sentence_marks,
-                                        sentence_weights, stating_sentences)
+                                        sentence_weights, stating_sentences, with_position_prior)
 from workbench.embed.boilerplate import find_boilerplate, keep_mask  # noqa: E402
-from workbench.embed.features import FeatureCache, FrozenBackbone, blend_documents  # noqa: E402
+from workbench.embed.features import FeatureCache, FrozenBackbone, blend_documents, position_features  # noqa: E402
 from workbench.embed.phrases import stating  # noqa: E402
 from workbench.evaluate.evaluation import permutation_test, rowwise_spearman, summary_similarity  # noqa: E402
 
-PRIOR_BINS = 5        # relative-position bins of the position prior
-PRIOR_ITERATIONS = 1  # re-estimates of the prior from the weights it changed (EM-like)
+PRIOR_BINS = 5        # relative-position bins of the mixture's position densities
 TEMPERATURES = (0.03, 0.05, 0.08, 0.12, 0.2)  # the lean floor's softmax temperatures a fold chooses from
-PRIOR_GRID = ((3, 5, 10), (1, 3))  # the prior's bins and estimates a fold chooses from, where it keeps the prior
+MIXTURE_BINS = (3, 5, 10)  # the mixture's bins a fold chooses from, where it keeps the mixture
 POSITION = (0.4, 0.75)  # position rule: challenge before 40% of the abstract, outcome from 75%
 TRUTH_ENCODERS = ("minilm", "mpnet")  # the encoders pooling the truths (main sets it from --truths)
 
@@ -112,7 +111,6 @@ class Floor:
     mixture: bool = False
     centred: bool = False
     temperature: float = TEMPERATURE
-    prior_iterations: int = PRIOR_ITERATIONS
     prior_bins: int = PRIOR_BINS
 
     def with_step(self, step: str, on: bool = True) -> "Floor":
@@ -120,9 +118,9 @@ class Floor:
 
 
 LEAN = Floor()
-TODAY = Floor(scale=True, exclude=True, calibrate=True, boilerplate=True, blend=True, phrases=True)
-STEPS = ("scale", "exclude", "calibrate", "boilerplate", "blend", "phrases", "centring")
-NEW_STEPS = ("prior", "mixture", "centred")
+TODAY = Floor(scale=True, exclude=True, calibrate=True, boilerplate=True, blend=True, phrases=True, prior=True)
+STEPS = ("scale", "exclude", "calibrate", "boilerplate", "prior", "blend", "phrases", "centring")
+NEW_STEPS = ("mixture", "centred")
 ALTERNATIVES = ("prior", "mixture")  # two forms of one new step (the position read from the corpus): at most one kept
 MIXTURE_ITERATIONS = 10  # EM rounds of the mixture's position prior
 WHOLE, POSITIONAL = "MiniLM whole abstract", "position pooling"
@@ -143,8 +141,6 @@ def name_of(spec) -> str:
         words += " (phrases not centred)" if spec.phrases and not spec.centring else ""
     words += "".join(f" + {s}" for s in NEW_STEPS if getattr(spec, s))
     consts = [f"t {spec.temperature:g}"] if spec.temperature != TEMPERATURE else []
-    if spec.prior and (spec.prior_iterations, spec.prior_bins) != (PRIOR_ITERATIONS, PRIOR_BINS):
-        consts.append(f"prior: {spec.prior_bins} bins, {spec.prior_iterations} estimates")
     if spec.mixture and spec.prior_bins != PRIOR_BINS:
         consts.append(f"{spec.prior_bins} bins" if spec.prior_bins > 1 else "no position")
     return words + (f" ({', '.join(consts)})" if consts else "")
@@ -193,20 +189,25 @@ class Builder:
         return self._get("boiler", lambda: find_boilerplate(self.features)) if f.boilerplate else None
 
     def scorer(self, f: Floor):
+        """The aspect file's scorer: calibrated (calibrate), with the position prior (prior, `aspectfile.position_prior`
+        as stage 03 fits it)."""
         protos = self.prototypes(f)
-        if not f.calibrate:
-            return protos
-        return self._get(("calibrated", f.scale, f.exclude, f.boilerplate),
-                         lambda: calibrate(self.features, protos, boilerplate=self.boiler(f)) or protos)
+        scorer = protos if not f.calibrate else \
+            self._get(("calibrated", f.scale, f.exclude, f.boilerplate),
+                      lambda: calibrate(self.features, protos, boilerplate=self.boiler(f)) or protos)
+        if not f.prior:
+            return scorer
+        return self._get(("prior", f.scale, f.exclude, f.calibrate, f.boilerplate, f.temperature),
+                         lambda: with_position_prior(self.features, scorer, f.temperature, self.boiler(f)))
 
     def blends(self, f: Floor) -> dict:
         if not f.blend:
             return {a: 1.0 for a in self.aspects}
-        return self._get(("blend", f.scale, f.exclude, f.calibrate, f.boilerplate),
+        return self._get(("blend", f.scale, f.exclude, f.calibrate, f.boilerplate, f.prior, f.temperature),
                          lambda: corpus_blends(self.features, self.scorer(f), boilerplate=self.boiler(f)))
 
     def shares(self, f: Floor) -> dict:
-        return self._get(("shares", f.scale, f.exclude, f.calibrate, f.boilerplate),
+        return self._get(("shares", f.scale, f.exclude, f.calibrate, f.boilerplate, f.prior, f.temperature),
                          lambda: corpus_word_shares(self.features, self.scorer(f), boilerplate=self.boiler(f)))
 
     def sentences(self, f: Floor):
@@ -222,22 +223,18 @@ class Builder:
             words = pooled_words(self.features, self.aspects, directions, shares, self.words, None, marks)
             means = marked_means(words, marks) if f.centring else {}
             return {a: blend_documents(self.features, w, shares[a], means.get(a), marks[a]) for a, w in words.items()}
-        return self._get(("phrases", f.scale, f.exclude, f.calibrate, f.boilerplate, f.centring), make)
+        return self._get(("phrases", f.scale, f.exclude, f.calibrate, f.boilerplate, f.prior, f.temperature,
+                          f.centring), make)
 
     def weights(self, f: Floor) -> list[dict]:
-        """Per document {aspect: pooling weights over its sentences} (`sentence_weights`; the position prior or the
-        mixture applied)."""
-        base = self._get(("weights", f.scale, f.exclude, f.calibrate, f.boilerplate, f.temperature),
-                         lambda: sentence_weights(self.features, self.scorer(f), f.temperature, self.boiler(f)))
+        """Per document {aspect: pooling weights over its sentences} (`sentence_weights`, with the scorer's position
+        prior; or the mixture's)."""
         if f.mixture:
             return self._get(("mixture", f.scale, f.exclude, f.calibrate, f.boilerplate, f.temperature, f.prior_bins),
-                             lambda: mixture_weights(self.features, self.scorer(f), f.temperature, self.boiler(f),
-                                                     f.prior_bins)[0])
-        if not f.prior:
-            return base
-        return self._get(("prior", f.scale, f.exclude, f.calibrate, f.boilerplate, f.temperature, f.prior_bins,
-                          f.prior_iterations), lambda: position_prior(self.features, base, self.aspects,
-                                                                      f.prior_bins, f.prior_iterations)[0])
+                             lambda: mixture_weights(self.features, self.scorer(replace(f, prior=False)),
+                                                     f.temperature, self.boiler(f), f.prior_bins)[0])
+        return self._get(("weights", f.scale, f.exclude, f.calibrate, f.boilerplate, f.prior, f.temperature),
+                         lambda: sentence_weights(self.features, self.scorer(f), f.temperature, self.boiler(f)))
 
     def embed(self, spec) -> dict[str, np.ndarray]:
         """{aspect: [N, H] unit rows} of a floor or a baseline (WHOLE, POSITIONAL) over the whole corpus."""
@@ -273,41 +270,6 @@ def pool(features, weights, blends: dict, sentences=None) -> dict[str, np.ndarra
 def relative_bins(n: int, bins: int) -> np.ndarray:
     """The relative-position bin of each of an abstract's n sentences ((j + 0.5) / n cut into `bins`)."""
     return np.minimum((((np.arange(n) + 0.5) / max(n, 1)) * bins).astype(int), bins - 1)
-
-
-def prior_rates(features, weights, aspects, bins: int) -> np.ndarray:
-    """[A, bins]: per aspect, the mean over the corpus's sentences in each relative-position bin of n x the
-    sentence's weight (n the abstract's sentences): 1 everywhere where the weights ignore position. One
-    pseudo-sentence of rate 1 per bin keeps an empty bin flat."""
-    num, den = np.ones((len(aspects), bins)), np.ones(bins)
-    for sents, w in zip(features.sentences, weights):
-        n = len(sents)
-        if not n:
-            continue
-        b = relative_bins(n, bins)
-        den += np.bincount(b, minlength=bins)
-        for j, a in enumerate(aspects):
-            num[j] += np.bincount(b, weights=n * np.asarray(w[a], np.float64), minlength=bins)
-    return num / den
-
-
-def position_prior(features, weights, aspects, bins: int = PRIOR_BINS, iterations: int = PRIOR_ITERATIONS):
-    """(per document {aspect: weights x the prior, renormalised}, the rates [A, bins]): the floor's weights times
-    each aspect's position density read from the corpus (`prior_rates`), i.e. log-prior added to the scores
-    before the softmax; re-estimated from the new weights `iterations` times. Label-free."""
-    current, rates = weights, np.ones((len(aspects), bins))
-    for _ in range(max(int(iterations), 1)):
-        rates = prior_rates(features, current, aspects, bins)
-        new = []
-        for sents, w in zip(features.sentences, weights):
-            b = relative_bins(len(sents), bins)
-            d = {}
-            for j, a in enumerate(aspects):
-                v = np.asarray(w[a], np.float64) * rates[j, b]
-                d[a] = (v / v.sum() if v.sum() > 0 else v).astype(np.float32)
-            new.append(d)
-        current = new
-    return current, rates
 
 
 def mixture_weights(features, scorer, temperature: float = TEMPERATURE, boilerplate=None, bins: int = PRIOR_BINS,
@@ -508,8 +470,6 @@ def ablation_rows(family) -> list:
     rows += [TODAY.with_step(s) for s in NEW_STEPS]
     rows += [replace(LEAN, temperature=t) for t in TEMPERATURES if t != LEAN.temperature]
     rows += [LEAN.with_step(s) for s in STEPS if s != "centring"] + [LEAN.with_step(s) for s in NEW_STEPS]
-    rows += [replace(LEAN, prior=True, prior_iterations=3), replace(LEAN, prior=True, prior_bins=3),
-             replace(LEAN, prior=True, prior_bins=10)]
     rows += [replace(LEAN, mixture=True, prior_bins=1), replace(LEAN, mixture=True, prior_bins=10)]
     rows += [replace(LEAN, mixture=True, temperature=t) for t in TEMPERATURES if t != LEAN.temperature]
     return rows
@@ -571,13 +531,14 @@ def mark_sets(family: RealFamily, split: str, chosen: Floor) -> dict:
     out["position rule"] = {a: [position_masks(k)[a] if a in position_masks(1) else np.zeros(k, bool) for k in n]
                             for a in A}
     protos = b.prototypes(LEAN)
-    _, rates = position_prior(b.features, b.weights(LEAN), A)
+    theta = b.scorer(prior_f).position
+    theta = np.zeros((len(A), 3), np.float32) if theta is None else theta
     argmax, prior_argmax = {a: [] for a in A}, {a: [] for a in A}
     for s in feats.sentences:
         k = len(s)
         cos = unit_rows(np.asarray(s, np.float32)) @ protos.prototypes.T if k else np.zeros((0, len(A)))
         top = cos.argmax(1) if k else np.zeros(0, int)
-        post = (protos.scores(s) / LEAN.temperature + np.log(rates[:, relative_bins(k, PRIOR_BINS)].T)).argmax(1) \
+        post = (protos.scores(s) / LEAN.temperature + position_features(k) @ theta.T).argmax(1) \
             if k else np.zeros(0, int)
         for j, a in enumerate(A):
             argmax[a].append(top == j)
@@ -645,19 +606,14 @@ def choose(families: list, start: Floor, split: str = "choose") -> tuple[Floor, 
         passed = [s for s in passed if s not in ALTERNATIVES or s == best]
     kept = replace(base, **{s: s in passed for s in deltas})
     grid = [replace(kept, temperature=x) for x in TEMPERATURES]
-    if kept.prior:
-        grid = [replace(g, prior_bins=b, prior_iterations=k) for g in grid for b in PRIOR_GRID[0]
-                for k in PRIOR_GRID[1]]
-    elif kept.mixture:
-        grid = [replace(g, prior_bins=b) for g in grid for b in PRIOR_GRID[0]]
+    if kept.mixture:
+        grid = [replace(g, prior_bins=b) for g in grid for b in MIXTURE_BINS]
     kept = max(grid, key=lambda spec: (round(total(spec), 6), spec == kept))
     return kept, {"deltas": deltas}
 
 
 def constants(spec: Floor) -> str:
     out = f"t {spec.temperature:g}" if not spec.calibrate else "(calibrated: no t)"
-    if spec.prior:
-        out += f", prior {spec.prior_bins} bins x {spec.prior_iterations}"
     if spec.mixture:
         out += f", mixture {spec.prior_bins} bins"
     return out
@@ -707,7 +663,7 @@ def leave_one_out(families: list, start: Floor, title: str) -> tuple[Floor, dict
     final = replace(LEAN, **{s: s in holding for s in STEPS + NEW_STEPS if s != "centring"})
     if final.phrases:
         final = replace(final, centring="centring" in holding)
-    for const in ("temperature", "prior_bins", "prior_iterations"):  # a constant every fold chose
+    for const in ("temperature", "prior_bins"):  # a constant every fold chose
         values = {getattr(v["chosen"], const) for v in verdicts.values()}
         if len(values) == 1:
             final = replace(final, **{const: values.pop()})
@@ -804,10 +760,11 @@ def main(argv=None) -> None:
             [(c[0], f" (generator {k[0]}, seed {k[1]})") for k, c in family.corpora.items()
              if k[1] == family.splits["choose"][0]]
         for b, where in corpora:
-            _, rates = position_prior(b.features, b.weights(LEAN), b.aspects)
-            print(f"\nposition prior read from the corpus{where} (the lean floor's weights, {PRIOR_BINS} bins, "
-                  "first to last): " + "; ".join(f"{a} " + " ".join(f"{r:.2f}" for r in rates[j])
-                                         for j, a in enumerate(b.aspects)))
+            for name, spec in (("lean floor", replace(LEAN, prior=True)), ("today's floor", TODAY)):
+                theta = b.scorer(spec).position
+                print(f"\nposition prior read from the corpus{where} by the {name} (relative position, first, "
+                      "last): " + ("none" if theta is None else "; ".join(
+                          f"{a} " + " ".join(f"{x:+.2f}" for x in theta[j]) for j, a in enumerate(b.aspects))))
             _, prior, _ = mixture_weights(b.features, b.scorer(LEAN), LEAN.temperature, None, PRIOR_BINS)
             print(f"the mixture's position densities, {PRIOR_BINS} bins: " + "; ".join(
                 f"{a} " + " ".join(f"{r:.2f}" for r in prior[j]) for j, a in enumerate(b.aspects)))
@@ -821,7 +778,7 @@ def main(argv=None) -> None:
         print(f"\n## {family.name}: sentence marks against the human ones (reporting split, micro)\n")
         print_marks(family, "report", forward)
     heads = list(dict.fromkeys([LEAN, TODAY, forward, backward, replace(LEAN, prior=True),
-                                replace(LEAN, mixture=True, temperature=0.12), TODAY.with_step("prior"),
+                                replace(LEAN, mixture=True, temperature=0.12), TODAY.with_step("prior", False),
                                 TODAY.with_step("mixture")]))
     print_bars(csab, aclsum, synthetic, heads, args.permutations)
     print(f"\nmatrix product at the end: {matmul_gflops():.0f} GFLOP/s; {time.perf_counter() - start:.0f} s in all")

@@ -161,7 +161,7 @@ def test_a_calibrated_scorer_is_sklearns_classifiers_and_a_head_holds_it_exactly
     import torch
     from sklearn.linear_model import LogisticRegression
     from workbench.embed.features import DocumentFeatures
-    from workbench.embed.guard import floor_state
+    from workbench.embed.floor import floor_state
     from workbench.embed.heads import SentencePoolingHead
 
     rng = np.random.default_rng(5)
@@ -225,7 +225,7 @@ def test_the_corpus_blend_reads_how_much_the_aspects_share():
 
 def test_a_head_holds_a_blend_other_than_half():
     import torch
-    from workbench.embed.guard import floor_state
+    from workbench.embed.floor import floor_state
     from workbench.embed.heads import SentencePoolingHead
 
     feats, protos = _two_aspect_features(False, n=12)
@@ -273,7 +273,7 @@ def test_boilerplate_is_what_recurs_across_papers_by_brute_force():
 def test_a_head_leaves_boilerplate_out_as_the_aspect_file_does_and_keeps_it_in_its_checkpoint(tmp_path):
     import torch
     from workbench.embed import boilerplate
-    from workbench.embed.guard import floor_state
+    from workbench.embed.floor import floor_state
     from workbench.embed.heads import PooledAspectModel
 
     feats = _with_boilerplate()
@@ -348,7 +348,7 @@ def test_calibrated_heads_follow_each_aspect_more_on_both_generators():
 def guarded_run(tmp_path_factory):
     """A run whose unified model has one head that follows the wrong aspect (method reads disease sentences)."""
     from workbench.embed.checkpoints import load_model
-    from workbench.embed.guard import floor_bias, floor_state
+    from workbench.embed.floor import floor_bias, floor_state
     from workbench.embed.heads import PooledAspectModel
 
     frame = synthetic_frame(n_train=0, n_val=0, n_test=70, seed=0)
@@ -434,7 +434,8 @@ def test_swapped_descriptions_are_caught_by_label_columns_and_the_base_is_kept(t
     wrong aspect. The swap probe cannot see it (its sentences come from the same file); the user's label
     columns can, and the heads fall back to the encoder's whole abstract."""
     from workbench.embed.checkpoints import load_model
-    from workbench.embed.guard import check_heads, floor_bias, floor_state, load_guard
+    from workbench.embed.floor import floor_bias, floor_state
+    from workbench.embed.guard import check_heads, load_guard
     from workbench.embed.heads import PooledAspectModel
 
     corpus = user_corpus(seed=4, n=60)
@@ -626,7 +627,7 @@ def test_a_head_that_pools_phrases_is_the_aspect_files_computation_and_keeps_it_
     frequency table included."""
     import torch
     from safetensors.torch import load_file, save_file
-    from workbench.embed.guard import floor_state
+    from workbench.embed.floor import floor_state
     from workbench.embed.heads import PooledAspectModel
 
     texts = ["We enrolled elderly patients with kidney disease. The trial assigned them by lot. Further work is needed.",

@@ -51,6 +51,16 @@ PHRASE_BATCH = 128  # phrases are short: larger batches encode them about 1.5x f
 N_POSITION = 3  # position features of a sentence: relative position, is first, is last
 
 
+def position_features(n: int) -> np.ndarray:
+    """[n, N_POSITION] the position features of an abstract's n sentences: relative position (0 first, 1 last),
+    is first, is last (a one-sentence abstract's sentence is both)."""
+    pos = np.zeros((n, N_POSITION), dtype=np.float32)
+    if n:
+        pos[:, 0] = np.arange(n) / max(n - 1, 1)
+        pos[0, 1] = pos[n - 1, 2] = 1.0
+    return pos
+
+
 def text_key(text: str) -> str:
     """The cache key of a text (whitespace-normalised, so re-flowed text is the same text)."""
     return hashlib.sha1(" ".join(text.split()).encode("utf-8")).hexdigest()[:24]
@@ -148,10 +158,7 @@ class DocumentFeatures:
             k = len(s)
             if not k:
                 continue
-            sents[i, :k], mask[i, :k] = s, True
-            pos[i, :k, 0] = np.arange(k) / max(k - 1, 1)
-            pos[i, 0, 1] = 1.0
-            pos[i, k - 1, 2] = 1.0
+            sents[i, :k], mask[i, :k], pos[i, :k] = s, True, position_features(k)
         as_tensor = lambda x: torch.as_tensor(x, device=device)  # noqa: E731
         return as_tensor(np.asarray(self.whole, dtype=np.float32)), as_tensor(sents), as_tensor(mask), as_tensor(pos)
 

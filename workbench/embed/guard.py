@@ -60,14 +60,11 @@ from ..core.vectors import unit_rows
 from ..data.views import held_out_ids, sample_in_order
 from ..evaluate.evaluation import label_similarity, rowwise_spearman
 from ..evaluate.health import corpus_sentence_aspects, hard_negative_probe
-from .aspectfile import (BLEND, TEMPERATURE, CalibratedScorer, aspect_directions, aspect_prototypes, calibrate,
-                         corpus_blends, corpus_word_means, corpus_word_shares, sentence_marks,
-                         stating_sentences)
-from .boilerplate import find_boilerplate
+from .aspectfile import CalibratedScorer, aspect_prototypes, sentence_marks
 from .checkpoints import load_model
 from .features import FeatureCache, FrozenBackbone
+from .floor import fit_floor
 from .heads import PooledAspectModel
-from .phrases import piece_frequencies
 
 BASE = "base"
 CHECK_PAPERS = 200  # papers the check reads at most: the validation papers, then papers no stage trained on
@@ -76,42 +73,6 @@ FLOOR_FACTOR = 2.0  # ... and more than 1 / FLOOR_FACTOR of the aspect-file head
 LABEL_MARGIN = 1.0  # with label columns: another column must beat the head by this (Spearman x 100)
 MIN_LABELLED = 6  # papers with a label before the labels decide
 INDEPENDENT_MARKS = "human highlights or LLM sentence labels"  # marks the floor did not choose
-
-
-def floor_state(head, query: np.ndarray, bias: float, temperature: float = TEMPERATURE, blend: float = BLEND,
-                boilerplate: np.ndarray | None = None, word_share: float = 0.0,
-                words: np.ndarray | None = None, word_mean: np.ndarray | None = None) -> dict:
-    """The state of a `SentencePoolingHead` that computes the aspect file's zero-shot vector.
-
-    Scores s . query / temperature; with the bias well below them, sigmoid(x) is exp(x) to a
-    few per cent, so the head's normalised sigmoid weights are the softmax of `aspectfile`.
-    A calibrated scorer (`aspectfile.calibrate`) is held exactly: query w, bias b, temperature 1.
-    The gate holds the blend: the whole abstract's share sigmoid(gate) = 1 - blend (`blend` 0.5:
-    gate 0; `aspectfile.corpus_blends` reads it from the corpus). `boilerplate`: the corpus's
-    (`boilerplate.find_boilerplate`), never pooled; None keeps the head's. `word_share` > 0: each
-    sentence's vector takes that share from its phrases pooled towards `words` (`aspectfile.aspect_directions`;
-    None: `query`'s unit direction) less `word_mean` (their mean over the corpus; None: zero), as in
-    `aspectfile.word_pooled_sentences` with `aspectfile.corpus_word_shares`. No projection.
-    """
-    import torch
-
-    state = {k: v.detach().clone() for k, v in head.state_dict().items()}
-    state["query"] = torch.as_tensor(query / temperature, dtype=state["query"].dtype)
-    state["position"] = torch.zeros_like(state["position"])
-    state["bias"] = torch.tensor(float(bias), dtype=state["bias"].dtype)
-    whole = float(np.clip(1.0 - blend, 1e-13, 1 - 1e-13))  # sigmoid(+-30) is within 1e-13 of 1 and 0
-    state["gate"] = torch.tensor(float(np.log(whole / (1.0 - whole))), dtype=state["gate"].dtype)
-    if boilerplate is not None:
-        state["boilerplate"] = torch.as_tensor(np.asarray(boilerplate), dtype=state["query"].dtype)
-    direction = np.asarray(query, dtype=np.float64)
-    direction = direction / max(float(np.linalg.norm(direction)), 1e-12) if words is None else words
-    state["words"] = torch.as_tensor(np.asarray(direction), dtype=state["query"].dtype)
-    state["word_share"] = torch.tensor(float(word_share), dtype=state["query"].dtype)
-    state["word_mean"] = (torch.zeros_like(state["word_mean"]) if word_mean is None else
-                          torch.as_tensor(np.asarray(word_mean), dtype=state["query"].dtype))
-    if "up" in state:
-        state["up"] = torch.zeros_like(state["up"])
-    return state
 
 
 def base_state(head) -> dict:
@@ -133,12 +94,6 @@ def label_scores(vectors: dict[str, np.ndarray], labels) -> dict[str, float]:
         v = unit_rows(v, np.float64)
         out[name] = float(np.nanmean(rowwise_spearman(v @ v.T, truth)) * 100)
     return out
-
-
-def floor_bias(features, query: np.ndarray, temperature: float = TEMPERATURE) -> float:
-    """A bias 4 below the median of the documents' best sentence score: the softmax regime of `floor_state`."""
-    best = [float((np.asarray(s) @ query).max()) / temperature for s in features.sentences if len(s)]
-    return -(float(np.median(best)) + 4.0) if best else 0.0
 
 
 def selectivity(matrix: dict, column: str, aspect: str) -> float:
@@ -224,40 +179,22 @@ def check_heads(run_dir, corpus, aspect_set, aspects: Sequence[str], doc_ids: Se
         report = {"checked": False, "reason": str(exc)}
         write_json(run.guard, report)
         return report
-    # The aspect file's scores calibrated on every paper stage 03 saw (its sentences are cached), else as they are.
+    # The floor is fitted to every paper stage 03 saw (their sentences are cached).
     try:
         seen_ids = {d for part in run.split() for d in part} | set(ids)
     except FileNotFoundError:
         seen_ids = set(ids)
     seen = corpus.subset(ids=[d for d in corpus.ids if d in seen_ids])
-    seen_features = model.features(seen.texts())
-    boiler = find_boilerplate(seen_features, seed)
-    scorer = calibrate(seen_features, protos, boilerplate=boiler) or protos
-    blends = corpus_blends(seen_features, scorer, boilerplate=boiler)
-    word_shares = corpus_word_shares(seen_features, scorer, boilerplate=boiler)
-    directions = aspect_directions(scorer, protos)
-    frequencies, word_means = {}, {}  # only where a floor reads phrases (none on ACLSum: every share is 0)
-    if any(v > 0 for v in word_shares.values()):
-        frequencies = piece_frequencies(seen_features.sentence_texts)  # frames such as "was assessed in" weigh less
-        word_means = corpus_word_means(seen_features, list(scorer.aspects), directions, word_shares,
-                                       model.cache.word_vectors, frequencies,
-                                       stating_sentences(seen_features, scorer, boiler))
-    marks, source = aspect_sentences(held, aspects, run, features, scorer, boiler)
+    fitted = fit_floor(model.features(seen.texts()), protos, model.cache.word_vectors, seed)
+    marks, source = aspect_sentences(held, aspects, run, features, fitted.scorer, fitted.boilerplate)
 
     # The floor is a copy of the model's heads; the feature cache (every cached vector) is shared, not copied.
     cache, model.cache = model.cache, None
     floor = copy.deepcopy(model)
     model.cache = floor.cache = cache
-    floor.phrase_frequencies = frequencies
-    for j, a in enumerate(aspects):
-        state = (floor_state(floor.heads[a], scorer.weights[j], float(scorer.biases[j]), temperature=1.0,
-                             blend=blends[a], boilerplate=boiler, word_share=word_shares[a], words=directions[j],
-                             word_mean=word_means.get(a))
-                 if isinstance(scorer, CalibratedScorer) else
-                 floor_state(floor.heads[a], protos.queries[j], floor_bias(features, protos.queries[j]),
-                             blend=blends[a], boilerplate=boiler, word_share=word_shares[a], words=directions[j],
-                             word_mean=word_means.get(a)))
-        floor.heads[a].load_state_dict(state)
+    floor.phrase_frequencies = fitted.frequencies
+    for a in aspects:
+        floor.heads[a].load_state_dict(fitted.head_state(floor.heads[a], a))
 
     def encode(batch):
         out = dict(model.encode(batch, aspects=aspects))
@@ -283,8 +220,7 @@ def check_heads(run_dir, corpus, aspect_set, aspects: Sequence[str], doc_ids: Se
         results[a] = {**results[a], **verdict, "verified": True}
     replaced = [a for a in aspects if results[a]["kept"] != "head"]
     report = {"checked": True, "marks": source, "papers": len(texts), "paper_ids": ids, "n_pairs": probe["n_pairs"],
-              "blends": blends, "word_shares": word_shares, "boilerplate": len(boiler),
-              "labels": sorted(labelled), "aspects": results, "replaced": replaced}
+              **fitted.summary(), "labels": sorted(labelled), "aspects": results, "replaced": replaced}
     for a in replaced:
         notice(f"{a}: {results[a]['verdict']}")
     for a in aspects:  # a head nobody could check is shipped as trained: the user must know
@@ -293,7 +229,7 @@ def check_heads(run_dir, corpus, aspect_set, aspects: Sequence[str], doc_ids: Se
                    "to the corpus, or more papers, for stage 03 to check it")
     if apply and replaced:
         if any(results[a]["kept"] == "aspect file" for a in replaced):
-            model.phrase_frequencies = frequencies
+            model.phrase_frequencies = fitted.frequencies
         for a in replaced:
             state = floor.heads[a].state_dict() if results[a]["kept"] == "aspect file" else \
                 base_state(model.heads[a])

@@ -1,0 +1,167 @@
+"""The aspect-file floor: one builder that fits it to a corpus, its steps named parts, and the head that holds it.
+
+Stage 03 keeps a trained head only where it follows its aspect at least as well as this floor does
+(`guard.py` compares them); where the corpus has no human summaries, the floor is what the user gets. It is
+read from the aspect file and the corpus alone, no label, in named steps (`STEPS`, each in `aspectfile.py`):
+
+* ``boilerplate``: sentences the corpus repeats nearly word for word are never pooled (`boilerplate.py`);
+* ``calibrate``: the aspect file's sentence scores self-trained on the corpus's own sentences;
+* ``position prior``: where in an abstract the scores put each aspect, read from the corpus and added to
+  every sentence's logit by its position (`aspectfile.position_prior`);
+* ``blend``: the whole abstract's share, from how much the aspects' pooled sentences share (`corpus_blends`);
+* ``phrases``: where the aspects vary independently, a stating sentence is read through its phrases
+  (`word_pooled_sentences`).
+
+`benchmarks/families.py` measures each step on three families of corpora, choosing on two and reporting on the
+third; a step is here because it adds on the family that did not choose it (see `docs/results.md`).
+`fit_floor(..., steps=...)` leaves steps out for such measurements. `AspectFileFloor.head_state` is the state
+of a `heads.SentencePoolingHead` that computes the floor exactly (the guard puts it in a head's place);
+`AspectFileFloor.embeddings` computes the same vectors in numpy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from .aspectfile import (BLEND, TEMPERATURE, AspectPrototypes, CalibratedScorer, aspect_directions, calibrate,
+                         corpus_blends, corpus_word_means, corpus_word_shares, stating_sentences,
+                         with_position_prior, word_pooled_sentences, zero_shot_embeddings)
+from .boilerplate import find_boilerplate
+from .features import position_features
+from .phrases import piece_frequencies
+
+STEPS = ("boilerplate", "calibrate", "position prior", "blend", "phrases")
+
+
+@dataclass
+class AspectFileFloor:
+    """The aspect-file floor fitted to one corpus (`fit_floor`): what each step read from it."""
+    prototypes: AspectPrototypes          # the aspect file's prototypes and zero-shot queries
+    scorer: AspectPrototypes | CalibratedScorer  # calibrated where it could be, with its position prior
+    boilerplate: np.ndarray               # [B, H] the corpus's near-copied sentences (0 rows: none)
+    blends: dict[str, float]              # the sentences' share of each aspect's vector
+    word_shares: dict[str, float]         # the phrases' share of a stating sentence's vector
+    directions: np.ndarray                # [A, H] each aspect's direction among a sentence's phrases
+    frequencies: dict[str, float] = field(default_factory=dict)  # phrase pieces' paper shares (phrases only)
+    word_means: dict[str, np.ndarray] = field(default_factory=dict)  # the pooled phrases' corpus means
+    biases: dict[str, float] = field(default_factory=dict)  # a zero-shot head's bias (softmax regime; `floor_bias`)
+
+    @property
+    def aspects(self) -> list[str]:
+        return list(self.scorer.aspects)
+
+    @property
+    def calibrated(self) -> bool:
+        return isinstance(self.scorer, CalibratedScorer)
+
+    def head_state(self, head, aspect: str) -> dict:
+        """The state of `head` (a pooling `SentencePoolingHead`) that computes this floor for `aspect`."""
+        j = self.aspects.index(aspect)
+        position = None if self.scorer.position is None else self.scorer.position[j]
+        if self.calibrated:
+            query, bias, temperature = self.scorer.weights[j], float(self.scorer.biases[j]), 1.0
+        else:
+            query, bias, temperature = self.scorer.queries[j], self.biases[aspect], TEMPERATURE
+        return floor_state(head, query, bias, temperature=temperature, blend=self.blends[aspect],
+                           boilerplate=self.boilerplate, word_share=self.word_shares[aspect],
+                           words=self.directions[j], word_mean=self.word_means.get(aspect), position=position)
+
+    def embeddings(self, features, word_vectors: Callable | None = None) -> dict[str, np.ndarray]:
+        """{aspect: [N, H] unit rows}: the floor's vectors of these documents (`word_vectors`: the cache's, needed
+        where a phrases' share is > 0)."""
+        sentences = None
+        if any(v > 0 for v in self.word_shares.values()):
+            sentences = word_pooled_sentences(features, self.scorer, word_vectors, self.word_shares, self.prototypes,
+                                              self.frequencies, self.boilerplate)
+        return zero_shot_embeddings(features, self.scorer, blend=self.blends, boilerplate=self.boilerplate,
+                                    sentences=sentences)
+
+    def summary(self) -> dict:
+        """What stage 03 writes of the floor into guard.json (JSON-ready)."""
+        prior = self.scorer.position
+        return {"blends": self.blends, "word_shares": self.word_shares, "boilerplate": len(self.boilerplate),
+                "calibrated": self.calibrated,
+                "position_prior": None if prior is None else
+                {a: [round(float(x), 3) for x in prior[j]] for j, a in enumerate(self.aspects)}}
+
+
+def fit_floor(features, prototypes: AspectPrototypes, word_vectors: Callable | None = None, seed: int = 0,
+              steps=STEPS) -> AspectFileFloor:
+    """Fit the floor's steps (`STEPS`; `steps` names those taken) to a corpus's `DocumentFeatures`, no label.
+
+    `word_vectors` (`FeatureCache.word_vectors`) is called only where the corpus reads a phrases' share > 0."""
+    unknown = set(steps) - set(STEPS)
+    if unknown:
+        raise ValueError(f"unknown floor step(s) {sorted(unknown)}; the steps are {list(STEPS)}")
+    H = prototypes.prototypes.shape[1]
+    boiler = find_boilerplate(features, seed) if "boilerplate" in steps else np.zeros((0, H), np.float32)
+    scorer = (calibrate(features, prototypes, seed=seed, boilerplate=boiler) or prototypes) \
+        if "calibrate" in steps else prototypes
+    if "position prior" in steps:
+        scorer = with_position_prior(features, scorer, boilerplate=boiler)
+    aspects = list(scorer.aspects)
+    blends = corpus_blends(features, scorer, seed, boiler) if "blend" in steps else {a: 1.0 for a in aspects}
+    shares = corpus_word_shares(features, scorer, seed, boiler) if "phrases" in steps else {a: 0.0 for a in aspects}
+    directions = aspect_directions(scorer, prototypes)
+    frequencies, means = {}, {}
+    if any(v > 0 for v in shares.values()):
+        frequencies = piece_frequencies(features.sentence_texts)  # frames such as "was assessed in" weigh less
+        means = corpus_word_means(features, aspects, directions, shares, word_vectors, frequencies,
+                                  stating_sentences(features, scorer, boiler))
+    biases = {} if isinstance(scorer, CalibratedScorer) else \
+        {a: floor_bias(features, q, position=None if scorer.position is None else scorer.position[j])
+         for j, (a, q) in enumerate(zip(aspects, prototypes.queries))}
+    return AspectFileFloor(prototypes, scorer, boiler, blends, shares, directions, frequencies, means, biases)
+
+
+def floor_bias(features, query: np.ndarray, temperature: float = TEMPERATURE,
+               position: np.ndarray | None = None) -> float:
+    """A bias 8 below the highest sentence score of the corpus (with its position's log-prior, where given): the
+    softmax regime of `floor_state`, where sigmoid(x) is exp(x) to 3 parts in 10,000. Scores are cosines over
+    the temperature, so the weakest document's best sentence stays far above float32's smallest number."""
+    prior = (lambda n: position_features(n) @ position) if position is not None else (lambda n: 0.0)  # noqa: E731
+    best = [float((np.asarray(s) @ query / temperature + prior(len(s))).max()) for s in features.sentences if len(s)]
+    return -(max(best) + 8.0) if best else 0.0
+
+
+def floor_state(head, query: np.ndarray, bias: float, temperature: float = TEMPERATURE, blend: float = BLEND,
+                boilerplate: np.ndarray | None = None, word_share: float = 0.0,
+                words: np.ndarray | None = None, word_mean: np.ndarray | None = None,
+                position: np.ndarray | None = None) -> dict:
+    """The state of a `SentencePoolingHead` that computes the aspect file's zero-shot vector.
+
+    Scores s . query / temperature; with the bias well below them, sigmoid(x) is exp(x) to a
+    few per cent, so the head's normalised sigmoid weights are the softmax of `aspectfile`.
+    A calibrated scorer (`aspectfile.calibrate`) is held exactly: query w, bias b, temperature 1.
+    `position`: the aspect's log-prior on the position features (`aspectfile.position_prior`), added to the
+    scores as is; None: none. The gate holds the blend: the whole abstract's share sigmoid(gate) = 1 - blend
+    (`blend` 0.5: gate 0; `aspectfile.corpus_blends` reads it from the corpus). `boilerplate`: the corpus's
+    (`boilerplate.find_boilerplate`), never pooled; None keeps the head's. `word_share` > 0: each
+    sentence's vector takes that share from its phrases pooled towards `words` (`aspectfile.aspect_directions`;
+    None: `query`'s unit direction) less `word_mean` (their mean over the corpus; None: zero), as in
+    `aspectfile.word_pooled_sentences` with `aspectfile.corpus_word_shares`. No projection.
+    """
+    import torch
+
+    state = {k: v.detach().clone() for k, v in head.state_dict().items()}
+    dtype = state["query"].dtype
+    state["query"] = torch.as_tensor(query / temperature, dtype=dtype)
+    state["position"] = torch.zeros_like(state["position"]) if position is None else \
+        torch.as_tensor(np.asarray(position), dtype=dtype)
+    state["bias"] = torch.tensor(float(bias), dtype=dtype)
+    whole = float(np.clip(1.0 - blend, 1e-13, 1 - 1e-13))  # sigmoid(+-30) is within 1e-13 of 1 and 0
+    state["gate"] = torch.tensor(float(np.log(whole / (1.0 - whole))), dtype=dtype)
+    if boilerplate is not None:
+        state["boilerplate"] = torch.as_tensor(np.asarray(boilerplate), dtype=dtype)
+    direction = np.asarray(query, dtype=np.float64)
+    direction = direction / max(float(np.linalg.norm(direction)), 1e-12) if words is None else words
+    state["words"] = torch.as_tensor(np.asarray(direction), dtype=dtype)
+    state["word_share"] = torch.tensor(float(word_share), dtype=dtype)
+    state["word_mean"] = (torch.zeros_like(state["word_mean"]) if word_mean is None else
+                          torch.as_tensor(np.asarray(word_mean), dtype=dtype))
+    if "up" in state:
+        state["up"] = torch.zeros_like(state["up"])
+    return state
