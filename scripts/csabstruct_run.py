@@ -1,0 +1,101 @@
+"""CSAbstruct run as a user would: the whole file through all six stages, then its test papers judged by people's labels.
+
+A user's own corpus has no human summaries. CSAbstruct (`data/csabstruct/`, 2,155 real computer-science
+abstracts) is exported as such a user's file would be (an id and the abstract, nothing else) and run with
+`params/own-corpus.yaml`'s settings and the `acl` preset: stage 01 summarises a seeded sample of 150 abstracts
+with the packaged 135M model, and stages 02-06 embed every abstract. No label reaches the run.
+
+Then the run's unified model (as stage 03 left it: trained heads, or the aspect-file floor where its check
+replaced one) embeds the 193 test abstracts, and each head is judged against the sentences people marked for
+its aspect (challenge ~ background + objective, approach ~ method, outcome ~ result), pooled by MiniLM and,
+separately, by mpnet: mean per-paper Spearman x100 of the cosine similarities, over the test papers that have
+the aspect. Beside it: MiniLM's whole abstract (the encoder the heads start from) and position pooling (first
+40% of the sentences challenge, last 25% outcome, the rest approach).
+
+    HF_HUB_OFFLINE=1 .venv/bin/python scripts/csabstruct_run.py [--run-dir runs/csabstruct] [--score-only]
+
+--score-only scores an existing run. A run already there resumes (finished stages are skipped).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+import csabstruct  # noqa: E402
+from _machine import matmul_gflops  # noqa: E402
+from families import TRUTH_ENCODERS, pooled_truth, position_pooling, spearman_on  # noqa: E402
+from workbench.core.rundir import RunDir  # noqa: E402
+from workbench.core.vectors import unit_rows  # noqa: E402
+from workbench.embed.checkpoints import load_model  # noqa: E402
+from workbench.embed.features import FeatureCache, FrozenBackbone  # noqa: E402
+
+
+def run_pipeline(run_dir: Path, corpus: Path) -> float:
+    """Run the six stages as a user would (`params/own-corpus.yaml`, `acl`); the seconds it took."""
+    t0 = time.perf_counter()
+    subprocess.run([str(ROOT / ".venv" / "bin" / "workbench"), "run", "--params", str(ROOT / "params" / "own-corpus.yaml"),
+                    "--run-dir", str(run_dir), "-p", f"corpus={corpus}", "-p", "aspects=acl", "--no-report"],
+                   check=True)
+    return time.perf_counter() - t0
+
+
+def score(run_dir: Path) -> dict:
+    """{row: {"<aspect> <encoder>": Spearman x100}} on the test papers."""
+    frame = csabstruct.load("test")
+    run = RunDir(run_dir)
+    model = load_model(run.unified_model, run_dir=run)
+    aspects = list(model.aspects)
+    texts = frame["abstract"].tolist()
+    caches = {enc: FeatureCache(None, FrozenBackbone(enc)) for enc in TRUTH_ENCODERS}
+    truths = {}
+    for a in aspects:
+        groups = [[s for s, r in zip(ss, rr) if r in csabstruct.ASPECT_ROLES[a]]
+                  for ss, rr in zip(frame["sentences"], frame["roles"])]
+        for enc in TRUTH_ENCODERS:
+            truths[a, enc] = pooled_truth(caches[enc], groups)
+    features = caches["minilm"].documents(texts)
+    rows = {"MiniLM whole abstract": {a: unit_rows(features.whole) for a in aspects},
+            "position pooling": position_pooling(features, aspects),
+            "the run's unified model": model.encode(texts)}
+    return {name: {f"{a} {enc}": spearman_on(emb[a], *truths[a, enc]) for a in aspects for enc in TRUTH_ENCODERS}
+            for name, emb in rows.items()}, aspects
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--run-dir", default="runs/csabstruct")
+    parser.add_argument("--score-only", action="store_true")
+    args = parser.parse_args(argv)
+    run_dir = Path(args.run_dir).resolve()
+    print(f"# CSAbstruct as a user's corpus\n\nmatrix product: {matmul_gflops():.0f} GFLOP/s")
+    if not args.score_only:
+        corpus = csabstruct.export(run_dir.parent / "csabstruct.csv")
+        print(f"all six stages: {run_pipeline(run_dir, corpus):.0f} s")
+    scores, aspects = score(run_dir)
+    guard = json.loads((RunDir(run_dir).guard).read_text()) if RunDir(run_dir).guard.exists() else {}
+    kept = {a: guard.get("aspects", {}).get(a, {}).get("kept", "?") for a in aspects}
+    print("\nTest papers (193), mean per-paper Spearman x100, MiniLM / mpnet truth; stage 03 kept: "
+          + ", ".join(f"{a} {k}" for a, k in kept.items()) + "\n")
+    print("| embedding | " + " | ".join(aspects) + " |")
+    print("|---|" + "---|" * len(aspects))
+    for name, s in scores.items():
+        print(f"| {name} | " + " | ".join(f"{s[f'{a} minilm']:.1f} / {s[f'{a} mpnet']:.1f}" for a in aspects) + " |")
+    print(f"\nmatrix product at the end: {matmul_gflops():.0f} GFLOP/s")
+
+
+if __name__ == "__main__":
+    main()
