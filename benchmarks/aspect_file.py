@@ -58,7 +58,7 @@ from workbench.embed.aspectfile import (aspect_prototypes, calibrate, corpus_ble
 from workbench.embed.boilerplate import find_boilerplate  # noqa: E402
 from workbench.embed.features import FeatureCache, FrozenBackbone  # noqa: E402
 from workbench.embed.floor import STEPS, fit_floor  # noqa: E402
-from workbench.evaluate.evaluation import permutation_test, rowwise_spearman  # noqa: E402
+from workbench.measures.evaluation import permutation_test, rowwise_spearman  # noqa: E402
 from workbench.evaluate.report import summary_truths  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

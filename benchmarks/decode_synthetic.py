@@ -65,7 +65,7 @@ def measure(args) -> None:
     from workbench.embed.headtrain import sentence_supervision
     from workbench.evaluate.report import encode_texts
     from workbench.embed.train import TrainConfig, train_aspect_models
-    from workbench.data.views import collect_views, split_documents
+    from workbench.generate.views import collect_views, split_documents
 
     spec = importlib.util.spec_from_file_location("synthetic_corpus", ROOT / "scripts" / "synthetic_corpus.py")
     syn = importlib.util.module_from_spec(spec)

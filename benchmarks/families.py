@@ -88,7 +88,7 @@ from workbench.embed.aspectfile import (EXCLUDE_WEIGHT, TEMPERATURE, AspectProto
 from workbench.embed.boilerplate import find_boilerplate, keep_mask  # noqa: E402
 from workbench.embed.features import FeatureCache, FrozenBackbone, blend_documents, position_features  # noqa: E402
 from workbench.embed.phrases import stating  # noqa: E402
-from workbench.evaluate.evaluation import permutation_test, rowwise_spearman, summary_similarity  # noqa: E402
+from workbench.measures.evaluation import permutation_test, rowwise_spearman, summary_similarity  # noqa: E402
 
 PRIOR_BINS = 5        # relative-position bins of the mixture's position densities
 TEMPERATURES = (0.03, 0.05, 0.08, 0.12, 0.2)  # the lean floor's softmax temperatures a fold chooses from

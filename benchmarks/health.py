@@ -2,7 +2,7 @@
 
 Loads what notebook 06 has at hand (the held-out ACLSum test papers, the unified model's
 embeddings of them, the base encoder's whole-abstract embedding), runs
-`workbench.evaluate.health` on them and prints the report, the reading and the seconds each part
+`workbench.measures.health` on them and prints the report, the reading and the seconds each part
 took. The goal: the whole check under ~30 s on 2 cores for the 100 test papers, so that it
 can live in notebook 06.
 
@@ -36,9 +36,9 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 from workbench.embed.checkpoints import load_model  # noqa: E402
 from workbench.data.corpus import load_corpus  # noqa: E402
 from workbench.embed.embeddings import embed_corpus  # noqa: E402
-from workbench.evaluate.health import (corpus_sentence_aspects, hard_negative_probe, health_reading,  # noqa: E402
-                              health_report, probe_encoder)
-from workbench.evaluate.report import backbone_of, evaluation_corpus  # noqa: E402
+from workbench.measures.health import (corpus_sentence_aspects, hard_negative_probe, health_reading,  # noqa: E402
+                                       health_report)
+from workbench.evaluate.report import backbone_of, evaluation_corpus, probe_encoder  # noqa: E402
 
 from _smoke import SMOKE_CORPUS, add_smoke, tiny_run  # noqa: E402
 from workbench.core.rundir import RunDir

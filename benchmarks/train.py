@@ -81,7 +81,7 @@ from workbench.embed.headtrain import sentence_supervision  # noqa: E402
 from workbench.core.models import resolve_model  # noqa: E402
 from workbench.embed.train import (TrainConfig, make_accelerator, prepare_training, prepare_views,  # noqa: E402
                              sample_batch, train_aspect_models, train_step)
-from workbench.data.views import collect_views, split_documents  # noqa: E402
+from workbench.generate.views import collect_views, split_documents  # noqa: E402
 
 from _smoke import add_smoke  # noqa: E402
 from workbench.core.rundir import RunDir

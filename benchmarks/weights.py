@@ -110,7 +110,7 @@ def part_b(args):
     from workbench.data.corpus import load_corpus
     from workbench.embed.embeddings import embed_corpus, embeddings_key
     from workbench.core.rundir import RunDir
-    from workbench.evaluate.evaluation import summary_similarity
+    from workbench.measures.evaluation import summary_similarity
     from workbench.evaluate.report import encode_texts, evaluation_corpus
 
     run = Path(args.run)

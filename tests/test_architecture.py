@@ -70,6 +70,9 @@ def workbench_imports(path: Path) -> list[tuple[str, str | None, int]]:
     return found
 
 
+SUBPACKAGES = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()}
+
+
 def import_graph() -> dict[str, dict[str, int]]:
     """{module: {module it imports: line of the first such import}} over the package."""
     graph = {}
@@ -165,6 +168,20 @@ def test_no_import_cycles_in_the_package():
     detail = ["  " + ", ".join(f"{a} -> {b} (line {graph[a][b]})" for a in c for b in graph[a] if b in c)
               for c in found]
     assert not found, "import cycles among workbench modules:\n" + "\n".join(detail)
+
+
+def test_no_import_cycles_among_the_subpackages():
+    """The subpackages form layers (docs/architecture.md): none imports one that imports it back, even through
+    a third, so each can be read, tested and replaced from the layers below it."""
+    graph = {}
+    for module, targets in import_graph().items():
+        for target, line in targets.items():
+            a, b = module.split(".")[0], target.split(".")[0]
+            if a != b and a in SUBPACKAGES and b in SUBPACKAGES:
+                graph.setdefault(a, {}).setdefault(b, f"{module} -> {target}, line {line}")
+    found = cycles(graph)
+    detail = ["  " + "; ".join(graph[a][b] for a in c for b in graph[a] if b in c) for c in found]
+    assert not found, "subpackages importing each other:\n" + "\n".join(detail)
 
 
 def test_no_private_name_of_another_module_is_used():

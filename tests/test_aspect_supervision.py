@@ -27,7 +27,7 @@ from workbench.core.rundir import RunDir  # noqa: E402
 from workbench.data.aspects import load_aspects  # noqa: E402
 from workbench.data.corpus import Corpus  # noqa: E402
 from workbench.embed import aspectfile  # noqa: E402
-from workbench.evaluate.evaluation import label_similarity  # noqa: E402
+from workbench.measures.evaluation import label_similarity  # noqa: E402
 from workbench.evaluate.report import ground_truths  # noqa: E402
 
 ASPECT_FILE = ROOT / "data" / "clinical-study-aspects.yaml"
@@ -210,7 +210,7 @@ def _two_aspect_features(shared: bool, n: int = 80, seed: int = 8):
 def test_the_corpus_blend_reads_how_much_the_aspects_share():
     """Independent aspects: the sentences' share near 1 (the whole abstract would only mix the other aspect in);
     one shared structure: near 1/2. s is the debiased CKA of health.linear_cka between the pooled sentences."""
-    from workbench.evaluate.health import linear_cka
+    from workbench.measures.health import linear_cka
 
     for shared, lo, hi in ((False, 0.9, 1.0), (True, 0.5, 0.6)):
         feats, protos = _two_aspect_features(shared)

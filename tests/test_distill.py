@@ -46,7 +46,7 @@ def _run_dir(tmp_path: Path, teachers: Path) -> Path:
 def aclsum_small():
     """20 train + 6 validation ACLSum papers, with at most two human views per aspect (small and fast)."""
     from workbench.data.corpus import load_corpus
-    from workbench.data.views import collect_views
+    from workbench.generate.views import collect_views
 
     corpus = load_corpus("aclsum:train,validation")
     train = [d for d, s in zip(corpus.ids, corpus.docs["split"]) if s == "train"][:20]

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 from workbench.embed.encoders import AspectEncoder, CheckpointError
 from workbench.embed.losses import info_nce, masked_mse
-from workbench.evaluate.metrics import mean_rank, mrr, retrieval_ranks, retrieval_report
+from workbench.measures.metrics import mean_rank, mrr, retrieval_ranks, retrieval_report
 
 # ---------------------------------------------------------------- info_nce
 

@@ -1,4 +1,4 @@
-"""Evaluation metrics (workbench.evaluate.evaluation) against independent computations on small fixed inputs."""
+"""Evaluation metrics (workbench.measures.evaluation) against independent computations on small fixed inputs."""
 
 import json
 import math
@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 from scipy.stats import spearmanr
 
-from workbench.evaluate import evaluation as ev
+from workbench.measures import evaluation as ev
 from workbench.cli import main
 from workbench.core.rundir import RunDir
 
@@ -300,7 +300,7 @@ def test_plots_draw(tmp_path):
 
 def test_permutation_test_is_not_fooled_by_scale():
     """A worse S_a on another similarity scale must not come out significant (raw cell mixing did)."""
-    from workbench.evaluate.evaluation import permutation_test
+    from workbench.measures.evaluation import permutation_test
 
     rng = np.random.default_rng(1)
     n = 40

@@ -25,7 +25,7 @@ from workbench.data.columns import Raw
 from workbench.data.corpus import Corpus, load_corpus
 from workbench.generate.summaries import generate_summaries, summaries_frame
 from workbench.core.rundir import RunDir
-from workbench.evaluate.runmetrics import RunMetrics, load_metrics
+from workbench.measures.runmetrics import RunMetrics, load_metrics
 from workbench.generate.sampling import Completion
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,4 +1,4 @@
-"""workbench.evaluate.health: each measure against an independent computation or a known answer.
+"""workbench.measures.health: each measure against an independent computation or a known answer.
 
 The probe runs on small synthetic corpora with fake encoders whose behaviour we know:
 heads that read only their aspect's sentences (the probe must see a diagonal), and heads
@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from workbench.evaluate.health import (anisotropy, corpus_sentence_aspects, effective_rank, fold_ids, hard_negative_probe,
+from workbench.measures.health import (anisotropy, corpus_sentence_aspects, effective_rank, fold_ids, hard_negative_probe,
                               health_reading, health_report, linear_cka, plot_health, ridge_r2, shared_variance,
                               swap_aspect)
 from workbench.data.sentences import split_sentences
@@ -360,7 +360,7 @@ def test_corpus_sentence_aspects_falls_back_to_stored_llm_labels(tmp_path):
 
 def test_too_few_papers_give_a_plain_answer_not_an_error():
     """An own corpus with a handful of held-out papers: stage 06 says so instead of failing."""
-    from workbench.evaluate.health import health_reading, health_report, plot_health
+    from workbench.measures.health import health_reading, health_report, plot_health
 
     rng = np.random.default_rng(0)
     report = health_report({"a": rng.normal(size=(3, 8)), "b": rng.normal(size=(3, 8))}, base=rng.normal(size=(3, 8)))

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from workbench.questions import axes as Q
-from workbench.evaluate.evaluation import correlation_table
+from workbench.measures.evaluation import correlation_table
 from workbench.generate.llm import Completion, Sampling
 from workbench.core.vectors import unit_rows
 

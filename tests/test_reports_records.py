@@ -10,7 +10,7 @@ import pytest
 from workbench.core.progress import NOTICE
 from workbench.decode.faithfulness import load_confidence
 from workbench.evaluate.report import guard_section
-from workbench.evaluate.runmetrics import RunMetrics, load_metrics, write_metrics
+from workbench.measures.runmetrics import RunMetrics, load_metrics, write_metrics
 from workbench.run.record import record_stage
 from workbench.run.reports import REPORTS_MARKER, claim_report_dir, export_html
 from workbench.run.runconfig import RunConfigError

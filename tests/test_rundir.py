@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from workbench.core.rundir import STAGE_ARTIFACTS, RunDir, aspect_model_dir, read_split
-from workbench.evaluate.runmetrics import RunMetrics, load_metrics
+from workbench.measures.runmetrics import RunMetrics, load_metrics
 
 
 def test_run_dir_is_a_path_and_names_the_artifacts(tmp_path):

@@ -31,7 +31,7 @@ _spec.loader.exec_module(syn)
 def test_generator_is_deterministic_independent_and_highlights_are_abstract_sentences(tmp_path):
     from workbench.data.corpus import load_corpus
     from workbench.data.sentences import split_sentences
-    from workbench.data.views import collect_views
+    from workbench.generate.views import collect_views
 
     corpus = syn.synthetic_corpus(n_train=60, n_val=24, n_test=36, seed=3)
     docs = corpus.docs
@@ -117,11 +117,11 @@ def one_thread():
 def test_frozen_heads_follow_their_own_factor_and_not_the_nuisance(tmp_path, one_thread):
     from workbench.embed.distill import DistillConfig, compute_targets, documents_with_targets, train_unified_model
     from workbench.embed.embeddings import embed_corpus
-    from workbench.evaluate.evaluation import cosine_similarity_matrix, label_similarity, rowwise_spearman
+    from workbench.measures.evaluation import cosine_similarity_matrix, label_similarity, rowwise_spearman
     from workbench.embed.headtrain import sentence_supervision
     from workbench.evaluate.report import encode_texts
     from workbench.embed.train import TrainConfig, train_aspect_models
-    from workbench.data.views import collect_views, split_documents
+    from workbench.generate.views import collect_views, split_documents
 
     t0 = time.perf_counter()
     aspects, factors = syn.ASPECTS, syn.FACTORS

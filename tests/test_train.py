@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import yaml
 
-from workbench.data.views import AspectViews, collect_views
+from workbench.generate.views import AspectViews, collect_views
 from workbench.core.rundir import RunDir
 
 ROOT = Path(__file__).resolve().parents[1]

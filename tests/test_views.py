@@ -4,7 +4,7 @@ import json
 import random
 
 from workbench.data.corpus import load_corpus
-from workbench.data.views import collect_views, split_documents
+from workbench.generate.views import collect_views, split_documents
 from workbench.core.rundir import RunDir
 
 
@@ -42,7 +42,7 @@ def test_human_views_of_the_test_split_never_appear(tmp_path):
 
 def test_held_out_papers_are_not_summarised_and_a_test_only_corpus_is_not_held_out(tmp_path):
     from workbench.evaluate.report import evaluation_corpus
-    from workbench.data.views import held_out_ids, trainable
+    from workbench.generate.views import held_out_ids, trainable
 
     corpus = load_corpus("aclsum")
     test_ids = set(corpus.docs.loc[corpus.docs["split"] == "test", "doc_id"])
@@ -158,7 +158,7 @@ def test_labelled_papers_are_kept_for_stage_06_even_when_stage_01_reads_the_whol
     labels the few validation papers: a third of the labelled papers (up to 300) now stay with stage 06 alone."""
     import pandas as pd
     from workbench.data.corpus import Corpus
-    from workbench.data.views import labelled_held_out, trainable
+    from workbench.generate.views import labelled_held_out, trainable
     from workbench.embed.guard import check_papers
     from workbench.evaluate.report import evaluation_corpus
 

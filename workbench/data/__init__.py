@@ -1,1 +1,1 @@
-"""Corpus and aspects: reading users' files, validating them, ACLSum, aspect files, the views of a paper."""
+"""Corpus and aspects: reading users' files, validating them, ACLSum, aspect files, sentences, writing papers back out."""

@@ -49,7 +49,7 @@ from .faithfulness import (BERTSCORE_LAYERS, BERTSCORE_MODEL, DENSITY_NEIGHBOURS
                            figure3_table, load_confidence, neighbour_density)
 from ..core.models import load_causal_lm
 from ..core.progress import notice
-from ..data.views import collect_views
+from ..generate.views import collect_views
 from ..embed.distill import embed_corpus, load_targets
 from .retrieval import (CHECKS, FOLDER, KIND_GENERATED, build_memories, fingerprint, load_retrieval_decoders,
                         save_memories)

@@ -468,7 +468,7 @@ def build_memories(run_dir, corpus, aspects: Sequence[str], doc_ids: Sequence[st
     was left out and why.
     """
     from ..embed.checkpoints import load_model
-    from ..data.views import collect_views
+    from ..generate.views import collect_views
 
     run_dir = Path(run_dir)
     if doc_ids is None:

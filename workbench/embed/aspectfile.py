@@ -68,7 +68,7 @@ from typing import Sequence
 import numpy as np
 
 from ..core.vectors import unit_rows
-from ..evaluate.health import linear_cka
+from ..measures.health import linear_cka
 from .boilerplate import keep_mask
 from .features import N_POSITION, blend_documents, marked_word_vectors, position_features
 from .phrases import piece_frequencies, stating

@@ -26,7 +26,7 @@ from ..core.files import write_json
 from ..core.progress import notice
 from ..core.rundir import RunDir
 from ..core.vectors import unit_rows
-from ..data.views import AspectViews, collect_views
+from ..generate.views import AspectViews, collect_views
 from .features import FeatureCache, FrozenBackbone
 
 REFERENCE = "minilm"  # the encoder that judges grounding: fixed, so the rule does not move with the run's model

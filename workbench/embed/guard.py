@@ -55,9 +55,9 @@ from ..core.files import write_json
 from ..core.progress import notice
 from ..core.rundir import RunDir
 from ..core.vectors import unit_rows
-from ..data.views import held_out_ids, sample_in_order
-from ..evaluate.evaluation import label_similarity, rowwise_spearman
-from ..evaluate.health import corpus_sentence_aspects, hard_negative_probe
+from ..generate.views import held_out_ids, sample_in_order
+from ..measures.evaluation import label_similarity, rowwise_spearman
+from ..measures.health import corpus_sentence_aspects, hard_negative_probe
 from .aspectfile import CalibratedScorer, aspect_prototypes, sentence_marks
 from .checkpoints import load_model
 from .features import FeatureCache, FrozenBackbone

@@ -49,14 +49,14 @@ import torch.nn.functional as F
 from .features import DocumentFeatures, FeatureCache
 from ..core.files import strict, write_json
 from .heads import PooledAspectModel
-from ..evaluate.metrics import mean_rank, mrr, retrieval_ranks
+from ..measures.metrics import mean_rank, mrr, retrieval_ranks
 from ..core.progress import close_bar, progress_bar
 from .training import (HISTORY_NAME, TRAIN_CONFIG_NAME, DistillResult, EarlyStopping, TrainResult, abstracts_of,
                        better, documents_with_targets, evaluate, stack_targets)
-from ..data.views import eligible_docs, views_fingerprint
+from ..generate.views import eligible_docs, views_fingerprint
 from ..core.devices import best_device
 from ..data.sentences import match_highlights, split_sentences
-from ..evaluate.evaluation import cosine_similarity_matrix, rowwise_spearman
+from ..measures.evaluation import cosine_similarity_matrix, rowwise_spearman
 from .losses import info_nce
 
 MODES = ("auto", "frozen", "finetune")

@@ -51,11 +51,11 @@ from ..core.files import strict, write_json
 from .grounding import grounded_views
 from .headtrain import resolve_mode, train_view_head, sentence_supervision, MODES
 from .losses import info_nce
-from ..evaluate.metrics import retrieval_report
+from ..measures.metrics import retrieval_report
 from ..core.progress import close_bar, progress_bar
 from ..core.rundir import RunDir
 from .training import HISTORY_NAME, TRAIN_CONFIG_NAME, EarlyStopping, TrainResult, better, evaluate
-from ..data.views import AspectViews, collect_views, eligible_docs, split_documents, validation_pairs, views_fingerprint
+from ..generate.views import AspectViews, collect_views, eligible_docs, split_documents, validation_pairs, views_fingerprint
 from .checkpoints import load_model
 from .encoders import AspectEncoder, CONFIG_NAME, WEIGHTS_NAME
 

@@ -23,8 +23,8 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 
 from ..core.accel import ConfigDict
-from ..evaluate.metrics import retrieval_report
-from ..data.views import AspectViews, validation_pairs
+from ..measures.metrics import retrieval_report
+from ..generate.views import AspectViews, validation_pairs
 from .checkpoints import load_model
 
 HISTORY_NAME = "history.json"

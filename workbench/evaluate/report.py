@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -30,15 +30,17 @@ from ..core.vectors import unit_rows
 from ..core.rundir import RunDir
 from ..core.display import plot_matrix
 from ..core.models import resolve_model
-from ..data.views import collect_views, sample_in_order
+from ..generate.views import collect_views, sample_in_order
 from ..decode.faithfulness import (BERTSCORE_LAYERS, decoding_report, confidence_check, load_confidence,
                                    missing_confidence, neighbour_density)
 from ..embed.checkpoints import load_model
 from ..embed.distill import embed_corpus
 from ..embed.encoders import CONFIG_NAME
 from ..embed.features import FROZEN_MAX_LENGTH, FeatureCache, FrozenBackbone
+from ..embed.guard import load_guard
 from ..maps.tsne import leave_one_out_reconstruction
-from .evaluation import (judge_similarity, label_similarity, summary_similarity, permutation_test, bootstrap_ci,
+from ..measures.health import BASE
+from ..measures.evaluation import (judge_similarity, label_similarity, summary_similarity, permutation_test, bootstrap_ci,
                          rowwise_spearman)
 
 REFERENCE_ENCODER = "mpnet"
@@ -67,10 +69,8 @@ def evaluation_corpus(corpus, run_dir=None, split: str | None = "test", unseen: 
         ids = [str(d) for d in run_split["validation"]]
         labels = [c for c in docs.columns if str(c).startswith("label_")]
         if unseen and labels:
-            # Papers stage 03's check read chose the heads: they are not unseen (guard.check_papers). Read here,
-            # not by guard.load_guard, whose module imports this package's health check (an import cycle).
-            guard = RunDir(run_dir).guard
-            checked = json.loads(guard.read_text()).get("paper_ids", []) if guard.is_file() else []
+            # Papers stage 03's check read chose the heads: they are not unseen (guard.check_papers).
+            checked = (load_guard(run_dir) or {}).get("paper_ids", [])
             seen = set(ids) | {str(d) for d in run_split["train"]} | {str(d) for d in checked}
             labelled = docs[labels].notna().any(axis=1).to_numpy()
             candidates = [d for d, ok in zip(docs["doc_id"].astype(str), labelled) if ok and d not in seen]
@@ -115,6 +115,25 @@ def encode_texts(model: str, texts: Sequence[str], pooling: str = "mean", max_le
             cache.add(new, read(str(model), new, keep_layer, pooled=True, max_length=backbone.max_length,
                                 batch_size=batch_size, device=device))
     return unit_rows(cache.vectors(list(texts)))
+
+
+def probe_encoder(model, base_model: str | None = None) -> Callable[[list[str]], dict[str, np.ndarray]]:
+    """`encode(texts)` for the probe: the model's heads, plus "base" (the whole text by the base encoder).
+
+    A frozen-backbone model (stage 03 CPU mode) already holds the base encoder's
+    whole-text vectors in its feature cache, so "base" costs nothing. Otherwise `base_model`
+    (e.g. "minilm") embeds the texts again; without it there is no "base" column.
+    """
+    def encode(texts: list[str]) -> dict[str, np.ndarray]:
+        out = dict(model.encode(list(texts)))
+        base = model.base_vectors(texts)  # frozen mode: cached by the encode call just made
+        if base is not None:
+            out[BASE] = base
+        elif base_model:
+            out[BASE] = encode_texts(base_model, texts, max_length=getattr(model, "max_length", 256))
+        return out
+
+    return encode
 
 
 def ground_truths(eval_corpus, aspects: Sequence[str], run_dir=None, reference: str = REFERENCE_ENCODER,

@@ -31,7 +31,7 @@ import numpy as np
 
 from ..data.sentences import split_sentences
 from ..generate.sentence_labels import SENTENCE_LABELS
-from ..evaluate.health import corpus_sentence_aspects
+from ..measures.health import corpus_sentence_aspects
 from .mapview import region_order
 
 MAX_CHARS = 60

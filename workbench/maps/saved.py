@@ -97,3 +97,27 @@ def reopen_map(run_dir, name: str, doc_ids: Sequence[str], embeddings: Mapping[s
     if not np.allclose(list(wanted_weights.values()), list(result.weights.values())):
         result = result.with_weights(wanted_weights)
     return result
+
+
+def map_regions(run_dir, ids: Sequence[str], emb: Mapping[str, np.ndarray], aspects: Sequence[str],
+                n_regions: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray | None, str]:
+    """(each paper's region number, the map's coordinates or None, where the regions came from), for stage 07.
+
+    Stage 05's stored map of the same papers gives its regions, numbered as the pane numbers that map's
+    (`mapview.MapRegions`: 1, 2, ...), so "region 3" is the same papers in notebook 07 and on the map; without
+    one, KMeans on the equally weighted aspect embeddings, numbered from 1."""
+    from ..questions.axes import cluster
+    from .mapview import MapRegions
+
+    stored = RunDir(run_dir).map("current")
+    coords = None
+    if (stored / "doc_ids.json").is_file():
+        order = [str(d) for d in json.loads((stored / "doc_ids.json").read_text())]
+        if sorted(order) == sorted(map(str, ids)):
+            position = {d: n for n, d in enumerate(order)}
+            coords = AspectMap.load(stored).coords[[position[str(d)] for d in ids]]
+    if coords is not None:
+        return MapRegions(seed=seed).numbers(coords, n_regions), coords, "stage 05's stored map"
+    regions, _ = cluster(np.hstack([emb[a] for a in aspects]), n_regions, seed)
+    return np.asarray(regions) + 1, None, \
+        "KMeans on the equally weighted aspect embeddings (no stored map of this corpus)"

@@ -53,8 +53,8 @@ from ..generate.parsing import Parsed, json_objects
 from ..core.progress import notice
 from ..core.store import RecordStore
 from ..core.vectors import unit_rows
-from ..evaluate.evaluation import correlation_table
-from ..evaluate.report import encode_texts
+from ..measures.evaluation import correlation_table
+from ..embed.features import FeatureCache, FrozenBackbone
 
 # Kept importable from here (they moved to mbqa.py).
 from .mbqa import FORMAT, balance_weights, load_mbqa, make_mbqa, masked_bce  # noqa: F401
@@ -181,7 +181,8 @@ def _embedder(embed):
     """A function texts -> (n, d) unit rows: given, or a packaged encoder by name (e.g. "minilm")."""
     if embed is None or callable(embed):
         return embed
-    return lambda texts: encode_texts(embed, list(texts), max_length=64)
+    cache = FeatureCache(None, FrozenBackbone(str(embed), max_length=64))  # a question is encoded once
+    return lambda texts: unit_rows(cache.vectors(list(texts)))
 
 
 def dedupe_questions(questions: Sequence[str], embed="minilm", threshold: float = DEDUPE_THRESHOLD) -> list[int]:

@@ -1,7 +1,6 @@
 """Stage 07's report: the overview of the question axes, questions by map region, correlations, reading, summary.json.
 
     overview(reports, built, emb, encode_s)         one row per aspect: questions, answers, accuracy, cost
-    map_regions(run_dir, ids, emb, aspects, n)      regions of stage 05's stored map (or KMeans when there is none)
     region_questions(built, emb, regions)           the likeliest yes-questions of each region
     question_correlations(built, heads, truths)     do the axes explain the head's similarities? (ratio to the head)
     questions_reading(...)                          a plain reading, one line per aspect
@@ -14,7 +13,6 @@ what it built, so that notebook 07 holds parameters, calls, plots and tables onl
 from __future__ import annotations
 
 import html
-import json
 import time
 from typing import Mapping, Sequence
 
@@ -22,11 +20,9 @@ import numpy as np
 import pandas as pd
 
 from ..core.files import write_json
-from .axes import answering_cost, cluster, question_embedding_correlation
+from .axes import answering_cost, question_embedding_correlation
 from ..core.rundir import RunDir
 from ..embed.checkpoints import load_model
-from ..maps.mapview import cluster_labels
-from ..maps.tsne import AspectMap
 
 RATIO_GOAL = 0.8  # the question axes should reach this share of the head's own correlation with the truth
 
@@ -67,32 +63,14 @@ def overview(reports: Mapping[str, dict], built: Mapping, emb: Mapping[str, np.n
     return pd.DataFrame(rows).set_index("aspect"), costs, classifier_s
 
 
-def map_regions(run_dir, ids: Sequence[str], emb: Mapping[str, np.ndarray], aspects: Sequence[str],
-                n_regions: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray | None, str]:
-    """(region of each paper, the map's coordinates or None, where the regions came from).
-
-    Stage 05's stored map of the same papers gives its regions; without one, KMeans on the
-    equally weighted aspect embeddings."""
-    stored = RunDir(run_dir).map("current")
-    coords = None
-    if (stored / "doc_ids.json").is_file():
-        order = [str(d) for d in json.loads((stored / "doc_ids.json").read_text())]
-        if sorted(order) == sorted(map(str, ids)):
-            position = {d: n for n, d in enumerate(order)}
-            coords = AspectMap.load(stored).coords[[position[str(d)] for d in ids]]
-    if coords is not None:
-        return cluster_labels(coords, n_regions), coords, "stage 05's stored map"
-    regions, _ = cluster(np.hstack([emb[a] for a in aspects]), n_regions, seed)
-    return regions, None, "KMeans on the equally weighted aspect embeddings (no stored map of this corpus)"
-
-
 def region_questions(built: Mapping, emb: Mapping[str, np.ndarray], regions: np.ndarray,
                      top: int = 3) -> pd.DataFrame:
-    """One row for all papers and one per region (numbered from 1): each aspect's likeliest yes-questions."""
+    """One row for all papers and one per region (`regions`: each paper's region number, as the map numbers it,
+    `maps.saved.map_regions`): each aspect's likeliest yes-questions."""
     table = []
     for g in [None, *np.unique(regions)]:
         members = np.ones(len(regions), bool) if g is None else regions == g
-        row = {"region": "all papers" if g is None else str(g + 1), "papers": int(members.sum())}
+        row = {"region": "all papers" if g is None else str(g), "papers": int(members.sum())}
         for a, axes in built.items():
             if axes is not None:
                 found = axes.region_questions(emb[a][members], top=top)

@@ -24,7 +24,7 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
-from ..generate.summaries import summaries_frame
+from .summaries import summaries_frame
 from ..core.rundir import RunDir
 
 HELD_OUT_SPLITS = ("test",)

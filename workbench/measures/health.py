@@ -19,7 +19,7 @@ Encoders", P1: fine-tuning reshapes anisotropy, not effective rank):
 `health_reading` writes it out as plain sentences, and `plot_health` draws the CKA matrix
 and the probe matrix side by side. `corpus_sentence_aspects` gives the probe its
 sentence labels (human highlights, else the run's LLM labels; `guard.probe_sentences` adds the
-aspect file's) and `probe_encoder` its
+aspect file's) and `evaluate.report.probe_encoder` its
 `encode` (a loaded unified model's heads plus the base encoder).
 
     report = health_report(embeddings, base=base, probe=hard_negative_probe(texts, labels, encode))
@@ -382,27 +382,6 @@ def _probe_matrices(emb: dict, n: int, pairs: dict, min_ratio: float) -> dict:
             "pairs": {a: [[i, j] for i, j in chosen] for a, chosen in pairs.items()},
             "n_pairs": {a: len(chosen) for a, chosen in pairs.items()}, "typical_distance": typical,
             "min_ratio": min_ratio, "heads": heads}
-
-
-def probe_encoder(model, base_model: str | None = None) -> Callable[[list[str]], dict[str, np.ndarray]]:
-    """`encode(texts)` for the probe: the model's heads, plus "base" (the whole text by the base encoder).
-
-    A frozen-backbone model (stage 03 CPU mode) already holds the base encoder's
-    whole-text vectors in its feature cache, so "base" costs nothing. Otherwise `base_model`
-    (e.g. "minilm") embeds the texts again; without it there is no "base" column.
-    """
-    def encode(texts: list[str]) -> dict[str, np.ndarray]:
-        out = dict(model.encode(list(texts)))
-        base = model.base_vectors(texts)  # frozen mode: cached by the encode call just made
-        if base is not None:
-            out[BASE] = base
-        elif base_model:
-            from .report import encode_texts
-
-            out[BASE] = encode_texts(base_model, texts, max_length=getattr(model, "max_length", 256))
-        return out
-
-    return encode
 
 
 # --------------------------------------------------------------------------- report, reading, plot

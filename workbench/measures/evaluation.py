@@ -345,7 +345,7 @@ def retrieval_table(encoders: Mapping[str, Callable[[list[str]], np.ndarray] | M
     encoders: model name -> function texts -> (len(texts), d) embeddings; or model name ->
         {aspect: function}, for a row that uses each aspect's own model ("Main model").
     pairs: aspect -> (queries, candidates), query i matching candidate i; each query is
-        ranked against all candidates by cosine similarity (workbench.evaluate.metrics).
+        ranked against all candidates by cosine similarity (workbench.measures.metrics).
     Rows: models; columns: aspects; `table.attrs["n_pairs"]` the number of queries per aspect.
     """
     rows = {}
