@@ -286,7 +286,8 @@ def place_and_invert(base: AspectMap, new: dict, args) -> list[str]:
 
 def explorer_clicks(run_dir: str, corpus_path: str) -> list[str]:
     """Rows for clicks in `Explorer` on a real run: a tap on an empty spot (inverted and decoded, with the
-    round trip), on a paper, and a pasted abstract placed; the first of each and the next ones."""
+    round trip), on a paper, a pasted abstract placed (the first of each and the next ones), and a weight step
+    of 0.05 up and back (its first frame, its settled map)."""
     from workbench.data.corpus import load_corpus
     from workbench.maps.explore import Explorer
 
@@ -298,10 +299,24 @@ def explorer_clicks(run_dir: str, corpus_path: str) -> list[str]:
     _, t_paper = timed(lambda: ex.on_tap(float(c[7, 0]), float(c[7, 1]), 7))
     texts = ["We followed a cohort of patients for five years.", "A survey of teachers about remote lessons."]
     places = [timed(lambda: ex.place_texts([t]))[1] for t in texts]
+    # A slider step of 0.05 on the first aspect, as the pane sends it: a first frame, then the settled map.
+    steps = []
+    for step in (0.05, -0.05):
+        w = dict(ex.weights)
+        first = next(iter(w))
+        w[first] = max(w[first] + step, 0.0)
+        frames, start = [], time.perf_counter()
+        _, t_settled = timed(lambda: ex.reweight(w, on_frame=lambda _: frames.append(time.perf_counter() - start)))
+        steps.append((frames[0] if frames else t_settled, t_settled, len(frames) + 1))
+    print("  weight step of 0.05: " + "; ".join(f"first frame {f:.2f}s, settled {t:.2f}s, {k} updates"
+                                                for f, t, k in steps), flush=True)
     print(f"  tap on an empty spot: first {taps[0]:.3f}s, then {np.mean(taps[1:]):.3f}s; tap on a paper "
           f"{t_paper:.3f}s; place a text: first {places[0]:.3f}s, then {places[1]:.3f}s", flush=True)
     return [f"| {n} (run) | click-decode an empty spot (invert, decode, round trip) | `Explorer.on_tap` | "
             f"{np.mean(taps[1:]):.3f} | | first call {taps[0]:.3f} s (opening the run: {t_open:.0f} s) |",
+            f"| {n} (run) | a weight step of 0.05: first frame | `Explorer.reweight` | "
+            f"{np.mean([f for f, _, _ in steps]):.3f} | | {steps[0][2]} updates |",
+            f"| {n} (run) | the same: settled map | `Explorer.reweight` | {np.mean([t for _, t, _ in steps]):.3f} | | |",
             f"| {n} (run) | read a tapped paper | `Explorer.on_tap` | {t_paper:.3f} | | |",
             f"| {n} (run) | place a pasted abstract (encode, place) | `Explorer.place_texts` | {places[1]:.3f} | | "
             f"first call {places[0]:.3f} s |"]
