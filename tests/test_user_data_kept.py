@@ -206,3 +206,18 @@ def test_two_processes_writing_one_feature_cache_give_every_text_its_own_vector(
     assert not [p for p in folder.iterdir() if p.name.endswith(".tmp")]
     reader = FeatureCache(folder, writer["HashEncoder"]())
     assert len(reader) == 400 and reader.missing(list(texts.values())) == []
+
+
+def test_an_export_without_titles_or_summaries_still_gives_a_search_to_try(open_explorer):
+    """Stage 05's example search reads a paper's summary, else its title, else its abstract's first sentence:
+    an export of ids and abstracts alone (CSAbstruct as a user has it) once failed there with an empty query."""
+    from workbench.data.corpus import Corpus
+
+    corpus = Corpus(pd.DataFrame({"doc_id": [f"p{i:02d}" for i in range(12)], "title": [""] * 12,
+                                  "abstract": [f"We study problem {i}. We use method {i % 3}." for i in range(12)]}),
+                    name="untitled")  # as `load_corpus` leaves an export without a title column
+    explorer = open_explorer(corpus)
+    queries = explorer.example_queries(3)
+    assert queries == {"approach": ("We study problem 3.", 1.0), "challenge": ("We study problem 3.", -0.5)}
+    titled = open_explorer(_corpus()).example_queries(3)
+    assert titled["approach"] == ("Paper 3", 1.0)

@@ -22,6 +22,8 @@ from typing import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from ..data.corpus import text_or
+from ..data.sentences import split_sentences
 from ..data.writers import write_records
 from ..core.progress import notice
 from ..decode.faithfulness import describe_with_confidence
@@ -234,6 +236,18 @@ class Explorer:
         if self._inverted is None or self._inverted[0] is not self.map or self._inverted[1] != spot:
             self._inverted = (self.map, spot, self.map.invert(np.array(spot, dtype=np.float64)))
         return dict(self._inverted[2])
+
+    def example_queries(self, index: int = 0) -> dict[str, tuple[str, float]]:
+        """A search to try, from paper `index`: like it in the second aspect (weight 1), unlike it in the first
+        (-0.5). Each query is the paper's summary of that aspect, else its title, else its abstract's first
+        sentence: a user's export may have no summaries and no titles."""
+        row = self.meta.iloc[index]
+        sentences = split_sentences(self.corpus.texts()[index]) or [""]
+        fallback = text_or(row.get("title"), sentences[0])
+        names = self.aspects[:2] if len(self.aspects) > 1 else self.aspects * 2
+        return {names[1]: (text_or(row.get(f"summary_{names[1]}"), fallback), 1.0),
+                **({names[0]: (text_or(row.get(f"summary_{names[0]}"), fallback), -0.5)} if len(self.aspects) > 1
+                   else {})}
 
     def search(self, queries: Mapping[str, tuple[str, float]], k: int = 10) -> pd.DataFrame:
         """Papers nearest a query per aspect, each with its own weight (negative: "different in this aspect").
