@@ -196,23 +196,6 @@ def test_present_summary_is_kept():
     assert text_or(None, float("nan")) == ""
 
 
-def test_notebook_05_queries_use_the_title_for_a_missing_summary(capsys):
-    meta = pd.DataFrame([{"doc_id": "d0", "title": "The title", "summary_approach": "Uses X.",
-                          "summary_challenge": float("nan")}])
-
-    class Explorer:
-        def search(self, queries, k=9):
-            self.queries = queries
-            return pd.DataFrame({"doc_id": ["d1"], "score": [0.5]})
-
-    explorer = Explorer()
-    explorer.meta = meta
-    namespace = {"search_queries": None, "explorer": explorer, "names": ["approach", "challenge"],
-                 "display": lambda *a: None, "HTML": str, "html_table": lambda frame: ""}
-    exec(cell_source("05_visualize.ipynb", "search_queries = {names[1]:"), namespace)
-    assert explorer.queries == {"challenge": ("The title", 1.0), "approach": ("Uses X.", -0.5)}
-
-
 def test_a_selectivity_too_large_to_read_is_said_as_over_100():
     from workbench.embed.guard import probe_verdict, said_ratio
 

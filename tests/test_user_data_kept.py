@@ -219,5 +219,23 @@ def test_an_export_without_titles_or_summaries_still_gives_a_search_to_try(open_
     explorer = open_explorer(corpus)
     queries = explorer.example_queries(3)
     assert queries == {"approach": ("We study problem 3.", 1.0), "challenge": ("We study problem 3.", -0.5)}
-    titled = open_explorer(_corpus()).example_queries(3)
-    assert titled["approach"] == ("Paper 3", 1.0)
+    titled = _corpus().docs.assign(summary_approach="Uses X.", summary_challenge=float("nan"))
+    # A missing summary (NaN) falls back to the title, never to the text "nan".
+    assert open_explorer(Corpus(titled)).example_queries(3) == {"approach": ("Uses X.", 1.0),
+                                                                "challenge": ("Paper 3", -0.5)}
+
+
+def test_a_saved_map_of_other_embeddings_is_drawn_afresh(open_explorer, tmp_path, capsys):
+    """Papers keep their place on a saved map only while their embeddings are those it was drawn from: after stage
+    03 ran again the map is fitted anew, and the user is told."""
+    from workbench.maps.saved import reopen_map
+
+    explorer = open_explorer(_corpus())
+    explorer.save_map("kept")
+    ids, same = explorer.meta["doc_id"], explorer.embeddings
+    assert reopen_map(tmp_path / "run", "kept", ids, same, perplexity=2.0) is not None
+    rng = np.random.default_rng(0)
+    other = {a: e + 0.3 * rng.standard_normal(e.shape) for a, e in same.items()}
+    capsys.readouterr()
+    assert reopen_map(tmp_path / "run", "kept", ids, other, perplexity=2.0) is None
+    assert "drawn from other embeddings" in capsys.readouterr().out

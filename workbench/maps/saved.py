@@ -19,8 +19,10 @@ from ..core.files import write_json
 from ..core.progress import notice
 from ..core.rundir import RunDir
 from .tsne import CONFIG_NAME, AspectMap, normalize_weights
+from .tsne_math import unit32
 
 DOC_IDS = "doc_ids.json"
+EMBEDDINGS_CHANGED = 1e-3  # largest change of a unit-row coordinate still read as the same embeddings
 MAX_NAME = 60  # characters of a map's name: at most 240 bytes in UTF-8, under every file system's 255 per name
 SELECTION_FILE = "selection.json"  # RunDir.selection's name: maps/selection.json holds the pane's picks, not a map
 # A map's name is one folder under maps/: a letter, digit or underscore first (so never '.', '..' or a hidden
@@ -79,8 +81,15 @@ def reopen_map(run_dir, name: str, doc_ids: Sequence[str], embeddings: Mapping[s
     new = [i for i, d in enumerate(ids) if d not in on_map]
     if len(kept) < 4:  # too little of the saved map is left to place anything on
         return None
-    # The saved map restricted to the papers still in the corpus, with their current embeddings.
     order = [row[saved_ids[j]] for j in kept]
+    # A map drawn from other embeddings (stage 03 run again, another model) shows their structure, not these:
+    # its papers may not keep their place. Unit rows, so a change below 1e-3 is float noise.
+    moved = max(float(np.abs(saved.embeddings[a][kept] - unit32(embeddings[a][order])).max()) for a in saved.aspects)
+    if moved > EMBEDDINGS_CHANGED:
+        notice(f"the saved map {folder.name!r} was drawn from other embeddings of these papers (stage 03 ran "
+               "again since); drawing the map afresh")
+        return None
+    # The saved map restricted to the papers still in the corpus, with their current embeddings.
     base = AspectMap({a: e[order] for a, e in embeddings.items()}, saved.weights, saved.coords[kept],
                      saved.perplexity, saved.seed, saved.method)
     grown = base.extend({a: e[new] for a, e in embeddings.items()}) if new else base
