@@ -71,6 +71,8 @@ def workbench_imports(path: Path) -> list[tuple[str, str | None, int]]:
 
 
 SUBPACKAGES = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()}
+# The subpackages from the bottom layer up (docs/architecture.md): each imports only those before it.
+LAYERS = ["core", "data", "generate", "measures", "embed", "decode", "questions", "maps", "evaluate", "run"]
 
 
 def import_graph() -> dict[str, dict[str, int]]:
@@ -182,6 +184,12 @@ def test_no_import_cycles_among_the_subpackages():
     found = cycles(graph)
     detail = ["  " + "; ".join(graph[a][b] for a in c for b in graph[a] if b in c) for c in found]
     assert not found, "subpackages importing each other:\n" + "\n".join(detail)
+    # ... and every import runs down the layers docs/architecture.md draws, none back up.
+    assert set(LAYERS) == SUBPACKAGES, "a subpackage missing from LAYERS (and from docs/architecture.md)"
+    upward = [why for a, targets in graph.items() for b, why in targets.items() if LAYERS.index(b) > LAYERS.index(a)]
+    assert not upward, "imports running back up a layer:\n" + "\n".join(upward)
+    drawn = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    assert ", ".join(f"`{p}`" for p in LAYERS[:-1]) in drawn
 
 
 def test_no_private_name_of_another_module_is_used():
