@@ -14,7 +14,10 @@ the aspect. Beside it: MiniLM's whole abstract (the encoder the heads start from
 
     HF_HUB_OFFLINE=1 .venv/bin/python scripts/csabstruct_run.py [--run-dir runs/csabstruct] [--score-only]
 
---score-only scores an existing run. A run already there resumes (finished stages are skipped).
+--score-only scores an existing run. A run already there resumes (finished stages are skipped). --taps also
+reads what the pane shows for a tap on each test paper (every aspect, the paper's own statements hidden, as
+for a tap): each text's kind, its confidence level, the tapped paper's rank among all papers for it, and
+whether it carries a prompt artefact (`decode.artefacts`).
 """
 
 from __future__ import annotations
@@ -75,10 +78,38 @@ def score(run_dir: Path) -> dict:
             for name, emb in rows.items()}, aspects
 
 
+def tap_readouts(run_dir: Path, corpus_path: Path) -> None:
+    """Print, over the test papers' taps, how many texts of each kind and level, and the median rank per level."""
+    import pandas as pd
+    from workbench.data.corpus import load_corpus
+    from workbench.decode.artefacts import artefact_reason
+    from workbench.maps.explore import Explorer
+
+    test_ids = set(csabstruct.load("test")["doc_id"].astype(str))
+    explorer = Explorer(run_dir, load_corpus(str(corpus_path)))
+    rows = []
+    for i, doc_id in enumerate(explorer.meta["doc_id"].astype(str)):
+        if doc_id in test_ids:
+            frame = explorer.describe({a: explorer.embeddings[a][i] for a in explorer.aspects}, exclude=doc_id,
+                                      point="paper")
+            for _, row in frame.iterrows():
+                rows.append({"aspect": row["aspect"], "kind": row["kind"], "level": row.get("level") or "none",
+                             "rank": row.get("round-trip rank"), "artefact": artefact_reason(str(row["decoded"]))})
+    taps = pd.DataFrame(rows)
+    print(f"\nTaps on the {taps.shape[0] // max(len(explorer.aspects), 1)} test papers, every aspect "
+          f"({len(taps)} texts, {len(explorer.meta)} papers on the map): texts with an artefact "
+          f"{int(taps['artefact'].notna().sum())}\n")
+    table = taps.groupby(["kind", "level"]).agg(texts=("rank", "size"), median_rank=("rank", "median"))
+    print("| kind | level | texts | median rank of the tapped paper |\n|---|---|---:|---:|")
+    for (kind, level), r in table.iterrows():
+        print(f"| {kind} | {level} | {int(r['texts'])} | {r['median_rank']:.0f} |")
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run-dir", default="runs/csabstruct")
     parser.add_argument("--score-only", action="store_true")
+    parser.add_argument("--taps", action="store_true", help="also read the pane's text for a tap on each test paper")
     args = parser.parse_args(argv)
     run_dir = Path(args.run_dir).resolve()
     print(f"# CSAbstruct as a user's corpus\n\nmatrix product: {matmul_gflops():.0f} GFLOP/s")
@@ -94,6 +125,8 @@ def main(argv=None) -> None:
     print("|---|" + "---|" * len(aspects))
     for name, s in scores.items():
         print(f"| {name} | " + " | ".join(f"{s[f'{a} minilm']:.1f} / {s[f'{a} mpnet']:.1f}" for a in aspects) + " |")
+    if args.taps:
+        tap_readouts(run_dir, run_dir.parent / "csabstruct.csv")
     print(f"\nmatrix product at the end: {matmul_gflops():.0f} GFLOP/s")
 
 
