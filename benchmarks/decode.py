@@ -130,7 +130,8 @@ def empty_spot(args, model, tokenizer) -> None:
     """Time a click on an empty spot of a map of --spot-n papers: inversion plus one description per aspect."""
     import numpy as np
 
-    from workbench.decode.decoding import AspectDecoder, describe_with_confidence
+    from workbench.decode.decoding import AspectDecoder
+    from workbench.decode.faithfulness import describe_with_confidence
     from workbench.embed.heads import PooledAspectModel
     from workbench.decode.retrieval import RetrievalDecoder, StatementMemory
     from workbench.maps.tsne import AspectMap

@@ -60,7 +60,8 @@ def measure(args) -> None:
     import numpy as np
 
     from workbench.decode.decoding import build_retrieval_decoders, load_decoders, round_trip
-    from workbench.embed.distill import DistillConfig, compute_targets, documents_with_targets, train_unified_model
+    from workbench.embed.distill import DistillConfig, documents_with_targets, train_unified_model
+    from workbench.embed.targets import compute_targets
     from workbench.embed.embeddings import embed_corpus
     from workbench.embed.headtrain import sentence_supervision
     from workbench.evaluate.report import encode_texts

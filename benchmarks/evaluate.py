@@ -46,7 +46,8 @@ import numpy as np  # noqa: E402
 from workbench.decode import bertscore as bs  # noqa: E402
 from workbench.data.aspects import load_aspects  # noqa: E402
 from workbench.data.corpus import load_corpus  # noqa: E402
-from workbench.decode.decoding import derangement, load_decoders  # noqa: E402
+from workbench.decode.decoding import load_decoders  # noqa: E402
+from workbench.decode.faithfulness import derangement  # noqa: E402
 from workbench.embed.features import FrozenBackbone  # noqa: E402
 from workbench.core.models import resolve_model  # noqa: E402
 from workbench.evaluate.report import embedding_rows, evaluation_corpus  # noqa: E402

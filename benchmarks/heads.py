@@ -36,7 +36,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import numpy as np  # noqa: E402
 
 from workbench.data.corpus import load_corpus  # noqa: E402
-from workbench.embed.distill import DistillConfig, compute_targets, documents_with_targets, train_unified_model  # noqa: E402
+from workbench.embed.distill import DistillConfig, documents_with_targets, train_unified_model  # noqa: E402
+from workbench.embed.targets import compute_targets  # noqa: E402
 from workbench.embed.embeddings import embed_corpus  # noqa: E402
 from workbench.measures.evaluation import cosine_similarity_matrix, permutation_test, rowwise_spearman  # noqa: E402
 from workbench.embed.headtrain import sentence_supervision  # noqa: E402

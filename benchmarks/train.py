@@ -76,7 +76,8 @@ import torch  # noqa: E402
 
 from workbench.embed import features  # noqa: E402
 from workbench.data.corpus import load_corpus  # noqa: E402
-from workbench.embed.distill import DistillConfig, compute_targets, documents_with_targets, train_unified_model  # noqa: E402
+from workbench.embed.distill import DistillConfig, documents_with_targets, train_unified_model  # noqa: E402
+from workbench.embed.targets import compute_targets  # noqa: E402
 from workbench.embed.headtrain import sentence_supervision  # noqa: E402
 from workbench.core.models import resolve_model  # noqa: E402
 from workbench.embed.train import (TrainConfig, make_accelerator, prepare_training, prepare_views,  # noqa: E402

@@ -192,6 +192,20 @@ def test_no_import_cycles_among_the_subpackages():
     assert ", ".join(f"`{p}`" for p in LAYERS[:-1]) in drawn
 
 
+def test_no_module_re_exports_another_s_names():
+    """A name is imported from the module where it lives: a package module imports another workbench module's
+    name only to use it (an `__all__` entry is no use)."""
+    found = []
+    for path in python_files(["workbench"]):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+        for node in tree.body:
+            if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("workbench")):
+                found += [f"{path.relative_to(ROOT)}:{node.lineno}: {a.asname or a.name}" for a in node.names
+                          if (a.asname or a.name) not in used and a.name != "annotations"]
+    assert not found, "names imported but not used (re-exports):\n" + "\n".join(found)
+
+
 def test_no_private_name_of_another_module_is_used():
     found = [use for path in python_files() for use in private_uses(path)]
     assert not found, "private names of other workbench modules:\n" + "\n".join(found)

@@ -6,8 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from workbench.decode.decoding import (confidence_check, confidence_label, confidence_level, load_confidence,
-                                       neighbour_density)
+from workbench.decode.faithfulness import confidence_check, confidence_label, confidence_level, load_confidence, neighbour_density
 from workbench.decode.faithfulness import rank_calibration, save_confidence
 from workbench.core.rundir import RunDir
 

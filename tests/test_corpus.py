@@ -9,13 +9,8 @@ import pandas as pd
 import pytest
 
 from workbench.cli import main as cli_main
-from workbench.data.corpus import (
-    Corpus,
-    CorpusError,
-    ValidationReport,
-    aclsum_splits,
-    load_corpus,
-)
+from workbench.data.corpus import Corpus, CorpusError, ValidationReport, load_corpus
+from workbench.data.aclsum_corpus import aclsum_splits
 
 HASH_ID = re.compile(r"h[0-9a-f]{12}")
 

@@ -299,7 +299,7 @@ def test_train_decoders_resume_and_load(lm, tmp_path):
 
 
 def test_bertscore_prefers_the_matching_text():
-    from workbench.decode.decoding import bertscore
+    from workbench.decode.faithfulness import bertscore
 
     refs = [["Frogs sing at night near ponds."], ["Bees make honey.", "Frogs sing at night."]]
     f1 = bertscore(["Frogs sing at night near ponds.", "Frogs sing at night."], refs, model="minilm")
@@ -342,7 +342,8 @@ def test_round_trip_rank_against_brute_force():
 
 @pytest.mark.slow
 def test_decoding_report_on_tiny_decoder(trained):
-    from workbench.decode.decoding import AspectDecoder, decoding_report, figure3_table
+    from workbench.decode.decoding import AspectDecoder
+    from workbench.decode.faithfulness import decoding_report, figure3_table
 
     result, emb = trained
     dec = AspectDecoder("a", result.decoder)

@@ -14,9 +14,10 @@ import torch
 import yaml
 
 from workbench.embed import distill
-from workbench.embed.distill import (DistillCollate, DistillConfig, MissingTeachersError, aspect_space_correlations,
-                               check_teachers, compute_targets, distill_loss, embed_corpus, evaluate_distill,
-                               load_targets, train_unified_baseline, train_unified_model)
+from workbench.embed.distill import DistillCollate, DistillConfig, distill_loss, evaluate_distill, train_unified_baseline, train_unified_model
+from workbench.embed.targets import MissingTeachersError, check_teachers, compute_targets, load_targets
+from workbench.measures.evaluation import aspect_space_correlations
+from workbench.embed.embeddings import embed_corpus
 from workbench.embed.encoders import AspectEncoder, CheckpointError
 from workbench.embed.training import stack_targets
 from workbench.core.rundir import RunDir

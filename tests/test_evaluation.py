@@ -8,7 +8,9 @@ import pandas as pd
 import pytest
 from scipy.stats import spearmanr
 
+from workbench.core import display
 from workbench.measures import evaluation as ev
+from workbench.measures import runmetrics
 from workbench.cli import main
 from workbench.core.rundir import RunDir
 
@@ -254,17 +256,17 @@ def test_reading_names_leaks_and_baselines():
 
 def test_metrics_round_trip_whole_file_and_compare(tmp_path):
     frame = pd.DataFrame({"x": [1.5, np.nan]}, index=["m1", "m2"])
-    ev.write_metrics(tmp_path, {"decoding": {"ppl": 3.0}})  # an older run's section ...
-    path = ev.write_metrics(tmp_path, {"retrieval": {"mrr": np.float32(0.5), "n": np.int64(3), "ok": np.bool_(True),
+    runmetrics.write_metrics(tmp_path, {"decoding": {"ppl": 3.0}})  # an older run's section ...
+    path = runmetrics.write_metrics(tmp_path, {"retrieval": {"mrr": np.float32(0.5), "n": np.int64(3), "ok": np.bool_(True),
                                                      "curve": np.array([1.0, np.nan])},
                                        "correlations": frame, "inf": float("inf")})
-    loaded = ev.load_metrics(tmp_path)
+    loaded = runmetrics.load_metrics(tmp_path)
     assert "decoding" not in loaded and loaded["written"]["by"].startswith("stage 06")  # ... is not kept as current
     assert json.loads(path.read_text()) == loaded  # strict JSON: no NaN tokens
     assert loaded["retrieval"] == {"mrr": 0.5, "n": 3, "ok": True, "curve": [1.0, None]}
     assert loaded["correlations"] == {"m1": {"x": 1.5}, "m2": {"x": None}} and loaded["inf"] is None
     other = {"retrieval": {"mrr": 0.75, "n": 3, "ok": False}, "new": {"v": 2}}
-    table = ev.compare_metrics(loaded, other)
+    table = runmetrics.compare_metrics(loaded, other)
     assert table.loc["retrieval/mrr"].tolist() == [0.5, 0.75, 0.25]
     assert "retrieval/ok" not in table.index
     assert np.isnan(table.at["correlations/m2/x", "A"]) and table.at["retrieval/curve[0]", "A"] == 1.0
@@ -272,9 +274,9 @@ def test_metrics_round_trip_whole_file_and_compare(tmp_path):
 
 
 def test_cli_compare(tmp_path, capsys):
-    ev.write_metrics(tmp_path / "a", {"s": {"mrr": 0.5, "rank": 2}})
-    ev.write_metrics(tmp_path / "b", {"s": {"mrr": 0.625, "rank": 2}})
-    ev.write_metrics(tmp_path / "b", {"s": {"mrr": 0.625, "rank": 2}, "decoding": {"ppl": 3.0}})
+    runmetrics.write_metrics(tmp_path / "a", {"s": {"mrr": 0.5, "rank": 2}})
+    runmetrics.write_metrics(tmp_path / "b", {"s": {"mrr": 0.625, "rank": 2}})
+    runmetrics.write_metrics(tmp_path / "b", {"s": {"mrr": 0.625, "rank": 2}, "decoding": {"ppl": 3.0}})
     assert main(["compare", str(tmp_path / "a"), str(tmp_path / "b" / "metrics.json")]) == 0
     out = capsys.readouterr().out
     assert "only in B: decoding (not computed by A's run)" in out and out.count("(written 20") == 2
@@ -289,11 +291,11 @@ def test_plots_draw(tmp_path):
 
     matplotlib.use("Agg")
     table = pd.DataFrame({"x": [50.0, 10.0], "y": [5.0, np.nan]}, index=["M:x", "M:y"])
-    mrr = ev.plot_matrix(pd.DataFrame({"x": [0.86, 0.94]}, index=["M:x", "M:y"]))
+    mrr = display.plot_matrix(pd.DataFrame({"x": [0.86, 0.94]}, index=["M:x", "M:y"]))
     assert [t.get_text() for t in mrr.texts] == ["0.86", "0.94"]  # both read "0.9" with one decimal
-    ax = ev.plot_matrix(table, title="t")
+    ax = display.plot_matrix(table, title="t")
     assert len(ax.patches) == 2  # both diagonal cells outlined
-    bars = ev.plot_headline_bars(pd.DataFrame({"mean": [1.0, 2.0], "low": [0.5, 1.5], "high": [1.5, 2.5]},
+    bars = display.plot_headline_bars(pd.DataFrame({"mean": [1.0, 2.0], "low": [0.5, 1.5], "high": [1.5, 2.5]},
                                               index=["a", "b"]))
     assert len(bars.patches) == 2
 

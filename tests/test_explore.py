@@ -88,7 +88,8 @@ def _probs(vectors):
 
 def _save_axes(run, aspect, dim=16):
     """Hand-set MBQA weights saved the way stage 07 saves them (questions.save_mbqa)."""
-    from workbench.questions.axes import make_mbqa, save_mbqa
+    from workbench.questions.axes import save_mbqa
+    from workbench.questions.mbqa import make_mbqa
 
     model = make_mbqa(dim, len(QUESTIONS))
     with torch.no_grad():
@@ -232,7 +233,7 @@ def test_region_question_labels_and_hover_questions_come_from_the_papers(axes_ex
 
 
 def test_the_empty_spot_is_between_regions_and_away_from_every_paper():
-    from workbench.maps.tsne import empty_spot
+    from workbench.maps.tsne_math import empty_spot
 
     rng = np.random.default_rng(0)
     # Three blobs in a row: the midpoint of the two outer (largest) ones falls inside the middle one.

@@ -137,7 +137,7 @@ def test_the_json_writer_maps_nan_and_inf_to_null(tmp_path):
 
 
 def test_faithfulness_table_of_no_metrics_is_empty_with_its_index_named():
-    from workbench.decode.decoding import faithfulness_table
+    from workbench.decode.faithfulness import faithfulness_table
 
     empty = faithfulness_table({})
     assert empty.empty and list(empty.index.names) == ["aspect", "decoder"]
@@ -157,7 +157,7 @@ def test_notebook_04_says_faithfulness_was_skipped_when_no_aspect_has_two_valida
 
     from workbench.decode import decoding
     from workbench.core.display import html_table, styled
-    from workbench.decode.faithfulness import FAITHFULNESS_COUNTS
+    from workbench.decode.faithfulness import FAITHFULNESS_COUNTS, figure3_table
     from workbench.core.progress import notice
 
     monkeypatch.setattr(decoding, "load_decoders", lambda *a, **k: {"x": None, "y": None})
@@ -168,7 +168,7 @@ def test_notebook_04_says_faithfulness_was_skipped_when_no_aspect_has_two_valida
                  "decoder": "retrieval", "shared": False, "device": None, "eval_docs": 50, "perplexity_docs": 10,
                  "bertscore_model": "mpnet", "max_new_tokens": 48, "seed": 0, "data": data, "titles": {},
                  "examples_per_aspect": 3, "display": shown.append, "HTML": str, "styled": styled,
-                 "html_table": html_table, "figure3_table": decoding.figure3_table,
+                 "html_table": html_table, "figure3_table": figure3_table,
                  "set_default_decoder": decoding.set_default_decoder, "evaluate_decoders": decoding.evaluate_decoders,
                  "FAITHFULNESS_COUNTS": FAITHFULNESS_COUNTS, "notice": notice}
     for marker in ("evaluation = evaluate_decoders(", "if len(table):\n    fig, axes", "figure3_table(shown"):

@@ -8,7 +8,8 @@ import pytest
 
 from workbench.data.aspects import load_aspects
 from workbench.generate.summaries import SUMMARY_PREFILL, SUMMARY_STOP, generate_summaries, summaries_frame
-from workbench.generate.llm import Completion, Sampling, common_prefix, cut_at_stop, plan_batches
+from workbench.generate.llm import Completion, Sampling, cut_at_stop, plan_batches
+from workbench.generate.batching import common_prefix
 
 
 def test_common_prefix():

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from workbench.questions import axes as Q
+from workbench.questions import mbqa
 from workbench.measures.evaluation import correlation_table
 from workbench.generate.llm import Completion, Sampling
 from workbench.core.vectors import unit_rows
@@ -188,24 +189,24 @@ def test_masked_loss_matches_torch_bce_on_selected_entries():
     mask = (torch.rand(7, 5, generator=g) > 0.6).float()
     sel = mask.bool()
     expected = torch.nn.functional.binary_cross_entropy(torch.sigmoid(logits[sel]), targets[sel])
-    assert torch.allclose(Q.masked_bce(logits, targets, mask), expected, atol=1e-6)
-    weights = torch.as_tensor(Q.balance_weights(targets.numpy(), mask.numpy()))
+    assert torch.allclose(mbqa.masked_bce(logits, targets, mask), expected, atol=1e-6)
+    weights = torch.as_tensor(mbqa.balance_weights(targets.numpy(), mask.numpy()))
     expected_w = torch.nn.functional.binary_cross_entropy_with_logits(logits[sel], targets[sel], weight=weights[sel])
-    assert torch.allclose(Q.masked_bce(logits, targets, mask, weights), expected_w, atol=1e-6)
+    assert torch.allclose(mbqa.masked_bce(logits, targets, mask, weights), expected_w, atol=1e-6)
     # the loss ignores what unanswered entries hold
-    assert torch.allclose(Q.masked_bce(logits, targets * mask + (1 - mask) * 0.5, mask), expected, atol=1e-6)
+    assert torch.allclose(mbqa.masked_bce(logits, targets * mask + (1 - mask) * 0.5, mask), expected, atol=1e-6)
 
 
 def test_balance_weights_equalise_yes_and_no():
     targets = np.array([[1, 0], [0, 0], [0, 1], [0, 0]], dtype=np.float32)
     mask = np.ones_like(targets)
-    w = Q.balance_weights(targets, mask)
+    w = mbqa.balance_weights(targets, mask)
     assert np.allclose((w * targets).sum(0), (w * (1 - targets)).sum(0))
 
 
 def _hand_axes():
     """Two-dimensional axes: q0 'x > 0', q1 'y > 0', q2 'x < 0' (less sure), sharp logits."""
-    model = Q.make_mbqa(2, 3)
+    model = mbqa.make_mbqa(2, 3)
     with torch.no_grad():
         model[0].weight.copy_(torch.tensor([[10.0, 0], [0, 10.0], [-5.0, 0]]))
         model[0].bias.zero_()

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from workbench.generate.summaries import generate_summaries, summary_store
-from workbench.generate.llm import (Completion, LlamaCppBackend, OpenAIBackend, Sampling, TransformersBackend, draw,
-                           request_seed)
+from workbench.generate.llm import Completion, LlamaCppBackend, OpenAIBackend, Sampling, TransformersBackend, draw
+from workbench.generate.sampling import request_seed
 
 SAMPLING = Sampling(max_new_tokens=10, seed=0)
 DOCS = {  # the `tiny_corpus` fixture's, for the module-scoped store A

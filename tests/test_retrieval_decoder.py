@@ -118,7 +118,7 @@ def test_saved_memory_loads_back_identically(memory, tmp_path):
 
 
 def test_describe_with_confidence_names_the_source_paper(memory):
-    from workbench.decode.decoding import describe_with_confidence
+    from workbench.decode.faithfulness import describe_with_confidence
 
     encoder = TableEncoder(dict(zip(memory.texts, memory.vectors)))
     decoder = RetrievalDecoder(memory, encoder, lm=None)
@@ -132,7 +132,7 @@ def test_describe_with_confidence_names_the_source_paper(memory):
 
 
 def test_decoding_report_keeps_each_paper_out_of_its_own_decoding(memory):
-    from workbench.decode.decoding import decoding_report
+    from workbench.decode.faithfulness import decoding_report
 
     encoder = TableEncoder(dict(zip(memory.texts, memory.vectors)))
     decoder = RetrievalDecoder(memory, encoder, lm=None)
@@ -148,7 +148,7 @@ def test_decoding_report_keeps_each_paper_out_of_its_own_decoding(memory):
     assert all(src != own for src, own in zip(examples["from paper"], papers))
     known = set(zip(memory.texts, memory.doc_ids))
     assert all((t, src) in known for t, src in zip(examples["decoded"], examples["from paper"]))
-    from workbench.decode.decoding import figure3_table
+    from workbench.decode.faithfulness import figure3_table
 
     table = figure3_table({"a": examples}, titles={d: f"Title of {d}" for d in memory.doc_ids}, n=4)
     assert table["taken from"].str.startswith("Title of p").all()

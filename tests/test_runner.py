@@ -10,13 +10,8 @@ import pytest
 import yaml
 
 import workbench
-from workbench.run.runner import (
-    NOTEBOOKS,
-    RunConfigError,
-    available_stages,
-    load_params,
-    run_pipeline,
-)
+from workbench.run.runner import NOTEBOOKS, available_stages, load_params, run_pipeline
+from workbench.run.runconfig import RunConfigError
 
 
 def test_stages_are_found():

@@ -12,8 +12,8 @@ import pytest
 import yaml
 
 from workbench.run import runconfig
-from workbench.run import runner
-from workbench.run.runner import RunConfigError, load_params, run_pipeline
+from workbench.run.runner import load_params, run_pipeline
+from workbench.run.runconfig import RunConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
 HEX32 = "3f9a1c7e5b2d4f6081a9c3e7b5d2f4a6"
@@ -206,7 +206,7 @@ def test_no_text_of_the_test_corpora_looks_like_a_key(source, monkeypatch):
     refused = []
     for text in texts:
         try:
-            runner.check_secret("new_abstract", text)
+            runconfig.check_secret("new_abstract", text)
         except RunConfigError:
             refused.append(text[:80])
     assert refused == []
@@ -217,4 +217,4 @@ def test_no_text_of_the_aspect_files_looks_like_a_key():
     texts = [t for f in files for t in _texts(yaml.safe_load(f.read_text()))]
     assert texts
     for text in texts:
-        runner.check_secret("aspects", text)
+        runconfig.check_secret("aspects", text)

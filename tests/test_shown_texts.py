@@ -166,7 +166,8 @@ def test_no_text_joins_sentences_of_two_papers(shown_run, monkeypatch):
 
 
 def test_each_shown_text_says_what_it_is(shown_run):
-    from workbench.decode.decoding import AspectDecoder, describe_with_confidence
+    from workbench.decode.decoding import AspectDecoder
+    from workbench.decode.faithfulness import describe_with_confidence
     from workbench.maps.readout import decoded_html
 
     _, corpus, _, explorer = shown_run

@@ -115,7 +115,8 @@ def one_thread():
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_frozen_heads_follow_their_own_factor_and_not_the_nuisance(tmp_path, one_thread):
-    from workbench.embed.distill import DistillConfig, compute_targets, documents_with_targets, train_unified_model
+    from workbench.embed.distill import DistillConfig, documents_with_targets, train_unified_model
+    from workbench.embed.targets import compute_targets
     from workbench.embed.embeddings import embed_corpus
     from workbench.measures.evaluation import cosine_similarity_matrix, label_similarity, rowwise_spearman
     from workbench.embed.headtrain import sentence_supervision

@@ -9,8 +9,8 @@ import torch
 from scipy.spatial.distance import squareform
 
 from workbench.maps import tsne
-from workbench.maps.tsne import (AspectMap, conditional_probabilities, joint_probabilities, kl_divergence,
-                            normalize_weights, weighted_distance, weighted_features)
+from workbench.maps.tsne import AspectMap, joint_probabilities, normalize_weights, weighted_features
+from workbench.maps.tsne_math import conditional_probabilities, kl_divergence, weighted_distance
 
 
 def _perplexity(rows):

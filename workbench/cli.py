@@ -124,7 +124,7 @@ def cmd_compare(args) -> int:
     """Print two runs' metrics.json side by side: A, B and the difference B - A per numeric metric."""
     import pandas as pd
 
-    from .measures.evaluation import compare_metrics, load_metrics
+    from .measures.runmetrics import compare_metrics, load_metrics
 
     a, b = load_metrics(args.run_a), load_metrics(args.run_b)
     table = compare_metrics(a, b)

@@ -46,16 +46,10 @@ from .columns import standardise
 from .validation import (ISSUE_COLUMNS, CorpusError, ValidationReport, empty_issues, is_missing, make_issue,
                          validate_docs)
 
-# Kept importable from here (they moved to aclsum_corpus.py and readers.py).
-from .aclsum_corpus import aclsum_splits, detokenize  # noqa: F401
-from .readers import SUPPORTED_FORMATS  # noqa: F401
-
 __all__ = [
-    "SUPPORTED_FORMATS",
     "Corpus",
     "CorpusError",
     "ValidationReport",
-    "aclsum_splits",
     "MAX_ABSTRACT_CHARS",
     "load_corpus",
     "text_or",

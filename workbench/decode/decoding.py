@@ -42,15 +42,12 @@ from ..core.rundir import RunDir, aspect_model_dir, read_split
 from ..core.files import write_json
 from ..core.vectors import unit_rows
 
-# Kept importable from here (they moved to faithfulness.py).
-from .faithfulness import (BERTSCORE_LAYERS, BERTSCORE_MODEL, DENSITY_NEIGHBOURS,  # noqa: F401
-                           FAITHFULNESS_COUNTS, bertscore, confidence_check, confidence_label, confidence_level,
-                           decoding_report, derangement, describe_with_confidence, faithfulness_table,
-                           figure3_table, load_confidence, neighbour_density)
+from .faithfulness import decoding_report, faithfulness_table
 from ..core.models import load_causal_lm
 from ..core.progress import notice
 from ..generate.views import collect_views
-from ..embed.distill import embed_corpus, load_targets
+from ..embed.embeddings import embed_corpus
+from ..embed.targets import load_targets
 from .retrieval import (CHECKS, FOLDER, KIND_GENERATED, build_memories, fingerprint, load_retrieval_decoders,
                         save_memories)
 

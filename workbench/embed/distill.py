@@ -50,13 +50,6 @@ from ..core.progress import close_bar, progress_bar
 from .targets import views_of
 from .training import DistillResult, EarlyStopping, abstracts_of, documents_with_targets, stack_targets
 
-# Moved to their own modules; imported here so that existing code and notebooks keep working.
-from ..core.display import plot_aspect_correlations, plot_distill_curves  # noqa: F401
-from .embeddings import embed, embed_corpus, embeddings_key  # noqa: F401
-from ..measures.evaluation import aspect_space_correlations, mean_off_diagonal  # noqa: F401
-from .targets import (TARGETS_METHOD, MissingTeachersError, check_teachers, compute_targets,  # noqa: F401
-                      load_targets)
-
 BASELINE_DIR = "unified_baseline"
 
 

@@ -15,7 +15,7 @@ which sentences of an abstract state the aspect, from every signal the run has:
 
 * sentence labels (human highlights, where a corpus has them; the LLM's sentence labels of
   stage 01): binary cross-entropy on the head's sentence scores;
-* the teacher's targets (mean teacher embedding of the document's views, `distill.compute_targets`):
+* the teacher's targets (mean teacher embedding of the document's views, `targets.compute_targets`):
   - distant sentence labels: a sentence that lies closer to the target than the document's
     other sentences probably states the aspect (soft cross-entropy, documents without
     human or LLM labels only);
@@ -297,7 +297,7 @@ def train_unified_heads(corpus, targets: Mapping[str, Mapping[str, np.ndarray]],
                         | None = None, progress: bool = True):
     """Train the unified model's pooling heads (frozen mode of stage 03); returns a `training.DistillResult`.
 
-    targets: {aspect: {doc_id: vector}} from `distill.compute_targets`; sentence_labels:
+    targets: {aspect: {doc_id: vector}} from `targets.compute_targets`; sentence_labels:
     {aspect: {doc_id: [label per sentence of split_sentences(abstract)]}} (human highlights,
     LLM labels; see `sentence_supervision`). `config` is a `distill.DistillConfig` (its head_*
     and *_weight fields). Writes the best checkpoint, history.json and distill_config.json.

@@ -45,7 +45,6 @@ from pathlib import Path
 from typing import Sequence
 
 from ..core.accel import ConfigDict, adamw, make_accelerator
-from ..core.devices import best_device
 from .features import FeatureCache, frozen_backbone
 from ..core.files import strict, write_json
 from .grounding import grounded_views
@@ -55,7 +54,7 @@ from ..measures.metrics import retrieval_report
 from ..core.progress import close_bar, progress_bar
 from ..core.rundir import RunDir
 from .training import HISTORY_NAME, TRAIN_CONFIG_NAME, EarlyStopping, TrainResult, better, evaluate
-from ..generate.views import AspectViews, collect_views, eligible_docs, split_documents, validation_pairs, views_fingerprint
+from ..generate.views import AspectViews, eligible_docs, split_documents, validation_pairs, views_fingerprint
 from .checkpoints import load_model
 from .encoders import AspectEncoder, CONFIG_NAME, WEIGHTS_NAME
 

@@ -34,7 +34,7 @@ from ..generate.views import collect_views, sample_in_order
 from ..decode.faithfulness import (BERTSCORE_LAYERS, decoding_report, confidence_check, load_confidence,
                                    missing_confidence, neighbour_density)
 from ..embed.checkpoints import load_model
-from ..embed.distill import embed_corpus
+from ..embed.embeddings import embed_corpus
 from ..embed.encoders import CONFIG_NAME
 from ..embed.features import FROZEN_MAX_LENGTH, FeatureCache, FrozenBackbone
 from ..embed.guard import load_guard

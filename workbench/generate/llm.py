@@ -38,9 +38,6 @@ from ..core.models import cache_keyword, load_causal_lm, gguf_cache_folder, reso
 from .sampling import Completion, Sampling, call_seeds, cut_at_stop, draw, filtered_probs
 from ..core.redaction import redact, url_secrets
 
-# Kept importable from here (they moved to sampling.py and batching.py).
-from .batching import common_prefix  # noqa: F401
-from .sampling import request_seed  # noqa: F401
 from ..core.devices import use_free_cores, free_threads
 
 Messages = list[dict]

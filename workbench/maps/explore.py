@@ -28,7 +28,7 @@ from ..data.writers import write_records
 from ..core.progress import notice
 from ..decode.faithfulness import describe_with_confidence
 from ..decode.retrieval import own_sentences
-from ..embed.distill import embed_corpus
+from ..embed.embeddings import embed_corpus
 from ..generate.summaries import summaries_frame
 from .labels import question_labels, term_labels
 from .mapview import MapRegions, by_cluster, fine_regions, region_count, region_order
@@ -114,7 +114,8 @@ class Explorer:
         self.decoders = None
         self.confidence: dict = {}  # stage 04's calibration of the decoded texts' confidence, per aspect
         if decode:
-            from ..decode.decoding import load_confidence, load_decoders
+            from ..decode.decoding import load_decoders
+            from ..decode.faithfulness import load_confidence
 
             try:
                 self.decoders = load_decoders(self.run_dir, self.aspects, device=device)

@@ -66,8 +66,6 @@ from .tsne_math import (calibrate_rows, check_embeddings, effective_perplexity, 
                         inversion_objective, joint_probabilities, new_features, normalize_weights, pca_init, unit32,
                         weighted_features)
 
-# Kept importable from here (they moved to tsne_math.py).
-from .tsne_math import conditional_probabilities, empty_spot, kl_divergence, weighted_distance  # noqa: F401
 from ..core.devices import free_threads
 
 FORMAT = "workbench-aspect-map"

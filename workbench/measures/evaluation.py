@@ -31,10 +31,6 @@ import pandas as pd
 from .metrics import mrr, retrieval_ranks
 from ..core.vectors import as_array, unit_rows
 
-# Kept importable from here (they moved to runmetrics.py and display.py).
-from ..core.display import plot_headline_bars, plot_matrix  # noqa: F401
-from .runmetrics import compare_metrics, jsonable, load_metrics, write_metrics  # noqa: F401
-
 COMBINED = "combined"
 
 # --------------------------------------------------------------------------- similarities

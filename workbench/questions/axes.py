@@ -56,8 +56,6 @@ from ..core.vectors import unit_rows
 from ..measures.evaluation import correlation_table
 from ..embed.features import FeatureCache, FrozenBackbone
 
-# Kept importable from here (they moved to mbqa.py).
-from .mbqa import FORMAT, balance_weights, load_mbqa, make_mbqa, masked_bce  # noqa: F401
 from ..core.rundir import RunDir
 from ..generate.summaries import GenerationReport, run_requests
 

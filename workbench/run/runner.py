@@ -35,9 +35,6 @@ from ..core.rundir import RunDir
 from .runconfig import (NOTEBOOKS, OPTIONAL_STAGES, available_stages, check_parameters, check_run_dir,
                         declared_parameters, load_params, resolve_stage, resolve_stage_keys, stage_values)
 
-# Kept importable from here (they moved to runconfig.py).
-from .runconfig import PACKAGE, ROOT, RunConfigError, check_inputs, check_secret  # noqa: F401
-
 # --------------------------------------------------------------------------- progress
 
 
