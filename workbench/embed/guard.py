@@ -11,10 +11,11 @@ Its *selectivity* is
 
 The whole-abstract vector of the encoder ("base") moves about alike for every swap, so its
 selectivity is the level any head must beat. Three columns are compared per aspect: the
-trained head, the aspect file's floor (`floor.fit_floor`, fitted to the papers stage 03 saw, held
-in a head of the same kind) and the base. This module only compares them. A head less selective than the base, or less than half as selective as the floor, is
-replaced by the floor (`kept: "aspect file"`); the decision and the numbers go to
-`unified_model/guard.json` and the model's config, and stage 03 and 06 say it in words.
+trained head, the aspect file's floor (`floor.fit_floor`, fitted to up to 2,000 papers of the corpus:
+`floor_papers`; held in a head of the same kind) and the base; this module only compares them. A head
+less selective than the base, or less than half as selective as the floor, is replaced by the floor
+(`kept: "aspect file"`); the decision and the numbers go to `unified_model/guard.json` and the model's
+config, and stage 03 and 06 say it in words.
 
 Where the sentences come from the aspect file itself, the floor is measured on its own
 choice of sentences and has the advantage; the factor of 2 leaves a trained head its place
