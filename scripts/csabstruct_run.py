@@ -1,4 +1,4 @@
-"""CSAbstruct run as a user would: the whole file through all six stages, then its test papers judged by people's labels.
+"""CSAbstruct run as a user would: the whole file through all six stages, its test papers judged by people's labels.
 
 A user's own corpus has no human summaries. CSAbstruct (`data/csabstruct/`, 2,155 real computer-science
 abstracts) is exported as such a user's file would be (an id and the abstract, nothing else) and run with
@@ -50,8 +50,8 @@ from workbench.embed.features import FeatureCache, FrozenBackbone  # noqa: E402
 def run_pipeline(run_dir: Path, corpus: Path) -> float:
     """Run the six stages as a user would (`params/own-corpus.yaml`, `acl`); the seconds it took."""
     t0 = time.perf_counter()
-    subprocess.run([str(ROOT / ".venv" / "bin" / "workbench"), "run", "--params", str(ROOT / "params" / "own-corpus.yaml"),
-                    "--run-dir", str(run_dir), "-p", f"corpus={corpus}", "-p", "aspects=acl", "--no-report"],
+    subprocess.run([str(ROOT / ".venv" / "bin" / "workbench"), "run",
+                    "--params", str(ROOT / "params" / "own-corpus.yaml"), "--run-dir", str(run_dir), "-p", f"corpus={corpus}", "-p", "aspects=acl", "--no-report"],
                    check=True)
     return time.perf_counter() - t0
 
