@@ -51,8 +51,8 @@ def run_pipeline(run_dir: Path, corpus: Path) -> float:
     """Run the six stages as a user would (`params/own-corpus.yaml`, `acl`); the seconds it took."""
     t0 = time.perf_counter()
     subprocess.run([str(ROOT / ".venv" / "bin" / "workbench"), "run",
-                    "--params", str(ROOT / "params" / "own-corpus.yaml"), "--run-dir", str(run_dir), "-p", f"corpus={corpus}", "-p", "aspects=acl", "--no-report"],
-                   check=True)
+                    "--params", str(ROOT / "params" / "own-corpus.yaml"), "--run-dir", str(run_dir),
+                    "-p", f"corpus={corpus}", "-p", "aspects=acl", "--no-report"], check=True)
     return time.perf_counter() - t0
 
 
