@@ -112,6 +112,28 @@ def test_matching_keeps_numbers_of_continuing_regions_and_gives_new_ones_fresh_n
     assert region_color(5) == region_color("5.2") != region_color(6) and region_color(1) != region_color(11)
 
 
+def test_sub_regions_keep_their_numbers_when_their_sizes_change_order():
+    """A region of three blobs, A (40 papers) > B (30) > C (20): "1.1", "1.2", "1.3". Then 15 of A's papers move
+    into C, so that C > B > A: cut afresh, the names follow size and every blob is renamed; through
+    `MapRegions.fine` each blob keeps its number, and the moved papers take C's."""
+    rng = np.random.default_rng(0)
+    centres = np.array([[0.0, 0.0], [6.0, 0.0], [3.0, 6.0]])
+    blob = np.repeat([0, 1, 2], [40, 30, 20])
+    far = np.full((90, 2), 200.0) + rng.normal(scale=0.5, size=(90, 2))  # region 2, far away
+    before = np.vstack([centres[blob] + rng.normal(scale=0.4, size=(90, 2)), far])
+    after = before.copy()
+    after[:15] = centres[2] + rng.normal(scale=0.4, size=(15, 2))  # 15 of A's papers now sit in C
+    regions = MapRegions()
+    first = regions.fine(before, k=2)
+    a, b, c = first[20], first[50], first[80]
+    assert len({a, b, c}) == 3 and a.endswith(".1") and c.endswith(".3")
+    again = regions.fine(after, k=2)
+    assert again[20] == a and again[50] == b and again[80] == c and (again[:15] == c).all()
+    fresh = fine_regions(after, MapRegions().numbers(after, k=2))
+    assert fresh[20] != a  # cut afresh, A (now the smallest) is renamed
+    assert regions.fine(after, k=2).tolist() == again.tolist()  # the same map again: the same names
+
+
 def _manifold(n: int, seed: int = 0):
     """Papers with a 2-D latent position in 10 groups; each aspect a different smooth map of it."""
     rng = np.random.default_rng(seed)

@@ -31,7 +31,7 @@ from ..decode.retrieval import own_sentences
 from ..embed.embeddings import embed_corpus
 from ..generate.summaries import summaries_frame
 from .labels import question_labels, term_labels
-from .mapview import MapRegions, by_cluster, fine_regions, region_count, region_order
+from .mapview import MapRegions, by_cluster, region_count, region_order
 from .page import export_html
 from ..questions.report import compare_html
 from .saved import reopen_map, save_map
@@ -342,9 +342,8 @@ class Explorer:
 
     def region_numbers(self, k: int = 8, fine: bool = False) -> np.ndarray:
         """Per paper, its region's number on the current map (1..; kept across weight changes, `MapRegions`);
-        fine=True: its sub-region's, "3.2" (`mapview.fine_regions`)."""
-        numbers = self.regions.numbers(self.coords, k)
-        return fine_regions(self.coords, numbers) if fine else numbers
+        fine=True: its sub-region's, "3.2" (`mapview.fine_regions`, kept across weight changes like the regions)."""
+        return self.regions.fine(self.coords, k) if fine else self.regions.numbers(self.coords, k)
 
     def region_term_labels(self, k: int = 8, words: int = 10, aspect: str | None = None, fine: bool = False) -> list:
         """The k regions labelled by the terms their papers share (`labels.term_labels`; see `region_labels`)."""

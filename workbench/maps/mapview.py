@@ -171,6 +171,26 @@ def fine_regions(coords, numbers, per_region: int = FINE_PER_REGION, seed: int =
     return names
 
 
+def carry_fine(previous, current, numbers) -> np.ndarray:
+    """Sub-region names (`fine_regions`, "3.2") of a map, renumbered within each region so that a sub-region
+    keeps its number where it continues one of the last map's (`match_regions` on the papers' names there);
+    `numbers`: each paper's region on this map (already carried over by `MapRegions.numbers`)."""
+    previous, current, numbers = np.asarray(previous), np.asarray(current), np.asarray(numbers)
+    out = current.copy()
+    elsewhere = 1_000_000  # the old sub-number of papers that were in another region before
+    for g in np.unique(numbers):
+        members = np.flatnonzero(numbers == g)
+        before = np.array([int(str(n).split(".")[1]) if str(n).split(".")[0] == str(g) else elsewhere
+                           for n in previous[members]])
+        parts = np.array([int(str(n).split(".")[1]) for n in current[members]])
+        carried = match_regions(before, parts)
+        if (carried == elsewhere).any():  # a part made of papers from elsewhere: the smallest number free
+            taken = set(carried[carried != elsewhere].tolist()) | set(before[before != elsewhere].tolist())
+            carried[carried == elsewhere] = next(m for m in range(1, len(members) + 2) if m not in taken)
+        out[members] = [f"{int(g)}.{c}" for c in carried]
+    return out
+
+
 class MapRegions:
     """The regions of the map drawn, numbered from 1 so that a region keeps its number and colour across maps.
 
@@ -183,6 +203,7 @@ class MapRegions:
     def __init__(self, method: str | None = None, seed: int = 0):
         self.method, self.seed = method, seed
         self._last: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # k -> (coords, numbers) of the last map
+        self._last_fine: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # k -> (coords, sub-region names)
 
     def numbers(self, coords, k: int = DEFAULT_CLUSTERS, keep: bool = True) -> np.ndarray:
         """Per paper, its region's number on the map at `coords`; keep=False leaves the last map as it was."""
@@ -196,10 +217,24 @@ class MapRegions:
             self._last[int(k)] = (arr.copy(), numbers)
         return numbers.copy()
 
+    def fine(self, coords, k: int = DEFAULT_CLUSTERS) -> np.ndarray:
+        """Per paper, its sub-region's name on the map at `coords` ("3.2": `fine_regions`), a sub-region keeping
+        its number across maps where it continues one of the last map's at k (`carry_fine`)."""
+        arr = as_coords(coords)
+        numbers = self.numbers(arr, k)
+        last = self._last_fine.get(int(k))
+        if last is not None and last[0].shape == arr.shape and np.array_equal(last[0], arr):
+            return last[1].copy()
+        names = fine_regions(arr, numbers, seed=self.seed)
+        if last is not None and len(last[1]) == len(names):
+            names = carry_fine(last[1], names, numbers)
+        self._last_fine[int(k)] = (arr.copy(), names)
+        return names.copy()
+
     def fork(self) -> "MapRegions":
         """A copy that numbers further maps against this one's, leaving this one as it is (a page's presets)."""
         other = MapRegions(self.method, self.seed)
-        other._last = dict(self._last)
+        other._last, other._last_fine = dict(self._last), dict(self._last_fine)
         return other
 
 
