@@ -169,7 +169,7 @@ def sentence_weights(features, prototypes: AspectPrototypes | CalibratedScorer, 
             continue
         keep = keep_mask(sents, boilerplate)
         kept = np.asarray(sents)[keep]
-        positions = position_features(len(sents))[keep]
+        positions = position_features(len(sents))[keep] if prototypes.position is not None else None
         if isinstance(prototypes, CalibratedScorer):
             p = prototypes.probabilities(kept, positions)
             p = p / np.maximum(p.sum(axis=0, keepdims=True), 1e-30)

@@ -16,7 +16,7 @@ read from the aspect file and the corpus alone, no label, in named steps (`STEPS
 third; a step is here because it adds on the family that did not choose it (see `docs/results.md`).
 `fit_floor(..., steps=...)` leaves steps out for such measurements. `AspectFileFloor.head_state` is the state
 of a `heads.SentencePoolingHead` that computes the floor exactly (the guard puts it in a head's place);
-`AspectFileFloor.embeddings` computes the same vectors in numpy.
+`AspectFileFloor.embeddings` computes the same vectors in numpy, on any papers.
 """
 
 from __future__ import annotations
@@ -27,10 +27,10 @@ from typing import Callable
 import numpy as np
 
 from .aspectfile import (BLEND, TEMPERATURE, AspectPrototypes, CalibratedScorer, aspect_directions, calibrate,
-                         corpus_blends, corpus_word_means, corpus_word_shares, stating_sentences,
-                         with_position_prior, word_pooled_sentences, zero_shot_embeddings)
+                         corpus_blends, corpus_word_means, corpus_word_shares, pooled_words, stating_sentences,
+                         with_position_prior, zero_shot_embeddings)
 from .boilerplate import find_boilerplate
-from .features import position_features
+from .features import blend_documents, position_features
 from .phrases import piece_frequencies
 
 STEPS = ("boilerplate", "calibrate", "position prior", "blend", "phrases")
@@ -74,8 +74,12 @@ class AspectFileFloor:
         where a phrases' share is > 0)."""
         sentences = None
         if any(v > 0 for v in self.word_shares.values()):
-            sentences = word_pooled_sentences(features, self.scorer, word_vectors, self.word_shares, self.prototypes,
-                                              self.frequencies, self.boilerplate)
+            # As the head reads them: the fitted directions, piece frequencies and corpus means, not these papers'.
+            marks = stating_sentences(features, self.scorer, self.boilerplate)
+            words = pooled_words(features, self.aspects, self.directions, self.word_shares, word_vectors,
+                                 self.frequencies, marks)
+            sentences = {a: blend_documents(features, w, self.word_shares[a], self.word_means.get(a), marks[a])
+                         for a, w in words.items()}
         return zero_shot_embeddings(features, self.scorer, blend=self.blends, boilerplate=self.boilerplate,
                                     sentences=sentences)
 
