@@ -380,7 +380,7 @@ def test_the_guard_replaces_a_head_that_follows_another_aspect(guarded_run, caps
     assert set(report["blends"]) == set(ASPECTS) and all(0.5 <= b <= 1 for b in report["blends"].values())
     method = report["aspects"]["method"]
     assert method["kept"] == "aspect file" and method["head"] < method["base"] < method["aspect file"]
-    assert "less than the encoder" in method["verdict"] and "method" in capsys.readouterr().out
+    assert "less selectively than the encoder" in method["verdict"] and "method" in capsys.readouterr().out
     # The swapped sentences came from the aspect file that built the floor: the verdict cannot confirm itself.
     assert method["verified"] is False and method["verdict"].startswith("unverified") and "label_method" in \
         method["verdict"]
@@ -485,6 +485,58 @@ def test_swapped_descriptions_are_caught_by_label_columns_and_the_base_is_kept(t
     for a in ASPECTS:  # the calibrated head is at least as good as the zero-shot one against the labels here
         row = kept["aspects"][a]["labels"]
         assert row["aspect file"] >= row["head"] - 1.0, (a, row)
+
+
+@pytest.mark.slow
+def test_on_generator_c_the_probe_speaks_of_selectivity_and_the_labels_decide_every_aspect(tmp_path):
+    """Generator c (`scripts/generator_c.py`, the `medicine` preset's aspects; never used to choose a step),
+    as a user has it: no highlights. The swap probe's marks then come from the aspect file, and it cannot tell
+    a head that ranks papers by an aspect from one that only reads the aspect's sentences (`benchmarks/check.py`:
+    at 150 papers the floor is 16 times as selective as the base on disease, whose labels rank the base higher). So
+    its verdicts are unverified and never say that a head follows an aspect more than the encoder. With the
+    user's label columns every aspect gets a verdict from them, and what is kept is never below another
+    column by more than the margin, by labels the test scores itself."""
+    import generator_c as gc
+
+    from workbench.embed.checkpoints import load_model
+    from workbench.embed.floor import fit_floor
+    from workbench.embed.guard import LABEL_MARGIN, check_heads
+    from workbench.embed.heads import PooledAspectModel
+
+    frame = gc.generator_c_frame(60, 2)
+    names = list(gc.ASPECTS)
+    corpus = Corpus(frame[["doc_id", "title", "abstract"]])
+    medicine = load_aspects("medicine")
+    run = RunDir(tmp_path / "plain")
+    run.write_split(corpus.ids[:20], corpus.ids[20:])
+    PooledAspectModel("minilm", names, hidden=384, pool=True).save_pretrained(
+        run.unified_model, extra={"stage": "distill", "mode": "frozen"})
+    model = load_model(run.unified_model, run_dir=run)
+    floor = fit_floor(model.features(corpus.texts()), aspectfile.aspect_prototypes(medicine, names, model.cache.vectors),
+                      model.cache.word_vectors)
+    for a in names:  # the head supervision from the preset alone would give
+        model.heads[a].load_state_dict(floor.head_state(model.heads[a], a))
+    model.save_pretrained(run.unified_model)
+    labelled = RunDir(tmp_path / "labelled")
+    shutil.copytree(run, labelled)
+
+    plain = check_heads(run, corpus, medicine, names, n_pairs=10, apply=False)
+    assert plain["checked"] and plain["marks"].startswith("the aspect file") and plain["labels"] == []
+    for a, row in plain["aspects"].items():
+        assert row["verified"] is False and row["verdict"].startswith(("unverified", "not checked")), row
+        assert "follows" not in row["verdict"] and ("selectively" in row["verdict"] or "not checked" in row["verdict"])
+
+    with_labels = Corpus(corpus.docs.assign(**{f"label_{a}": frame[a].to_numpy() for a in names}))
+    report = check_heads(labelled, with_labels, medicine, names, n_pairs=10, apply=False)
+    assert set(report["labels"]) == set(names)
+    held = with_labels.subset(ids=report["paper_ids"])
+    base = model.base_vectors(held.texts())
+    for a in names:
+        row = report["aspects"][a]
+        assert row["verified"] is True and row["checked by"] == f"label_{a}", row
+        own = per_paper_spearman(base / np.linalg.norm(base, axis=1, keepdims=True), held.docs[f"label_{a}"])
+        assert row["labels"]["base"] == pytest.approx(own, abs=1e-6)  # the labels' figure, computed here too
+        assert row["labels"][row["kept"]] >= max(row["labels"].values()) - LABEL_MARGIN, (a, row)
 
 
 # ------------------------------------------------------------------------------------------ bad input

@@ -18,7 +18,7 @@ whole-abstract vector (`blend` is the sentences' share). This costs one encoder 
 the aspect file and nothing per paper beyond the sentence vectors stage 03 caches anyway.
 
 Two uses: `zero_shot_embeddings` is the floor a trained head must beat (stage 03 puts it in
-a head's place where the head follows its aspect less than the encoder does, see
+a head's place where the head reads its aspect's sentences less selectively than the encoder, see
 `guard.py`), and `sentence_marks` labels the sentences that state each aspect where the
 corpus has neither highlights nor LLM sentence labels.
 

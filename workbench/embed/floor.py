@@ -1,6 +1,6 @@
 """The aspect-file floor: one builder that fits it to a corpus, its steps named parts, and the head that holds it.
 
-Stage 03 keeps a trained head only where it follows its aspect at least as well as this floor does
+Stage 03 keeps a trained head only where it reads its aspect at least half as selectively as this floor does
 (`guard.py` compares them); where the corpus has no human summaries, the floor is what the user gets. It is
 read from the aspect file and the corpus alone, no label, in named steps (`STEPS`, each in `aspectfile.py`):
 
