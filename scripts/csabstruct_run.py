@@ -17,7 +17,9 @@ the aspect. Beside it: MiniLM's whole abstract (the encoder the heads start from
 --score-only scores an existing run. A run already there resumes (finished stages are skipped). --taps also
 reads what the pane shows for a tap on each test paper (every aspect, the paper's own statements hidden, as
 for a tap): each text's kind, its confidence level, the tapped paper's rank among all papers for it, and
-whether it carries a prompt artefact (`decode.artefacts`).
+whether it carries a prompt artefact (`decode.artefacts`). --cost N times stages 02 and 03 alone on N abstracts:
+the papers stage 01 summarised in the run, then the export's first other papers up to N, in a run directory
+beside it (`<run-dir>-N`) that starts from a copy of the run's stage-01 output.
 """
 
 from __future__ import annotations
@@ -53,6 +55,34 @@ def run_pipeline(run_dir: Path, corpus: Path) -> float:
     subprocess.run([str(ROOT / ".venv" / "bin" / "workbench"), "run",
                     "--params", str(ROOT / "params" / "own-corpus.yaml"), "--run-dir", str(run_dir),
                     "-p", f"corpus={corpus}", "-p", "aspects=acl", "--no-report"], check=True)
+    return time.perf_counter() - t0
+
+
+def time_stages_02_03(run_dir: Path, corpus: Path, n: int) -> float:
+    """Seconds of stages 02 and 03 on `n` abstracts of the export, with the run's stage-01 output (see --cost)."""
+    import shutil
+
+    import pandas as pd
+    from workbench.generate.summaries import CURRENT, summaries_frame
+
+    frame = pd.read_csv(corpus, dtype={"doc_id": str})
+    summarised = set(summaries_frame(run_dir)["doc_id"].astype(str))
+    others = frame.loc[~frame["doc_id"].isin(summarised), "doc_id"].head(max(n - len(summarised), 0))
+    chosen = frame[frame["doc_id"].isin(summarised | set(others))]
+    target = run_dir.parent / f"{run_dir.name}-{n}"
+    if target.exists():
+        shutil.rmtree(target)
+    target.mkdir(parents=True)
+    for name in (RunDir(run_dir).summaries.name, CURRENT):
+        shutil.copy2(run_dir / name, target / name)
+    chosen.to_csv(target.parent / f"{target.name}.csv", index=False)
+    t0 = time.perf_counter()
+    subprocess.run([str(ROOT / ".venv" / "bin" / "workbench"), "run", "--params",
+                    str(ROOT / "params" / "own-corpus.yaml"), "--run-dir", str(target), "--stages", "02,03",
+                    "-p", f"corpus={target.parent / f'{target.name}.csv'}", "-p", "aspects=acl", "--no-report"],
+                   check=True)
+    print(f"stages 02 and 03 on {len(chosen)} abstracts ({len(summarised)} summarised by stage 01): "
+          f"{time.perf_counter() - t0:.0f} s")
     return time.perf_counter() - t0
 
 
@@ -110,9 +140,15 @@ def main(argv=None) -> None:
     parser.add_argument("--run-dir", default="runs/csabstruct")
     parser.add_argument("--score-only", action="store_true")
     parser.add_argument("--taps", action="store_true", help="also read the pane's text for a tap on each test paper")
+    parser.add_argument("--cost", type=int, default=None, metavar="N",
+                        help="time stages 02 and 03 alone on N abstracts of a finished run (nothing else)")
     args = parser.parse_args(argv)
     run_dir = Path(args.run_dir).resolve()
     print(f"# CSAbstruct as a user's corpus\n\nmatrix product: {matmul_gflops():.0f} GFLOP/s")
+    if args.cost:
+        time_stages_02_03(run_dir, run_dir.parent / "csabstruct.csv", args.cost)
+        print(f"matrix product at the end: {matmul_gflops():.0f} GFLOP/s")
+        return
     if not args.score_only:
         corpus = csabstruct.export(run_dir.parent / "csabstruct.csv")
         print(f"all six stages: {run_pipeline(run_dir, corpus):.0f} s")
