@@ -85,7 +85,7 @@ def measure(args) -> None:
     views = collect_views(aspects, run, corpus)
     targets = compute_targets(run, views, aspects, progress=False)
     train_ids, val_ids = split_documents(sorted(documents_with_targets(targets)), corpus, "validation")
-    result = train_unified_model(corpus, targets, train_ids, val_ids, RunDir(run).unified_model,
+    result = train_unified_model(corpus, targets, (train_ids, val_ids), RunDir(run).unified_model,
                                  DistillConfig(base_model="minilm", pooling="mean", mode="frozen", **steps03),
                                  progress=False,
                                  run_dir=run, sentence_labels=sentence_supervision(corpus, aspects, run))

@@ -69,7 +69,7 @@ def run_backbone(backbone: str, corpus, run_dir: Path, head_steps: int | None = 
     targets = compute_targets(run_dir, views, ASPECTS, progress=False)
     train_ids, val_ids = split_documents(sorted(documents_with_targets(targets)), corpus, "validation")
     labels = sentence_supervision(corpus, ASPECTS, run_dir)
-    result = train_unified_model(corpus, targets, train_ids, val_ids, RunDir(run_dir).unified_model,
+    result = train_unified_model(corpus, targets, (train_ids, val_ids), RunDir(run_dir).unified_model,
                                  DistillConfig(base_model=backbone, pooling="mean", mode="frozen", **steps03),
                                  progress=False,
                                  run_dir=run_dir, sentence_labels=labels)

@@ -679,7 +679,7 @@ def test_a_head_that_pools_phrases_is_the_aspect_files_computation_and_keeps_it_
     frequency table included."""
     import torch
     from safetensors.torch import load_file, save_file
-    from workbench.embed.floor import floor_state
+    from workbench.embed.floor import PhraseReading, floor_state
     from workbench.embed.heads import PooledAspectModel
 
     texts = ["We enrolled elderly patients with kidney disease. The trial assigned them by lot. Further work is needed.",
@@ -706,7 +706,7 @@ def test_a_head_that_pools_phrases_is_the_aspect_files_computation_and_keeps_it_
     model.phrase_frequencies = table
     model.heads["population"].load_state_dict(floor_state(model.heads["population"], query, -40.0,
                                                           temperature=aspectfile.TEMPERATURE, blend=0.9,
-                                                          word_share=0.7, word_mean=mean))
+                                                          phrases=PhraseReading(0.7, mean=mean)))
     model.save_pretrained(tmp_path / "m")
     loaded = PooledAspectModel.from_pretrained(tmp_path / "m", device="cpu")
     assert loaded.heads["population"].pools_words() and loaded.phrase_frequencies == table

@@ -67,7 +67,7 @@ def distilled(tmp_path_factory, teachers, aclsum_small):
     targets = compute_targets(run, views, ASPECTS, progress=False)
     config = DistillConfig(max_length=32, batch_size=4, max_steps=8, eval_every=4, patience=5, device="cpu",
                            mode="finetune")
-    result = train_unified_model(corpus, targets, train, val, RunDir(run).unified_model, config, progress=False)
+    result = train_unified_model(corpus, targets, (train, val), RunDir(run).unified_model, config, progress=False)
     return run, targets, result
 
 
@@ -233,7 +233,7 @@ def test_embed_cache_hit_and_miss(distilled, aclsum_small, monkeypatch):
 def test_unified_baseline_trains_every_head(tmp_path, aclsum_small):
     corpus, views, train, val = aclsum_small
     config = DistillConfig(max_length=32, batch_size=3, max_steps=2, eval_every=2, dim=DIM, device="cpu")
-    result = train_unified_baseline(views, corpus, train, val, tmp_path / "baseline", config, progress=False)
+    result = train_unified_baseline(views, corpus, (train, val), tmp_path / "baseline", config, progress=False)
     assert result.kind == "unified-baseline" and [e["step"] for e in result.history["eval"]] == [0, 2]
     assert set(result.history["train"][0]["aspects"]) == set(ASPECTS)
     assert all(np.isfinite(r["loss"]) and r["loss"] > 0 for r in result.history["train"])

@@ -213,7 +213,7 @@ def _train_toy(tmp_path, corpus, **overrides):
     val = list(docs.loc[docs["split"] == "validation", "doc_id"])
     labels = sentence_supervision(corpus, ["disease", "method"])
     config = DistillConfig(mode="frozen", head_steps=60, eval_every=10, patience=20, **overrides)
-    return train_unified_heads(corpus, targets, train, val, RunDir(tmp_path).unified_model, config, cache,
+    return train_unified_heads(corpus, targets, (train, val), RunDir(tmp_path).unified_model, config, cache,
                                sentence_labels=labels, progress=False), cache, labels
 
 
@@ -252,7 +252,7 @@ def test_targets_alone_teach_the_heads_through_distant_labels(tmp_path):
                for a in ("disease", "method")}
     train = list(docs.loc[docs["split"] == "train", "doc_id"])
     val = list(docs.loc[docs["split"] == "validation", "doc_id"])
-    result = train_unified_heads(corpus, targets, train, val, tmp_path / "u",
+    result = train_unified_heads(corpus, targets, (train, val), tmp_path / "u",
                                  DistillConfig(mode="frozen", head_steps=60, eval_every=10, patience=20), cache,
                                  progress=False)
     for a in ("disease", "method"):

@@ -139,7 +139,7 @@ def test_frozen_heads_follow_their_own_factor_and_not_the_nuisance(tmp_path, one
     labels = sentence_supervision(corpus, aspects, run)
     test_ids = set(corpus.docs.loc[corpus.docs["split"] == "test", "doc_id"])
     assert not test_ids & (set(train_ids) | set(val_ids) | {d for a in aspects for d in labels[a]})
-    result = train_unified_model(corpus, targets, train_ids, val_ids, RunDir(run).unified_model,
+    result = train_unified_model(corpus, targets, (train_ids, val_ids), RunDir(run).unified_model,
                                  DistillConfig(base_model="minilm", pooling="mean", mode="frozen"),
                                  progress=False, run_dir=run, sentence_labels=labels)
 

@@ -3,6 +3,7 @@
 import ast
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from workbench.embed.training import EarlyStopping
@@ -57,3 +58,39 @@ def test_every_training_loop_of_the_package_uses_it():
             if isinstance(node, ast.While) and "step" in ast.unparse(node.test):
                 hand_written.append(f"{path.name}:{node.lineno}")
     assert not hand_written, hand_written
+
+
+def test_one_rule_picks_the_better_checkpoint_in_every_loop():
+    """`Criterion` is the only "better checkpoint" rule: stage 02 by MRR or mean rank, stage 03's fine-tuned
+    model by mean rank with MRR breaking ties, its frozen heads by agreement. Checked against the rule
+    written out case by case."""
+    from workbench.embed import distill, headtrain
+    from workbench.embed.training import Criterion, selection
+
+    nan = float("nan")
+    mrr, rank = selection("mrr"), selection("mean_rank")
+    assert mrr.better({"val_mrr": 0.5}, None) and not mrr.better({"val_mrr": nan}, None)
+    assert mrr.better({"val_mrr": 0.51}, {"val_mrr": 0.5}) and not mrr.better({"val_mrr": 0.5}, {"val_mrr": 0.5})
+    assert rank.better({"val_mean_rank": 2.0}, {"val_mean_rank": 3.0})
+    assert not rank.better({"val_mean_rank": 3.0}, {"val_mean_rank": 2.0})
+    assert distill.BETTER.better({"mean_rank": 2.0, "mrr": 0.6}, {"mean_rank": 2.0, "mrr": 0.5})  # the tie-break
+    assert not distill.BETTER.better({"mean_rank": 2.0, "mrr": 0.9}, {"mean_rank": 1.9, "mrr": 0.5})
+    assert distill.BETTER.better({"mean_rank": 5.0, "mrr": 0.1}, {"mean_rank": nan, "mrr": nan})  # finite beats NaN
+    assert headtrain.AGREEMENT.better({"agreement": 0.1}, {"agreement": nan})
+    assert not headtrain.AGREEMENT.better({"agreement": nan}, {"agreement": 0.1})
+
+    def by_hand(new, old, higher, tie):  # the rule spelled out, on random pairs
+        if new[0] != new[0]:
+            return False
+        if old[0] != old[0]:
+            return True
+        gain = (new[0] - old[0]) * (1 if higher else -1)
+        return gain > 1e-9 or (abs(gain) <= 1e-9 and tie and new[1] - old[1] > 1e-9)
+
+    rng = np.random.default_rng(0)
+    for higher, tie in ((True, False), (False, True), (False, False)):
+        rule = Criterion("a", higher, "b" if tie else None)
+        for _ in range(300):
+            new, old = rng.integers(0, 3, 2) / 2.0, rng.integers(0, 3, 2) / 2.0
+            new[0] = nan if rng.random() < 0.1 else new[0]
+            assert rule.better({"a": new[0], "b": new[1]}, {"a": old[0], "b": old[1]}) == by_hand(new, old, higher, tie)

@@ -22,19 +22,18 @@ Typical use (what notebooks/03_distill.ipynb does)::
     views = collect_views(aspects, run_dir, corpus)
     targets = compute_targets(run_dir, views, aspects)
     train_ids, val_ids = split_documents(sorted(documents_with_targets(targets)), corpus, "validation")
-    result = train_unified_model(corpus, targets, train_ids, val_ids, f"{run_dir}/unified_model", DistillConfig())
+    result = train_unified_model(corpus, targets, (train_ids, val_ids), f"{run_dir}/unified_model", DistillConfig())
     vectors = embed_corpus(result.out_dir, corpus, run_dir)          # {aspect: [N, dim]}
 """
 
 from __future__ import annotations
 
-import math
 import os
 import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -48,7 +47,7 @@ from .losses import info_nce, masked_mse
 from ..measures.metrics import mean_rank, mrr, retrieval_ranks
 from ..core.progress import close_bar, progress_bar
 from .targets import views_of
-from .training import DistillResult, EarlyStopping, abstracts_of, documents_with_targets, stack_targets
+from .training import Criterion, DistillResult, EarlyStopping, abstracts_of, documents_with_targets, stack_targets
 
 BASELINE_DIR = "unified_baseline"
 
@@ -192,19 +191,27 @@ def evaluate_distill(model: AspectEncoder, texts: Sequence[str], targets: Mappin
 # --------------------------------------------------------------------------- results and the loop
 
 
-def _better(new: dict, old: dict) -> bool:
-    """Lower average mean rank wins (the paper's criterion); a tie goes to the higher MRR."""
-    if not math.isfinite(new["mean_rank"]):
-        return False
-    if not math.isfinite(old["mean_rank"]) or new["mean_rank"] < old["mean_rank"] - 1e-9:
-        return True
-    return abs(new["mean_rank"] - old["mean_rank"]) <= 1e-9 and new["mrr"] > old["mrr"] + 1e-12
+# Lower average mean rank wins (the paper's criterion); a tie goes to the higher MRR.
+BETTER = Criterion("mean_rank", higher=False, tie_key="mrr")
 
 
-def _fit(*, kind: str, accelerator, model, optimizer, next_batch: Callable[[], dict],
-         loss_fn: Callable, evaluate: Callable[[AspectEncoder], dict], out_dir: Path, config: DistillConfig,
-         meta: dict, progress: bool) -> DistillResult:
+@dataclass
+class Training:
+    """What the shared loop (`_fit`) trains: the model and its optimiser, prepared by `accelerator`, and the
+    task: where each step's batch comes from, its loss ((loss, per-aspect parts)), and the validation."""
+    accelerator: Any
+    model: Any
+    optimizer: Any
+    next_batch: Callable[[], dict]
+    loss_fn: Callable
+    evaluate: Callable[[AspectEncoder], dict]
+
+
+def _fit(kind: str, training: Training, out_dir: Path, config: DistillConfig, meta: dict,
+         progress: bool) -> DistillResult:
     """The shared training loop: step, clip, evaluate every eval_every steps, keep the best, stop early."""
+    accelerator, model, optimizer = training.accelerator, training.model, training.optimizer
+    next_batch, loss_fn, evaluate = training.next_batch, training.loss_fn, training.evaluate
     out_dir = Path(out_dir)
     main = accelerator.is_main_process
     raw = accelerator.unwrap_model(model)
@@ -244,7 +251,7 @@ def _fit(*, kind: str, accelerator, model, optimizer, next_batch: Callable[[], d
         bar.update(1)
         if stopper.due(step):
             metrics = evaluate(raw)
-            improved = _better(metrics, best)
+            improved = BETTER.better(metrics, best)
             if improved:
                 best, best_step = metrics, step
                 save(step, metrics)
@@ -284,8 +291,7 @@ def _cycle(loader):
 def train_unified_model(
     corpus,
     targets: Mapping[str, Mapping[str, np.ndarray]],
-    train_ids: Sequence[str],
-    val_ids: Sequence[str],
+    split: tuple[Sequence[str], Sequence[str]],
     out_dir: str | os.PathLike,
     config: DistillConfig | None = None,
     progress: bool = True,
@@ -302,6 +308,7 @@ def train_unified_model(
       `headtrain.sentence_supervision`); selected by agreement with the teacher's similarities;
     * finetune (the paper): described below.
 
+    `split`: the run's (train ids, validation ids), as `RunDir.split()` reads them.
     The student reads each document's abstract from `corpus`; for every aspect the
     document has a target in, its head's output is pulled towards that target
     (10 x MSE, masked). Documents with no target in any aspect are skipped. Runs on
@@ -316,11 +323,12 @@ def train_unified_model(
     from torch.utils.data import DataLoader
 
     config = config or DistillConfig()
+    train_ids, val_ids = split
     if resolve_mode(config.mode, config.device) == "frozen":
         if run_dir is None:
             raise ValueError("the frozen mode keeps its feature cache in the run directory: pass run_dir")
         cache = FeatureCache.for_run(run_dir, frozen_backbone(config.base_model, config.pooling))
-        return train_unified_heads(corpus, targets, train_ids, val_ids, out_dir, config, cache,
+        return train_unified_heads(corpus, targets, split, out_dir, config, cache,
                                    sentence_labels=sentence_labels, progress=progress)
     aspects = list(targets)
     if not aspects:
@@ -357,14 +365,11 @@ def train_unified_model(
     meta = {"n_train": len(train), "n_val": len(val), "aspects": aspects, "dim": dim, "docs_per_aspect": counts,
             "base_model": config.base_model, "corpus": getattr(corpus, "name", ""),
             "corpus_fingerprint": corpus.fingerprint() if hasattr(corpus, "fingerprint") else None}
-    return _fit(
-        kind="distill", accelerator=accelerator, model=model, optimizer=optimizer,
-        next_batch=lambda: next(batches),
-        loss_fn=lambda m, b: distill_loss(m, b, config.loss_scale),
-        evaluate=lambda m: evaluate_distill(m, val_texts, val_targets, val_masks, config.eval_batch_size,
-                                            config.loss_scale),
-        out_dir=Path(out_dir), config=config, meta=meta, progress=progress,
-    )
+    training = Training(accelerator, model, optimizer, next_batch=lambda: next(batches),
+                        loss_fn=lambda m, b: distill_loss(m, b, config.loss_scale),
+                        evaluate=lambda m: evaluate_distill(m, val_texts, val_targets, val_masks,
+                                                            config.eval_batch_size, config.loss_scale))
+    return _fit("distill", training, Path(out_dir), config, meta, progress)
 
 
 # --------------------------------------------------------------------------- the A.7 baseline
@@ -373,8 +378,7 @@ def train_unified_model(
 def train_unified_baseline(
     views_by_aspect: Mapping,
     corpus,
-    train_ids: Sequence[str],
-    val_ids: Sequence[str],
+    split: tuple[Sequence[str], Sequence[str]],
     out_dir: str | os.PathLike,
     config: DistillConfig | None = None,
     progress: bool = True,
@@ -392,6 +396,7 @@ def train_unified_baseline(
     from accelerate.utils import set_seed
 
     config = config or DistillConfig()
+    train_ids, val_ids = split  # the run's, as `train_unified_model` takes it
     aspects = list(views_by_aspect)
     views = {a: views_of(views_by_aspect[a]) for a in aspects}
     train_set, val_set = set(map(str, train_ids)), set(map(str, val_ids))
@@ -454,6 +459,5 @@ def train_unified_baseline(
             "aspects": aspects, "dim": config.dim,
             "docs_per_aspect": {a: {"train": len(pools[a]), "val": len(val_docs[a])} for a in aspects},
             "base_model": config.base_model, "corpus": getattr(corpus, "name", "")}
-    return _fit(kind="unified-baseline", accelerator=accelerator, model=model, optimizer=optimizer,
-                next_batch=next_batch, loss_fn=loss_fn, evaluate=evaluate, out_dir=Path(out_dir), config=config,
-                meta=meta, progress=progress)
+    training = Training(accelerator, model, optimizer, next_batch, loss_fn, evaluate)
+    return _fit("unified-baseline", training, Path(out_dir), config, meta, progress)

@@ -158,7 +158,6 @@ class AspectEncoder(AspectModel):
         head_std: float = 0.1,
         max_length: int = 128,
         base_model: str = "",
-        extra: dict | None = None,
     ):
         super().__init__()
         if pooling not in POOLINGS:
@@ -173,7 +172,7 @@ class AspectEncoder(AspectModel):
         self.dim = int(dim)
         self.max_length = int(max_length)
         self.base_model = str(base_model)
-        self.extra = dict(extra or {})
+        self.extra: dict = {}  # what training adds (settings, scores), saved with the checkpoint
         hidden = config_hidden_size(backbone.config)
         heads = {}
         for name in valid_aspects(aspects):
@@ -396,8 +395,9 @@ class AspectEncoder(AspectModel):
         tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=trust_remote_code)
         model = cls(
             backbone, tokenizer, available, dim=config["dim"], pooling=config["pooling"],
-            max_length=config["max_length"], base_model=config.get("base_model", ""), extra=config.get("extra"),
+            max_length=config["max_length"], base_model=config.get("base_model", ""),
         )
+        model.extra = dict(config.get("extra") or {})
         try:
             state = load_file(str(weights), device="cpu")
         except (SafetensorError, OSError) as exc:

@@ -65,9 +65,9 @@ class AspectFileFloor:
             query, bias, temperature = self.scorer.weights[j], float(self.scorer.biases[j]), 1.0
         else:
             query, bias, temperature = self.scorer.queries[j], self.biases[aspect], TEMPERATURE
+        phrases = PhraseReading(self.word_shares[aspect], self.directions[j], self.word_means.get(aspect))
         return floor_state(head, query, bias, temperature=temperature, blend=self.blends[aspect],
-                           boilerplate=self.boilerplate, word_share=self.word_shares[aspect],
-                           words=self.directions[j], word_mean=self.word_means.get(aspect), position=position)
+                           boilerplate=self.boilerplate, phrases=phrases, position=position)
 
     def embeddings(self, features, word_vectors: Callable | None = None) -> dict[str, np.ndarray]:
         """{aspect: [N, H] unit rows}: the floor's vectors of these documents (`word_vectors`: the cache's, needed
@@ -131,9 +131,18 @@ def floor_bias(features, query: np.ndarray, temperature: float = TEMPERATURE,
     return -(max(best) + 8.0) if best else 0.0
 
 
+@dataclass(frozen=True)
+class PhraseReading:
+    """How a head reads each stating sentence through its phrases (`aspectfile.word_pooled_sentences`): the
+    phrases' share of the sentence's vector (0: the sentence as it is), the aspect's direction among them
+    (None: the query's) and their mean over the corpus's stating sentences, taken off (None: zero)."""
+    share: float = 0.0
+    direction: np.ndarray | None = None
+    mean: np.ndarray | None = None
+
+
 def floor_state(head, query: np.ndarray, bias: float, temperature: float = TEMPERATURE, blend: float = BLEND,
-                boilerplate: np.ndarray | None = None, word_share: float = 0.0,
-                words: np.ndarray | None = None, word_mean: np.ndarray | None = None,
+                boilerplate: np.ndarray | None = None, phrases: PhraseReading = PhraseReading(),
                 position: np.ndarray | None = None) -> dict:
     """The state of a `SentencePoolingHead` that computes the aspect file's zero-shot vector.
 
@@ -143,9 +152,9 @@ def floor_state(head, query: np.ndarray, bias: float, temperature: float = TEMPE
     `position`: the aspect's log-prior on the position features (`aspectfile.position_prior`), added to the
     scores as is; None: none. The gate holds the blend: the whole abstract's share sigmoid(gate) = 1 - blend
     (`blend` 0.5: gate 0; `aspectfile.corpus_blends` reads it from the corpus). `boilerplate`: the corpus's
-    (`boilerplate.find_boilerplate`), never pooled; None keeps the head's. `word_share` > 0: each
-    sentence's vector takes that share from its phrases pooled towards `words` (`aspectfile.aspect_directions`;
-    None: `query`'s unit direction) less `word_mean` (their mean over the corpus; None: zero), as in
+    (`boilerplate.find_boilerplate`), never pooled; None keeps the head's. `phrases.share` > 0: each
+    sentence's vector takes that share from its phrases pooled towards `phrases.direction`
+    (`aspectfile.aspect_directions`; None: `query`'s unit direction) less `phrases.mean`, as in
     `aspectfile.word_pooled_sentences` with `aspectfile.corpus_word_shares`. No projection.
     """
     import torch
@@ -161,11 +170,12 @@ def floor_state(head, query: np.ndarray, bias: float, temperature: float = TEMPE
     if boilerplate is not None:
         state["boilerplate"] = torch.as_tensor(np.asarray(boilerplate), dtype=dtype)
     direction = np.asarray(query, dtype=np.float64)
-    direction = direction / max(float(np.linalg.norm(direction)), 1e-12) if words is None else words
+    direction = direction / max(float(np.linalg.norm(direction)), 1e-12) if phrases.direction is None \
+        else phrases.direction
     state["words"] = torch.as_tensor(np.asarray(direction), dtype=dtype)
-    state["word_share"] = torch.tensor(float(word_share), dtype=dtype)
-    state["word_mean"] = (torch.zeros_like(state["word_mean"]) if word_mean is None else
-                          torch.as_tensor(np.asarray(word_mean), dtype=dtype))
+    state["word_share"] = torch.tensor(float(phrases.share), dtype=dtype)
+    state["word_mean"] = (torch.zeros_like(state["word_mean"]) if phrases.mean is None else
+                          torch.as_tensor(np.asarray(phrases.mean), dtype=dtype))
     if "up" in state:
         state["up"] = torch.zeros_like(state["up"])
     return state

@@ -149,18 +149,18 @@ class PooledAspectModel(AspectModel):
     """
 
     def __init__(self, base_model: str, aspects, hidden: int, pooling: str = "mean", max_length: int = 256,
-                 pool: bool = True, rank: int = 0, extra: dict | None = None, seed: int = 0,
-                 phrase_frequencies: dict[str, float] | None = None):
+                 pool: bool = True, rank: int = 0, seed: int = 0):
         super().__init__()
         self.base_model, self.pooling, self.max_length = str(base_model), pooling, int(max_length)
-        self.pool, self.rank, self.extra = bool(pool), int(rank), dict(extra or {})
+        self.pool, self.rank = bool(pool), int(rank)
+        self.extra: dict = {}  # what training adds (settings, scores, the guard's verdicts), saved with the checkpoint
         self.dim = int(hidden)
         self.heads = nn.ModuleDict({a: SentencePoolingHead(hidden, pool=pool, rank=rank, seed=seed + i)
                                     for i, a in enumerate(valid_aspects(aspects))})
         self.cache: FeatureCache | None = None
         # The corpus's frequent phrase pieces (`phrases.piece_frequencies`), which heads that pool phrases
         # weigh down: set with them by the guard's floor, kept in the config.
-        self.phrase_frequencies: dict[str, float] = dict(phrase_frequencies or {})
+        self.phrase_frequencies: dict[str, float] = {}
 
     def backbone(self) -> FrozenBackbone:
         """The frozen backbone these heads read."""
@@ -313,8 +313,9 @@ class PooledAspectModel(AspectModel):
         if unknown:
             raise CheckpointError(f"aspect(s) {unknown} not in checkpoint {folder}; it has {available}")
         model = cls(config["base_model"], available, hidden=config["dim"], pooling=config["pooling"],
-                    max_length=config["max_length"], pool=config["pool"], rank=config.get("rank", 0),
-                    extra=config.get("extra"), phrase_frequencies=config.get("phrase_frequencies"))
+                    max_length=config["max_length"], pool=config["pool"], rank=config.get("rank", 0))
+        model.extra = dict(config.get("extra") or {})
+        model.phrase_frequencies = dict(config.get("phrase_frequencies") or {})
         try:
             state = load_file(str(folder / WEIGHTS_NAME), device="cpu")
         except (SafetensorError, OSError) as exc:

@@ -36,7 +36,6 @@ many steps (`head_refit`).
 from __future__ import annotations
 
 from dataclasses import asdict
-import math
 import random
 import time
 from pathlib import Path
@@ -51,13 +50,15 @@ from ..core.files import strict, write_json
 from .heads import PooledAspectModel
 from ..measures.metrics import mean_rank, mrr, retrieval_ranks
 from ..core.progress import close_bar, progress_bar
-from .training import (HISTORY_NAME, TRAIN_CONFIG_NAME, DistillResult, EarlyStopping, TrainResult, abstracts_of,
-                       better, documents_with_targets, evaluate, stack_targets)
+from .training import (HISTORY_NAME, TRAIN_CONFIG_NAME, Criterion, DistillResult, EarlyStopping, TrainResult,
+                       abstracts_of, documents_with_targets, evaluate, selection, stack_targets)
 from ..generate.views import eligible_docs, views_fingerprint
 from ..core.devices import best_device
 from ..data.sentences import match_highlights, split_sentences
 from ..measures.evaluation import cosine_similarity_matrix, rowwise_spearman
 from .losses import info_nce
+
+AGREEMENT = Criterion("agreement", higher=True)  # a head's validation agreement: higher wins
 
 MODES = ("auto", "frozen", "finetune")
 
@@ -142,7 +143,7 @@ def train_view_head(views, train_ids, val_ids, out_dir, config, cache: FeatureCa
                  "seconds": round(time.perf_counter() - t0, 3)}
         history.append(entry)
         losses = []
-        improved = better(metrics, best, config.select_by)
+        improved = selection(config.select_by).better(metrics, best)
         if improved:
             best = entry
             model.save_pretrained(out_dir, extra=strict({"aspect": aspect, "step": step, **metrics,
@@ -292,18 +293,64 @@ def evaluate_base(features: DocumentFeatures, targets: Mapping[str, np.ndarray],
         | {"aspects": per_aspect}
 
 
-def train_unified_heads(corpus, targets: Mapping[str, Mapping[str, np.ndarray]], train_ids, val_ids, out_dir,
-                        config, cache: FeatureCache, sentence_labels: Mapping[str, Mapping[str, Sequence[float]]]
+def train_unified_heads(corpus, targets: Mapping[str, Mapping[str, np.ndarray]], split, out_dir, config,
+                        cache: FeatureCache, sentence_labels: Mapping[str, Mapping[str, Sequence[float]]]
                         | None = None, progress: bool = True):
     """Train the unified model's pooling heads (frozen mode of stage 03); returns a `training.DistillResult`.
 
-    targets: {aspect: {doc_id: vector}} from `targets.compute_targets`; sentence_labels:
-    {aspect: {doc_id: [label per sentence of split_sentences(abstract)]}} (human highlights,
-    LLM labels; see `sentence_supervision`). `config` is a `distill.DistillConfig` (its head_*
+    targets: {aspect: {doc_id: vector}} from `targets.compute_targets`; split: the run's (train ids, validation
+    ids); sentence_labels: {aspect: {doc_id: [label per sentence of split_sentences(abstract)]}} (human
+    highlights, LLM labels; see `sentence_supervision`). `config` is a `distill.DistillConfig` (its head_*
     and *_weight fields). Writes the best checkpoint, history.json and distill_config.json.
     """
     sentence_labels = sentence_labels or {}
     aspects = list(targets)
+    dim = _target_size(targets, cache)
+    train, val = _supervised_split(targets, sentence_labels, split)
+    texts = abstracts_of(corpus, train + val)
+    features = cache.documents([texts[d] for d in train + val], progress=progress)
+    val_data = (features.subset(range(len(train), len(features))), *stack_targets(targets, val, dim))
+    model = _new_unified(cache, aspects, config)
+    data = _supervision(train, features.subset(range(len(train))), targets, sentence_labels, aspects, dim)
+    t0 = time.perf_counter()
+    baseline = evaluate_heads(model, *val_data)
+    reference = evaluate_base(*val_data, aspects)
+    kept, history, stopper = _train_heads(model, data, val_data, baseline, config, progress)
+    best_steps = {a: kept[a][0]["step"] for a in aspects}
+    best = _summarise({a: kept[a][0] for a in aspects})
+    best_step = max(best_steps.values())
+    for a in aspects:
+        model.heads[a].load_state_dict(kept[a][1])
+    refit = bool(config.head_refit and best_step > 0)
+    if refit:
+        # The step counts are chosen; now every labelled document teaches the final heads, the
+        # validation documents included (on small corpora they are a third of the data).
+        data_all = _supervision(train + val, features, targets, sentence_labels, aspects, dim)
+        model = _refit_heads(cache, aspects, config, data_all, best_steps)
+    out_dir = Path(out_dir)
+    model.save_pretrained(out_dir, extra=strict({
+        "stage": "distill", "mode": "frozen", "step": best_step, "refit_on_train_and_validation": refit,
+        "best_step_per_aspect": best_steps, "val_agreement": best["agreement"], "val_mean_rank": best["mean_rank"],
+        "val_mrr": best["mrr"], "distill_config": config.to_dict()}))
+    seconds = time.perf_counter() - t0
+    meta = {"n_train": len(train), "n_val": len(val), "aspects": aspects, "dim": dim, "docs_per_aspect": data["counts"],
+            "refit_on_train_and_validation": refit, "best_step_per_aspect": best_steps,
+            "base_model": cache.backbone.name, "corpus": getattr(corpus, "name", ""),
+            "corpus_fingerprint": corpus.fingerprint() if hasattr(corpus, "fingerprint") else None}
+    write_json(out_dir / "history.json", history, indent=1)
+    record = {"kind": "distill", "mode": "frozen", "config": config.to_dict(), "seed": config.seed, **meta,
+              "validation": {"base encoder": reference, "step 0": baseline, "kept": best},
+              "steps": stopper.step, "best_step": best_step, "stopped_early": stopper.stopped_early,
+              "seconds": round(seconds, 2), "num_processes": 1, "device": "cpu", "torch": torch.__version__}
+    write_json(out_dir / "distill_config.json", record)
+    return DistillResult(out_dir=out_dir, kind="distill (frozen heads)", aspects=aspects, best_step=best_step,
+                         best=best, baseline=baseline, history=history, config=config, n_train=len(train),
+                         n_val=len(val), steps=stopper.step, stopped_early=stopper.stopped_early, seconds=seconds,
+                         reference=reference)
+
+
+def _target_size(targets, cache: FeatureCache) -> int:
+    """The frozen backbone's width, which every aspect's targets must have (else: which stage 02 to rerun)."""
     dim = cache.backbone.hidden_size
     sizes = {a: len(next(iter(t.values()))) for a, t in targets.items() if t}
     wrong = {a: s for a, s in sizes.items() if s != dim}
@@ -311,6 +358,12 @@ def train_unified_heads(corpus, targets: Mapping[str, Mapping[str, np.ndarray]],
         raise ValueError(f"targets of {sorted(wrong)} have {sorted(set(wrong.values()))} dimensions but the frozen "
                          f"backbone {cache.backbone.name!r} has {dim}: the teachers of stage 02 were trained on "
                          f"another encoder; run 02_train with the same base_model and mode")
+    return dim
+
+
+def _supervised_split(targets, sentence_labels, split) -> tuple[list[str], list[str]]:
+    """The train and validation documents of `split` that have a target or sentence labels, in order, once."""
+    train_ids, val_ids = split
     have = documents_with_targets(targets) | {d for lab in sentence_labels.values() for d in lab}
     train = [d for d in dict.fromkeys(map(str, train_ids)) if d in have]
     val = [d for d in dict.fromkeys(map(str, val_ids)) if d in have]
@@ -319,32 +372,20 @@ def train_unified_heads(corpus, targets: Mapping[str, Mapping[str, np.ndarray]],
     if not train or len(val) < 2:
         raise ValueError(f"need documents with targets or sentence labels for training and validation, got "
                          f"{len(train)} and {len(val)}")
-    texts = abstracts_of(corpus, train + val)
-    features = cache.documents([texts[d] for d in train + val], progress=progress)
-    train_features, val_features = features.subset(range(len(train))), features.subset(range(len(train), len(features)))
+    return train, val
 
-    model = _new_unified(cache, aspects, config)
-    data = _supervision(train, train_features, targets, sentence_labels, aspects, dim)
-    val_dense, val_masks = stack_targets(targets, val, dim)
+
+def _train_heads(model, data: dict, val_data: tuple, baseline: dict, config, progress: bool):
+    """The training loop of the frozen heads: ({aspect: (its best validation, its head's state)}, the history,
+    the `EarlyStopping` that ended it). `val_data`: (validation features, dense targets, masks).
+
+    Each head is kept at its own best step: the heads share no parameter, and one aspect's
+    agreement may peak long before another's (a single step for all would stop the slow one early)."""
+    aspects = list(model.heads)
     optimizer = _head_optimizer(model, config)
     rng = np.random.default_rng(config.seed)
     t0 = time.perf_counter()
-
-    def save(step: int, metrics: dict) -> None:
-        model.save_pretrained(out_dir, extra=strict({"stage": "distill", "mode": "frozen", "step": step,
-                                                         "refit_on_train_and_validation": bool(metrics.get("refit")),
-                                                         "best_step_per_aspect": metrics.get("steps"),
-                                                         "val_agreement": metrics["agreement"],
-                                                         "val_mean_rank": metrics["mean_rank"],
-                                                         "val_mrr": metrics["mrr"],
-                                                         "distill_config": config.to_dict()}))
-
-    out_dir = Path(out_dir)
-    baseline = evaluate_heads(model, val_features, val_dense, val_masks)
-    reference = evaluate_base(val_features, val_dense, val_masks, aspects)
     history = {"train": [], "eval": [{"step": 0, **baseline, "best": True, "seconds": 0.0}]}
-    # Each head is kept at its own best step: the heads share no parameter, and one aspect's
-    # agreement may peak long before another's (a single step for all would stop the slow one early).
     kept = {a: ({**baseline["aspects"][a], "step": 0}, _state(model.heads[a])) for a in aspects}
     stopper = EarlyStopping(config.head_steps, config.eval_every, config.patience)
     window = []
@@ -356,8 +397,8 @@ def train_unified_heads(corpus, targets: Mapping[str, Mapping[str, np.ndarray]],
             history["train"].append({"step": step, "loss": loss, "aspects": parts})
             bar.update(1)
             if stopper.due(step):
-                metrics = evaluate_heads(model, val_features, val_dense, val_masks)
-                improved = [a for a in aspects if _better_agreement(metrics["aspects"][a], kept[a][0])]
+                metrics = evaluate_heads(model, *val_data)
+                improved = [a for a in aspects if AGREEMENT.better(metrics["aspects"][a], kept[a][0])]
                 for a in improved:
                     kept[a] = ({**metrics["aspects"][a], "step": step}, _state(model.heads[a]))
                 stopper.record(bool(improved))
@@ -367,45 +408,22 @@ def train_unified_heads(corpus, targets: Mapping[str, Mapping[str, np.ndarray]],
                 bar.set_postfix(loss=f"{np.mean(window):.3f}", agreement=f"{metrics['agreement']:.3f}")
                 window = []
     close_bar(bar)
-    step, stopped_early = stopper.step, stopper.stopped_early
-    best_steps = {a: kept[a][0]["step"] for a in aspects}
-    best = _summarise({a: kept[a][0] for a in aspects})
-    best_step = max(best_steps.values())
+    return kept, history, stopper
+
+
+def _refit_heads(cache: FeatureCache, aspects, config, data_all: dict, best_steps: dict):
+    """Fresh heads trained on every labelled document (`data_all`), each taken at its own chosen step count."""
+    model = _new_unified(cache, aspects, config)
+    optimizer = _head_optimizer(model, config)
+    rng = np.random.default_rng(config.seed)
+    snapshot = {a: _state(model.heads[a]) for a in aspects if best_steps[a] == 0}
+    with _few_threads():
+        for k in range(1, max(best_steps.values()) + 1):
+            _step(model, optimizer, data_all, rng, config)
+            snapshot.update({a: _state(model.heads[a]) for a in aspects if best_steps[a] == k})
     for a in aspects:
-        model.heads[a].load_state_dict(kept[a][1])
-    refit = bool(config.head_refit and best_step > 0)
-    if refit:
-        # The step counts are chosen; now every labelled document teaches the final heads, the
-        # validation documents included (on small corpora they are a third of the data). Each
-        # head is taken at its own step count.
-        model = _new_unified(cache, aspects, config)
-        data_all = _supervision(train + val, features, targets, sentence_labels, aspects, dim)
-        optimizer = _head_optimizer(model, config)
-        rng = np.random.default_rng(config.seed)
-        snapshot = {a: _state(model.heads[a]) for a in aspects if best_steps[a] == 0}
-        with _few_threads():
-            for k in range(1, best_step + 1):
-                _step(model, optimizer, data_all, rng, config)
-                snapshot.update({a: _state(model.heads[a]) for a in aspects if best_steps[a] == k})
-        for a in aspects:
-            model.heads[a].load_state_dict(snapshot[a])
-    save(best_step, {**best, "refit": refit, "steps": best_steps})
-    seconds = time.perf_counter() - t0
-    counts = data["counts"]
-    meta = {"n_train": len(train), "n_val": len(val), "aspects": aspects, "dim": dim, "docs_per_aspect": counts,
-            "refit_on_train_and_validation": refit, "best_step_per_aspect": best_steps,
-            "base_model": cache.backbone.name, "corpus": getattr(corpus, "name", ""),
-            "corpus_fingerprint": corpus.fingerprint() if hasattr(corpus, "fingerprint") else None}
-    write_json(out_dir / "history.json", history, indent=1)
-    record = {"kind": "distill", "mode": "frozen", "config": config.to_dict(), "seed": config.seed, **meta,
-              "validation": {"base encoder": reference, "step 0": baseline, "kept": best},
-              "steps": step, "best_step": best_step, "stopped_early": stopped_early, "seconds": round(seconds, 2),
-              "num_processes": 1, "device": "cpu", "torch": torch.__version__}
-    write_json(out_dir / "distill_config.json", record)
-    return DistillResult(out_dir=out_dir, kind="distill (frozen heads)", aspects=aspects, best_step=best_step,
-                         best=best, baseline=baseline, history=history, config=config, n_train=len(train),
-                         n_val=len(val), steps=step, stopped_early=stopped_early, seconds=seconds,
-                         reference=reference)
+        model.heads[a].load_state_dict(snapshot[a])
+    return model
 
 
 def _head_optimizer(model, config):
@@ -425,13 +443,6 @@ def _head_optimizer(model, config):
 
 def _state(module) -> dict:
     return {k: v.detach().clone() for k, v in module.state_dict().items()}
-
-
-def _better_agreement(new: dict, old: dict) -> bool:
-    """Higher validation agreement wins; a finite score beats a NaN one."""
-    if not math.isfinite(new["agreement"]):
-        return False
-    return not math.isfinite(old["agreement"]) or new["agreement"] > old["agreement"] + 1e-6
 
 
 def _summarise(per_aspect: dict) -> dict:

@@ -53,7 +53,7 @@ from .losses import info_nce
 from ..measures.metrics import retrieval_report
 from ..core.progress import close_bar, progress_bar
 from ..core.rundir import RunDir
-from .training import HISTORY_NAME, TRAIN_CONFIG_NAME, EarlyStopping, TrainResult, better, evaluate
+from .training import HISTORY_NAME, TRAIN_CONFIG_NAME, EarlyStopping, TrainResult, evaluate, selection
 from ..generate.views import AspectViews, eligible_docs, split_documents, validation_pairs, views_fingerprint
 from .checkpoints import load_model
 from .encoders import AspectEncoder, CONFIG_NAME, WEIGHTS_NAME
@@ -284,7 +284,7 @@ def train_aspect_model(views: AspectViews, train_ids, val_ids, out_dir, config: 
         metrics = broadcast_object_list(metrics)[0]
         entry = {"step": step, "train_loss": mean_loss, **metrics, "seconds": round(time.perf_counter() - t0, 2)}
         history.append(entry)
-        improved = better(metrics, best, config.select_by)
+        improved = selection(config.select_by).better(metrics, best)
         if improved:
             best = entry
             if main:

@@ -7,7 +7,7 @@ and the notebooks need not know which one ran. What they share lives here, and t
 modules of the two modes import it rather than each other:
 
 * stage 02: `TrainResult`, the files of a model folder (`HISTORY_NAME`, `TRAIN_CONFIG_NAME`),
-  `evaluate` (the validation retrieval of view pairs) and `better` (which evaluation is kept);
+  `evaluate` (the validation retrieval of view pairs) and `Criterion` (the one rule for which evaluation is kept);
 * stage 03: `DistillResult` and its `validation_table`, and the documents' data both modes
   train on (`abstracts_of`, `documents_with_targets`, `stack_targets`);
 * every training loop of the package (stages 02, 03 in both modes, the soft-prompt decoder of
@@ -15,6 +15,8 @@ modules of the two modes import it rather than each other:
 """
 
 from __future__ import annotations
+
+import math
 
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -134,14 +136,38 @@ def evaluate(model, views: AspectViews, val_ids, batch_size: int = 64, aspect: s
     return {"val_mean_rank": report["mean_rank"], "val_mrr": report["mrr"], "val_top1": report["top1"]}
 
 
-def better(metrics: dict, best: dict | None, select_by: str) -> bool:
-    """True when validation `metrics` beat the `best` so far: a higher "mrr" or a lower "mean_rank", as
-    `select_by` says; anything beats none."""
-    if best is None:
-        return True
-    if select_by == "mrr":
-        return metrics["val_mrr"] > best["val_mrr"] + 1e-12
-    return metrics["val_mean_rank"] < best["val_mean_rank"] - 1e-12
+@dataclass(frozen=True)
+class Criterion:
+    """The one rule that says which checkpoint is better, for every training loop of stages 02 and 03: a
+    validation score (`key`), the direction that wins (`higher`), and where two scores tie (within `TIE`), a
+    second score that breaks it (`tie_key`, `tie_higher`). A score that is not finite never wins, and anything
+    finite beats no checkpoint or a non-finite one (a NaN agreement of a head too new to be scored)."""
+    key: str
+    higher: bool
+    tie_key: str | None = None
+    tie_higher: bool = True
+
+    TIE = 1e-9  # scores closer than this are equal: float noise between two evaluations of one checkpoint
+
+    def better(self, new: dict, old: dict | None) -> bool:
+        """True when the scores `new` beat `old` (None: no checkpoint yet)."""
+        score = new[self.key]
+        if not math.isfinite(score):
+            return False
+        if old is None or not math.isfinite(old[self.key]):
+            return True
+        gain = score - old[self.key] if self.higher else old[self.key] - score
+        if gain > self.TIE:
+            return True
+        if gain < -self.TIE or self.tie_key is None:
+            return False
+        tie = new[self.tie_key] - old[self.tie_key]
+        return (tie if self.tie_higher else -tie) > self.TIE
+
+
+def selection(select_by: str) -> Criterion:
+    """Stage 02's criterion: the validation MRR ("mrr", higher wins) or mean rank ("mean_rank", lower wins)."""
+    return Criterion("val_mrr", higher=True) if select_by == "mrr" else Criterion("val_mean_rank", higher=False)
 
 
 # --------------------------------------------------------------------------- stage 03
