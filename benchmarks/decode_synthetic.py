@@ -81,7 +81,7 @@ def measure(args) -> None:
     t0 = time.perf_counter()
     train_aspect_models(aspects, run, corpus, TrainConfig(base_model="minilm", pooling="mean", mode="frozen",
                                                           **steps02),
-                        val_split="validation", progress=False, log=lambda *_: None)
+                        val_split="validation", progress=False)
     views = collect_views(aspects, run, corpus)
     targets = compute_targets(run, views, aspects, progress=False)
     train_ids, val_ids = split_documents(sorted(documents_with_targets(targets)), corpus, "validation")

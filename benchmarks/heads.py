@@ -63,7 +63,7 @@ def run_backbone(backbone: str, corpus, run_dir: Path, head_steps: int | None = 
     t0 = time.perf_counter()
     train_aspect_models(ASPECTS, run_dir, corpus,
                         TrainConfig(base_model=backbone, pooling="mean", mode="frozen", **steps02),
-                        val_split="validation", progress=False, log=lambda *_: None)
+                        val_split="validation", progress=False)
     t1 = time.perf_counter()
     views = collect_views(ASPECTS, run_dir, corpus)
     targets = compute_targets(run_dir, views, ASPECTS, progress=False)

@@ -85,7 +85,7 @@ def _small_corpus():
     return Corpus(pd.DataFrame(rows), name="small")
 
 
-def _train_twice(tmp_path, monkeypatch):
+def _train_twice(tmp_path, monkeypatch, capsys):
     import workbench.embed.train as train
     from workbench.embed.train import TrainConfig, train_aspect_models
 
@@ -94,16 +94,17 @@ def _train_twice(tmp_path, monkeypatch):
     config = TrainConfig(mode="frozen", batch_size=4, eval_every=5, head_steps=10, head_rank=4)
     runs = []
     for _ in range(2):
-        lines = []
+        capsys.readouterr()
         result = train_aspect_models(["disease"], tmp_path, corpus, config, val_split="validation",
-                                     progress=False, log=lines.append)["disease"]
+                                     progress=False)["disease"]
+        lines = capsys.readouterr().out.splitlines()
         weights = RunDir(tmp_path).aspect_model("disease") / "model.safetensors"
         runs.append((result, lines, weights.stat().st_mtime_ns))
     return runs
 
 
-def test_untrained_frozen_teacher_is_not_retrained_on_a_rerun(tmp_path, monkeypatch):
-    (first, lines1, stamp1), (second, lines2, stamp2) = _train_twice(tmp_path, monkeypatch)
+def test_untrained_frozen_teacher_is_not_retrained_on_a_rerun(tmp_path, monkeypatch, capsys):
+    (first, lines1, stamp1), (second, lines2, stamp2) = _train_twice(tmp_path, monkeypatch, capsys)
     assert any("frozen encoder itself" in line for line in lines1) and not first.skipped
     assert second.skipped and any("skipped" in line for line in lines2), lines2
     assert stamp2 == stamp1  # the checkpoint was not written again
@@ -111,8 +112,8 @@ def test_untrained_frozen_teacher_is_not_retrained_on_a_rerun(tmp_path, monkeypa
     assert second.history == first.history == []
 
 
-def test_training_writes_strict_json(tmp_path, monkeypatch):
-    _train_twice(tmp_path, monkeypatch)
+def test_training_writes_strict_json(tmp_path, monkeypatch, capsys):
+    _train_twice(tmp_path, monkeypatch, capsys)
     folder = RunDir(tmp_path).aspect_model("disease")
     record = strict_load((folder / "train_config.json").read_text())
     assert record["status"] == "finished" and record["result"]["best_mrr"] is None  # was a bare NaN

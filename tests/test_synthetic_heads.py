@@ -131,7 +131,7 @@ def test_frozen_heads_follow_their_own_factor_and_not_the_nuisance(tmp_path, one
 
     teachers = train_aspect_models(aspects, run, corpus,
                                    TrainConfig(base_model="minilm", pooling="mean", mode="frozen", head_steps=100),
-                                   val_split="validation", progress=False, log=lambda *_: None)
+                                   val_split="validation", progress=False)
     assert set(teachers) == set(aspects)
     views = collect_views(aspects, run, corpus)
     targets = compute_targets(run, views, aspects, progress=False)

@@ -228,9 +228,6 @@ def train_aspect_model(views: AspectViews, train_ids, val_ids, out_dir, config: 
     GPU, or several processes started by torchrun / accelerate launch.
     Writes out_dir/{model.safetensors, workbench_config.json, ..., history.json, train_config.json}.
     """
-    import torch
-    from accelerate.utils import broadcast_object_list
-
     config = config or TrainConfig()
     aspect = views.aspect
     out_dir = Path(out_dir)
@@ -265,49 +262,20 @@ def train_aspect_model(views: AspectViews, train_ids, val_ids, out_dir, config: 
         out_dir.mkdir(parents=True, exist_ok=True)
         write_json(out_dir / TRAIN_CONFIG_NAME, record)  # "running": a killed run is not taken as finished
 
-    history: list[dict] = []
-    best: dict | None = None
     stopper = EarlyStopping(config.max_steps, config.eval_every, config.patience)
-    loss_sum, loss_n = 0.0, 0
-    t0 = time.perf_counter()
-
-    def validate(step: int) -> None:
-        """Evaluate, keep the best checkpoint, count the evaluation for the stopping rule."""
-        nonlocal best, loss_sum, loss_n
-        # Mean training loss since the last evaluation, averaged over processes.
-        mean_loss = torch.tensor(loss_sum / max(loss_n, 1), device=accelerator.device)
-        mean_loss = float(accelerator.reduce(mean_loss, "mean")) if loss_n else None
-        loss_sum, loss_n = 0.0, 0
-        # Every process holds the same weights, so one evaluation (on the main process) is
-        # enough; the result is broadcast so that all processes take the same decisions.
-        metrics = [evaluate(core, views, val_docs, config.eval_batch_size) if main else None]
-        metrics = broadcast_object_list(metrics)[0]
-        entry = {"step": step, "train_loss": mean_loss, **metrics, "seconds": round(time.perf_counter() - t0, 2)}
-        history.append(entry)
-        improved = selection(config.select_by).better(metrics, best)
-        if improved:
-            best = entry
-            if main:
-                core.save_pretrained(out_dir, extra=strict({"aspect": aspect, "step": step, **metrics,
-                                                               "train_config": config.comparable()}))
-        stopper.record(improved)
-        if main:
-            write_json(out_dir / HISTORY_NAME, history)
-            bar.set_postfix(loss=f"{mean_loss:.3f}" if mean_loss is not None else "-",
-                            mrr=f"{metrics['val_mrr']:.3f}", best=f"{best['val_mrr']:.3f}@{best['step']}")
-        accelerator.wait_for_everyone()  # nobody races ahead while the main process saves
-
     bar = progress_bar(config.max_steps, f"train {aspect}", progress and main)
+    t0 = time.perf_counter()
+    checkpoints = _Checkpoints(core, views, val_docs, out_dir, config, accelerator, bar)
     model.train()
-    validate(0)  # the untrained baseline, and a checkpoint even if nothing ever improves
+    stopper.record(checkpoints.validate(0))  # the untrained baseline, and a checkpoint even if nothing improves
     for step in stopper.steps():
         pairs = sample_batch(views, train_docs, config.batch_size, rng, rank, world)
-        loss = train_step(model, optimizer, accelerator, pairs, aspect, config)
-        loss_sum, loss_n = loss_sum + loss, loss_n + 1
+        checkpoints.add_loss(train_step(model, optimizer, accelerator, pairs, aspect, config))
         bar.update(1)
         if stopper.due(step):
-            validate(step)
+            stopper.record(checkpoints.validate(step))
     close_bar(bar)
+    history, best = checkpoints.history, checkpoints.best
 
     seconds = time.perf_counter() - t0
     baseline = {k: history[0][k] for k in ("val_mean_rank", "val_mrr", "val_top1")}
@@ -326,6 +294,53 @@ def train_aspect_model(views: AspectViews, train_ids, val_ids, out_dir, config: 
         del model, optimizer, core
         accelerator.free_memory()
     return result
+
+
+class _Checkpoints:
+    """Stage 02's validation during training: evaluate, keep the best checkpoint, write the history.
+
+    Every process holds the same weights, so one evaluation (on the main process) is enough; the result
+    is broadcast so that all processes take the same decisions, and nobody races ahead while it saves."""
+
+    def __init__(self, core, views: AspectViews, val_docs, out_dir: Path, config: TrainConfig, accelerator, bar):
+        self.core, self.views, self.val_docs, self.out_dir = core, views, val_docs, out_dir
+        self.config, self.accelerator, self.bar = config, accelerator, bar
+        self.history: list[dict] = []
+        self.best: dict | None = None
+        self.loss_sum, self.loss_n = 0.0, 0
+        self.t0 = time.perf_counter()
+
+    def add_loss(self, loss: float) -> None:
+        """Count one step's training loss towards the mean shown at the next evaluation."""
+        self.loss_sum, self.loss_n = self.loss_sum + loss, self.loss_n + 1
+
+    def validate(self, step: int) -> bool:
+        """Evaluate at `step`; save the model where it is the best so far. Returns whether it was."""
+        import torch
+        from accelerate.utils import broadcast_object_list
+
+        acc, main, config = self.accelerator, self.accelerator.is_main_process, self.config
+        # Mean training loss since the last evaluation, averaged over processes.
+        mean_loss = torch.tensor(self.loss_sum / max(self.loss_n, 1), device=acc.device)
+        mean_loss = float(acc.reduce(mean_loss, "mean")) if self.loss_n else None
+        self.loss_sum, self.loss_n = 0.0, 0
+        metrics = [evaluate(self.core, self.views, self.val_docs, config.eval_batch_size) if main else None]
+        metrics = broadcast_object_list(metrics)[0]
+        entry = {"step": step, "train_loss": mean_loss, **metrics, "seconds": round(time.perf_counter() - self.t0, 2)}
+        self.history.append(entry)
+        improved = selection(config.select_by).better(metrics, self.best)
+        if improved:
+            self.best = entry
+            if main:
+                self.core.save_pretrained(self.out_dir, extra=strict({
+                    "aspect": self.views.aspect, "step": step, **metrics, "train_config": config.comparable()}))
+        if main:
+            write_json(self.out_dir / HISTORY_NAME, self.history)
+            best = self.best
+            self.bar.set_postfix(loss=f"{mean_loss:.3f}" if mean_loss is not None else "-",
+                                 mrr=f"{metrics['val_mrr']:.3f}", best=f"{best['val_mrr']:.3f}@{best['step']}")
+        acc.wait_for_everyone()
+        return improved
 
 
 def finished_result(out_dir: Path, config: TrainConfig, aspect: str, fingerprint: str) -> TrainResult | None:
@@ -378,19 +393,21 @@ def check_supervision(views: dict[str, AspectViews], aspects: Sequence[str], cor
 
 
 def train_aspect_models(aspects: Sequence[str], run_dir, corpus=None, config: TrainConfig | None = None,
-                        val_split: str | None = None, val_docs: int | float = 0.2, include_human: bool = True,
-                        overwrite: bool = False, progress: bool = True, log=print) -> dict[str, TrainResult]:
+                        val_split: str | None = None, include_human: bool = True, overwrite: bool = False,
+                        progress: bool = True) -> dict[str, TrainResult]:
     """Train one model per aspect into `<run_dir>/aspect_models/<aspect>/`; returns {aspect: TrainResult}.
 
     Views come from the run's summaries and (include_human) the corpus's human columns
-    (never of its test split). Documents are split once for all aspects (`prepare_views`);
-    the split is written to `<run_dir>/aspect_models/split.json`. An aspect whose folder
+    (never of its test split). Documents are split once for all aspects (`prepare_views`: the
+    corpus's `val_split` papers validate, or without one a seeded fifth of them);
+    the split is written to `<run_dir>/aspect_models/split.json`. What it does per aspect is printed.
+    An aspect whose folder
     already holds a finished model with the same settings and the same views is not
     retrained (its stored result is returned, with skipped=True) unless overwrite=True.
     """
     config = config or TrainConfig()
     run_dir = Path(run_dir)
-    views, train_ids, val_ids = prepare_views(aspects, run_dir, corpus, val_split=val_split, val_docs=val_docs,
+    views, train_ids, val_ids = prepare_views(aspects, run_dir, corpus, val_split=val_split,
                                               include_human=include_human, seed=config.seed)
     root = RunDir(run_dir).aspect_models
     RunDir(run_dir).write_split(train_ids, val_ids, val_split)
@@ -405,7 +422,7 @@ def train_aspect_models(aspects: Sequence[str], run_dir, corpus=None, config: Tr
         if done is not None:
             kept = (f"best MRR {done.best_mrr:.3f} at step {done.best_step}" if done.best_mrr == done.best_mrr
                     else "the frozen encoder itself: too few documents to train")
-            log(f"{aspect}: skipped, {out_dir} already holds a finished model trained with the same settings "
+            print(f"{aspect}: skipped, {out_dir} already holds a finished model trained with the same settings "
                 f"on the same views ({kept}); overwrite=True retrains")
             results[aspect] = done
             continue
@@ -413,13 +430,13 @@ def train_aspect_models(aspects: Sequence[str], run_dir, corpus=None, config: Tr
         if n_train < 2 or n_val < 2:
             few = f"too few documents with two or more views ({n_train} train, {n_val} validation; need 2 each)"
             if not frozen:
-                log(f"{aspect}: not trained, {few}")
+                print(f"{aspect}: not trained, {few}")
                 continue
-            log(f"{aspect}: {few}: the teacher is the frozen encoder itself")
+            print(f"{aspect}: {few}: the teacher is the frozen encoder itself")
             results[aspect] = train_view_head(views[aspect], train_ids, val_ids, out_dir, config, cache,
                                               progress=progress)
             continue
-        log(f"{aspect}: training on {n_train} documents, validating on {n_val} -> {out_dir}"
+        print(f"{aspect}: training on {n_train} documents, validating on {n_val} -> {out_dir}"
             f" ({'frozen encoder, residual head on cached vectors' if frozen else 'fine-tuning the encoder'})")
         if frozen:
             results[aspect] = train_view_head(views[aspect], train_ids, val_ids, out_dir, config, cache,
@@ -428,7 +445,7 @@ def train_aspect_models(aspects: Sequence[str], run_dir, corpus=None, config: Tr
             results[aspect] = train_aspect_model(views[aspect], train_ids, val_ids, out_dir, config,
                                                  progress=progress)
         r = results[aspect]
-        log(f"{aspect}: MRR {r.baseline['val_mrr']:.3f} at step 0 -> best {r.best_mrr:.3f} at step {r.best_step} "
+        print(f"{aspect}: MRR {r.baseline['val_mrr']:.3f} at step 0 -> best {r.best_mrr:.3f} at step {r.best_step} "
             f"({r.seconds:.0f}s)")
     return results
 
