@@ -319,17 +319,22 @@ def train_unified_model(
     cosine similarity to the prediction; the checkpoint with the best average mean rank
     is saved to `out_dir`, with history.json and distill_config.json next to it.
     """
-    from accelerate.utils import set_seed
-    from torch.utils.data import DataLoader
-
     config = config or DistillConfig()
-    train_ids, val_ids = split
     if resolve_mode(config.mode, config.device) == "frozen":
         if run_dir is None:
             raise ValueError("the frozen mode keeps its feature cache in the run directory: pass run_dir")
         cache = FeatureCache.for_run(run_dir, frozen_backbone(config.base_model, config.pooling))
         return train_unified_heads(corpus, targets, split, out_dir, config, cache,
                                    sentence_labels=sentence_labels, progress=progress)
+    return _train_finetuned(corpus, targets, split, out_dir, config, progress)
+
+
+def _train_finetuned(corpus, targets, split, out_dir, config: DistillConfig, progress: bool) -> DistillResult:
+    """`train_unified_model`'s finetune mode (the paper's): the whole encoder and its heads, through Accelerate."""
+    from accelerate.utils import set_seed
+    from torch.utils.data import DataLoader
+
+    train_ids, val_ids = split
     aspects = list(targets)
     if not aspects:
         raise ValueError("no aspects in targets")
@@ -373,6 +378,26 @@ def train_unified_model(
 
 
 # --------------------------------------------------------------------------- the A.7 baseline
+
+
+def _baseline_validation(texts: dict, views: dict, val_docs: dict, every_val: list, batch_size: int) -> Callable:
+    """The unified baseline's validation, model -> scores: per aspect, each validation document's abstract
+    (through that aspect's head) as query, its first view as candidate; mean rank and MRR."""
+    def evaluate(m: AspectEncoder) -> dict:
+        # The abstracts once, through every head; then each aspect's candidate views through its head.
+        queries = m.encode([texts[d] for d in every_val], batch_size=batch_size)
+        row = {d: i for i, d in enumerate(every_val)}
+        per_aspect = {}
+        for a, docs in val_docs.items():
+            if len(docs) == 0:
+                per_aspect[a] = {"mean_rank": float("nan"), "mrr": float("nan"), "n": 0}
+                continue
+            q = queries[a][[row[d] for d in docs]]
+            c = m.encode([views[a][d][0] for d in docs], aspects=[a], batch_size=batch_size)[a]
+            ranks = retrieval_ranks(q, c)
+            per_aspect[a] = {"mean_rank": mean_rank(ranks), "mrr": mrr(ranks), "n": len(docs)}
+        return _aggregate(per_aspect)
+    return evaluate
 
 
 def train_unified_baseline(
@@ -438,22 +463,7 @@ def train_unified_baseline(
         return torch.stack(list(parts.values())).sum(), {a: v.detach() for a, v in parts.items()}
 
     every_val = sorted(set().union(*[set(v) for v in val_docs.values()]))
-
-    def evaluate(m: AspectEncoder) -> dict:
-        # The abstracts once, through every head; then each aspect's candidate views through its head.
-        queries = m.encode([texts[d] for d in every_val], batch_size=config.eval_batch_size)
-        row = {d: i for i, d in enumerate(every_val)}
-        per_aspect = {}
-        for a in aspects:
-            docs = val_docs[a]
-            if len(docs) == 0:
-                per_aspect[a] = {"mean_rank": float("nan"), "mrr": float("nan"), "n": 0}
-                continue
-            q = queries[a][[row[d] for d in docs]]
-            c = m.encode([views[a][d][0] for d in docs], aspects=[a], batch_size=config.eval_batch_size)[a]
-            ranks = retrieval_ranks(q, c)
-            per_aspect[a] = {"mean_rank": mean_rank(ranks), "mrr": mrr(ranks), "n": len(docs)}
-        return _aggregate(per_aspect)
+    evaluate = _baseline_validation(texts, views, val_docs, every_val, config.eval_batch_size)
 
     meta = {"n_train": len(set().union(*[set(p) for p in pools.values()])), "n_val": len(every_val),
             "aspects": aspects, "dim": config.dim,

@@ -252,15 +252,22 @@ def check_heads(run_dir, corpus, aspect_set, aspects: Sequence[str], doc_ids: Se
             notice(f"{a}: the trained head is kept unchecked ({results[a]['verdict']}); add a label_{a} column "
                    "to the corpus, or more papers, for stage 03 to check it")
     if apply and replaced:
-        if any(results[a]["kept"] == "aspect file" for a in replaced):
-            model.phrase_frequencies = fitted.frequencies
-        for a in replaced:
-            state = floor.heads[a].state_dict() if results[a]["kept"] == "aspect file" else \
-                base_state(model.heads[a])
-            model.heads[a].load_state_dict(state)
-        model.save_pretrained(run.unified_model, extra={"guard": {a: results[a]["kept"] for a in aspects}})
+        save_decisions(model, floor, results, run)
     write_json(run.guard, report)
     return report
+
+
+def save_decisions(model, floor, results: dict, run: RunDir) -> None:
+    """Put the floor's head (`floor`, a model of the same kind) or the base in each replaced head's place, and
+    save the unified model with what was kept per aspect."""
+    kept = {a: r["kept"] for a, r in results.items()}
+    if "aspect file" in kept.values():
+        model.phrase_frequencies = floor.phrase_frequencies
+    for a, what in kept.items():
+        if what != "head":
+            model.heads[a].load_state_dict(floor.heads[a].state_dict() if what == "aspect file" else
+                                           base_state(model.heads[a]))
+    model.save_pretrained(run.unified_model, extra={"guard": kept})
 
 
 def unverified(result: dict, aspect: str) -> dict:

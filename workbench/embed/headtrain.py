@@ -122,11 +122,7 @@ def train_view_head(views, train_ids, val_ids, out_dir, config, cache: FeatureCa
     vectors = torch.as_tensor(cache.vectors(texts, progress=progress))
     optimizer = torch.optim.AdamW(_params(model), lr=config.head_lr, weight_decay=0.0)
     head = model.heads[aspect]
-    record = {"status": "running", "mode": "frozen", "aspect": aspect, "params": config.comparable(),
-              "seed": config.seed, "device": "cpu", "num_processes": 1,
-              "n_train_docs": len(train_docs), "n_val_docs": len(val_docs),
-              "n_train_views": sum(len(views.views[d]) for d in train_docs),
-              "data_fingerprint": views_fingerprint(views, train_docs, val_docs)}
+    record = {"status": "running", "mode": "frozen", **_data_record(views, train_docs, val_docs, config)}
     out_dir.mkdir(parents=True, exist_ok=True)
     write_json(out_dir / TRAIN_CONFIG_NAME, record)
     history, best, losses = [], None, []
@@ -153,23 +149,7 @@ def train_view_head(views, train_ids, val_ids, out_dir, config, cache: FeatureCa
         bar.set_postfix(mrr=f"{metrics['val_mrr']:.3f}", best=f"{best['val_mrr']:.3f}@{best['step']}")
 
     if len(train_docs) < 2 or len(val_docs) < 2:
-        # Too few pairs to train or to validate (a small corpus, or a generator that often
-        # answers "Not applicable."): the teacher is the frozen encoder itself, which is what
-        # step 0 of training would be, so the later stages still have every aspect.
-        model.save_pretrained(out_dir, extra={"aspect": aspect, "step": 0, "mode": "frozen", "untrained": True,
-                                              "train_config": config.comparable()})
-        nan = float("nan")
-        result = TrainResult(aspect=aspect, out_dir=str(out_dir), best_step=0, best_mrr=nan, best_mean_rank=nan,
-                             baseline={"val_mean_rank": nan, "val_mrr": nan, "val_top1": nan},
-                             n_train_docs=len(train_docs), n_val_docs=len(val_docs))
-
-        record.update(status="finished", untrained=True,
-                      result={k: v for k, v in asdict(result).items() if k not in ("history", "model")})
-        # An empty history, as the skip check of a re-run (`train.finished_result`) reads one: without it the
-        # frozen-encoder teacher was written anew on every run.
-        write_json(out_dir / HISTORY_NAME, [])
-        write_json(out_dir / TRAIN_CONFIG_NAME, record)  # last: "finished" only once everything is there
-        return result
+        return _frozen_teacher(model, out_dir, config, record)
     validate(0)
     if config.head_rank:  # with no projection there is nothing to train: step 0 is the teacher
         with _few_threads():
@@ -195,6 +175,34 @@ def train_view_head(views, train_ids, val_ids, out_dir, config, cache: FeatureCa
                          seconds=time.perf_counter() - t0, stopped_early=stopper.stopped_early)
     record.update(status="finished", result={k: v for k, v in asdict(result).items() if k not in ("history", "model")})
     write_json(out_dir / TRAIN_CONFIG_NAME, record)
+    return result
+
+
+def _data_record(views, train_docs, val_docs, config) -> dict:
+    """What a teacher's train_config.json says of its data: enough for a re-run to know it is the same."""
+    return {"aspect": views.aspect, "params": config.comparable(), "seed": config.seed, "device": "cpu",
+            "num_processes": 1, "n_train_docs": len(train_docs), "n_val_docs": len(val_docs),
+            "n_train_views": sum(len(views.views[d]) for d in train_docs),
+            "data_fingerprint": views_fingerprint(views, train_docs, val_docs)}
+
+
+def _frozen_teacher(model, out_dir: Path, config, record: dict) -> TrainResult:
+    """Too few pairs to train or to validate (a small corpus, or a generator that often answers "Not
+    applicable."): the teacher is the frozen encoder itself, which is what step 0 of training would be, so
+    the later stages still have every aspect. Saved and recorded as finished, untrained."""
+    aspect = record["aspect"]
+    model.save_pretrained(out_dir, extra={"aspect": aspect, "step": 0, "mode": "frozen", "untrained": True,
+                                          "train_config": config.comparable()})
+    nan = float("nan")
+    result = TrainResult(aspect=aspect, out_dir=str(out_dir), best_step=0, best_mrr=nan, best_mean_rank=nan,
+                         baseline={"val_mean_rank": nan, "val_mrr": nan, "val_top1": nan},
+                         n_train_docs=record["n_train_docs"], n_val_docs=record["n_val_docs"])
+    record.update(status="finished", untrained=True,
+                  result={k: v for k, v in asdict(result).items() if k not in ("history", "model")})
+    # An empty history, as the skip check of a re-run (`train.finished_result`) reads one: without it the
+    # frozen-encoder teacher was written anew on every run.
+    write_json(out_dir / HISTORY_NAME, [])
+    write_json(out_dir / TRAIN_CONFIG_NAME, record)  # last: "finished" only once everything is there
     return result
 
 

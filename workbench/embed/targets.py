@@ -130,8 +130,6 @@ def compute_targets(
     of the teacher's weights and the views): an aspect whose key is unchanged is loaded,
     not recomputed, unless `force`.
     """
-    from safetensors.numpy import save_file
-
     run_dir = Path(run_dir)
     aspects = list(views_by_aspect) if aspects is None else list(aspects)
     missing_views = [a for a in aspects if a not in views_by_aspect]
@@ -155,33 +153,42 @@ def compute_targets(
                 print(f"{aspect}: {len(entry['doc_ids'])} targets loaded from {run_dir / TARGETS_NAME}")
             continue
         ids = list(docs)
-        flat = [text for d in ids for text in docs[d]]
-        if flat:
-            teacher = load_model(folders[aspect], device=device, aspects=[aspect], run_dir=run_dir)
-            # Each teacher reads views with the length it was trained with (its own max_length).
-            vectors = teacher.encode(flat, aspects=[aspect], batch_size=batch_size, normalize=True,
-                                     progress=progress)[aspect]
-            del teacher
-        else:
-            vectors = np.zeros((0, dim), dtype=np.float32)
-        bounds = np.cumsum([0] + [len(docs[d]) for d in ids])
-        matrix = np.stack([vectors[s:e].mean(axis=0) for s, e in zip(bounds[:-1], bounds[1:])]) if ids \
-            else np.zeros((0, dim), dtype=np.float32)
-        tensors[aspect] = np.ascontiguousarray(matrix, dtype=np.float32)
+        teacher = load_model(folders[aspect], device=device, aspects=[aspect], run_dir=run_dir) if ids else None
+        tensors[aspect] = _mean_views(teacher, aspect, docs, dim, batch_size, progress)
+        del teacher
         entries[aspect] = {"key": key, "doc_ids": ids, "n_views": [len(docs[d]) for d in ids],
                            "teacher": str(folders[aspect])}
         out[aspect] = dict(zip(ids, tensors[aspect]))
         changed = True
     if changed:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        # Remove the index first and write it last: an interrupted save leaves no index, so the
-        # next run recomputes instead of pairing a new tensor file with old doc ids.
-        (run_dir / TARGETS_INDEX).unlink(missing_ok=True)
-        keep = {a: tensors[a] for a in entries if a in tensors}
-        tmp = run_dir / (TARGETS_NAME + ".tmp")
-        save_file(keep, str(tmp), metadata={"method": TARGETS_METHOD})
-        os.replace(tmp, run_dir / TARGETS_NAME)
-        index = {"format": "workbench-targets", "method": TARGETS_METHOD, "dim": int(dim),
-                 "aspects": {a: entries[a] for a in keep}}
-        write_json(run_dir / TARGETS_INDEX, index, indent=1)
+        _save_targets(run_dir, tensors, entries, dim)
     return out
+
+
+def _mean_views(teacher, aspect: str, docs: dict, dim: int, batch_size: int, progress: bool) -> np.ndarray:
+    """[len(docs), dim]: per document (in `docs`' order) the mean of its views' unit vectors under `teacher`."""
+    ids = list(docs)
+    flat = [text for d in ids for text in docs[d]]
+    if not flat:
+        return np.zeros((0, dim), dtype=np.float32)
+    # Each teacher reads views with the length it was trained with (its own max_length).
+    vectors = teacher.encode(flat, aspects=[aspect], batch_size=batch_size, normalize=True, progress=progress)[aspect]
+    bounds = np.cumsum([0] + [len(docs[d]) for d in ids])
+    matrix = np.stack([vectors[s:e].mean(axis=0) for s, e in zip(bounds[:-1], bounds[1:])])
+    return np.ascontiguousarray(matrix, dtype=np.float32)
+
+
+def _save_targets(run_dir: Path, tensors: dict, entries: dict, dim: int) -> None:
+    """Write the targets and their index. The index is removed first and written last: an interrupted save
+    leaves no index, so the next run recomputes instead of pairing a new tensor file with old doc ids."""
+    from safetensors.numpy import save_file
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / TARGETS_INDEX).unlink(missing_ok=True)
+    keep = {a: tensors[a] for a in entries if a in tensors}
+    tmp = run_dir / (TARGETS_NAME + ".tmp")
+    save_file(keep, str(tmp), metadata={"method": TARGETS_METHOD})
+    os.replace(tmp, run_dir / TARGETS_NAME)
+    index = {"format": "workbench-targets", "method": TARGETS_METHOD, "dim": int(dim),
+             "aspects": {a: entries[a] for a in keep}}
+    write_json(run_dir / TARGETS_INDEX, index, indent=1)
