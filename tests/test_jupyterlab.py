@@ -70,6 +70,46 @@ def on_tap(x, y, index):
 pane = MapPane(state["map"].coords, meta, aspects, state["map"].weights, on_weights=on_weights, on_tap=on_tap)
 """
 
+# A map of real abstracts: every CSAbstruct paper (`scripts/csabstruct.py`, 2,155 computer-science abstracts,
+# the most real abstracts a package or this repository holds offline). Each aspect's vector is the TF-IDF of
+# the paper's sentences that people marked for it (challenge ~ background + objective, approach ~ method,
+# outcome ~ result; the whole abstract where none), reduced to 64 dimensions: real text and real overlap
+# between papers, at no encoder's cost. Laid out as stage 05 lays out a map (`AspectMap.fit`, "auto").
+PANE_REAL = f"""
+import sys
+import numpy as np, pandas as pd
+from sklearn.decomposition import TruncatedSVD
+from sklearn.feature_extraction.text import TfidfVectorizer
+sys.path.insert(0, {str(ROOT / "scripts")!r})
+import csabstruct
+from workbench.maps import tsne
+from workbench.maps.pane import MapPane
+papers = csabstruct.load()
+aspects = list(csabstruct.ASPECT_ROLES)
+texts = {{a: [" ".join(s for s, r in zip(ss, rr) if r in csabstruct.ASPECT_ROLES[a]) or " ".join(ss)
+             for ss, rr in zip(papers["sentences"], papers["roles"])] for a in aspects}}
+tfidf = TfidfVectorizer(sublinear_tf=True, min_df=2).fit(papers["abstract"])
+emb = {{}}
+for a in aspects:
+    e = TruncatedSVD(64, random_state=0).fit_transform(tfidf.transform(texts[a]))
+    emb[a] = e / np.maximum(np.linalg.norm(e, axis=1, keepdims=True), 1e-12)
+meta = pd.DataFrame({{"doc_id": papers["doc_id"], "title": [ss[0][:90] for ss in papers["sentences"]]}})
+state = {{"map": tsne.AspectMap.fit(emb, {{"challenge": 0.4, "approach": 0.4, "outcome": 0.2}}, seed=0)}}
+
+def on_weights(weights, on_frame=None):
+    state["map"] = state["map"].with_weights(weights, on_frame=on_frame)
+    return state["map"].coords
+
+def on_tap(x, y, index):
+    if index is not None:
+        return f"<h4>Paper {{index}}</h4>"
+    vectors = state["map"].invert(np.array([x, y]))
+    read = {{a: int(np.argmax(emb[a] @ v)) for a, v in vectors.items()}}
+    return "<h4>Empty spot</h4>" + "".join(f"<p>{{a}}: nearest paper {{i}}</p>" for a, i in read.items())
+
+pane = MapPane(state["map"].coords, meta, aspects, state["map"].weights, on_weights=on_weights, on_tap=on_tap)
+"""
+
 
 def _pane_cells(run: Path, load_bokehjs: bool = True) -> list[str]:
     setup = (f"from workbench.data.corpus import load_corpus\nfrom workbench.maps.explore import Explorer\n"
@@ -94,6 +134,7 @@ def lab(tmp_path_factory):
     notebook(root / "pane_notebook7.ipynb", _pane_cells(run))  # never opened by Lab: no stale widget outputs
     notebook(root / "no_bokehjs.ipynb", _pane_cells(run, load_bokehjs=False))
     notebook(root / "pane_10k.ipynb", [PANE_10K, "pane"])
+    notebook(root / "pane_real.ipynb", [PANE_REAL, "pane"])
     _notebook_05(root / "05_visualize.ipynb", run, base / "reports")
     with JupyterLab(root, base / "home") as server:
         browser = Browser(base / "profile")
@@ -380,6 +421,72 @@ def test_a_map_of_10000_papers_moves_and_answers_taps_in_time(lab):
           f"tap to text {', '.join(f'{t:.2f}' for t in taps)} s (3 taps; the button is released 0.1 s in)")
     assert first <= 3.0, f"the first frame took {first:.1f} s"
     assert np.median(taps) <= 1.0, f"taps took {taps} s to be read"
+    assert _watched_errors(browser) == []
+    browser.command("kernelmenu:shutdown")
+
+
+@pytest.mark.alone  # timed, as the one above
+def test_a_map_of_real_abstracts_moves_in_two_updates_and_answers_taps_in_time(lab):
+    """On the map of every CSAbstruct abstract (PANE_REAL), a slider step of 0.05 paints a first frame within
+    2 s of the key press and settles within 6 s in at most two updates of the points; once settled, the
+    legend's weights are the sliders'; a tap on an empty spot is read within 0.6 s. Times are scaled to a
+    machine at 165 GFLOP/s (time x speed / 165, the speed measured here on the product docs/results.md
+    uses), since the budget is set for the slower machines."""
+    import torch
+
+    server, browser, _ = lab
+    _run_notebook(server, browser, "pane_real.ipynb")
+    browser.wait(lambda: (browser.map_points() or {}).get("x") is not None, 120, "the map did not appear")
+    n = len(browser.map_points()["x"])
+    assert n > 2000
+    browser.wait(lambda: _map_ink(browser) > 1000, 30, "the map drew no points")
+    a, b = torch.randn(1600, 768), torch.randn(768, 3072)
+    a @ b
+    t0 = time.perf_counter()
+    for _ in range(5):
+        a @ b
+    speed = 5 * 2 * 1600 * 768 * 3072 / (time.perf_counter() - t0) / 1e9
+    scale = speed / 165.0
+
+    aspects = ("challenge", "approach", "outcome")
+    sliders = lambda: {x: float(browser.js(  # noqa: E731
+        f"return document.querySelector('.wb-weight-{x} .widget-readout').innerText")) for x in aspects}
+    before, drawn = sliders(), browser.map_head()
+    browser.watch_paints()
+    readout = browser.driver.find_element("css selector", ".wb-weight-outcome .widget-readout")
+    readout.click()
+    browser.js("document.execCommand('selectAll', false, null)")
+    start = time.perf_counter()
+    readout.send_keys(f"{before['outcome'] + 0.05:.2f}\n")
+    browser.wait(lambda: browser.map_head() != drawn, 30, "the map did not move after the slider", every=0.05)
+    browser.wait(lambda: "Layout:" in _readout(browser), 60, "no settled layout", every=0.05)
+    settled = time.perf_counter() - start
+    paints = browser.paints()
+    first = (paints["drawn"][0] - paints["enter"][0]) / 1000
+    browser.wait(lambda: browser.kernel_status() == "idle", 60, "the kernel stayed busy")
+    time.sleep(1.0)
+    updates = len(browser.paints()["drawn"])
+    legend = browser.js("return document.querySelector('.wb-legend').innerText")
+    shown = sliders()
+    assert all(f"{x} {w:.2f}" in legend for x, w in shown.items()), (legend, shown)
+    assert shown["outcome"] > before["outcome"]
+
+    taps = []
+    for k, (x, y) in enumerate(_empty_spot(browser, 3)):
+        _tap_paper(browser, k)
+        _wait_readout(browser, "Paper")
+        time.sleep(0.6)  # two clicks within BokehJS's double-tap interval make one double tap, not two taps
+        start = time.perf_counter()
+        browser.click_at(x, y)
+        browser.wait(lambda: "Empty spot" in _readout(browser), 30, "the tapped spot was not read", every=0.02)
+        taps.append(time.perf_counter() - start)
+    print(f"\n{n} real abstracts in JupyterLab ({speed:.0f} GFLOP/s): a step of 0.05 to first frame {first:.2f} s, "
+          f"settled {settled:.2f} s, {updates} updates; taps {', '.join(f'{t:.2f}' for t in taps)} s; "
+          f"scaled to 165 GFLOP/s: {first * scale:.2f}, {settled * scale:.2f}, {np.median(taps) * scale:.2f} s")
+    assert first * scale <= 2.0, f"the first frame took {first:.2f} s at {speed:.0f} GFLOP/s"
+    assert settled * scale <= 6.0, f"the map settled in {settled:.2f} s at {speed:.0f} GFLOP/s"
+    assert updates <= 2, f"the map was drawn {updates} times after one step"
+    assert np.median(taps) * scale <= 0.6, f"taps took {taps} s at {speed:.0f} GFLOP/s"
     assert _watched_errors(browser) == []
     browser.command("kernelmenu:shutdown")
 
