@@ -33,8 +33,10 @@ Z of the map's Student-t kernel, each corpus row's Gaussian precision) are compu
 per map and cached, by `prepare` when a large map is made (in the background after a
 weight change), so the first click costs what the next ones do.
 
-The arithmetic without a map (weighted distances, affinities, the exact gradient descent, the
-inversion's objective, an empty spot between regions) is in `tsne_math.py`.
+The arithmetic without a map (weighted distances, affinities, the exact KL, the inversion's
+objective, an empty spot between regions) is in `tsne_math.py`; the exact path's descent
+(`optimiser.GainsDescent`) and the one Adam loop both point optimisations run (`optimiser.Adam`)
+in `optimiser.py`.
 `leave_one_out_reconstruction` is appendix A.11's round trip (fit a map without a paper,
 place it, invert its spot).
 
@@ -62,9 +64,9 @@ from ..core.files import write_arrays, write_json
 from ..core.vectors import unit_rows
 from .reweight import (FIRST_ITER, WARM_TREES, iterations, kernel_sum, knn_affinities, large_change, neighbours,
                        preview_affinities, reweight, reweighted_affinities, slow_search)
-from .tsne_math import (calibrate_rows, check_embeddings, effective_perplexity, gradient_descent, inversion_distances,
-                        inversion_objective, joint_probabilities, new_features, normalize_weights, pca_init, unit32,
-                        weighted_features)
+from .optimiser import EARLY_MOMENTUM, MOMENTUM, Adam, GainsDescent, Phase
+from .tsne_math import (calibrate_rows, check_embeddings, effective_perplexity, inversion_distances, inversion_objective,
+                        joint_probabilities, new_features, normalize_weights, pca_init, unit32, weighted_features)
 
 from ..core.devices import free_threads
 
@@ -225,9 +227,10 @@ class AspectMap:
             n_iter = (300 if warm else 750) if n_iter is None else int(n_iter)
             f = features.astype(np.float64)
             P = joint_probabilities(np.clip(1.0 - f @ f.T, 0.0, 2.0), perplexity)
-            lr = max(n / EARLY_EXAGGERATION / 4.0, 50.0)   # sklearn's learning_rate="auto"
-            y = gradient_descent(P, y0, n_exag, 0.5, lr, EARLY_EXAGGERATION, verbose, " early")
-            y = gradient_descent(P, y, n_iter, 0.8, lr, 1.0, verbose)
+            descent = GainsDescent()
+            lr = descent.learning_rate(n, EARLY_EXAGGERATION)   # sklearn's learning_rate="auto"
+            y = descent.run(P, y0, Phase(n_exag, EARLY_MOMENTUM, EARLY_EXAGGERATION, " early"), lr, verbose)
+            y = descent.run(P, y, Phase(n_iter, MOMENTUM), lr, verbose)
         else:
             from openTSNE import TSNEEmbedding
 
@@ -243,9 +246,9 @@ class AspectMap:
             emb = TSNEEmbedding(y0, affinities, negative_gradient_method=gradient, n_jobs=n_jobs,
                                 random_state=seed, verbose=verbose)
             if n_exag:
-                emb.optimize(n_exag, exaggeration=EARLY_EXAGGERATION, momentum=0.5, learning_rate="auto",
+                emb.optimize(n_exag, exaggeration=EARLY_EXAGGERATION, momentum=EARLY_MOMENTUM, learning_rate="auto",
                              inplace=True)
-            emb.optimize(n_iter, momentum=0.8, learning_rate="auto", inplace=True)
+            emb.optimize(n_iter, momentum=MOMENTUM, learning_rate="auto", inplace=True)
             y = np.array(emb, dtype=np.float64)
         amap.coords = y
         return amap
@@ -433,24 +436,14 @@ class AspectMap:
         return loss, grad
 
     def _optimise_positions(self, p, y0, n_iter):
-        # Adam with a cosine-decayed step in map units (2% of the map's spread at first): the
-        # gradient of one point is O(1/n), so a step size in map units is what stays sensible
-        # from 100 to 100,000 points. The best position seen is returned.
-        y = y0.copy()
-        lr0 = 0.02 * float(np.std(self.coords)) + 1e-12
-        m1, m2 = np.zeros_like(y), np.zeros_like(y)
-        best_loss, _ = self._position_loss(p, y, with_grad=False)
-        best = y.copy()
-        for t in range(1, int(n_iter) + 1):
-            _, grad = self._position_loss(p, y)
-            m1 = 0.9 * m1 + 0.1 * grad
-            m2 = 0.999 * m2 + 0.001 * grad * grad
-            lr = lr0 * 0.5 * (1.0 + math.cos(math.pi * (t - 1) / max(int(n_iter), 1)))
-            y = y - lr * (m1 / (1 - 0.9 ** t)) / (np.sqrt(m2 / (1 - 0.999 ** t)) + 1e-12)
-            loss, _ = self._position_loss(p, y, with_grad=False)
-            better = loss < best_loss
-            best[better], best_loss[better] = y[better], loss[better]
-        return best
+        # Adam (`optimiser.Adam`) with a step in map units (2% of the map's spread at first): the gradient
+        # of one point is O(1/n), so a step size in map units is what stays sensible from 100 to 100,000
+        # points. Each row of y is one point; the best position each had is returned.
+        def evaluate(y, t):
+            loss, grad = self._position_loss(p, y)
+            return loss, grad, y
+
+        return Adam().minimise(evaluate, y0, n_iter, 0.02 * float(np.std(self.coords)) + 1e-12)
 
     # ------------------------------------------------------------ inverting 2-D points
 
@@ -501,21 +494,15 @@ class AspectMap:
         """
         n_iter = invert_steps(len(self)) if n_iter is None else int(n_iter)
         objective, c, distances = self._inversion_objective(point, n_components)
-        m1, m2 = np.zeros_like(c), np.zeros_like(c)
-        best_loss, best, keep = math.inf, None, None
-        for t in range(int(n_iter) + 1):
+        keep = [None]
+
+        def evaluate(c, t):  # one problem: the loss as a row of one, the x_hat it stands for as its row
             if len(self) > INVERT_ROWS and t % INVERT_REFRESH == 0:
-                keep = np.argpartition(distances(c), INVERT_ROWS)[:INVERT_ROWS]
-            loss, grad, x_hat = objective(c, keep=keep)
-            if loss < best_loss:
-                best_loss, best = loss, x_hat
-            if t == n_iter:
-                break
-            m1 = 0.9 * m1 + 0.1 * grad
-            m2 = 0.999 * m2 + 0.001 * grad * grad
-            step = lr * 0.5 * (1.0 + math.cos(math.pi * t / max(int(n_iter), 1)))
-            c = c - step * (m1 / (1 - 0.9 ** (t + 1))) / (np.sqrt(m2 / (1 - 0.999 ** (t + 1))) + 1e-12)
-        return best
+                keep[0] = np.argpartition(distances(c), INVERT_ROWS)[:INVERT_ROWS]
+            loss, grad, x_hat = objective(c, keep=keep[0])
+            return np.array([loss]), grad, x_hat[None]
+
+        return Adam().minimise(evaluate, c, n_iter, lr)[0]
 
     def invert(self, point, n_components: int = 20, n_iter: int | None = None) -> dict[str, np.ndarray]:
         """Per weighted aspect (alpha > 0), a unit vector (d_a,) for the 2-D `point`.
