@@ -62,8 +62,9 @@ import numpy as np
 
 from ..core.files import write_arrays, write_json
 from ..core.vectors import unit_rows
-from .reweight import (FIRST_ITER, WARM_TREES, iterations, kernel_sum, knn_affinities, large_change, neighbours,
-                       preview_affinities, reweight, reweighted_affinities, slow_search)
+from .neighbours import WARM_TREES
+from .reweight import (FIRST_ITER, iterations, kernel_sum, knn_affinities, large_change, neighbours, preview_affinities,
+                       relayout as lay_out_again, reweight, reweighted_affinities, slow_search)
 from .optimiser import EARLY_MOMENTUM, MOMENTUM, Adam, GainsDescent, Phase
 from .tsne_math import (calibrate_rows, check_embeddings, effective_perplexity, inversion_distances, inversion_objective,
                         joint_probabilities, new_features, normalize_weights, pca_init, unit32, weighted_features)
@@ -200,8 +201,11 @@ class AspectMap:
                 on_frame(coords)
             new.prepare(layout=False)
 
-        new.coords = reweight(start, affinities, first, max(total - FIRST_ITER, 0), first_frame, gradient, n_jobs,
-                              self.seed, ("bh" if len(self) < FFT_MIN else "fft") if relayout else None)
+        coords = reweight(start, affinities, first, 0 if relayout else max(total - FIRST_ITER, 0), first_frame,
+                          gradient, n_jobs, self.seed)
+        if relayout:
+            coords = lay_out_again(coords, affinities, "bh" if len(self) < FFT_MIN else "fft", n_jobs, self.seed)
+        new.coords = coords
         return new.prepare(background=True)
 
     @classmethod
