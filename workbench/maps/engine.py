@@ -69,7 +69,10 @@ class MapEngine:
     def with_weights(self, old, new, job: Job, on_frame=None, relayout: bool | None = None):
         """The map `new` (old's corpus under new weights) laid out warm from `old` (an `AspectMap`): see
         `AspectMap.with_weights`; here a warm `layout` (relayout has no say)."""
-        new.coords = self.layout(new, old.coords, job).coords
+        layout = self.layout(new, old.coords, job)
+        new.coords = layout.coords
+        if layout.knn is not None:
+            new.keep_neighbours(layout.knn, layout.knn_rows)
         if on_frame is not None:
             on_frame(new.coords)
         return new
@@ -166,4 +169,6 @@ class KNNEngine(MapEngine):
         return new.prepare(background=True)
 
 
-ENGINES = {engine.method: engine for engine in (ExactEngine, KNNEngine)}  # a method's name -> its engine
+# A method's name -> its engine class: `tsne.engine_for` looks names up here, and a saved map is reopened with the
+# engine of the name it recorded (an engine of one's own: add it here to reopen its maps by name).
+ENGINES = {engine.method: engine for engine in (ExactEngine, KNNEngine)}

@@ -69,7 +69,8 @@ class GainsDescent:
         """sklearn's learning_rate="auto": n / early exaggeration / 4, at least `min_learning_rate`."""
         return max(n / exaggeration / 4.0, self.min_learning_rate)
 
-    def run(self, P: np.ndarray, Y: np.ndarray, phase: Phase, learning_rate: float, verbose: bool = False) -> np.ndarray:
+    def run(self, P: np.ndarray, Y: np.ndarray, phase: Phase, learning_rate: float,
+            verbose: bool = False) -> np.ndarray:
         """Layout Y (n, 2) after `phase` against the dense affinities P (n, n); Y itself is left as it was."""
         Y = Y.copy()
         update = np.zeros_like(Y)

@@ -23,9 +23,10 @@ from a 10^-4 spread give a fresh fit 0.48 in 20 s). The spread and the milder ex
 some of the first frame's arrangement (Procrustes disparity 0.16 to 0.5 against about 1.0
 from openTSNE's 10^-4 start, at the same quality; benchmarks/README.md, maps).
 
-Above `EXACT_SEARCH_MAX` papers the product grows as n^2 and an Annoy index (openTSNE's copy) takes over
-(`neighbours`, which chooses between the searches of `neighbours.py`, or takes the one plugged into the map), unless a GPU is there (auto-detected, `WORKBENCH_DEVICE` overrides): the exact
-search then runs on it at any size (about 2 x 10^12 multiply-adds at 100,000 papers of 192 dimensions).
+Above `EXACT_SEARCH_MAX` papers the product grows as n^2 and an Annoy index (openTSNE's copy) takes over,
+unless a GPU is there (auto-detected, `WORKBENCH_DEVICE` overrides): the exact search then runs on it at any
+size (about 2 x 10^12 multiply-adds at 100,000 papers of 192 dimensions). `neighbours` makes that choice
+between the searches of `neighbours.py`, or takes the one plugged into the map (`AspectMap(method=engine)`).
 Quality against a fresh fit is measured in `benchmarks/maps.py` (kNN@10).
 """
 

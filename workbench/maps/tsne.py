@@ -68,20 +68,22 @@ from ..core.vectors import unit_rows
 from .engine import ENGINES, Job, MapEngine
 from .optimiser import Adam, Schedule
 from .reweight import kernel_sum, knn_affinities, neighbours
-from .tsne_math import (calibrate_rows, check_embeddings, effective_perplexity, inversion_distances, inversion_objective,
-                        joint_probabilities, new_features, normalize_weights, pca_init, unit32, weighted_features)
+from .tsne_math import (calibrate_rows, check_embeddings, effective_perplexity, inversion_distances,
+                        inversion_objective, joint_probabilities, new_features, normalize_weights, pca_init, unit32,
+                        weighted_features)
 
 FORMAT = "workbench-aspect-map"
 VERSION = 1
 WEIGHTS_NAME = "map.safetensors"
 CONFIG_NAME = "map_config.json"
-METHODS = ("auto", *ENGINES)
+METHODS = ("auto", *ENGINES)  # the names `engine_for` knows (an engine object is welcome too)
 EXACT_MAX = 1500            # "auto" uses the dense exact method below this many points
 # The phases of the engines built from a method's name (`engine_for`), read at fit time (tests shorten them).
 EARLY_EXAGGERATION = Schedule.exaggeration      # sklearn's and openTSNE's default, 12
 EXAGGERATION_ITER = Schedule.exaggeration_iter  # both libraries' length of the early exaggeration phase, 250
 N_JOBS: int | None = None  # openTSNE threads; None: the cores free at fit time (devices.free_threads)
 CLICK_SAMPLE = 0.03         # seconds the first click samples the idle cores for (a fit samples 0.3 s)
+PLACE_STEP = 0.02           # placing a point: Adam's first step, as a share of the map's spread (see `place`)
 INVERT_ROWS, INVERT_REFRESH = 1000, 10  # an inversion's nearest corpus rows, and how often they are found again
 PCA_ROWS = 2000             # corpus rows the inversion's principal components are estimated from
 Z_PAIRS = 400_000_000       # Z from at most this many pairs: exact up to 20,000 points, sampled rows above
@@ -110,10 +112,12 @@ def engine_for(method, n: int) -> MapEngine:
     """
     if isinstance(method, MapEngine):
         engine = method
-    elif method in METHODS:
-        engine = ENGINES["exact" if n < EXACT_MAX else "opentsne"]() if method == "auto" else ENGINES[method]()
+    elif method == "auto":
+        engine = ENGINES["exact" if n < EXACT_MAX else "opentsne"]()
+    elif isinstance(method, str) and method in ENGINES:  # ENGINES, not METHODS: engines added later count
+        engine = ENGINES[method]()
     else:
-        raise ValueError(f"method must be one of {METHODS} or a MapEngine, got {method!r}")
+        raise ValueError(f"method must be one of {('auto', *ENGINES)} or a MapEngine, got {method!r}")
     return dataclasses.replace(engine, schedule=engine.schedule or Schedule(EARLY_EXAGGERATION, EXAGGERATION_ITER),
                                threads=engine.threads or thread_count)
 
@@ -417,14 +421,14 @@ class AspectMap:
         return loss, grad
 
     def _optimise_positions(self, p, y0, n_iter):
-        # Adam (`optimiser.Adam`) with a step in map units (2% of the map's spread at first): the gradient
+        # Adam (`optimiser.Adam`) with a step in map units (PLACE_STEP of the map's spread at first): the gradient
         # of one point is O(1/n), so a step size in map units is what stays sensible from 100 to 100,000
         # points. Each row of y is one point; the best position each had is returned.
         def evaluate(y, t):
             loss, grad = self._position_loss(p, y)
             return loss, grad, y
 
-        return Adam().minimise(evaluate, y0, n_iter, 0.02 * float(np.std(self.coords)) + 1e-12)
+        return Adam().minimise(evaluate, y0, n_iter, PLACE_STEP * float(np.std(self.coords)) + 1e-12)
 
     # ------------------------------------------------------------ inverting 2-D points
 

@@ -223,7 +223,7 @@ def joint_probabilities(distances: np.ndarray, perplexity: float = 30.0) -> np.n
 
 
 def kl_gradient(P: np.ndarray, Y: np.ndarray, with_kl: bool = True):
-    """(KL(P || Q) or NaN without `with_kl`, its gradient) for float64 P (n, n) and Y (n, 2), unchecked: the descent's step."""
+    """(KL(P || Q), NaN without `with_kl`; its gradient) for float64 P (n, n) and Y (n, 2), unchecked."""
     # Dense O(n^2): the Student-t kernel W, Q = W / Z, grad_i = 4 sum_j (p_ij - q_ij) w_ij (y_i - y_j).
     sq = np.einsum("ij,ij->i", Y, Y)
     W = sq[:, None] + sq[None, :] - 2.0 * (Y @ Y.T)
