@@ -23,27 +23,25 @@ from a 10^-4 spread give a fresh fit 0.48 in 20 s). The spread and the milder ex
 some of the first frame's arrangement (Procrustes disparity 0.16 to 0.5 against about 1.0
 from openTSNE's 10^-4 start, at the same quality; benchmarks/README.md, maps).
 
-Above `EXACT_SEARCH_MAX` papers the product grows as n^2 and an Annoy index (openTSNE's copy) takes over
-(`neighbours`), unless a GPU is there (auto-detected, `WORKBENCH_DEVICE` overrides): the exact
-search then runs on it at any size (about 2 x 10^12 multiply-adds at 100,000 papers of 192 dimensions).
+Above `EXACT_SEARCH_MAX` papers the product grows as n^2 and an Annoy index (openTSNE's copy) takes over,
+unless a GPU is there (auto-detected, `WORKBENCH_DEVICE` overrides): the exact search then runs on it at any
+size (about 2 x 10^12 multiply-adds at 100,000 papers of 192 dimensions). `neighbours` makes that choice
+between the searches of `neighbours.py`, or takes the one plugged into the map (`AspectMap(method=engine)`).
 Quality against a fresh fit is measured in `benchmarks/maps.py` (kNN@10).
 """
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
 import numpy as np
 
 from ..core.devices import best_device
+from .neighbours import BLOCK, FIT_TREES, AnnoySearch, ExactSearch, NeighbourSearch
+from .optimiser import EARLY_MOMENTUM, MOMENTUM
 from .tsne_math import calibrate_rows
 
 EXACT_SEARCH_MAX = 30000  # exact blocked search up to here; an Annoy index above (openTSNE's copy)
-# Annoy's trees for a fresh fit (openTSNE's and FIt-SNE's default) and for a weight change, which starts
-# warm from a laid-out map: at 100,000 papers 10 trees took 9 s against 21 s through openTSNE's
-# Annoy class, with 92% of the 90 nearest found (98% with 50) and all of the 10 nearest.
-FIT_TREES, WARM_TREES = 50, 10
 FIRST_ITER = 5  # iterations before the first frame
 # openTSNE's FFT grid for those and for all but the last FINE_ITER warm iterations: 2 map units per
 # interval instead of 1. At 100,000 papers the first frame took 0.55 s against 1.26 s (kNN@10 0.253 / 0.267
@@ -62,90 +60,43 @@ RELAYOUT_MAX = 50000  # above this many papers a warm map already matches a fres
 RELAYOUT_BELOW = 0.8  # share of the 10 nearest neighbours a change keeps, below which the map is laid out again
 RELAYOUT_SPREAD = 5.0  # standard deviation of the shrunk first frame a re-layout starts from
 RELAYOUT_EXAGGERATION, RELAYOUT_EXAGGERATED_ITER, RELAYOUT_ITER = 4.0, 40, 80
-QUERY_BLOCK = 2000  # rows per task of the threaded Annoy search
 PREVIEW_PERPLEXITY = 10.0  # of a first frame's affinities before the search (`preview_affinities`)
 PREVIEW_BLOCK = 2000  # rows per block of `preview_affinities` (2,000 x 30 candidates x 192 floats: 46 MB)
-BLOCK = 1024  # query rows per product: BLOCK x n float32 similarities at a time
 KERNEL_BLOCK = 256  # rows per block of `kernel_sum` (256 x 10,000 floats: 10 MB, 4x faster than 1024 rows)
 
 
 def nearest(features: np.ndarray, k: int, n_jobs: int = 1, device: str | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """(n, k) indices and 1 - cos distances of each row's k nearest other rows, nearest first (unit rows).
-
-    On `device` (default: the detected one, `best_device`): on a GPU the products and top-k run
-    there, block by block, and only the (n, k) results come back."""
-    import torch  # lazy: torch's top-k is threaded, numpy's argpartition is not
-
-    device = device or best_device()
-    f = torch.from_numpy(np.ascontiguousarray(features, dtype=np.float32)).to(device)
-    n = f.shape[0]
-    k = min(int(k), n - 1)
-    idx = np.empty((n, k), dtype=np.int64)
-    dist = np.empty((n, k), dtype=np.float64)
-    before = torch.get_num_threads()
-    torch.set_num_threads(max(1, int(n_jobs)))
-    try:
-        with torch.no_grad():
-            for start in range(0, n, BLOCK):
-                sims = f[start:start + BLOCK] @ f.T
-                rows = torch.arange(sims.shape[0], device=sims.device)
-                sims[rows, start + rows] = -float("inf")  # a paper is not its own neighbour
-                top, where = torch.topk(sims, k, dim=1)  # sorted, largest first
-                idx[start:start + BLOCK] = where.cpu().numpy()
-                dist[start:start + BLOCK] = np.clip(1.0 - top.cpu().double().numpy(), 0.0, 2.0)
-    finally:
-        torch.set_num_threads(before)
-    return idx, dist
+    """(n, k) indices and 1 - cos distances of each row's k nearest other rows, nearest first (unit rows):
+    `neighbours.ExactSearch` on `device` (default: the detected one, `best_device`), BLOCK rows at a time."""
+    return ExactSearch(device or best_device(), BLOCK).search(features, k, n_jobs)
 
 
-def neighbours(features: np.ndarray, k: int, n_jobs: int = 1, seed: int = 0,
-               trees: int = FIT_TREES) -> tuple[np.ndarray, np.ndarray]:
-    """(n, k) indices and 1 - cos distances of each row's k nearest other rows (unit rows): exact blocked
-    products (`nearest`) up to EXACT_SEARCH_MAX rows on a CPU and at any size on a GPU, an Annoy
-    index of `trees` trees above that on a CPU."""
+def neighbours(features: np.ndarray, k: int, n_jobs: int = 1, seed: int = 0, trees: int = FIT_TREES,
+               search: NeighbourSearch | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(n, k) indices and 1 - cos distances of each row's k nearest other rows (unit rows), from `search`.
+
+    The one place a map's neighbour search is chosen: the search plugged into the map (`AspectMap(search=...)`),
+    else exact blocked products (`nearest`) up to EXACT_SEARCH_MAX rows on a CPU and at any size on a GPU, and
+    an Annoy index of `trees` trees (`neighbours.AnnoySearch`) above that on a CPU."""
+    if search is not None:
+        return search.search(features, k, n_jobs, seed)
     if not slow_search(len(features)):
         return nearest(features, k, n_jobs, best_device())
-    from openTSNE.dependencies.annoy import AnnoyIndex  # openTSNE's own copy of Annoy, as its Annoy class builds
-
-    data = np.asarray(features, dtype=np.float64)  # Annoy reads Python floats: float64 rows convert fastest
-    n, k = len(data), min(int(k), len(data) - 1)
-    index = AnnoyIndex(data.shape[1], "euclidean")
-    index.set_seed(int(np.random.RandomState(seed).randint(np.iinfo(np.int32).max)))
-    for i, row in enumerate(data):
-        index.add_item(i, row)
-    index.build(int(trees), n_jobs=max(1, int(n_jobs)))
-    idx, dist = np.empty((n, k), np.int64), np.empty((n, k), np.float64)
-
-    def query(start):  # a block of rows; Annoy releases the GIL while it searches
-        for i in range(start, min(start + QUERY_BLOCK, n)):
-            found, d = index.get_nns_by_item(i, k + 1, include_distances=True)
-            if len(found) == k + 1 and found[0] == i:  # the usual case: the row itself first
-                idx[i], dist[i] = found[1:], d[1:]
-                continue
-            keep = [j for j, f in enumerate(found) if f != i][:k]  # the row itself, where it was found
-            if len(keep) < k:  # the trees held too few candidates (tiny or duplicated data): this row exactly
-                near = np.argsort(np.sum((data - data[i]) ** 2, axis=1))
-                found, keep = near[near != i][:k], np.arange(k)
-                d = np.sqrt(np.sum((data[found] - data[i]) ** 2, axis=1))
-            idx[i], dist[i] = np.take(found, keep), np.take(d, keep)
-
-    # openTSNE queries row by row through joblib: 10 s at 100,000 rows on 2 cores against 6 s in blocks.
-    with ThreadPoolExecutor(max(1, int(n_jobs))) as pool:
-        list(pool.map(query, range(0, n, QUERY_BLOCK)))
-    return idx, np.clip(dist ** 2 / 2.0, 0.0, 2.0)  # |f_i - f_j|^2 = 2 d(i, j) on unit weighted features
+    return AnnoySearch(trees).search(features, k, n_jobs, seed)
 
 
 def reweighted_affinities(features: np.ndarray, perplexity: float, n_jobs: int = 1, seed: int = 0,
-                          trees: int = FIT_TREES):
+                          trees: int = FIT_TREES, search: NeighbourSearch | None = None):
     """(openTSNE affinities, neighbours, rows): symmetric P over the 3 x perplexity nearest papers of unit
     weighted features, the (indices, 1 - cos distances) of `neighbours` they came from, and the rows
     (indices, conditional p_{j|i}, precisions, log normalisers, the symmetric p of each pair) that
     `AspectMap._knn_rows` keeps. A map keeps both: placing or inverting a point on it needs the same
     rows, and would otherwise search and calibrate again (openTSNE's `joint_probabilities_nn` computes the
-    same P: 2.3 s at 100,000 papers, which this calibration replaces rather than repeats)."""
+    same P: 2.3 s at 100,000 papers, which this calibration replaces rather than repeats). trees, search: as
+    `neighbours`."""
     from openTSNE.affinity import PrecomputedAffinities
 
-    idx, d = neighbours(features, int(3 * perplexity), n_jobs, seed, trees)
+    idx, d = neighbours(features, int(3 * perplexity), n_jobs, seed, trees, search)
     P, rows = knn_affinities(idx, d, perplexity)
     return PrecomputedAffinities(P, normalize=False), (idx, d), rows
 
@@ -165,8 +116,11 @@ def knn_affinities(idx: np.ndarray, d: np.ndarray, perplexity: float):
     return P, (idx, cond, beta, log_norm, np.asarray(P[pairs, idx.ravel()]).reshape(idx.shape))
 
 
-def slow_search(n: int) -> bool:
-    """Whether `neighbours` searches n papers with Annoy (seconds) rather than by exact products."""
+def slow_search(n: int, search: NeighbourSearch | None = None) -> bool:
+    """Whether `neighbours` takes seconds on n papers: the plugged `search`'s own say, else whether it uses
+    Annoy rather than exact products."""
+    if search is not None:
+        return search.slow(n)
     return n > EXACT_SEARCH_MAX and best_device() == "cpu"
 
 
@@ -257,31 +211,39 @@ def large_change(old: np.ndarray | None, new: np.ndarray | None) -> bool:
 
 def reweight(coords: np.ndarray, affinities, first_iter: int = FIRST_ITER, settle_iter: int = 35,
              on_frame: Callable[[np.ndarray], object] | None = None, gradient: str = "bh", n_jobs: int = 1,
-             seed: int = 0, relayout_gradient: str | None = None) -> np.ndarray:
+             seed: int = 0) -> np.ndarray:
     """The layout under new affinities, warm from `coords`: on_frame(first frame), then the settled (n, 2).
 
-    relayout_gradient: lay the settled map out again from the shrunk first frame, with this gradient
-    ("bh" or "fft"; see the module docstring), instead of `settle_iter` more warm iterations."""
+    On the FFT gradient the first frame and all but the last FINE_ITER settling iterations take the
+    coarser grid (COARSE_INTS). A large change is laid out again from the first frame instead of
+    settling (`relayout`, after a call with settle_iter=0)."""
     from openTSNE import TSNEEmbedding
 
     emb = TSNEEmbedding(np.array(coords, dtype=np.float64), affinities, negative_gradient_method=gradient,
                         n_jobs=n_jobs, random_state=seed)
     coarse = {"ints_in_interval": COARSE_INTS} if gradient == "fft" else {}  # a coarser FFT grid (COARSE_INTS)
     if first_iter:
-        emb.optimize(first_iter, momentum=0.8, learning_rate="auto", inplace=True, **coarse)
+        emb.optimize(first_iter, momentum=MOMENTUM, learning_rate="auto", inplace=True, **coarse)
     if on_frame is not None:
         on_frame(np.array(emb, dtype=np.float64))
-    if relayout_gradient is not None:
-        y = np.array(emb, dtype=np.float64)
-        y = (y - y.mean(axis=0)) * (RELAYOUT_SPREAD / max(float(y[:, 0].std()), 1e-12))
-        emb = TSNEEmbedding(y, affinities, negative_gradient_method=relayout_gradient, n_jobs=n_jobs,
-                            random_state=seed)
-        emb.optimize(RELAYOUT_EXAGGERATED_ITER, exaggeration=RELAYOUT_EXAGGERATION, momentum=0.5,
-                     learning_rate="auto", inplace=True)
-        emb.optimize(RELAYOUT_ITER, momentum=0.8, learning_rate="auto", inplace=True)
-    elif settle_iter:
+    if settle_iter:
         fine = min(settle_iter, FINE_ITER) if coarse else settle_iter
         if settle_iter > fine:
-            emb.optimize(settle_iter - fine, momentum=0.8, learning_rate="auto", inplace=True, **coarse)
-        emb.optimize(fine, momentum=0.8, learning_rate="auto", inplace=True)
+            emb.optimize(settle_iter - fine, momentum=MOMENTUM, learning_rate="auto", inplace=True, **coarse)
+        emb.optimize(fine, momentum=MOMENTUM, learning_rate="auto", inplace=True)
+    return np.array(emb, dtype=np.float64)
+
+
+def relayout(frame: np.ndarray, affinities, gradient: str = "bh", n_jobs: int = 1, seed: int = 0) -> np.ndarray:
+    """The settled layout of a large change, laid out again from its first `frame` shrunk to RELAYOUT_SPREAD:
+    RELAYOUT_EXAGGERATED_ITER iterations at exaggeration RELAYOUT_EXAGGERATION, then RELAYOUT_ITER (see the
+    module docstring), with openTSNE's `gradient` ("bh" or "fft")."""
+    from openTSNE import TSNEEmbedding
+
+    y = np.array(frame, dtype=np.float64)
+    y = (y - y.mean(axis=0)) * (RELAYOUT_SPREAD / max(float(y[:, 0].std()), 1e-12))
+    emb = TSNEEmbedding(y, affinities, negative_gradient_method=gradient, n_jobs=n_jobs, random_state=seed)
+    emb.optimize(RELAYOUT_EXAGGERATED_ITER, exaggeration=RELAYOUT_EXAGGERATION, momentum=EARLY_MOMENTUM,
+                 learning_rate="auto", inplace=True)
+    emb.optimize(RELAYOUT_ITER, momentum=MOMENTUM, learning_rate="auto", inplace=True)
     return np.array(emb, dtype=np.float64)

@@ -16,15 +16,16 @@ exp(-beta_i * d(i, j)). That is the usual Gaussian on |f_i - f_j|^2 (what openTS
 computes on the unit features with metric="euclidean"), with beta rescaled, so the two
 paths below calibrate the same rows.
 
-Two fitting paths:
+Two fitting paths, each a map engine (`engine.py`) that the map holds, with its neighbour
+search (`neighbours.py`) and optimiser (`optimiser.py`) as parts; `engine_for` turns a
+method's name into one:
 
 * "exact" (below EXACT_MAX points): dense P from all distances, and the dense KL gradient
   descent of sklearn's method="exact" (early exaggeration 12 for 250 steps at momentum 0.5,
   then momentum 0.8, delta-bar-delta gains, learning rate max(n / 48, 50));
 * "opentsne": openTSNE's k-NN affinities (3 x perplexity neighbours) on the features, and
-  its Barnes-Hut gradient below FFT_MIN points, FFT above (openTSNE's rule for fresh fits).
-  A warm start begins from a spread-out map, where the FFT grid is large (50 warm iterations
-  on 2 cores: BH 4.9 s, FFT 16.9 s at n = 10000), so it uses Barnes-Hut up to WARM_FFT_MIN.
+  its Barnes-Hut gradient below engine.FFT_MIN points, FFT above (openTSNE's rule for fresh
+  fits; warm starts Barnes-Hut up to engine.WARM_FFT_MIN).
 
 Placing a point (A.10) optimises its 2-D position only, against the frozen map; inverting
 a 2-D point optimises a feature vector in the span of the corpus' top principal
@@ -33,8 +34,9 @@ Z of the map's Student-t kernel, each corpus row's Gaussian precision) are compu
 per map and cached, by `prepare` when a large map is made (in the background after a
 weight change), so the first click costs what the next ones do.
 
-The arithmetic without a map (weighted distances, affinities, the exact gradient descent, the
-inversion's objective, an empty spot between regions) is in `tsne_math.py`.
+The arithmetic without a map (weighted distances, affinities, the exact KL, the inversion's
+objective, an empty spot between regions) is in `tsne_math.py`; both point optimisations run
+one Adam loop (`optimiser.Adam`).
 `leave_one_out_reconstruction` is appendix A.11's round trip (fit a map without a paper,
 place it, invert its spot).
 
@@ -44,11 +46,13 @@ Typical use::
     amap2 = amap.with_weights({"task": 0.5, "method": 0.5})     # warm start, smooth change
     xy = amap.place({"task": e1_new, "method": e2_new})         # (m, 2)
     vectors = amap.invert([3.0, -1.5])                          # {"task": (d,), "method": (d,)}
+    AspectMap.fit(E, method=KNNEngine(search=MySearch()))       # a neighbour search of one's own
     amap.save("runs/x/map"); AspectMap.load("runs/x/map")
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import math
@@ -58,28 +62,28 @@ from typing import Mapping
 
 import numpy as np
 
+from ..core.devices import free_threads
 from ..core.files import write_arrays, write_json
 from ..core.vectors import unit_rows
-from .reweight import (FIRST_ITER, WARM_TREES, iterations, kernel_sum, knn_affinities, large_change, neighbours,
-                       preview_affinities, reweight, reweighted_affinities, slow_search)
-from .tsne_math import (calibrate_rows, check_embeddings, effective_perplexity, gradient_descent, inversion_distances,
+from .engine import ENGINES, Job, MapEngine
+from .optimiser import Adam, Schedule
+from .reweight import kernel_sum, knn_affinities, neighbours
+from .tsne_math import (calibrate_rows, check_embeddings, effective_perplexity, inversion_distances,
                         inversion_objective, joint_probabilities, new_features, normalize_weights, pca_init, unit32,
                         weighted_features)
-
-from ..core.devices import free_threads
 
 FORMAT = "workbench-aspect-map"
 VERSION = 1
 WEIGHTS_NAME = "map.safetensors"
 CONFIG_NAME = "map_config.json"
-METHODS = ("auto", "exact", "opentsne")
+METHODS = ("auto", *ENGINES)  # the names `engine_for` knows (an engine object is welcome too)
 EXACT_MAX = 1500            # "auto" uses the dense exact method below this many points
-EARLY_EXAGGERATION = 12.0   # sklearn's and openTSNE's default
-EXAGGERATION_ITER = 250     # both libraries' length of the early exaggeration phase
-FFT_MIN = 10000             # fresh openTSNE fits: Barnes-Hut below this many points, FFT above (its rule)
-WARM_FFT_MIN = 50000        # warm starts: Barnes-Hut up to here (see the module docstring)
+# The phases of the engines built from a method's name (`engine_for`), read at fit time (tests shorten them).
+EARLY_EXAGGERATION = Schedule.exaggeration      # sklearn's and openTSNE's default, 12
+EXAGGERATION_ITER = Schedule.exaggeration_iter  # both libraries' length of the early exaggeration phase, 250
 N_JOBS: int | None = None  # openTSNE threads; None: the cores free at fit time (devices.free_threads)
 CLICK_SAMPLE = 0.03         # seconds the first click samples the idle cores for (a fit samples 0.3 s)
+PLACE_STEP = 0.02           # placing a point: Adam's first step, as a share of the map's spread (see `place`)
 INVERT_ROWS, INVERT_REFRESH = 1000, 10  # an inversion's nearest corpus rows, and how often they are found again
 PCA_ROWS = 2000             # corpus rows the inversion's principal components are estimated from
 Z_PAIRS = 400_000_000       # Z from at most this many pairs: exact up to 20,000 points, sampled rows above
@@ -97,6 +101,25 @@ def thread_count(sample_seconds: float = 0.3) -> int:
         return max(1, int(N_JOBS))
 
     return min(8, free_threads(sample_seconds))
+
+
+def engine_for(method, n: int) -> MapEngine:
+    """The engine of a map of n points for `method`: "exact", "opentsne", "auto" (exact below EXACT_MAX points)
+    or a `MapEngine` (its parts left None filled in); the one place a method's name is looked at.
+
+    The schedule comes from EARLY_EXAGGERATION and EXAGGERATION_ITER as they are now, the threads from
+    `thread_count` when a run starts.
+    """
+    if isinstance(method, MapEngine):
+        engine = method
+    elif method == "auto":
+        engine = ENGINES["exact" if n < EXACT_MAX else "opentsne"]()
+    elif isinstance(method, str) and method in ENGINES:  # ENGINES, not METHODS: engines added later count
+        engine = ENGINES[method]()
+    else:
+        raise ValueError(f"method must be one of {('auto', *ENGINES)} or a MapEngine, got {method!r}")
+    return dataclasses.replace(engine, schedule=engine.schedule or Schedule(EARLY_EXAGGERATION, EXAGGERATION_ITER),
+                               threads=engine.threads or thread_count)
 
 
 # ---------------------------------------------------------------- the map
@@ -117,11 +140,14 @@ class AspectMap:
 
     Attributes: aspects (list, the order of the feature blocks), weights (alpha, sums to 1),
     embeddings (aspect -> (n, d_a) unit rows, float32), coords ((n, 2) float64),
-    perplexity, seed, method ("exact" or "opentsne", the one actually used).
+    perplexity, seed, engine (the `engine.MapEngine` that lays it out, with its neighbour search and
+    optimiser as parts), method (its name, "exact" or "opentsne", the one actually used).
     """
 
     def __init__(self, embeddings, weights, coords, perplexity=30.0, seed=42, method="exact"):
-        """A map from given coordinates (use `fit` to compute them); embeddings are unit-normalised here."""
+        """A map from given coordinates (use `fit` to compute them); embeddings are unit-normalised here.
+
+        method: a method's name or a `MapEngine` (see `engine_for`); weight changes and placed papers keep it."""
         self.embeddings = {a: unit32(e) for a, e in check_embeddings(embeddings).items()}
         self.aspects = list(self.embeddings)
         self.weights = normalize_weights(weights, self.aspects)
@@ -131,7 +157,8 @@ class AspectMap:
             raise ValueError(f"coords must have shape ({n}, 2), got {self.coords.shape}")
         self.perplexity = float(perplexity)
         self.seed = int(seed)
-        self.method = str(method)
+        self.engine = engine_for(method, n)
+        self.method = self.engine.method
         self._cache: dict = {}
         self._lock = threading.RLock()  # guards _cache (see `prepare`)
         self.preparing: threading.Thread | None = None  # the background `prepare`, if one was started
@@ -143,6 +170,11 @@ class AspectMap:
         w = ", ".join(f"{a}={w:.2f}" for a, w in self.weights.items())
         return f"AspectMap({len(self)} points, {w}, perplexity {self.perplexity:g}, {self.method})"
 
+    @property
+    def search(self):
+        """The neighbour search of the map's engine (None: `reweight.neighbours`' choice by size)."""
+        return self.engine.search
+
     # ------------------------------------------------------------ fitting
 
     @classmethod
@@ -151,15 +183,30 @@ class AspectMap:
         """Fit a map of `embeddings` (aspect -> (n, d_a)) under `weights` (None: equal).
 
         method: "exact" (dense, sklearn's exact algorithm), "opentsne" (k-NN affinities,
-        Barnes-Hut or FFT gradient) or "auto" (exact below EXACT_MAX points). init: None for
+        Barnes-Hut or FFT gradient), "auto" (exact below EXACT_MAX points), or an engine
+        (`engine.ExactEngine`, `engine.KNNEngine(search=...)` with a neighbour search of one's
+        own, a `neighbours.NeighbourSearch`). init: None for
         the scaled PCA start (seeded jitter), or an (n, 2) array. n_iter: iterations after
         the 250 of early exaggeration (default 750 exact, as sklearn's 1000 in all; 500
         openTSNE, its default). The exact path gives the same map for the same inputs and
         seed; openTSNE's is seeded too, but its approximate neighbour search (above 1000
         points) may vary with threads.
         """
-        amap = cls._fit(embeddings, weights, perplexity, method, init, seed, n_iter, verbose, warm=False)
-        return amap.prepare() if amap.method == "opentsne" else amap
+        embeddings = check_embeddings(embeddings)
+        n = next(iter(embeddings.values())).shape[0]
+        perplexity = effective_perplexity(perplexity, n)  # warns once, here; the map keeps the clipped value
+        amap = cls(embeddings, weights, np.zeros((n, 2)), perplexity, seed, engine_for(method, n))
+        if init is None:
+            y0 = pca_init(amap.features(), seed)
+        else:
+            y0 = np.array(init, dtype=np.float64)
+            if y0.shape != (n, 2):
+                raise ValueError(f"init must have shape ({n}, 2), got {y0.shape}")
+        layout = amap.engine.layout(amap, y0, Job(n_iter, amap.seed, warm=False, verbose=verbose))
+        amap.coords = layout.coords
+        if layout.knn is not None:
+            amap.keep_neighbours(layout.knn, layout.knn_rows)
+        return amap.prepare() if amap.engine.sparse else amap
 
     def with_weights(self, weights, n_iter=None, on_frame=None, relayout=None) -> "AspectMap":
         """The same corpus mapped under new weights, started from this map's coordinates.
@@ -169,86 +216,12 @@ class AspectMap:
         maps: the new neighbours (`reweight.neighbours`), reweight.FIRST_ITER iterations to a first
         frame (handed to `on_frame(coords)`, for a pane to draw at once), the rest of
         `reweight.iterations(n)` (80 at 10,000 papers; n_iter sets the total) to the settled map.
-        relayout: lay the settled map out again from the first frame (`reweight.reweight`); None (the
+        relayout: lay the settled map out again from the first frame (`reweight.relayout`); None (the
         default) does after a large change (`reweight.large_change`). Where the search takes seconds (Annoy),
         on_frame's frame comes first, from the old neighbours (`reweight.preview_affinities`).
         """
-        if self.method != "opentsne":
-            new = type(self)._fit(self.embeddings, weights, self.perplexity, self.method, self.coords,
-                                  self.seed, n_iter, False, warm=True)
-            if on_frame is not None:
-                on_frame(new.coords)
-            return new
-        new = type(self)(self.embeddings, weights, self.coords, self.perplexity, self.seed, self.method)
-        total, n_jobs, gradient = (iterations(len(self)) if n_iter is None else int(n_iter), thread_count(),
-                                   "bh" if len(self) < WARM_FFT_MIN else "fft")
-        old_knn = self._cache.get("knn") or self._cache.get("knn_rows")  # the fit's, the last change's, prepare's
-        start, first = self.coords, min(FIRST_ITER, total)
-        if on_frame is not None and old_knn is not None and slow_search(len(self)):  # before Annoy's seconds
-            preview = preview_affinities(new.features(), old_knn[0], self.perplexity)
-            start = reweight(self.coords, preview, first, 0, on_frame, gradient, n_jobs, self.seed)
-            first, on_frame = 0, None  # shown
-        affinities, new._cache["knn"], new._cache["knn_rows"] = reweighted_affinities(
-            new.features(), self.perplexity, n_jobs, self.seed, WARM_TREES)
-        if relayout is None:
-            relayout = large_change(old_knn[0] if old_knn else None, new._cache["knn"][0])
-
-        def first_frame(coords):  # then the caches the layout does not change: here, not in a thread
-            if on_frame is not None:  # beside openTSNE's, whose threads would wait for it
-                on_frame(coords)
-            new.prepare(layout=False)
-
-        new.coords = reweight(start, affinities, first, max(total - FIRST_ITER, 0), first_frame, gradient, n_jobs,
-                              self.seed, ("bh" if len(self) < FFT_MIN else "fft") if relayout else None)
-        return new.prepare(background=True)
-
-    @classmethod
-    def _fit(cls, embeddings, weights, perplexity, method, init, seed, n_iter, verbose, warm):
-        if method not in METHODS:
-            raise ValueError(f"method must be one of {METHODS}, got {method!r}")
-        embeddings = check_embeddings(embeddings)
-        n = next(iter(embeddings.values())).shape[0]
-        perplexity = effective_perplexity(perplexity, n)  # warns once, here; the map keeps the clipped value
-        amap = cls(embeddings, weights, np.zeros((n, 2)), perplexity, seed)
-        amap.method = ("exact" if n < EXACT_MAX else "opentsne") if method == "auto" else method
-        if amap.method == "exact" and n > 8 * EXACT_MAX:
-            raise ValueError(f"method='exact' holds several dense {n} x {n} matrices; use 'opentsne' or 'auto'")
-        features = amap.features()
-        if init is None:
-            y0 = pca_init(features, seed)
-        else:
-            y0 = np.array(init, dtype=np.float64)
-            if y0.shape != (n, 2):
-                raise ValueError(f"init must have shape ({n}, 2), got {y0.shape}")
-        n_exag = 0 if warm else EXAGGERATION_ITER
-        if amap.method == "exact":
-            n_iter = (300 if warm else 750) if n_iter is None else int(n_iter)
-            f = features.astype(np.float64)
-            P = joint_probabilities(np.clip(1.0 - f @ f.T, 0.0, 2.0), perplexity)
-            lr = max(n / EARLY_EXAGGERATION / 4.0, 50.0)   # sklearn's learning_rate="auto"
-            y = gradient_descent(P, y0, n_exag, 0.5, lr, EARLY_EXAGGERATION, verbose, " early")
-            y = gradient_descent(P, y, n_iter, 0.8, lr, 1.0, verbose)
-        else:
-            from openTSNE import TSNEEmbedding
-
-            n_iter = (100 if warm else 500) if n_iter is None else int(n_iter)
-            n_jobs = thread_count()
-            # Euclidean on unit features: |f_i - f_j|^2 = 2 d(i, j), and openTSNE squares
-            # its distances, so its rows are the exact path's rows restricted to the k-NN.
-            # Exact neighbours by blocked products (faster than openTSNE's Annoy index up to tens of
-            # thousands of papers; Annoy above), kept for placing and inverting (`_rows`).
-            affinities, amap._cache["knn"], amap._cache["knn_rows"] = reweighted_affinities(features, perplexity,
-                                                                                             n_jobs, seed)
-            gradient = "bh" if n < (WARM_FFT_MIN if warm else FFT_MIN) else "fft"
-            emb = TSNEEmbedding(y0, affinities, negative_gradient_method=gradient, n_jobs=n_jobs,
-                                random_state=seed, verbose=verbose)
-            if n_exag:
-                emb.optimize(n_exag, exaggeration=EARLY_EXAGGERATION, momentum=0.5, learning_rate="auto",
-                             inplace=True)
-            emb.optimize(n_iter, momentum=0.8, learning_rate="auto", inplace=True)
-            y = np.array(emb, dtype=np.float64)
-        amap.coords = y
-        return amap
+        new = type(self)(self.embeddings, weights, self.coords, self.perplexity, self.seed, self.engine)
+        return self.engine.with_weights(self, new, Job(n_iter, self.seed, warm=True), on_frame, relayout)
 
     # ------------------------------------------------------------ cached per-map quantities
 
@@ -266,7 +239,7 @@ class AspectMap:
             with self._lock:
                 if layout:
                     self._rows()
-                elif self.method == "opentsne" and len(self) >= EXACT_MAX:
+                elif self.engine.sparse and len(self) >= EXACT_MAX:
                     self._knn_rows()
                 self._pca(n_components)
                 bounds = np.cumsum([0] + [self.embeddings[a].shape[1] for a in self.aspects])
@@ -286,6 +259,21 @@ class AspectMap:
         if "features" not in self._cache:
             self._cache["features"] = weighted_features(self.embeddings, self.weights)
         return self._cache["features"]
+
+    def known_neighbours(self):
+        """The (indices, ...) rows of the neighbours this map's fit or weight change searched, or None."""
+        return self._cache.get("knn") or self._cache.get("knn_rows")  # the fit's, the last change's, prepare's
+
+    def keep_neighbours(self, knn, knn_rows) -> None:
+        """Keep the neighbours (indices, 1 - cos distances) and rows (`reweight.knn_affinities`) a layout found,
+        for placing and inverting points (`_rows`) and for the next weight change."""
+        self._cache["knn"], self._cache["knn_rows"] = knn, knn_rows
+
+    @_locked
+    def joint_affinities(self) -> np.ndarray:
+        """The exact path's P (n, n): every pair's weighted distance, each row calibrated to the map's perplexity."""
+        f = self._features64()
+        return joint_probabilities(np.clip(1.0 - f @ f.T, 0.0, 2.0), self.perplexity)
 
     @_locked
     def _features64(self) -> np.ndarray:
@@ -328,7 +316,7 @@ class AspectMap:
             k = min(n - 1, int(3 * perplexity))
             known = self._cache.get("knn")  # the neighbours the fit or weight change searched
             idx, d = (known[0][:, :k], known[1][:, :k]) if known is not None and known[0].shape[1] >= k \
-                else neighbours(f, k, thread_count(CLICK_SAMPLE), self.seed)
+                else neighbours(f, k, thread_count(CLICK_SAMPLE), self.seed, search=self.search)
             self._cache["knn_rows"] = knn_affinities(idx, d, perplexity)[1]
         return self._cache["knn_rows"]
 
@@ -417,8 +405,8 @@ class AspectMap:
         embeddings = {a: np.concatenate([self.embeddings[a], unit32(np.asarray(new_embeddings[a]))])
                       for a in self.aspects}
         grown = type(self)(embeddings, self.weights, np.concatenate([self.coords, placed]), self.perplexity,
-                           self.seed, self.method)
-        return grown.prepare(background=True) if grown.method == "opentsne" else grown
+                           self.seed, self.engine)
+        return grown.prepare(background=True) if grown.engine.sparse else grown
 
     def _position_loss(self, p, y, with_grad=True):
         # KL terms that depend on the new points' positions y (m, 2), up to a constant:
@@ -433,24 +421,14 @@ class AspectMap:
         return loss, grad
 
     def _optimise_positions(self, p, y0, n_iter):
-        # Adam with a cosine-decayed step in map units (2% of the map's spread at first): the
-        # gradient of one point is O(1/n), so a step size in map units is what stays sensible
-        # from 100 to 100,000 points. The best position seen is returned.
-        y = y0.copy()
-        lr0 = 0.02 * float(np.std(self.coords)) + 1e-12
-        m1, m2 = np.zeros_like(y), np.zeros_like(y)
-        best_loss, _ = self._position_loss(p, y, with_grad=False)
-        best = y.copy()
-        for t in range(1, int(n_iter) + 1):
-            _, grad = self._position_loss(p, y)
-            m1 = 0.9 * m1 + 0.1 * grad
-            m2 = 0.999 * m2 + 0.001 * grad * grad
-            lr = lr0 * 0.5 * (1.0 + math.cos(math.pi * (t - 1) / max(int(n_iter), 1)))
-            y = y - lr * (m1 / (1 - 0.9 ** t)) / (np.sqrt(m2 / (1 - 0.999 ** t)) + 1e-12)
-            loss, _ = self._position_loss(p, y, with_grad=False)
-            better = loss < best_loss
-            best[better], best_loss[better] = y[better], loss[better]
-        return best
+        # Adam (`optimiser.Adam`) with a step in map units (PLACE_STEP of the map's spread at first): the gradient
+        # of one point is O(1/n), so a step size in map units is what stays sensible from 100 to 100,000
+        # points. Each row of y is one point; the best position each had is returned.
+        def evaluate(y, t):
+            loss, grad = self._position_loss(p, y)
+            return loss, grad, y
+
+        return Adam().minimise(evaluate, y0, n_iter, PLACE_STEP * float(np.std(self.coords)) + 1e-12)
 
     # ------------------------------------------------------------ inverting 2-D points
 
@@ -501,21 +479,15 @@ class AspectMap:
         """
         n_iter = invert_steps(len(self)) if n_iter is None else int(n_iter)
         objective, c, distances = self._inversion_objective(point, n_components)
-        m1, m2 = np.zeros_like(c), np.zeros_like(c)
-        best_loss, best, keep = math.inf, None, None
-        for t in range(int(n_iter) + 1):
+        keep = [None]
+
+        def evaluate(c, t):  # one problem: the loss as a row of one, the x_hat it stands for as its row
             if len(self) > INVERT_ROWS and t % INVERT_REFRESH == 0:
-                keep = np.argpartition(distances(c), INVERT_ROWS)[:INVERT_ROWS]
-            loss, grad, x_hat = objective(c, keep=keep)
-            if loss < best_loss:
-                best_loss, best = loss, x_hat
-            if t == n_iter:
-                break
-            m1 = 0.9 * m1 + 0.1 * grad
-            m2 = 0.999 * m2 + 0.001 * grad * grad
-            step = lr * 0.5 * (1.0 + math.cos(math.pi * t / max(int(n_iter), 1)))
-            c = c - step * (m1 / (1 - 0.9 ** (t + 1))) / (np.sqrt(m2 / (1 - 0.999 ** (t + 1))) + 1e-12)
-        return best
+                keep[0] = np.argpartition(distances(c), INVERT_ROWS)[:INVERT_ROWS]
+            loss, grad, x_hat = objective(c, keep=keep[0])
+            return np.array([loss]), grad, x_hat[None]
+
+        return Adam().minimise(evaluate, c, n_iter, lr)[0]
 
     def invert(self, point, n_components: int = 20, n_iter: int | None = None) -> dict[str, np.ndarray]:
         """Per weighted aspect (alpha > 0), a unit vector (d_a,) for the 2-D `point`.

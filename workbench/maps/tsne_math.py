@@ -1,10 +1,11 @@
-"""t-SNE's arithmetic without a map: aspect-weighted distances, perplexity-calibrated affinities, exact KL descent.
+"""t-SNE's arithmetic without a map: aspect-weighted distances, perplexity-calibrated affinities, the exact KL.
 
 What `tsne.AspectMap` is built from (the conventions are in `tsne.py`'s module doc): the
 weights and the weighted features whose inner products give every distance, the binary
-search for each row's precision, the exact joint probabilities, the dense KL gradient
-descent of sklearn's exact method, the PCA start, the objective of inverting a 2-D point
-(`inversion_objective`) and an empty spot between a map's regions (`empty_spot`).
+search for each row's precision, the exact joint probabilities, the dense KL and its
+gradient (which `optimiser.GainsDescent` descends), the PCA start, the objective of
+inverting a 2-D point (`inversion_objective`) and an empty spot between a map's regions
+(`empty_spot`).
 """
 
 from __future__ import annotations
@@ -221,7 +222,8 @@ def joint_probabilities(distances: np.ndarray, perplexity: float = 30.0) -> np.n
 # ---------------------------------------------------------------- exact t-SNE
 
 
-def _kl_gradient(P: np.ndarray, Y: np.ndarray, with_kl: bool = True):
+def kl_gradient(P: np.ndarray, Y: np.ndarray, with_kl: bool = True):
+    """(KL(P || Q), NaN without `with_kl`; its gradient) for float64 P (n, n) and Y (n, 2), unchecked."""
     # Dense O(n^2): the Student-t kernel W, Q = W / Z, grad_i = 4 sum_j (p_ij - q_ij) w_ij (y_i - y_j).
     sq = np.einsum("ij,ij->i", Y, Y)
     W = sq[:, None] + sq[None, :] - 2.0 * (Y @ Y.T)
@@ -249,30 +251,7 @@ def kl_divergence(P: np.ndarray, Y: np.ndarray) -> tuple[float, np.ndarray]:
     Y = np.asarray(Y, dtype=np.float64)
     if P.ndim != 2 or P.shape[0] != P.shape[1] or Y.ndim != 2 or Y.shape[0] != P.shape[0]:
         raise ValueError(f"kl_divergence wants P (n, n) and Y (n, k), got {P.shape} and {Y.shape}")
-    return _kl_gradient(P, Y, with_kl=True)
-
-
-def gradient_descent(P, Y, n_iter, momentum, learning_rate, exaggeration=1.0, verbose=False, label=""):
-    """Exact t-SNE optimisation of layout Y against affinities P (sklearn's scheme, see the comment)."""
-    # sklearn's gradient_descent: momentum plus per-coordinate gains that grow while the
-    # gradient keeps its sign and shrink when it flips (delta-bar-delta, min gain 0.01).
-    Y = Y.copy()
-    update = np.zeros_like(Y)
-    gains = np.ones_like(Y)
-    PE = P * exaggeration if exaggeration != 1.0 else P
-    for it in range(n_iter):
-        report = verbose and ((it + 1) % 50 == 0 or it == n_iter - 1)
-        kl, grad = _kl_gradient(PE, Y, with_kl=report)
-        same = update * grad < 0.0
-        gains = np.where(same, gains + 0.2, gains * 0.8)
-        np.clip(gains, 0.01, None, out=gains)
-        update = momentum * update - learning_rate * gains * grad
-        Y += update
-        if report:
-            print(f"[t-SNE exact{label}] iteration {it + 1}: KL {kl:.4f}, gradient norm {np.linalg.norm(grad):.2e}")
-        if np.linalg.norm(grad) < 1e-7:
-            break
-    return Y
+    return kl_gradient(P, Y, with_kl=True)
 
 
 def pca_init(features: np.ndarray, seed: int) -> np.ndarray:
