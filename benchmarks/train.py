@@ -236,8 +236,7 @@ def run_stage02(mode: str, run_dir: Path, corpus, args) -> dict:
     config = stage02_config(mode, args)
     forget_loaded_backbones()
     start = time.perf_counter()
-    result = train_aspect_models([ASPECT], run_dir, corpus, config, val_split="validation", progress=False,
-                                 log=lambda *_: None)[ASPECT]
+    result = train_aspect_models([ASPECT], run_dir, corpus, config, val_split="validation", progress=False)[ASPECT]
     wall = time.perf_counter() - start
     rows = [{"step": h["step"], "score": h["val_mrr"], "mrr": h["val_mrr"], "seconds": h["seconds"]}
             for h in result.history]
@@ -268,7 +267,7 @@ def run_stage03(mode: str, run_dir: Path, corpus, args) -> dict:
     train_ids, val_ids = split_documents(sorted(documents_with_targets(targets)), corpus, "validation")
     labels = sentence_supervision(corpus, [ASPECT], run_dir) if mode == "frozen" else None
     before_call = time.perf_counter() - start
-    result = train_unified_model(corpus, targets, train_ids, val_ids, RunDir(run_dir).unified_model, config,
+    result = train_unified_model(corpus, targets, (train_ids, val_ids), RunDir(run_dir).unified_model, config,
                                  progress=False, run_dir=run_dir, sentence_labels=labels)
     wall = time.perf_counter() - start
     metric = "agreement" if mode == "frozen" else "mean_rank"
