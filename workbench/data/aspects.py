@@ -544,55 +544,69 @@ def parse_aspects(data: dict, source: str = "<dict>") -> AspectSet:
     aspect_fields: dict[str, str] = {}  # name -> field path, to point at the first one
     key_fields: dict[str, str] = {}
     for i, raw in enumerate(raw_aspects):
-        field = f"aspects[{i}]"
-        check.mapping(raw, field, required=("name", "description", "prompts"),
-                      optional=("include", "exclude", "examples", "judge"))
-        aspect_name = check.identifier(raw["name"], f"{field}.name")
-        if problem := folder_name_problem(aspect_name):  # it names aspect_models/<aspect>/
-            check.fail(f"{field}.name", problem)
-        if aspect_name in aspect_fields:
-            check.fail(f"{field}.name",
-                       f"duplicate aspect name {_short(aspect_name)} (also {aspect_fields[aspect_name]})")
-        aspect_fields[aspect_name] = field
-
-        raw_prompts = raw["prompts"]
-        if not isinstance(raw_prompts, list):
-            check.fail(f"{field}.prompts", f"expected a list of prompts, got {_type_name(raw_prompts)}")
-        if not raw_prompts:
-            check.fail(f"{field}.prompts", "must not be empty")
-        prompts = []
-        for j, raw_prompt in enumerate(raw_prompts):
-            pfield = f"{field}.prompts[{j}]"
-            check.mapping(raw_prompt, pfield, required=("key", "template"), optional=())
-            key = check.identifier(raw_prompt["key"], f"{pfield}.key")
-            if key in key_fields:
-                check.fail(f"{pfield}.key", f"duplicate prompt key {_short(key)} (also {key_fields[key]})")
-            key_fields[key] = pfield
-            template = check.template(raw_prompt["template"], f"{pfield}.template",
-                                      GENERATION_PLACEHOLDERS, required=("abstract",))
-            prompts.append(PromptSpec(key=key, template=template))
-
-        judge = None
-        if raw.get("judge") is not None:
-            jfield = f"{field}.judge"
-            raw_judge = check.mapping(raw["judge"], jfield, required=("rubric",), optional=("scale",))
-            judge = JudgeSpec(
-                scale=check.scale(raw_judge.get("scale", [1, 5]), f"{jfield}.scale"),
-                rubric=check.template(raw_judge["rubric"], f"{jfield}.rubric", RUBRIC_PLACEHOLDERS),
-            )
-
-        aspects.append(Aspect(
-            name=aspect_name,
-            description=check.string(raw["description"], f"{field}.description"),
-            include=check.string_list(raw.get("include"), f"{field}.include"),
-            exclude=check.string_list(raw.get("exclude"), f"{field}.exclude"),
-            examples=check.string_list(raw.get("examples"), f"{field}.examples"),
-            prompts=tuple(prompts),
-            judge=judge,
-        ))
+        aspects.append(_parse_aspect(check, raw, f"aspects[{i}]", aspect_fields, key_fields))
 
     return AspectSet(
         name=name, domain=domain, description=description, system_prompt=system_prompt,
         aspects=tuple(aspects), judge_template=judge_template, source=source,
         judge_system_prompt=judge_system_prompt,
     )
+
+
+def _parse_aspect(check: _Checker, raw: Any, field: str,
+                  aspect_fields: dict[str, str], key_fields: dict[str, str]) -> Aspect:
+    """Validate one entry of ``aspects`` and build its ``Aspect``.
+
+    ``aspect_fields`` and ``key_fields`` map the names and prompt keys seen so far (over the
+    whole set) to their field paths, so a duplicate's error points at the first one; both are
+    updated here.
+    """
+    check.mapping(raw, field, required=("name", "description", "prompts"),
+                  optional=("include", "exclude", "examples", "judge"))
+    aspect_name = check.identifier(raw["name"], f"{field}.name")
+    if problem := folder_name_problem(aspect_name):  # it names aspect_models/<aspect>/
+        check.fail(f"{field}.name", problem)
+    if aspect_name in aspect_fields:
+        check.fail(f"{field}.name",
+                   f"duplicate aspect name {_short(aspect_name)} (also {aspect_fields[aspect_name]})")
+    aspect_fields[aspect_name] = field
+    prompts = _parse_prompts(check, raw["prompts"], field, key_fields)
+
+    judge = None
+    if raw.get("judge") is not None:
+        jfield = f"{field}.judge"
+        raw_judge = check.mapping(raw["judge"], jfield, required=("rubric",), optional=("scale",))
+        judge = JudgeSpec(
+            scale=check.scale(raw_judge.get("scale", [1, 5]), f"{jfield}.scale"),
+            rubric=check.template(raw_judge["rubric"], f"{jfield}.rubric", RUBRIC_PLACEHOLDERS),
+        )
+
+    return Aspect(
+        name=aspect_name,
+        description=check.string(raw["description"], f"{field}.description"),
+        include=check.string_list(raw.get("include"), f"{field}.include"),
+        exclude=check.string_list(raw.get("exclude"), f"{field}.exclude"),
+        examples=check.string_list(raw.get("examples"), f"{field}.examples"),
+        prompts=tuple(prompts),
+        judge=judge,
+    )
+
+
+def _parse_prompts(check: _Checker, raw_prompts: Any, field: str, key_fields: dict[str, str]) -> list[PromptSpec]:
+    """Validate an aspect's ``prompts`` list; prompt keys are unique over the whole set (``key_fields``)."""
+    if not isinstance(raw_prompts, list):
+        check.fail(f"{field}.prompts", f"expected a list of prompts, got {_type_name(raw_prompts)}")
+    if not raw_prompts:
+        check.fail(f"{field}.prompts", "must not be empty")
+    prompts = []
+    for j, raw_prompt in enumerate(raw_prompts):
+        pfield = f"{field}.prompts[{j}]"
+        check.mapping(raw_prompt, pfield, required=("key", "template"), optional=())
+        key = check.identifier(raw_prompt["key"], f"{pfield}.key")
+        if key in key_fields:
+            check.fail(f"{pfield}.key", f"duplicate prompt key {_short(key)} (also {key_fields[key]})")
+        key_fields[key] = pfield
+        template = check.template(raw_prompt["template"], f"{pfield}.template",
+                                  GENERATION_PLACEHOLDERS, required=("abstract",))
+        prompts.append(PromptSpec(key=key, template=template))
+    return prompts
