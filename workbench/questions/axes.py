@@ -57,7 +57,7 @@ from ..measures.evaluation import correlation_table
 from ..embed.features import FeatureCache, FrozenBackbone
 
 from ..core.rundir import RunDir
-from ..generate.summaries import GenerationReport, run_requests
+from ..generate.summaries import GenerationReport, Reporting, run_requests
 
 QUESTIONS = "questions.jsonl"
 ANSWERS = "answers.jsonl"
@@ -299,8 +299,8 @@ def _ask(backend, store: RecordStore, tasks: list[dict], sampling: Sampling, pre
         return record
 
     try:
-        return run_requests(backend, store, tasks, sampling, prefill, to_record, desc, progress,
-                            getattr(backend, "batch_size", 8))
+        return run_requests(backend, store, tasks, sampling, prefill, to_record,
+                            Reporting(desc, progress, getattr(backend, "batch_size", 8)))
     finally:
         store.close()
 
