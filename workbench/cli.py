@@ -71,12 +71,14 @@ def cmd_validate(args) -> int:
     Everything printed passes `terminal_text`: titles, ids and file names are the file's text, and an
     escape sequence in them must show as text, not colour or move the user's terminal.
     """
-    from .data.corpus import load_corpus
+    from .data.corpus import ColumnNames, load_corpus
     from .data.validation import CorpusError, terminal_text
 
     options = {name: getattr(args, name) for name in _LOAD_OPTIONS if getattr(args, name) is not None}
+    # the id, title, year and label columns go to load_corpus as one ColumnNames
+    columns = {name: options.pop(name) for name in list(options) if name in ColumnNames.__dataclass_fields__}
     try:
-        corpus = load_corpus(args.source, **options)
+        corpus = load_corpus(args.source, columns=ColumnNames(**columns), **options)
     except CorpusError as exc:
         print(f"workbench validate: {terminal_text(str(exc), keep_newlines=True)}", file=sys.stderr)
         return 2
