@@ -273,22 +273,22 @@ def test_train_decoders_resume_and_load(lm, tmp_path):
     emb = _embeddings(len(SENTENCES))
     data = {"a": _data("a", emb), "b": _data("b", emb[::-1].copy())}
     config = DecoderConfig(max_steps=1, eval_every=1, device="cpu")  # what is trained is not under test here
-    first = train_decoders(tmp_path, None, ["a", "b"], config, data=data, lm=lm, progress=False)
+    first = train_decoders(tmp_path, data, ["a", "b"], config, lm=lm, progress=False)
     assert set(first) == {"a", "b"} and (RunDir(tmp_path).decoders / "a" / DONE_NAME).is_file()
     stamp = (RunDir(tmp_path).decoders / "a" / WEIGHTS_NAME).stat().st_mtime_ns
-    again = train_decoders(tmp_path, None, ["a", "b"], config, data=data, lm=lm, progress=False)
+    again = train_decoders(tmp_path, data, ["a", "b"], config, lm=lm, progress=False)
     assert (RunDir(tmp_path).decoders / "a" / WEIGHTS_NAME).stat().st_mtime_ns == stamp  # not retrained
     assert again["a"].best_val_loss == pytest.approx(first["a"].best_val_loss)
     # Changed data retrains only that aspect.
     data["b"].texts[0] = ["Something else entirely."]
-    train_decoders(tmp_path, None, ["a", "b"], config, data=data, lm=lm, progress=False)
+    train_decoders(tmp_path, data, ["a", "b"], config, lm=lm, progress=False)
     assert (RunDir(tmp_path).decoders / "a" / WEIGHTS_NAME).stat().st_mtime_ns == stamp
     # A half-finished decoder (no done.json) is trained again.
     (RunDir(tmp_path).decoders / "a" / DONE_NAME).unlink()
-    train_decoders(tmp_path, None, ["a"], config, data=data, lm=lm, progress=False)
+    train_decoders(tmp_path, data, ["a"], config, lm=lm, progress=False)
     assert (RunDir(tmp_path).decoders / "a" / DONE_NAME).is_file()
 
-    shared = train_decoders(tmp_path / "s", None, ["a", "b"], config, shared=True, data=data, lm=lm, progress=False)
+    shared = train_decoders(tmp_path / "s", data, ["a", "b"], config, shared=True, lm=lm, progress=False)
     assert shared["a"] is shared["b"]
     loaded = load_decoders(tmp_path / "s", lm=lm)
     assert set(loaded) == {"a", "b"} and loaded["a"].shared and loaded["a"].decoder is loaded["b"].decoder
@@ -343,12 +343,13 @@ def test_round_trip_rank_against_brute_force():
 @pytest.mark.slow
 def test_decoding_report_on_tiny_decoder(trained):
     from workbench.decode.decoding import AspectDecoder
-    from workbench.decode.faithfulness import decoding_report, figure3_table
+    from workbench.decode.faithfulness import FaithfulnessConfig, decoding_report, figure3_table
 
     result, emb = trained
     dec = AspectDecoder("a", result.decoder)
     metrics, examples = decoding_report(dec, emb[:N_TRAIN], [[s] for s in SENTENCES[:N_TRAIN]],
-                                        sampling={"max_new_tokens": 6}, bertscore_model="minilm")
+                                        config=FaithfulnessConfig(sampling={"max_new_tokens": 6},
+                                                                  bertscore_model="minilm"))
     assert metrics["ppl matching"] < metrics["ppl shuffled"]
     assert np.isnan(metrics["ppl unconditioned"])  # a chat decoder: not reported by default
     assert 0 < metrics["bertscore matching"] <= 1 and len(examples) == N_TRAIN
