@@ -14,8 +14,9 @@ import pytest
 import torch
 from torch import nn
 
-from workbench.decode.soft_prompt import CONFIG_NAME, HISTORY_NAME, WEIGHTS_NAME, DecoderConfig, EmbeddingDecoder
-from workbench.decode.decodertrain import train_decoder
+from workbench.decode.soft_prompt import (CONFIG_NAME, HISTORY_NAME, WEIGHTS_NAME, DecodeSampling, DecoderConfig,
+                                         EmbeddingDecoder)
+from workbench.decode.decodertrain import DecoderItems, train_decoder
 from workbench.embed.encoders import CheckpointError
 from workbench.core.rundir import RunDir
 
@@ -149,8 +150,8 @@ def trained(lm, tmp_path_factory):
     out = tmp_path_factory.mktemp("decoder")
     emb = _embeddings(len(SENTENCES))
     config = DecoderConfig(max_steps=20, eval_every=20, lr=2e-2, batch_size=4, device="cpu")
-    result = train_decoder(emb, [[s] for s in SENTENCES], range(N_TRAIN), range(N_TRAIN, len(SENTENCES)),
-                           out, config, lm=lm, progress=False)
+    items = DecoderItems(emb, [[s] for s in SENTENCES], range(N_TRAIN), range(N_TRAIN, len(SENTENCES)))
+    result = train_decoder(items, out, config, lm=lm, progress=False)
     return result, emb
 
 
@@ -160,8 +161,8 @@ def checkpoint(lm, tmp_path_factory):
     out = tmp_path_factory.mktemp("decoder_checkpoint")
     emb = _embeddings(len(SENTENCES))
     config = DecoderConfig(max_steps=1, eval_every=1, lr=1e-2, batch_size=4, device="cpu")
-    result = train_decoder(emb, [[s] for s in SENTENCES], range(N_TRAIN), range(N_TRAIN, len(SENTENCES)),
-                           out, config, lm=lm, progress=False)
+    items = DecoderItems(emb, [[s] for s in SENTENCES], range(N_TRAIN), range(N_TRAIN, len(SENTENCES)))
+    result = train_decoder(items, out, config, lm=lm, progress=False)
     return result, emb
 
 
@@ -214,10 +215,10 @@ def test_save_load_round_trip(checkpoint, lm, tmp_path):
 def test_generate_shapes(checkpoint):
     result, emb = checkpoint
     dec = result.decoder
-    greedy = dec.generate(emb[:3], greedy=True, max_new_tokens=6, batch_size=2)
+    greedy = dec.generate(emb[:3], DecodeSampling(greedy=True, max_new_tokens=6), batch_size=2)
     assert len(greedy) == 3 and all(len(c) == 1 and c[0].strip() for c in greedy)
     torch.manual_seed(0)
-    sampled = dec.generate(emb[:3], num_return_sequences=2, max_new_tokens=6, batch_size=2)
+    sampled = dec.generate(emb[:3], DecodeSampling(num_return_sequences=2, max_new_tokens=6), batch_size=2)
     assert len(sampled) == 3 and all(len(c) == 2 and all(s.strip() for s in c) for c in sampled)
 
 

@@ -229,8 +229,8 @@ def test_both_decoder_kinds_offer_the_one_decoder_interface(memory):
     class Generator:  # a stand-in for the soft-prompt decoder's EmbeddingDecoder: one text per embedding
         aspects, chat = None, True
 
-        def generate(self, emb, aspect=None, **sampling):
-            return [[f"text {i} ({sampling.get('max_new_tokens')})"] for i in range(len(emb))]
+        def generate(self, emb, sampling, batch_size=16, aspect=None, progress=False):
+            return [[f"text {i} ({sampling.max_new_tokens})"] for i in range(len(emb))]
 
     soft = AspectDecoder("method", Generator())
     assert isinstance(soft, Decoder) and not soft.names_sources

@@ -35,8 +35,8 @@ from typing import Mapping, Protocol, Sequence, runtime_checkable
 import numpy as np
 import pandas as pd
 
-from .soft_prompt import CONFIG_NAME, HISTORY_NAME, DecoderConfig, EmbeddingDecoder
-from .decodertrain import DecoderTrainResult, train_decoder
+from .soft_prompt import CONFIG_NAME, HISTORY_NAME, DecodeSampling, DecoderConfig, EmbeddingDecoder
+from .decodertrain import DecoderItems, DecoderTrainResult, train_decoder
 from .faithfulness import round_trip, save_confidence
 from ..core.rundir import RunDir, aspect_model_dir, read_split
 from ..core.files import write_json
@@ -200,12 +200,12 @@ def train_decoders(run_dir, data: Mapping[str, DecoderData], aspects: Sequence[s
                 item_aspects += [a] * len(d.texts)
                 tr += [offset + i for i in d.train_idx]
                 va += [offset + i for i in d.val_idx]
-            result = train_decoder(np.concatenate(emb), texts, tr, va, folder, config, lm=lm, progress=progress,
-                                   item_aspects=item_aspects, extra=extra)
+            result = train_decoder(DecoderItems(np.concatenate(emb), texts, tr, va, item_aspects), folder, config,
+                                   lm=lm, progress=progress, extra=extra)
         else:
             d = data[name]
-            result = train_decoder(d.embeddings, d.texts, d.train_idx, d.val_idx, folder, config, aspect=name,
-                                   lm=lm, progress=progress, extra=extra)
+            result = train_decoder(DecoderItems(d.embeddings, d.texts, d.train_idx, d.val_idx), folder, config,
+                                   aspect=name, lm=lm, progress=progress, extra=extra)
         done = {"fingerprint": fingerprint, "config": config.to_dict(), "best_step": result.best_step,
                 "best_val_loss": result.best_val_loss, "stopped_early": result.stopped_early,
                 "seconds": result.seconds}
@@ -323,9 +323,13 @@ class AspectDecoder:
     def describe(self, embeddings, exclude=None, **sampling) -> list[list[str]]:
         """Decode embeddings [N, D] (or one [D]) into text: candidates per embedding (see EmbeddingDecoder.generate).
 
+        sampling: the fields of `DecodeSampling` (max_new_tokens, greedy, ...), as every decoder of the
+        `Decoder` interface takes them, plus generate's batch_size and progress.
         exclude is accepted for the retrieval decoder's interface; this decoder has no memory to exclude from.
         """
-        return self.decoder.generate(unit_rows(np.atleast_2d(embeddings)), aspect=self._aspect(), **sampling)
+        batching = {k: sampling.pop(k) for k in ("batch_size", "progress") if k in sampling}
+        return self.decoder.generate(unit_rows(np.atleast_2d(embeddings)), DecodeSampling(**sampling),
+                                     aspect=self._aspect(), **batching)
 
     def statements(self, embeddings, exclude=None, rewrite: bool = False, max_new_tokens: int = 48,
                    **sampling) -> list[dict]:
