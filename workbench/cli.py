@@ -11,7 +11,7 @@ from .core.models import PACKAGED, model_table, prepare_causal_lm
 from .core.rundir import MARKER_NAME, MarkerError, RunDir
 from .core.safeyaml import AliasError, StrictLoader
 from .data.aspects import list_presets, load_aspects
-from .run.runner import run_pipeline
+from .run.runner import ExecutionOptions, run_pipeline
 from .run.runs import RefusedError, clean_caches, human, mark_run, plan_clean, run_table
 
 
@@ -37,7 +37,8 @@ def cmd_run(args) -> int:
     """Execute the notebooks with papermill and export the HTML reports."""
     stages = args.stages.split(",") if args.stages else None
     run_pipeline(args.params, run_dir=args.run_dir, stages=stages, overrides=_overrides(args.param),
-                 report=not args.no_report, kernel_per_stage=args.kernel_per_stage, report_code=args.report_code)
+                 report=not args.no_report,
+                 execution=ExecutionOptions(kernel_per_stage=args.kernel_per_stage, report_code=args.report_code))
     return 0
 
 
