@@ -109,10 +109,11 @@ def measure(args) -> None:
     for aspect in aspects:
         t0 = time.perf_counter()
         statements = Q.aspect_statements(corpus, aspect, run_dir)
+        config = Q.AxesConfig(k=args.k, per_cluster=args.per_cluster, samples=args.samples, pairs=args.pairs,
+                              embed="minilm",
+                              gen_sampling=Sampling(temperature=0.7, max_new_tokens=args.gen_tokens, seed=0))
         axes, report = Q.build_axes(run_dir, aspect, corpus.ids, emb[aspect], statements, backend, usable=~test,
-                                    k=args.k, per_cluster=args.per_cluster, samples=args.samples, pairs=args.pairs,
-                                    embed="minilm",
-                                    gen_sampling=Sampling(temperature=0.7, max_new_tokens=args.gen_tokens, seed=0))
+                                    config=config)
         print(f"\n== {aspect} ({time.perf_counter() - t0:.0f} s) ==")
         print(f"clusters {report['clusters']}; questions parsed {report['generated']}, unique {report['unique']}, "
               f"kept {report['kept']}; answers {report.get('answers', 0)} ({report.get('unparsed', 0)} unparsed), "
