@@ -39,7 +39,7 @@ from .selection import Selection
 from .pane import MapPane
 from .readout import decoded_html, own_statements_html, pick_own
 from .tsne import AspectMap, normalize_weights
-from .weights import fit_weights, map_weights
+from .weights import FitSettings, fit_weights, map_weights
 from ..core.rundir import RunDir
 from ..core.vectors import unit_rows
 
@@ -187,15 +187,16 @@ class Explorer:
         return self.map.coords
 
     def fit_weights(self, labels=None, pairs=None, groups=None, negative: Sequence[str] = (), apply: bool = True,
-                    **options):
+                    settings: FitSettings = FitSettings()):
         """Aspect weights fitted to the user's judgement (weights.fit_weights), and with `apply` the map refit warm.
 
         One of labels (one per document, corpus order), pairs ([(i, j, similar), ...]) or
-        groups ([[i, j, ...], ...]); negative: aspects that may weigh negatively; options go
-        to `weights.fit_weights` (folds, seed, grid_step, ...). A negative weight cannot be
+        groups ([[i, j, ...], ...]); negative: aspects that may weigh negatively; settings go
+        to `weights.fit_weights` (`FitSettings`: folds, seed, grid_step, ...). A negative weight cannot be
         drawn: the map uses the positive part (`weights.map_weights`). Returns the WeightFit.
         """
-        fit = fit_weights(self.embeddings, labels=labels, pairs=pairs, groups=groups, negative=negative, **options)
+        fit = fit_weights(self.embeddings, labels=labels, pairs=pairs, groups=groups, negative=negative,
+                          settings=settings)
         if apply:
             self.reweight(map_weights(fit.weights))
         return fit
