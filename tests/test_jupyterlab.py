@@ -72,9 +72,9 @@ pane = MapPane(state["map"].coords, meta, aspects, state["map"].weights, on_weig
 
 
 def _pane_cells(run: Path, load_bokehjs: bool = True) -> list[str]:
-    setup = (f"from workbench.data.corpus import load_corpus\nfrom workbench.maps.explore import Explorer\n"
+    setup = (f"from workbench.data.corpus import load_corpus\nfrom workbench.maps.explore import Explorer, MapLayout\n"
              f"docs = load_corpus({CORPUS!r})\n"
-             f"explorer = Explorer({str(run)!r}, docs, {ASPECTS!r}, perplexity=5.0, seed=0)")
+             f"explorer = Explorer({str(run)!r}, docs, {ASPECTS!r}, layout=MapLayout(perplexity=5.0, seed=0))")
     if not load_bokehjs:
         setup = "import workbench.maps.pane\nworkbench.maps.pane.LOAD_BOKEHJS = False  # the negative control\n" + setup
     return [setup, "pane = explorer.pane(labels=3)\npane"]

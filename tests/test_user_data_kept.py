@@ -59,7 +59,8 @@ def open_explorer(tmp_path, monkeypatch):
     RunDir(run).unified_model.mkdir(parents=True)  # the Explorer asks for stage 03's folder
 
     def open_on(corpus):
-        return explore_module.Explorer(run, corpus, ASPECTS, perplexity=2.0, decode=False, reuse_map=None)
+        return explore_module.Explorer(run, corpus, ASPECTS, decode=False,
+                                       layout=explore_module.MapLayout(perplexity=2.0, reuse_map=None))
 
     return open_on
 

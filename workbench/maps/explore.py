@@ -16,6 +16,7 @@ for a standalone page). Everything a callback returns as HTML is escaped here.
 from __future__ import annotations
 
 import html
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -68,20 +69,32 @@ def hover_meta(corpus, aspects: Sequence[str], run_dir=None) -> pd.DataFrame:
     return meta
 
 
+@dataclass(frozen=True)
+class MapLayout:
+    """How `Explorer` lays out its map: t-SNE `perplexity`, `method` ("auto", or a t-SNE
+    implementation `AspectMap.fit` knows) and `seed`. reuse_map: the saved map (`save_map`) to
+    reopen when it was drawn with the same aspects, perplexity and seed: its papers keep their
+    place and papers added to the corpus since are placed on it (`saved.reopen_map`); None
+    always fits a new map."""
+
+    perplexity: float = 30.0
+    method: str = "auto"
+    seed: int = 42
+    reuse_map: str | None = "current"
+
+
 class Explorer:
     """One corpus, its aspect embeddings and a map of them, with decoding, placing and search.
 
     run_dir: a run with a unified model (stage 03); decoders (stage 04) and aspect models
     (stage 02) are used when present (`decode=False` skips loading the decoders, e.g.
-    for a quick map). weights: {aspect: weight} (normalised; None = equal). reuse_map: the
-    saved map (`save_map`) to reopen when it was drawn with the same aspects, perplexity and
-    seed: its papers keep their place and papers added to the corpus since are placed on it
-    (`saved.reopen_map`); None always fits a new map.
+    for a quick map). weights: {aspect: weight} (normalised; None = equal). layout: the map's
+    perplexity, method and seed, and which saved map to reopen (`MapLayout`).
     """
 
     def __init__(self, run_dir, corpus, aspects: Sequence[str] | None = None, weights=None,
-                 perplexity: float = 30.0, method: str = "auto", seed: int = 42, decode: bool = True,
-                 device: str | None = None, sampling: Mapping | None = None, reuse_map: str | None = "current"):
+                 layout: MapLayout = MapLayout(), decode: bool = True, device: str | None = None,
+                 sampling: Mapping | None = None):
         self.run_dir = RunDir(run_dir)
         self.corpus = corpus
         self.device = device
@@ -99,9 +112,10 @@ class Explorer:
         # doc_id -> title: a decoded statement names its paper by id
         self.titles = dict(zip(self.meta["doc_id"].astype(str), self.meta["title"].fillna("").astype(str)))
         # The run's saved map when it fits (papers added since are placed on it, nothing else moves), else a fit.
-        reopened = reopen_map(self.run_dir, reuse_map, self.meta["doc_id"], self.embeddings, weights, perplexity,
-                              seed, method) if reuse_map else None
-        self.map = reopened or AspectMap.fit(self.embeddings, weights, perplexity=perplexity, method=method, seed=seed)
+        reopened = reopen_map(self.run_dir, layout.reuse_map, self.meta["doc_id"], self.embeddings, weights,
+                              layout.perplexity, layout.seed, layout.method) if layout.reuse_map else None
+        self.map = reopened or AspectMap.fit(self.embeddings, weights, perplexity=layout.perplexity,
+                                             method=layout.method, seed=layout.seed)
         self.regions, self.term_indexes = MapRegions(), {}  # regions numbered alike across maps; terms per aspect
         if reopened is not None and reopened.method == "opentsne" and reopened.preparing is None:
             reopened.prepare(background=True)  # the first click on a reopened map need not build its caches
