@@ -5,6 +5,8 @@ heads), so every path is the one a trained run takes; the numbers are checked ag
 brute-force computation, not for quality.
 """
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -147,7 +149,12 @@ def _pane_arguments(explorer, monkeypatch, **options) -> dict:
     from workbench.maps import explore as explore_module
 
     seen = {}
-    monkeypatch.setattr(explore_module, "MapPane", lambda *args, **kwargs: seen.update(kwargs, meta=args[1]))
+
+    def flat(kwargs):  # the fields of PaneCallbacks, PaneView and PaneState as if given one by one
+        return {k: v for key, given in kwargs.items()
+                for k, v in (vars(given).items() if dataclasses.is_dataclass(given) else [(key, given)])}
+
+    monkeypatch.setattr(explore_module, "MapPane", lambda *args, **kwargs: seen.update(flat(kwargs), meta=args[1]))
     explorer.pane(**options)
     return seen
 

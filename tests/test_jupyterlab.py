@@ -45,7 +45,7 @@ WATCHED = ("bokeh", "jupyter_bokeh", "ipywidgets", "jupyter-widgets", "workbench
 PANE_10K = """
 import numpy as np, pandas as pd
 from workbench.maps import tsne
-from workbench.maps.pane import MapPane
+from workbench.maps.pane import MapPane, PaneCallbacks
 tsne.EXAGGERATION_ITER = 50
 rng = np.random.default_rng(0)
 n, aspects = 10_000, ["task", "method", "outcome"]
@@ -67,7 +67,8 @@ def on_tap(x, y, index):
     read = {a: meta.title[int(np.argmax(emb[a] @ v))] for a, v in vectors.items()}
     return "<h4>Empty spot</h4>" + "".join(f"<p>{a}: {t}</p>" for a, t in read.items())
 
-pane = MapPane(state["map"].coords, meta, aspects, state["map"].weights, on_weights=on_weights, on_tap=on_tap)
+pane = MapPane(state["map"].coords, meta, aspects, state["map"].weights, on_weights=on_weights,
+               callbacks=PaneCallbacks(on_tap=on_tap))
 """
 
 

@@ -23,7 +23,7 @@ from workbench.data.corpus import Corpus
 from workbench.maps.labels import aspect_texts, label_regions, paper_texts, term_index
 from workbench.maps.mapview import (MapRegions, fine_regions, map_frame, match_regions, region_color,
                                     tooltip_template)
-from workbench.maps.pane import MapPane
+from workbench.maps.pane import MapPane, PaneCallbacks
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
@@ -194,7 +194,8 @@ def test_a_weight_step_of_005_on_4000_papers_keeps_regions_numbers_and_colours(w
         numbers = pane.regions.numbers(pane.coords, 8)
         return [(*pane.coords[numbers == m].mean(axis=0), f"region {m}", "", str(m)) for m in np.unique(numbers)]
 
-    pane = MapPane(before.coords, meta, list(WEIGHTS), WEIGHTS, on_weights=on_weights, on_labels=on_labels)
+    pane = MapPane(before.coords, meta, list(WEIGHTS), WEIGHTS, on_weights=on_weights,
+                   callbacks=PaneCallbacks(on_labels=on_labels))
     pane.set_labels(on_labels())
     colours_before = list(pane.source.data["color"])
     pane.set_weights(MOVED)

@@ -37,7 +37,7 @@ from .page import export_html
 from ..questions.report import compare_html
 from .saved import reopen_map, save_map
 from .selection import Selection
-from .pane import MapPane
+from .pane import MapPane, PaneCallbacks, PaneState, PaneView
 from .readout import decoded_html, own_statements_html, pick_own
 from .tsne import AspectMap, normalize_weights
 from .weights import FitSettings, fit_weights, map_weights
@@ -493,14 +493,16 @@ class Explorer:
         relabel = (lambda: self.region_labels(k, by=label_source, fine=fine)) if labels else None
         color_by = k if labels and color_by is None else color_by
         row = {d: i for i, d in enumerate(self.meta["doc_id"])}
+        view = PaneView(labels=relabel() if relabel else None, color_by=color_by, regions=self.regions)
+        callbacks = PaneCallbacks(on_tap=self.on_tap, on_place=self.on_place, on_search=self.search,
+                                  on_labels=relabel,
+                                  on_fit_weights=lambda marked: self.fit_weights(pairs=marked, apply=False),
+                                  on_compare=self.on_compare if self.question_axes() else None,
+                                  on_select=self.select, on_marks=self.set_marks)
+        state = PaneState(selected=[row[d] for d in self.picked.doc_ids if d in row],  # papers it can show
+                          marks=[(row[a], row[b], s) for a, b, s in self.picked.marks if a in row and b in row])
         return MapPane(self.coords, self.meta, self.aspects, self.weights, on_weights=self.reweight,
-                       on_tap=self.on_tap, on_place=self.on_place, on_search=self.search,
-                       labels=relabel() if relabel else None, color_by=color_by, on_labels=relabel,
-                       on_fit_weights=lambda marked: self.fit_weights(pairs=marked, apply=False),
-                       on_compare=self.on_compare if self.question_axes() else None,
-                       selected=[row[d] for d in self.picked.doc_ids if d in row],  # papers it can show
-                       marks=[(row[a], row[b], s) for a, b, s in self.picked.marks if a in row and b in row],
-                       on_select=self.select, on_marks=self.set_marks, regions=self.regions)
+                       callbacks=callbacks, view=view, state=state)
 
     # ------------------------------------------------------------------ the user's selection
 
