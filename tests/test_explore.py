@@ -228,7 +228,11 @@ def test_region_question_labels_and_hover_questions_come_from_the_papers(axes_ex
     from workbench.maps import explore as explore_module  # what export hands export_html (the page: test_mapview)
 
     seen = {}
-    monkeypatch.setattr(explore_module, "export_html", lambda path, coords, meta, **kw: seen.update(kw, coords=coords))
+    monkeypatch.setattr(explore_module, "export_html",  # PageOptions and PresetDetails as if given one by one
+                        lambda path, coords, meta, **kw: seen.update(
+                            {k: v for key, given in kw.items()
+                             for k, v in (vars(given).items() if dataclasses.is_dataclass(given) else [(key, given)])},
+                            coords=coords))
     ex.export(tmp_path / "map.html", presets={"equal": {"challenge": 1, "approach": 1}, "approach": {"approach": 1}},
               labels=3, label_source="questions")
     asked = seen["questions_by_preset"]

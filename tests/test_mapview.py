@@ -17,7 +17,7 @@ import pytest
 
 from workbench.maps import mapview
 from workbench.maps.mapview import cluster_labels, map_figure, map_frame
-from workbench.maps.page import export_html, page_document
+from workbench.maps.page import PageOptions, PresetDetails, export_html, page_document
 from workbench.maps.pane import MapPane, PaneCallbacks, PaneView
 
 N = 60
@@ -383,8 +383,8 @@ def pages(tmp_path_factory, meta, presets):
     questions = {name: [f"{name} Q{i}?" for i in range(N)] for name in presets}
     questions["balanced"][3] = XSS_SUMMARY  # question text is LLM text: data, never markup
     weights = {"balanced": {"method": 0.5, "task": 0.5}, "method only": {"method": 1.0, "task": 0.0}}
-    full = export_html(out / "map.html", presets, meta, labels, title=PAGE_TITLE, questions_by_preset=questions,
-                       weights_by_preset=weights)
+    full = export_html(out / "map.html", presets, meta, labels, title=PAGE_TITLE,
+                       details=PresetDetails(questions_by_preset=questions, weights_by_preset=weights))
     empty = export_html(out / "empty.html", {k: np.zeros((0, 2)) for k in presets}, meta.iloc[:0], title=PAGE_TITLE)
     return out, full, empty
 
@@ -550,7 +550,7 @@ def test_exported_page_filters_by_year_and_metadata_and_downloads_the_selection(
     records.drop(columns=["summary_method", "summary_task"]).to_csv(tmp_path / "export.csv", index=False)
     records = load_corpus(tmp_path / "export.csv").docs  # as the user's export was read: what must come back
     labels = {name: [(0.0, 0.0, f"{name} one"), (1.0, 1.0, f"{name} two")] for name in presets}
-    page = export_html(tmp_path / "map.html", presets, meta, labels, color_by=2, records=records)
+    page = export_html(tmp_path / "map.html", presets, meta, labels, records=records, options=PageOptions(color_by=2))
     probed = tmp_path / "probed.html"
     head, tail = page.read_text().rsplit("</body>", 1)
     probed.write_text(head + SELECTION_PROBE + "</body>" + tail)

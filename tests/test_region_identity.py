@@ -252,7 +252,7 @@ def test_the_hover_leaves_the_tapped_point_and_most_of_the_map_in_view(tmp_path)
     """In headless Chromium: the tooltip of a paper with every field sits beside the paper, not on it, and covers
     under a tenth of a 480 x 420 map (the pane's size); a paper without the fields gets no rows for them."""
     from lab_harness import Browser, chromium_paths
-    from workbench.maps.page import export_html
+    from workbench.maps.page import PageOptions, export_html
 
     if chromium_paths() is None:
         pytest.fail("chromium and chromium-driver are required (scripts/setup.sh installs them)")
@@ -264,7 +264,7 @@ def test_the_hover_leaves_the_tapped_point_and_most_of_the_map_in_view(tmp_path)
                          "year": [2001] * 10 + [None] * (n - 10),
                          **{f"summary_{a}": [long] * 10 + [None] * (n - 10) for a in ("challenge", "approach",
                                                                                       "outcome")}})
-    page = export_html(tmp_path / "map.html", {"all": coords}, meta, width=480, height=420)
+    page = export_html(tmp_path / "map.html", {"all": coords}, meta, options=PageOptions(width=480, height=420))
     browser = Browser(tmp_path / "profile")
     try:
         browser.driver.get(page.as_uri())

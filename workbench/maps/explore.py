@@ -33,7 +33,7 @@ from ..embed.embeddings import embed_corpus
 from ..generate.summaries import summaries_frame
 from .labels import question_labels, term_labels
 from .mapview import MapRegions, by_cluster, region_count, region_order
-from .page import export_html
+from .page import PageOptions, PresetDetails, export_html
 from ..questions.report import compare_html
 from .saved import reopen_map, save_map
 from .selection import Selection
@@ -597,9 +597,10 @@ class Explorer:
         # A preset whose weighted aspects have no axes still needs the column: empty hover text.
         questions = {name: q or [""] * len(self.meta) for name, q in asked.items()} if any(asked.values()) else None
         # The papers' own fields travel with the page, so a selection downloads as CSV or RIS.
-        return export_html(path, coords, self.meta, labels_by_preset=drawn, title=title, color_by=color_by,
-                           weights_by_preset=used, questions_by_preset=questions, records=self.corpus.docs,
-                           regions_by_preset=numbered)
+        return export_html(path, coords, self.meta, labels_by_preset=drawn, title=title, records=self.corpus.docs,
+                           options=PageOptions(color_by=color_by),
+                           details=PresetDetails(weights_by_preset=used, questions_by_preset=questions,
+                                                 regions_by_preset=numbered))
 
     def default_presets(self) -> dict[str, dict[str, float]]:
         """Current weights, equal weights, and each aspect alone."""
