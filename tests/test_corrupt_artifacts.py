@@ -44,7 +44,8 @@ CASES = [
 @pytest.mark.parametrize("pattern, breaks, outcome", CASES, ids=[c[0] for c in CASES])
 def test_a_corrupt_artifact_is_rebuilt_or_named(pristine, tmp_path, pattern, breaks, outcome, capsys):
     from workbench.data.corpus import load_corpus
-    from workbench.maps.explore import Explorer, MapLayout
+    from workbench.maps.explore import Explorer
+    from workbench.maps.options import MapLayout
 
     run = tmp_path / "run"
     shutil.copytree(pristine, run)

@@ -19,7 +19,8 @@ ASPECTS = ["challenge", "approach"]
 def explorer_run(tmp_path_factory):
     from workbench.data.corpus import load_corpus
     from workbench.embed.encoders import AspectEncoder
-    from workbench.maps.explore import Explorer, MapLayout
+    from workbench.maps.explore import Explorer
+    from workbench.maps.options import MapLayout
 
     run = tmp_path_factory.mktemp("explore")
     torch.manual_seed(0)
@@ -106,7 +107,8 @@ def _save_axes(run, aspect, dim=16):
 @pytest.fixture(scope="module")
 def axes_explorer(explorer_run, tmp_path_factory):
     """The same run (models and cached embeddings linked, not copied) with question axes for "challenge" only."""
-    from workbench.maps.explore import Explorer, MapLayout
+    from workbench.maps.explore import Explorer
+    from workbench.maps.options import MapLayout
 
     run, docs, _ = explorer_run
     other = tmp_path_factory.mktemp("explore_axes")
@@ -262,7 +264,8 @@ def test_the_selection_and_marks_survive_a_kernel_restart_and_export_as_csv_and_
     """Lasso in the pane -> explorer.selection; marks too; a new Explorer on the same run (a restarted kernel)
     has both; the selection written as CSV and RIS reads back through load_corpus with the same papers."""
     from workbench.data.corpus import load_corpus
-    from workbench.maps.explore import Explorer, MapLayout
+    from workbench.maps.explore import Explorer
+    from workbench.maps.options import MapLayout
 
     run, docs, explorer = explorer_run
     pane = explorer.pane(labels=False)
@@ -335,7 +338,8 @@ def test_the_exported_map_explains_itself_in_a_1280_by_800_window(explorer_run, 
 
     from lab_harness import Browser, chromium_paths
     from workbench.data.corpus import Corpus
-    from workbench.maps.explore import Explorer, MapLayout
+    from workbench.maps.explore import Explorer
+    from workbench.maps.options import MapLayout
 
     if chromium_paths() is None:
         pytest.fail("chromium and chromium-driver are required (scripts/setup.sh installs them)")
@@ -407,7 +411,8 @@ def test_papers_added_later_are_embedded_and_placed_without_moving_the_rest(expl
     """A corpus that grew by 6 papers (and came back in another order): only the 6 go through the model, the
     24 mapped before keep their positions, the 6 land where the frozen map places them."""
     from workbench.embed import embeddings as embeddings_module
-    from workbench.maps.explore import Explorer, MapLayout
+    from workbench.maps.explore import Explorer
+    from workbench.maps.options import MapLayout
 
     shared, docs, _ = explorer_run
     run = tmp_path / "run"  # the same model, an empty embedding cache

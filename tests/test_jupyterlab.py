@@ -45,7 +45,8 @@ WATCHED = ("bokeh", "jupyter_bokeh", "ipywidgets", "jupyter-widgets", "workbench
 PANE_10K = """
 import numpy as np, pandas as pd
 from workbench.maps import tsne
-from workbench.maps.pane import MapPane, PaneCallbacks
+from workbench.maps.options import PaneCallbacks
+from workbench.maps.pane import MapPane
 tsne.EXAGGERATION_ITER = 50
 rng = np.random.default_rng(0)
 n, aspects = 10_000, ["task", "method", "outcome"]
@@ -73,7 +74,7 @@ pane = MapPane(state["map"].coords, meta, aspects, state["map"].weights, on_weig
 
 
 def _pane_cells(run: Path, load_bokehjs: bool = True) -> list[str]:
-    setup = (f"from workbench.data.corpus import load_corpus\nfrom workbench.maps.explore import Explorer, MapLayout\n"
+    setup = (f"from workbench.data.corpus import load_corpus\nfrom workbench.maps.explore import Explorer\nfrom workbench.maps.options import MapLayout\n"
              f"docs = load_corpus({CORPUS!r})\n"
              f"explorer = Explorer({str(run)!r}, docs, {ASPECTS!r}, layout=MapLayout(perplexity=5.0, seed=0))")
     if not load_bokehjs:

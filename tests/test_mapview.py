@@ -18,7 +18,8 @@ import pytest
 from workbench.maps import mapview
 from workbench.maps.mapview import cluster_labels, map_figure, map_frame
 from workbench.maps.page import PageOptions, PresetDetails, export_html, page_document
-from workbench.maps.pane import MapPane, PaneCallbacks, PaneView
+from workbench.maps.options import PaneCallbacks, PaneView
+from workbench.maps.pane import MapPane
 
 N = 60
 XSS_TITLE = "<script>alert(1)</script><script>document.title='PWNED'</script>"

@@ -13,6 +13,7 @@ import torch
 
 from workbench.questions import axes as Q
 from workbench.questions import mbqa
+from workbench.questions.settings import AxesConfig
 from workbench.measures.evaluation import correlation_table
 from workbench.generate.llm import Completion, Sampling
 from workbench.core.vectors import unit_rows
@@ -266,7 +267,7 @@ def test_question_embedding_correlation_uses_the_evaluation_table():
 def test_build_axes_end_to_end_with_a_scripted_llm(tmp_path):
     ids, vectors, statements = _topic_corpus()
     backend = Scripted(_topic_reply)
-    config = Q.AxesConfig(k=3, per_cluster=3, pairs=120, embed=None, seed=0)
+    config = AxesConfig(k=3, per_cluster=3, pairs=120, embed=None, seed=0)
     axes, report = Q.build_axes(tmp_path, "challenge", ids, vectors, statements, backend, config=config)
     assert report["clusters"] == 3 and report["unique"] == 6  # 3 topics x 2 questions; junk and repeats dropped
     assert report["kept"] >= 3 and report["unparsed"] == 0
@@ -286,7 +287,7 @@ def test_build_axes_end_to_end_with_a_scripted_llm(tmp_path):
     _, report2 = Q.build_axes(tmp_path, "challenge", ids, vectors, statements, again, config=config)
     assert again.asked == [] and report2["kept"] == report["kept"]
     none, report3 = Q.build_axes(tmp_path, "challenge", ids, vectors, statements, again,
-                                 config=Q.AxesConfig(k=3, per_cluster=3, pairs=120, embed=None, seed=0,
+                                 config=AxesConfig(k=3, per_cluster=3, pairs=120, embed=None, seed=0,
                                                      min_rate=0.95))  # nothing passes the filter
     assert none is None and report3["kept"] == 0 and again.asked == []
     assert not (tmp_path / "questions" / "challenge" / "mbqa.json").exists()  # no stale axes left to load
@@ -297,7 +298,7 @@ def test_build_axes_keeps_the_test_split_out(tmp_path):
     usable = np.arange(len(ids)) % 3 != 0  # every third paper plays the test split
     backend = Scripted(_topic_reply)
     Q.build_axes(tmp_path, "challenge", ids, vectors, statements, backend, usable=usable,
-                 config=Q.AxesConfig(k=3, pairs=60, embed=None))
+                 config=AxesConfig(k=3, pairs=60, embed=None))
     read = " ".join(m[-1]["content"] for m in backend.asked)
     assert not any(re.search(rf"Paper {i} ", read) for i in range(0, len(ids), 3))
     assert any(re.search(rf"Paper {i} ", read) for i in range(1, len(ids), 3))
@@ -315,7 +316,7 @@ def test_real_smollm_end_to_end(tmp_path):
     ids, vectors, statements = _topic_corpus(n_per=6)
     statements = [s.replace("low-resource text", "news") for s in statements]
     axes, report = Q.build_axes(tmp_path, "challenge", ids[:12], vectors[:12], statements[:12], backend,
-                                config=Q.AxesConfig(k=2, samples=1, per_cluster=3, n_pos=2, n_neg=2, pairs=32,
+                                config=AxesConfig(k=2, samples=1, per_cluster=3, n_pos=2, n_neg=2, pairs=32,
                                                     embed=None,
                                                     gen_sampling=Sampling(temperature=0.7, max_new_tokens=60,
                                                                           seed=0)))
@@ -336,6 +337,6 @@ def test_real_smollm_end_to_end(tmp_path):
     if axes is not None:
         assert axes.answer(vectors[:3]).shape == (3, len(axes.questions))
     again = Q.build_axes(tmp_path, "challenge", ids[:12], vectors[:12], statements[:12], backend,
-                         config=Q.AxesConfig(k=2, samples=1, per_cluster=3, n_pos=2, n_neg=2, pairs=32,
+                         config=AxesConfig(k=2, samples=1, per_cluster=3, n_pos=2, n_neg=2, pairs=32,
                                              embed=None))[1]
     assert again["generation"].startswith("0 written") and again["answering"].startswith("0 written")

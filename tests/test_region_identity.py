@@ -23,7 +23,8 @@ from workbench.data.corpus import Corpus
 from workbench.maps.labels import aspect_texts, label_regions, paper_texts, term_index
 from workbench.maps.mapview import (MapRegions, fine_regions, map_frame, match_regions, region_color,
                                     tooltip_template)
-from workbench.maps.pane import MapPane, PaneCallbacks
+from workbench.maps.options import PaneCallbacks
+from workbench.maps.pane import MapPane
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from workbench.generate.summaries import generate_summaries, summary_store
-from workbench.generate.llm import (Completion, LlamaCppBackend, OpenAIBackend, RetryPolicy, Sampling,
-                                    TransformersBackend, draw)
+from workbench.generate.llm import Completion, LlamaCppBackend, OpenAIBackend, Sampling, TransformersBackend, draw
+from workbench.generate.sampling import RetryPolicy
 from workbench.generate.sampling import request_seed
 
 SAMPLING = Sampling(max_new_tokens=10, seed=0)

@@ -84,7 +84,8 @@ def shown_run(tmp_path_factory):
     from workbench.embed.heads import PooledAspectModel
     from workbench.embed.train import TrainConfig
     from workbench.generate.summaries import summary_store
-    from workbench.maps.explore import Explorer, MapLayout
+    from workbench.maps.explore import Explorer
+    from workbench.maps.options import MapLayout
 
     run = tmp_path_factory.mktemp("shown")
     full = load_corpus("aclsum:validation[:12]").docs

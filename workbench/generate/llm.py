@@ -24,8 +24,6 @@ What a request asks and gets (`Sampling`, `Completion`, seeds, drawing a token) 
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
-from urllib.parse import urlsplit, urlunsplit
 import contextlib
 import os
 import random
@@ -36,8 +34,8 @@ from typing import Iterator, Sequence
 
 from .batching import pack_groups, plan_batches, shared_start
 from ..core.models import cache_keyword, load_causal_lm, gguf_cache_folder, resolve_model
-from .sampling import Completion, Sampling, call_seeds, cut_at_stop, draw, filtered_probs
-from ..core.redaction import redact, url_secrets
+from .sampling import Completion, RetryPolicy, Sampling, call_seeds, cut_at_stop, draw, filtered_probs
+from ..core.redaction import redact, url_secrets, without_credentials
 
 from ..core.devices import use_free_cores, free_threads
 
@@ -400,20 +398,6 @@ class LlamaCppBackend:
                                     time.perf_counter() - t0)
 
 
-@dataclass(frozen=True)
-class RetryPolicy:
-    """How long `OpenAIBackend` waits for a request, and how often it tries again.
-
-    `timeout`: seconds per HTTP request; `retries`: further attempts after the first
-    (on connection errors, timeouts, 429 and 5xx); `backoff`: seconds before the first
-    retry, doubled for each next one (with jitter).
-    """
-
-    timeout: float = 120.0
-    retries: int = 3
-    backoff: float = 1.0
-
-
 class OpenAIBackend:
     """Any OpenAI-compatible chat-completions server, with concurrency, timeouts and retries.
 
@@ -583,14 +567,6 @@ class OpenAIBackend:
                              timeout=self._client.timeout).status_code == 200
         except Exception:
             return False
-
-
-def without_credentials(url: str) -> str:
-    """The URL with any user:password@ part replaced by ***@ (for messages and logs)."""
-    parts = urlsplit(url)
-    if "@" not in parts.netloc:
-        return url
-    return urlunsplit(parts._replace(netloc="***@" + parts.netloc.rsplit("@", 1)[1]))
 
 
 # Backend name (and its aliases) -> class taking (model, **options). `register_backend` adds one.

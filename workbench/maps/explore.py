@@ -16,7 +16,6 @@ for a standalone page). Everything a callback returns as HTML is escaped here.
 from __future__ import annotations
 
 import html
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -30,57 +29,19 @@ from ..core.progress import notice
 from ..decode.faithfulness import describe_with_confidence
 from ..decode.retrieval import own_sentences
 from ..embed.embeddings import embed_corpus
-from ..generate.summaries import summaries_frame
 from .labels import question_labels, term_labels
 from .mapview import MapRegions, by_cluster, region_count, region_order
 from .page import PageOptions, PresetDetails, export_html
 from ..questions.report import compare_html
 from .saved import reopen_map, save_map
 from .selection import Selection
-from .pane import MapPane, PaneCallbacks, PaneState, PaneView
-from .readout import decoded_html, own_statements_html, pick_own
+from .options import MapLayout, PaneCallbacks, PaneState, PaneView
+from .pane import MapPane
+from .readout import decoded_html, hover_meta, own_statements_html, pick_own
 from .tsne import AspectMap, normalize_weights
 from .weights import FitSettings, fit_weights, map_weights
 from ..core.rundir import RunDir
 from ..core.vectors import unit_rows
-
-
-def hover_meta(corpus, aspects: Sequence[str], run_dir=None) -> pd.DataFrame:
-    """Per document: doc_id, title, year and one summary per aspect for the hover text.
-
-    Takes the corpus's own `summary_<aspect>` column where it has one (ACLSum's human
-    summaries), else the first LLM summary of the run's store, else nothing.
-    """
-    docs = corpus.docs.reset_index(drop=True)
-    meta = pd.DataFrame({"doc_id": docs["doc_id"].astype(str), "title": docs.get("title", "").fillna("")})
-    if "year" in docs:
-        meta["year"] = docs["year"]
-    for extra in ("split", "labels"):
-        if extra in docs:
-            meta[extra] = docs[extra].map(lambda v: ", ".join(map(str, v)) if isinstance(v, (list, tuple)) else v)
-    llm = summaries_frame(run_dir, status="ok") if run_dir is not None else pd.DataFrame()
-    for aspect in aspects:
-        column = f"summary_{aspect}"
-        values = docs[column] if column in docs else pd.Series([None] * len(docs))
-        if len(llm):
-            first = llm[llm["aspect"] == aspect].groupby("doc_id")["text"].first()
-            values = [v if isinstance(v, str) and v else first.get(d) for v, d in zip(values, meta["doc_id"])]
-        meta[column] = list(values)
-    return meta
-
-
-@dataclass(frozen=True)
-class MapLayout:
-    """How `Explorer` lays out its map: t-SNE `perplexity`, `method` ("auto", or a t-SNE
-    implementation `AspectMap.fit` knows) and `seed`. reuse_map: the saved map (`save_map`) to
-    reopen when it was drawn with the same aspects, perplexity and seed: its papers keep their
-    place and papers added to the corpus since are placed on it (`saved.reopen_map`); None
-    always fits a new map."""
-
-    perplexity: float = 30.0
-    method: str = "auto"
-    seed: int = 42
-    reuse_map: str | None = "current"
 
 
 class Explorer:
@@ -204,10 +165,9 @@ class Explorer:
                     settings: FitSettings = FitSettings()):
         """Aspect weights fitted to the user's judgement (weights.fit_weights), and with `apply` the map refit warm.
 
-        One of labels (one per document, corpus order), pairs ([(i, j, similar), ...]) or
-        groups ([[i, j, ...], ...]); negative: aspects that may weigh negatively; settings go
-        to `weights.fit_weights` (`FitSettings`: folds, seed, grid_step, ...). A negative weight cannot be
-        drawn: the map uses the positive part (`weights.map_weights`). Returns the WeightFit.
+        One of labels (one per document, corpus order), pairs ([(i, j, similar), ...]) or groups ([[i, j, ...],
+        ...]); negative: aspects that may weigh negatively; settings: `weights.FitSettings`. A negative weight
+        cannot be drawn: the map uses the positive part (`weights.map_weights`). Returns the WeightFit.
         """
         fit = fit_weights(self.embeddings, labels=labels, pairs=pairs, groups=groups, negative=negative,
                           settings=settings)
@@ -494,8 +454,7 @@ class Explorer:
         color_by = k if labels and color_by is None else color_by
         row = {d: i for i, d in enumerate(self.meta["doc_id"])}
         view = PaneView(labels=relabel() if relabel else None, color_by=color_by, regions=self.regions)
-        callbacks = PaneCallbacks(on_tap=self.on_tap, on_place=self.on_place, on_search=self.search,
-                                  on_labels=relabel,
+        callbacks = PaneCallbacks(on_tap=self.on_tap, on_place=self.on_place, on_search=self.search, on_labels=relabel,
                                   on_fit_weights=lambda marked: self.fit_weights(pairs=marked, apply=False),
                                   on_compare=self.on_compare if self.question_axes() else None,
                                   on_select=self.select, on_marks=self.set_marks)

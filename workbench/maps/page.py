@@ -234,7 +234,7 @@ def export_html(path, coords_by_preset: dict[str, np.ndarray], meta: pd.DataFram
                 options: PageOptions = PageOptions(), details: PresetDetails = PresetDetails()) -> Path:
     """Write the standalone map page (see the module doc) and return its path.
 
-    coords_by_preset: {preset name: (n, 2)}; meta: one row per paper (`explore.hover_meta`);
+    coords_by_preset: {preset name: (n, 2)}; meta: one row per paper (`readout.hover_meta`);
     labels_by_preset: {name: [(x, y, text[, detail]), ...]}. records: the papers' doc_id, title,
     abstract and year (and metadata), row for row with meta, for the selection export; None: the
     export holds ids and titles only. options: colours, size and filters (`PageOptions`);

@@ -11,14 +11,14 @@ import inspect
 import logging
 import re
 import time
-from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import numpy as np
 import pandas as pd
 
 from ..core.display import esc, html_table
-from .mapview import (MAP_HEIGHT, MAP_WIDTH, READOUT_WIDTH, MapRegions, as_coords, as_text, build_figure, by_cluster,
+from .options import PaneCallbacks, PaneState, PaneView
+from .mapview import (READOUT_WIDTH, MapRegions, as_coords, as_text, build_figure, by_cluster,
                       group_title, label_source_data, legend_html, map_frame, point_colors, region_colors, region_count)
 
 log = logging.getLogger(__name__)
@@ -89,46 +89,6 @@ def _error_html(action: str, exc: BaseException) -> str:
 
 def _message_html(text: str) -> str:
     return f"<div style='color:#555'><em>{esc(text)}</em></div>"
-
-
-@dataclass(frozen=True)
-class PaneCallbacks:
-    """What `MapPane` calls back besides `on_weights`; each may be None, which disables its widgets.
-    See `MapPane` for what each takes and returns."""
-
-    on_tap: Callable[[float, float, int | None], str] | None = None
-    on_place: Callable[[str], tuple[float, float, str]] | None = None
-    on_search: Callable[[dict[str, tuple[str, float]]], pd.DataFrame] | None = None
-    on_labels: Callable[[], list] | None = None
-    on_fit_weights: Callable[[list], object] | None = None
-    on_compare: Callable[[int, int | tuple[float, float]], str] | None = None
-    on_select: Callable[[list[int]], object] | None = None
-    on_marks: Callable[[list], object] | None = None
-
-
-@dataclass(frozen=True)
-class PaneView:
-    """How `MapPane` draws the map: region `labels` ([(x, y, text[, detail[, number]]), ...]) and
-    `color_by` (a column, or a region count) as `mapview.build_figure` takes them; the map's `width`
-    and `height` in pixels; `hit_fraction`: a tap within this fraction of the map's extent of a point
-    taps it; `regions`: the `mapview.MapRegions` that number and colour the regions (shared with the
-    caller; None: the pane's own)."""
-
-    labels: object = None
-    color_by: object = None
-    width: int = MAP_WIDTH
-    height: int = MAP_HEIGHT
-    hit_fraction: float = 0.015
-    regions: MapRegions | None = None
-
-
-@dataclass(frozen=True)
-class PaneState:
-    """What the user did on an earlier pane, restored (after a kernel restart, from the run directory):
-    the `selected` paper indices and the `marks`, (i, j, similar) pairs."""
-
-    selected: Sequence[int] = ()
-    marks: Sequence[tuple[int, int, bool]] = ()
 
 
 def _widgets():

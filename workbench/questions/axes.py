@@ -49,6 +49,7 @@ from typing import Sequence
 import numpy as np
 
 from ..generate.sampling import Sampling
+from .settings import AxesConfig
 from .mbqa import (CONFIG_NAME, WEIGHTS_NAME, MBQATraining, QuestionAxes, agreement, predict, save_mbqa,
                    train_mbqa)
 from ..generate.parsing import Parsed, json_objects
@@ -360,37 +361,6 @@ def probe_papers(labels: np.ndarray, docs: Sequence[int], n: int, seed: int = 0)
             if pool and len(chosen) < n:
                 chosen.append(int(pool.pop(0)))
     return chosen
-
-
-@dataclass(frozen=True)
-class AxesConfig:
-    """The settings of `build_axes` (stage 07's parameters of the same names).
-
-    k: clusters of the aspect's embeddings, one CQG prompt each; per_cluster: questions asked
-    per prompt; samples: question lists per cluster (sampled; the samples of one prompt cost
-    about what one does); n_pos, n_neg: statements of the cluster and of its neighbouring
-    clusters shown per prompt; pairs: about how many (paper, question) answers to ask for, as
-    every question for pairs / questions papers; embed: the encoder that drops near-duplicate
-    questions (None: exact duplicates only); min_rate, max_rate: the range a kept question's
-    yes-rate lies in; hidden: MBQA's hidden layer (0: a linear layer); seed: clusters, probed
-    papers and the classifier; gen_sampling, answer_sampling: how questions and answers are
-    drawn (None: each step's default); progress: show progress bars.
-    """
-
-    k: int = 8
-    per_cluster: int = 5
-    samples: int = 2
-    n_pos: int = 3
-    n_neg: int = 3
-    pairs: int = 150
-    embed: str | None = "minilm"
-    min_rate: float = 0.1
-    max_rate: float = 0.9
-    hidden: int = 0
-    seed: int = 0
-    gen_sampling: Sampling | None = None
-    answer_sampling: Sampling | None = None
-    progress: bool = False
 
 
 def build_axes(run_dir, aspect: str, doc_ids: Sequence[str], vectors: np.ndarray,
