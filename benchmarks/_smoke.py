@@ -75,8 +75,8 @@ def tiny_run(run_dir, corpus_spec: str = SMOKE_CORPUS, aspects: Sequence[str] | 
     PooledAspectModel("minilm", aspects, hidden=hidden, pool=True, rank=DistillConfig().head_rank).save_pretrained(
         RunDir(run).unified_model, extra={"stage": "distill", "mode": "frozen"})
     if decoders:
-        from workbench.decode.decoding import build_retrieval_decoders, set_default_decoder
+        from workbench.decode.decoding import RetrievalSettings, build_retrieval_decoders, set_default_decoder
 
-        build_retrieval_decoders(run, corpus, aspects, context=context)
+        build_retrieval_decoders(run, corpus, aspects, RetrievalSettings(context=context))
         set_default_decoder(run, "retrieval")
     return run

@@ -40,7 +40,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from workbench.decode.soft_prompt import DecoderConfig, EmbeddingDecoder  # noqa: E402
+from workbench.decode.soft_prompt import DecodeSampling, DecoderConfig, EmbeddingDecoder  # noqa: E402
 from workbench.core.devices import best_device  # noqa: E402
 from workbench.core.models import load_causal_lm  # noqa: E402
 
@@ -72,7 +72,7 @@ def main() -> None:
     decoder = EmbeddingDecoder(model, tokenizer, 150, DecoderConfig(lm=args.lm), aspect="approach").eval()
     emb = np.random.default_rng(0).standard_normal((args.n, 150)).astype(np.float32)
     M = args.new_tokens
-    settings = dict(greedy=True, max_new_tokens=M, min_new_tokens=M, no_repeat_ngram_size=0)
+    settings = DecodeSampling(greedy=True, max_new_tokens=M, min_new_tokens=M, no_repeat_ngram_size=0)
 
     # (c): a text prompt with exactly as many tokens as the decoder's prompt.
     words = tokenizer("Describe the approach of a paper in one sentence please " * 8,
@@ -92,8 +92,8 @@ def main() -> None:
         return made
 
     methods = {
-        "(a) ours, batched": lambda: decoder.generate(emb, batch_size=args.batch_size, **settings),
-        "(b) ours, one at a time": lambda: [decoder.generate(emb[i:i + 1], **settings) for i in range(args.n)],
+        "(a) ours, batched": lambda: decoder.generate(emb, settings, batch_size=args.batch_size),
+        "(b) ours, one at a time": lambda: [decoder.generate(emb[i:i + 1], settings) for i in range(args.n)],
         "(c) plain LM generate, batched": lambda: plain(args.n),
     }
     out = methods["(a) ours, batched"]()

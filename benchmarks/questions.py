@@ -42,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 import numpy as np  # noqa: E402
 
 from workbench.questions import axes as Q  # noqa: E402
+from workbench.questions.settings import AxesConfig  # noqa: E402
 from workbench.data.corpus import load_corpus  # noqa: E402
 from workbench.embed.embeddings import embed_corpus  # noqa: E402
 from workbench.generate.llm import Sampling, make_backend  # noqa: E402
@@ -109,10 +110,11 @@ def measure(args) -> None:
     for aspect in aspects:
         t0 = time.perf_counter()
         statements = Q.aspect_statements(corpus, aspect, run_dir)
+        config = AxesConfig(k=args.k, per_cluster=args.per_cluster, samples=args.samples, pairs=args.pairs,
+                              embed="minilm",
+                              gen_sampling=Sampling(temperature=0.7, max_new_tokens=args.gen_tokens, seed=0))
         axes, report = Q.build_axes(run_dir, aspect, corpus.ids, emb[aspect], statements, backend, usable=~test,
-                                    k=args.k, per_cluster=args.per_cluster, samples=args.samples, pairs=args.pairs,
-                                    embed="minilm",
-                                    gen_sampling=Sampling(temperature=0.7, max_new_tokens=args.gen_tokens, seed=0))
+                                    config=config)
         print(f"\n== {aspect} ({time.perf_counter() - t0:.0f} s) ==")
         print(f"clusters {report['clusters']}; questions parsed {report['generated']}, unique {report['unique']}, "
               f"kept {report['kept']}; answers {report.get('answers', 0)} ({report.get('unparsed', 0)} unparsed), "

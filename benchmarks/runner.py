@@ -57,7 +57,7 @@ def _setup(home: Path, docs: int) -> Path:
 
 
 def _run(params: Path, run_dir: Path, per_stage: bool) -> tuple[float, dict]:
-    from workbench.run.runner import run_pipeline
+    from workbench.run.runner import ExecutionOptions, run_pipeline
 
     # Each run its own report folder beside the runs (a report folder belongs to one run), not the checkout's reports/.
     own = params.with_name(f"params-{run_dir.name}.yaml")
@@ -65,7 +65,7 @@ def _run(params: Path, run_dir: Path, per_stage: bool) -> tuple[float, dict]:
                                    "report_dir": str(params.parent / "reports" / run_dir.name)}))
     t0 = time.perf_counter()
     results = run_pipeline(own, run_dir=str(run_dir), report=True, progress=False, log=lambda *a: None,
-                           kernel_per_stage=per_stage)
+                           execution=ExecutionOptions(kernel_per_stage=per_stage))
     return time.perf_counter() - t0, {stage: r["seconds"] for stage, r in results.items()}
 
 

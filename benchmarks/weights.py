@@ -135,7 +135,7 @@ def part_b(args):
         pairs = [(int(a), int(b), True) for a, b in zip(i[sim >= hi], j[sim >= hi])]
         pairs += [(int(a), int(b), False) for a, b in zip(i[sim <= lo], j[sim <= lo])]
         start = time.perf_counter()
-        fit = W.fit_weights(emb, pairs=pairs, seed=args.seed)
+        fit = W.fit_weights(emb, pairs=pairs, settings=W.FitSettings(seed=args.seed))
         took = time.perf_counter() - start
         single = {a: W.auc(W.pair_cosines({a: emb[a]}, np.array(pairs))[:, 0], [p[2] for p in pairs]) for a in names}
         print(f"  target {target:>9}: fitted " + ", ".join(f"{a} {w:.2f}" for a, w in fit.weights.items())

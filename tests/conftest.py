@@ -119,8 +119,8 @@ def tiny_corpus():
 
 @pytest.fixture(scope="session")
 def notebook_kernel():
-    """One kernel for the session's in-process `run_pipeline` calls (`run_pipeline(kernel=...)`):
-    each run after the first skips kernel start and the torch/transformers imports (about 6 s
+    """One kernel for the session's in-process `run_pipeline` calls
+    (`run_pipeline(execution=ExecutionOptions(kernel=...))`): each run after the first skips kernel start and the torch/transformers imports (about 6 s
     of CPU). Every stage still starts from an empty namespace in its own run directory."""
     from workbench.run.runner import Kernel
 

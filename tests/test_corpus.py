@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from workbench.cli import main as cli_main
-from workbench.data.corpus import Corpus, CorpusError, ValidationReport, load_corpus
+from workbench.data.corpus import ColumnNames, Corpus, CorpusError, ValidationReport, load_corpus
 from workbench.data.aclsum_corpus import aclsum_splits
 
 HASH_ID = re.compile(r"h[0-9a-f]{12}")
@@ -194,8 +194,9 @@ def test_explicit_columns_override_detection(tmp_path):
     path = write(tmp_path, "p.csv",
                  "id,ref,title,headline,abstract,body,year,when,label,topic\n"
                  "1,R1,Wrong title,Right title,Wrong abstract,Right body,1900,2021,l,cs.CL\n")
-    corpus = load_corpus(path, id_column="ref", title_column="HEADLINE", abstract_column="body",
-                         year_column="when", label_column="topic", name="mine")
+    corpus = load_corpus(path, abstract_column="body", name="mine",
+                         columns=ColumnNames(id_column="ref", title_column="HEADLINE", year_column="when",
+                                             label_column="topic"))
     assert corpus.ids == ["R1"]
     assert corpus.titles() == ["Right title"]
     assert corpus.texts() == ["Right body"]
@@ -228,7 +229,7 @@ def test_missing_abstract_column_names_columns(tmp_path):
 def test_unknown_explicit_column(tmp_path):
     path = write(tmp_path, "p.csv", "id,abstract\n1,A.\n")
     with pytest.raises(CorpusError, match="title_column='Nope' not found"):
-        load_corpus(path, title_column="Nope")
+        load_corpus(path, columns=ColumnNames(title_column="Nope"))
 
 
 # -- malformed files -------------------------------------------------------------------

@@ -45,6 +45,7 @@ CASES = [
 def test_a_corrupt_artifact_is_rebuilt_or_named(pristine, tmp_path, pattern, breaks, outcome, capsys):
     from workbench.data.corpus import load_corpus
     from workbench.maps.explore import Explorer
+    from workbench.maps.options import MapLayout
 
     run = tmp_path / "run"
     shutil.copytree(pristine, run)
@@ -55,13 +56,13 @@ def test_a_corrupt_artifact_is_rebuilt_or_named(pristine, tmp_path, pattern, bre
     docs = load_corpus(CORPUS)
     if outcome == "error":
         with pytest.raises(Exception) as caught:
-            explorer = Explorer(run, docs, ASPECTS, perplexity=5.0, seed=0)
+            explorer = Explorer(run, docs, ASPECTS, layout=MapLayout(perplexity=5.0, seed=0))
             explorer.on_tap(0.0, 0.0, 0)
         text = str(caught.value)
         assert any(str(t.relative_to(run)) in text or t.name in text for t in targets), (pattern, text)
         assert type(caught.value).__name__ not in {"UnicodeDecodeError", "JSONDecodeError", "KeyError"}, text
     else:
-        explorer = Explorer(run, docs, ASPECTS, perplexity=5.0, seed=0)
+        explorer = Explorer(run, docs, ASPECTS, layout=MapLayout(perplexity=5.0, seed=0))
         html = explorer.on_tap(0.0, 0.0, 0)
         assert "Nearest known statements to its embedding" in html
         if "confidence" in pattern:

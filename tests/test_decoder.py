@@ -14,8 +14,9 @@ import pytest
 import torch
 from torch import nn
 
-from workbench.decode.soft_prompt import CONFIG_NAME, HISTORY_NAME, WEIGHTS_NAME, DecoderConfig, EmbeddingDecoder
-from workbench.decode.decodertrain import train_decoder
+from workbench.decode.soft_prompt import (CONFIG_NAME, HISTORY_NAME, WEIGHTS_NAME, DecodeSampling, DecoderConfig,
+                                         EmbeddingDecoder)
+from workbench.decode.decodertrain import DecoderItems, train_decoder
 from workbench.embed.encoders import CheckpointError
 from workbench.core.rundir import RunDir
 
@@ -149,8 +150,8 @@ def trained(lm, tmp_path_factory):
     out = tmp_path_factory.mktemp("decoder")
     emb = _embeddings(len(SENTENCES))
     config = DecoderConfig(max_steps=20, eval_every=20, lr=2e-2, batch_size=4, device="cpu")
-    result = train_decoder(emb, [[s] for s in SENTENCES], range(N_TRAIN), range(N_TRAIN, len(SENTENCES)),
-                           out, config, lm=lm, progress=False)
+    items = DecoderItems(emb, [[s] for s in SENTENCES], range(N_TRAIN), range(N_TRAIN, len(SENTENCES)))
+    result = train_decoder(items, out, config, lm=lm, progress=False)
     return result, emb
 
 
@@ -160,8 +161,8 @@ def checkpoint(lm, tmp_path_factory):
     out = tmp_path_factory.mktemp("decoder_checkpoint")
     emb = _embeddings(len(SENTENCES))
     config = DecoderConfig(max_steps=1, eval_every=1, lr=1e-2, batch_size=4, device="cpu")
-    result = train_decoder(emb, [[s] for s in SENTENCES], range(N_TRAIN), range(N_TRAIN, len(SENTENCES)),
-                           out, config, lm=lm, progress=False)
+    items = DecoderItems(emb, [[s] for s in SENTENCES], range(N_TRAIN), range(N_TRAIN, len(SENTENCES)))
+    result = train_decoder(items, out, config, lm=lm, progress=False)
     return result, emb
 
 
@@ -214,10 +215,10 @@ def test_save_load_round_trip(checkpoint, lm, tmp_path):
 def test_generate_shapes(checkpoint):
     result, emb = checkpoint
     dec = result.decoder
-    greedy = dec.generate(emb[:3], greedy=True, max_new_tokens=6, batch_size=2)
+    greedy = dec.generate(emb[:3], DecodeSampling(greedy=True, max_new_tokens=6), batch_size=2)
     assert len(greedy) == 3 and all(len(c) == 1 and c[0].strip() for c in greedy)
     torch.manual_seed(0)
-    sampled = dec.generate(emb[:3], num_return_sequences=2, max_new_tokens=6, batch_size=2)
+    sampled = dec.generate(emb[:3], DecodeSampling(num_return_sequences=2, max_new_tokens=6), batch_size=2)
     assert len(sampled) == 3 and all(len(c) == 2 and all(s.strip() for s in c) for c in sampled)
 
 
@@ -273,22 +274,22 @@ def test_train_decoders_resume_and_load(lm, tmp_path):
     emb = _embeddings(len(SENTENCES))
     data = {"a": _data("a", emb), "b": _data("b", emb[::-1].copy())}
     config = DecoderConfig(max_steps=1, eval_every=1, device="cpu")  # what is trained is not under test here
-    first = train_decoders(tmp_path, None, ["a", "b"], config, data=data, lm=lm, progress=False)
+    first = train_decoders(tmp_path, data, ["a", "b"], config, lm=lm, progress=False)
     assert set(first) == {"a", "b"} and (RunDir(tmp_path).decoders / "a" / DONE_NAME).is_file()
     stamp = (RunDir(tmp_path).decoders / "a" / WEIGHTS_NAME).stat().st_mtime_ns
-    again = train_decoders(tmp_path, None, ["a", "b"], config, data=data, lm=lm, progress=False)
+    again = train_decoders(tmp_path, data, ["a", "b"], config, lm=lm, progress=False)
     assert (RunDir(tmp_path).decoders / "a" / WEIGHTS_NAME).stat().st_mtime_ns == stamp  # not retrained
     assert again["a"].best_val_loss == pytest.approx(first["a"].best_val_loss)
     # Changed data retrains only that aspect.
     data["b"].texts[0] = ["Something else entirely."]
-    train_decoders(tmp_path, None, ["a", "b"], config, data=data, lm=lm, progress=False)
+    train_decoders(tmp_path, data, ["a", "b"], config, lm=lm, progress=False)
     assert (RunDir(tmp_path).decoders / "a" / WEIGHTS_NAME).stat().st_mtime_ns == stamp
     # A half-finished decoder (no done.json) is trained again.
     (RunDir(tmp_path).decoders / "a" / DONE_NAME).unlink()
-    train_decoders(tmp_path, None, ["a"], config, data=data, lm=lm, progress=False)
+    train_decoders(tmp_path, data, ["a"], config, lm=lm, progress=False)
     assert (RunDir(tmp_path).decoders / "a" / DONE_NAME).is_file()
 
-    shared = train_decoders(tmp_path / "s", None, ["a", "b"], config, shared=True, data=data, lm=lm, progress=False)
+    shared = train_decoders(tmp_path / "s", data, ["a", "b"], config, shared=True, lm=lm, progress=False)
     assert shared["a"] is shared["b"]
     loaded = load_decoders(tmp_path / "s", lm=lm)
     assert set(loaded) == {"a", "b"} and loaded["a"].shared and loaded["a"].decoder is loaded["b"].decoder
@@ -343,12 +344,13 @@ def test_round_trip_rank_against_brute_force():
 @pytest.mark.slow
 def test_decoding_report_on_tiny_decoder(trained):
     from workbench.decode.decoding import AspectDecoder
-    from workbench.decode.faithfulness import decoding_report, figure3_table
+    from workbench.decode.faithfulness import FaithfulnessConfig, decoding_report, figure3_table
 
     result, emb = trained
     dec = AspectDecoder("a", result.decoder)
     metrics, examples = decoding_report(dec, emb[:N_TRAIN], [[s] for s in SENTENCES[:N_TRAIN]],
-                                        sampling={"max_new_tokens": 6}, bertscore_model="minilm")
+                                        config=FaithfulnessConfig(sampling={"max_new_tokens": 6},
+                                                                  bertscore_model="minilm"))
     assert metrics["ppl matching"] < metrics["ppl shuffled"]
     assert np.isnan(metrics["ppl unconditioned"])  # a chat decoder: not reported by default
     assert 0 < metrics["bertscore matching"] <= 1 and len(examples) == N_TRAIN

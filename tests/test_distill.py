@@ -262,14 +262,15 @@ def test_aspect_space_correlations():
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_distill_notebook_runs_through_papermill(tmp_path, teachers, notebook_kernel):
-    from workbench.run.runner import run_pipeline
+    from workbench.run.runner import ExecutionOptions, run_pipeline
 
     run = _run_dir(tmp_path, teachers)
     params = tmp_path / "tiny.yaml"
     params.write_text(yaml.safe_dump({"report_dir": str(tmp_path / "reports"), "parameters": {
         "corpus": "aclsum:train,validation", "subset": 10, "subset_seed": 1, "max_length": 32, "batch_size": 4,
         "max_steps": 2, "eval_every": 1, "embed_batch_size": 16, "mode": "finetune"}}))  # teachers are fine-tuned
-    run_pipeline(params, run_dir=str(run), stages=["03_distill"], log=lambda *a: None, kernel=notebook_kernel)
+    run_pipeline(params, run_dir=str(run), stages=["03_distill"], log=lambda *a: None,
+                 execution=ExecutionOptions(kernel=notebook_kernel))
     assert (RunDir(run).unified_model / "model.safetensors").is_file()
     assert (RunDir(run).unified_model / "history.json").is_file() and (run / "targets.safetensors").is_file()
     cached = list((run / "embeddings").glob("*.json"))
@@ -281,11 +282,11 @@ def test_distill_notebook_runs_through_papermill(tmp_path, teachers, notebook_ke
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_distill_notebook_without_aspect_models_says_run_02(tmp_path, notebook_kernel):
-    from workbench.run.runner import run_pipeline
+    from workbench.run.runner import ExecutionOptions, run_pipeline
 
     with pytest.raises(RuntimeError) as err:
         run_pipeline(None, run_dir=str(tmp_path / "run"), stages=["03_distill"], report=False, log=lambda *a: None,
-                     kernel=notebook_kernel)
+                     execution=ExecutionOptions(kernel=notebook_kernel))
     assert "aspect_models does not exist" in str(err.value) and "02_train" in str(err.value)
 
 

@@ -5,6 +5,8 @@ heads), so every path is the one a trained run takes; the numbers are checked ag
 brute-force computation, not for quality.
 """
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -18,6 +20,7 @@ def explorer_run(tmp_path_factory):
     from workbench.data.corpus import load_corpus
     from workbench.embed.encoders import AspectEncoder
     from workbench.maps.explore import Explorer
+    from workbench.maps.options import MapLayout
 
     run = tmp_path_factory.mktemp("explore")
     torch.manual_seed(0)
@@ -29,7 +32,7 @@ def explorer_run(tmp_path_factory):
                                 device="cpu").save_pretrained(RunDir(run).aspect_model(aspect))
     docs = load_corpus("aclsum:validation").subset(n=30, seed=0)
     docs.docs.loc[docs.docs.index[0], "title"] = "<script>alert(1)</script>"
-    return run, docs, Explorer(run, docs, ASPECTS, perplexity=5.0, decode=False)
+    return run, docs, Explorer(run, docs, ASPECTS, decode=False, layout=MapLayout(perplexity=5.0))
 
 
 def test_tap_escapes_paper_text(explorer_run):
@@ -105,13 +108,14 @@ def _save_axes(run, aspect, dim=16):
 def axes_explorer(explorer_run, tmp_path_factory):
     """The same run (models and cached embeddings linked, not copied) with question axes for "challenge" only."""
     from workbench.maps.explore import Explorer
+    from workbench.maps.options import MapLayout
 
     run, docs, _ = explorer_run
     other = tmp_path_factory.mktemp("explore_axes")
     for name in ("unified_model", "aspect_models", "embeddings"):
         (other / name).symlink_to(run / name)
     _save_axes(other, "challenge")
-    return Explorer(other, docs, ASPECTS, perplexity=5.0, decode=False)
+    return Explorer(other, docs, ASPECTS, decode=False, layout=MapLayout(perplexity=5.0))
 
 
 def test_compare_html_agrees_and_disagrees_with_hand_computed_answers(tmp_path):
@@ -147,7 +151,12 @@ def _pane_arguments(explorer, monkeypatch, **options) -> dict:
     from workbench.maps import explore as explore_module
 
     seen = {}
-    monkeypatch.setattr(explore_module, "MapPane", lambda *args, **kwargs: seen.update(kwargs, meta=args[1]))
+
+    def flat(kwargs):  # the fields of PaneCallbacks, PaneView and PaneState as if given one by one
+        return {k: v for key, given in kwargs.items()
+                for k, v in (vars(given).items() if dataclasses.is_dataclass(given) else [(key, given)])}
+
+    monkeypatch.setattr(explore_module, "MapPane", lambda *args, **kwargs: seen.update(flat(kwargs), meta=args[1]))
     explorer.pane(**options)
     return seen
 
@@ -221,7 +230,11 @@ def test_region_question_labels_and_hover_questions_come_from_the_papers(axes_ex
     from workbench.maps import explore as explore_module  # what export hands export_html (the page: test_mapview)
 
     seen = {}
-    monkeypatch.setattr(explore_module, "export_html", lambda path, coords, meta, **kw: seen.update(kw, coords=coords))
+    monkeypatch.setattr(explore_module, "export_html",  # PageOptions and PresetDetails as if given one by one
+                        lambda path, coords, meta, **kw: seen.update(
+                            {k: v for key, given in kw.items()
+                             for k, v in (vars(given).items() if dataclasses.is_dataclass(given) else [(key, given)])},
+                            coords=coords))
     ex.export(tmp_path / "map.html", presets={"equal": {"challenge": 1, "approach": 1}, "approach": {"approach": 1}},
               labels=3, label_source="questions")
     asked = seen["questions_by_preset"]
@@ -252,6 +265,7 @@ def test_the_selection_and_marks_survive_a_kernel_restart_and_export_as_csv_and_
     has both; the selection written as CSV and RIS reads back through load_corpus with the same papers."""
     from workbench.data.corpus import load_corpus
     from workbench.maps.explore import Explorer
+    from workbench.maps.options import MapLayout
 
     run, docs, explorer = explorer_run
     pane = explorer.pane(labels=False)
@@ -264,7 +278,7 @@ def test_the_selection_and_marks_survive_a_kernel_restart_and_export_as_csv_and_
         [docs.ids[1], docs.ids[2], True]]
 
     reordered = docs.subset(ids=list(reversed(docs.ids)))  # a re-export in another order
-    again = Explorer(run, reordered, ASPECTS, perplexity=5.0, decode=False)
+    again = Explorer(run, reordered, ASPECTS, decode=False, layout=MapLayout(perplexity=5.0))
     assert again.selection["doc_id"].tolist() == [docs.ids[i] for i in (4, 0, 7)]
     assert again.marked_pairs["doc_id_a"].tolist() == [docs.ids[1]]
     restored = again.pane(labels=False)
@@ -291,7 +305,7 @@ def test_the_selection_and_marks_survive_a_kernel_restart_and_export_as_csv_and_
     with pytest.raises(ValueError, match=r"\.csv or \.ris"):
         again.select([0]) is not None and again.export_selection(tmp_path / "picked.xlsx")
     RunDir(run).selection.write_text("{not json")  # a torn or hand-edited file: said, and an empty selection
-    assert Explorer(run, docs, ASPECTS, perplexity=5.0, decode=False).selection.empty
+    assert Explorer(run, docs, ASPECTS, decode=False, layout=MapLayout(perplexity=5.0)).selection.empty
 
 
 PAGE_CHECKS = """
@@ -325,12 +339,13 @@ def test_the_exported_map_explains_itself_in_a_1280_by_800_window(explorer_run, 
     from lab_harness import Browser, chromium_paths
     from workbench.data.corpus import Corpus
     from workbench.maps.explore import Explorer
+    from workbench.maps.options import MapLayout
 
     if chromium_paths() is None:
         pytest.fail("chromium and chromium-driver are required (scripts/setup.sh installs them)")
     run, docs, _ = explorer_run
     frame = docs.docs.assign(year=[2010 + i % 8 for i in range(len(docs))])
-    explorer = Explorer(run, Corpus(frame), ASPECTS, perplexity=5.0, decode=False)
+    explorer = Explorer(run, Corpus(frame), ASPECTS, decode=False, layout=MapLayout(perplexity=5.0))
     presets = {"challenge first": {"challenge": 3.0, "approach": 1.0}, "approach only": {"approach": 1.0}}
     page = explorer.export(tmp_path / "05_map.html", presets=presets, labels=4)
     browser = Browser(tmp_path / "profile")
@@ -397,13 +412,14 @@ def test_papers_added_later_are_embedded_and_placed_without_moving_the_rest(expl
     24 mapped before keep their positions, the 6 land where the frozen map places them."""
     from workbench.embed import embeddings as embeddings_module
     from workbench.maps.explore import Explorer
+    from workbench.maps.options import MapLayout
 
     shared, docs, _ = explorer_run
     run = tmp_path / "run"  # the same model, an empty embedding cache
     run.mkdir()
     (run / "unified_model").symlink_to(shared / "unified_model")
     before = docs.subset(ids=docs.ids[:24])
-    first = Explorer(run, before, ASPECTS, perplexity=5.0, decode=False, reuse_map=None)
+    first = Explorer(run, before, ASPECTS, decode=False, layout=MapLayout(perplexity=5.0, reuse_map=None))
     first.save_map("grown")
 
     encoded: list[str] = []
@@ -417,7 +433,7 @@ def test_papers_added_later_are_embedded_and_placed_without_moving_the_rest(expl
 
     monkeypatch.setattr(embeddings_module, "load_model", counting)
     grown = docs.subset(ids=list(reversed(docs.ids)))
-    later = Explorer(run, grown, ASPECTS, perplexity=5.0, decode=False, reuse_map="grown")
+    later = Explorer(run, grown, ASPECTS, decode=False, layout=MapLayout(perplexity=5.0, reuse_map="grown"))
     new_ids = docs.ids[24:]
     assert sorted(encoded) == sorted(docs.subset(ids=new_ids).texts())  # only the new abstracts
     row = {d: i for i, d in enumerate(grown.ids)}
@@ -430,20 +446,21 @@ def test_papers_added_later_are_embedded_and_placed_without_moving_the_rest(expl
     for a in ASPECTS:
         np.testing.assert_allclose(later.embeddings[a], fresh[a], atol=1e-5)
 
-    other = Explorer(run, grown, ASPECTS, weights={"challenge": 1.0, "approach": 0.0}, perplexity=5.0,
-                     decode=False, reuse_map="grown")
+    other = Explorer(run, grown, ASPECTS, weights={"challenge": 1.0, "approach": 0.0},
+                     decode=False, layout=MapLayout(perplexity=5.0, reuse_map="grown"))
     assert other.weights == {"challenge": 1.0, "approach": 0.0}  # other weights: a warm refit from that layout
-    assert Explorer(run, grown, ASPECTS, perplexity=6.0, decode=False, reuse_map="grown").map.perplexity == 6.0
+    wider = Explorer(run, grown, ASPECTS, decode=False, layout=MapLayout(perplexity=6.0, reuse_map="grown"))
+    assert wider.map.perplexity == 6.0
 
     from workbench.data.corpus import Corpus
 
     edited = grown.docs.copy()
     edited.loc[edited.index[0], "abstract"] = "A corrected abstract of the first paper, about parsing."
     encoded.clear()
-    Explorer(run, Corpus(edited), ASPECTS, perplexity=5.0, decode=False, reuse_map=None)
+    Explorer(run, Corpus(edited), ASPECTS, decode=False, layout=MapLayout(perplexity=5.0, reuse_map=None))
     assert encoded == ["A corrected abstract of the first paper, about parsing."]  # a changed text: embedded again
 
     weights_file = RunDir(run).map("grown") / "map.safetensors"
     weights_file.write_bytes(weights_file.read_bytes()[:100])  # a torn saved map: said, and a new map is fitted
-    torn = Explorer(run, grown, ASPECTS, perplexity=5.0, decode=False, reuse_map="grown")
+    torn = Explorer(run, grown, ASPECTS, decode=False, layout=MapLayout(perplexity=5.0, reuse_map="grown"))
     assert torn.coords.shape == (len(grown), 2) and np.all(np.isfinite(torn.coords))

@@ -187,7 +187,7 @@ def test_the_page_downloads_read_back_like_the_python_writers(tmp_path):
     back through load_corpus as the Python writers' files do, and are the same text as theirs."""
     from lab_harness import Browser, chromium_paths
 
-    from workbench.maps.page import export_html
+    from workbench.maps.page import PageOptions, export_html
 
     if chromium_paths() is None:
         if os.environ.get("CI"):
@@ -196,7 +196,7 @@ def test_the_page_downloads_read_back_like_the_python_writers(tmp_path):
     records = hostile_records()
     coords = np.random.default_rng(0).normal(size=(len(records), 2))
     page = export_html(tmp_path / "map.html", {"all": coords}, records[["doc_id", "title", "year"]],
-                       records=records, filters=["venue", "score"])
+                       records=records, options=PageOptions(filters=["venue", "score"]))
     browser = Browser(tmp_path / "profile")
     try:
         browser.driver.get(page.as_uri())

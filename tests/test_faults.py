@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from workbench.core.files import RunLock, RunLockedError, write_json, write_text
-from workbench.run.runner import run_pipeline
+from workbench.run.runner import ExecutionOptions, run_pipeline
 
 KERNEL = {"name": "python3", "language": "python", "display_name": "Python 3"}
 
@@ -69,14 +69,15 @@ def test_a_full_disk_names_the_stage_and_file_and_the_next_run_succeeds(small_di
     notebooks = _notebooks(tmp_path / "notebooks", code)
     run = small_disk / "run"
     with pytest.raises(RuntimeError) as caught:
-        run_pipeline(None, run_dir=str(run), notebook_dir=notebooks, report=False, progress=False,
-                     log=lambda *a: None, overrides={"size": 1_900_000})
+        run_pipeline(None, run_dir=str(run), report=False, progress=False,
+                     log=lambda *a: None, overrides={"size": 1_900_000},
+                     execution=ExecutionOptions(notebook_dir=notebooks))
     message = str(caught.value)
     assert "01_fill" in message and str(run) in message and "space" in message, message
     assert not list(run.glob(".*.ipynb"))  # no torn notebook left to be misread
     (run / "fill.bin").unlink()  # the user frees the disk and runs again
-    run_pipeline(None, run_dir=str(run), notebook_dir=notebooks, report=False, progress=False,
-                 log=lambda *a: None, overrides={"size": 10})
+    run_pipeline(None, run_dir=str(run), report=False, progress=False,
+                 log=lambda *a: None, overrides={"size": 10}, execution=ExecutionOptions(notebook_dir=notebooks))
     assert (run / "01_fill.ipynb").is_file() and (run / "fill.bin").read_bytes() == b"1" * 10
 
 
@@ -106,9 +107,9 @@ def test_two_runs_at_once_one_refuses_and_changes_nothing(tmp_path):
     notebooks = _notebooks(tmp_path / "notebooks", code)
     run = tmp_path / "run"
     first = subprocess.Popen([sys.executable, "-c", (
-        "from workbench.run.runner import run_pipeline\n"
-        f"run_pipeline(None, run_dir={str(run)!r}, notebook_dir=__import__('pathlib').Path({str(notebooks)!r}), "
-        "report=False, progress=False, overrides={'sleep': 8.0})")], stdout=subprocess.DEVNULL)
+        "from workbench.run.runner import ExecutionOptions, run_pipeline\n"
+        f"run_pipeline(None, run_dir={str(run)!r}, report=False, progress=False, overrides={{'sleep': 8.0}}, "
+        f"execution=ExecutionOptions(notebook_dir=__import__('pathlib').Path({str(notebooks)!r})))")], stdout=subprocess.DEVNULL)
     try:
         deadline = time.time() + 60
         while not (run / "started").exists():
@@ -116,8 +117,9 @@ def test_two_runs_at_once_one_refuses_and_changes_nothing(tmp_path):
             time.sleep(0.2)
         before = _hashes(run)
         with pytest.raises(RunLockedError, match=f"pid {first.pid}"):
-            run_pipeline(None, run_dir=str(run), notebook_dir=notebooks, report=False, progress=False,
-                         log=lambda *a: None, overrides={"sleep": 0.0})
+            run_pipeline(None, run_dir=str(run), report=False, progress=False,
+                         log=lambda *a: None, overrides={"sleep": 0.0},
+                         execution=ExecutionOptions(notebook_dir=notebooks))
         assert _hashes(run) == before  # nothing created, nothing changed
         assert first.wait(90) == 0 and (run / "finished").exists()
     finally:
@@ -131,8 +133,8 @@ def test_a_notice_of_a_stage_reaches_the_terminal_and_the_closing_summary(tmp_pa
                        "print('an ordinary line')"}
     notebooks = _notebooks(tmp_path / "notebooks", code)
     logged = []
-    results = run_pipeline(None, run_dir=str(tmp_path / "run"), notebook_dir=notebooks, report=False,
-                           log=logged.append)
+    results = run_pipeline(None, run_dir=str(tmp_path / "run"), report=False,
+                           log=logged.append, execution=ExecutionOptions(notebook_dir=notebooks))
     printed = capsys.readouterr().out
     assert "[workbench] 01_note: notice: decoding off: no decoders in this run" in printed
     assert "ordinary line" not in printed
@@ -146,8 +148,8 @@ def test_reports_show_results_without_code_unless_asked(tmp_path, monkeypatch):
     notebooks = _notebooks(tmp_path / "notebooks", code)
     monkeypatch.chdir(tmp_path)  # reports go to reports/<run name> under the current directory
     for keep, run in ((False, "plain"), (True, "with_code")):
-        run_pipeline(None, run_dir=str(tmp_path / run), notebook_dir=notebooks, progress=False, log=lambda *a: None,
-                     overrides={"size": 3}, report_code=keep)
+        run_pipeline(None, run_dir=str(tmp_path / run), progress=False, log=lambda *a: None,
+                     overrides={"size": 3}, execution=ExecutionOptions(notebook_dir=notebooks, report_code=keep))
         page = (tmp_path / "reports" / run / "01_show.html").read_text()
         assert "the result is 42" in page
         assert ('jp-InputArea-editor' in page.split('<body')[1]) == keep  # the code cells themselves

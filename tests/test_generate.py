@@ -6,8 +6,8 @@ import pytest
 from workbench.data.aspects import load_aspects
 from workbench.data.corpus import Corpus
 from workbench.core.display import summary_examples_html
-from workbench.generate.summaries import (generate_summaries, judge_pairs, judgement_store, not_applicable_share,
-                                sample_pairs, summaries_frame)
+from workbench.generate.summaries import (JudgeConfig, generate_summaries, judge_pairs, judgement_store,
+                                          not_applicable_share, sample_pairs, summaries_frame)
 from workbench.generate.llm import Sampling
 
 pytestmark = pytest.mark.slow
@@ -51,7 +51,7 @@ def test_judge_scores_pairs(tiny_corpus, smollm, short_aspects, tmp_path):
     assert pairs == [("a", "b"), ("a", "c"), ("b", "c")]
     assert len(sample_pairs(tiny_corpus.ids, 2, seed=1)) == 2
     report = judge_pairs(tiny_corpus, aspects, smollm, tmp_path, pairs=pairs[:2],
-                         sampling=Sampling(max_new_tokens=48, seed=0), progress=False)
+                         judge=JudgeConfig(sampling=Sampling(max_new_tokens=48, seed=0), progress=False))
     assert report.written == 2
     frame = judgement_store(tmp_path).to_frame()
     assert set(frame["status"]) <= {"ok", "unparsed"}
@@ -59,7 +59,7 @@ def test_judge_scores_pairs(tiny_corpus, smollm, short_aspects, tmp_path):
     assert ok["score"].between(1, 5).all()
     assert (frame["scale"].map(tuple) == (1, 5)).all()
     with pytest.raises(KeyError, match="zzz"):
-        judge_pairs(tiny_corpus, aspects, smollm, tmp_path, pairs=[("a", "zzz")], progress=False)
+        judge_pairs(tiny_corpus, aspects, smollm, tmp_path, pairs=[("a", "zzz")], judge=JudgeConfig(progress=False))
 
 
 def test_examples_html_escapes_paper_text(tmp_path):

@@ -171,6 +171,7 @@ def test_notebook_04_says_faithfulness_was_skipped_when_no_aspect_has_two_valida
                  "examples_per_aspect": 3, "display": shown.append, "HTML": str, "styled": styled,
                  "html_table": html_table, "figure3_table": figure3_table,
                  "set_default_decoder": decoding.set_default_decoder, "evaluate_decoders": decoding.evaluate_decoders,
+                 "DecoderEvalConfig": decoding.DecoderEvalConfig,
                  "FAITHFULNESS_COUNTS": FAITHFULNESS_COUNTS, "notice": notice}
     for marker in ("evaluation = evaluate_decoders(", "if len(table):\n    fig, axes", "figure3_table(shown"):
         exec(cell_source("04_decode.ipynb", marker), namespace)

@@ -37,6 +37,7 @@ from workbench.data.aspects import load_aspects
 from workbench.data.corpus import Corpus
 from workbench.generate.summaries import SUMMARY_STOP, GenerationError, generate_summaries, summary_store
 from workbench.generate.llm import BackendError, Completion, OpenAIBackend, Sampling
+from workbench.generate.sampling import RetryPolicy
 
 try:
     import pytest_timeout  # noqa: F401
@@ -160,8 +161,10 @@ def serve():
 
 
 def backend_for(server, **options) -> OpenAIBackend:
-    options = {"timeout": 5.0, "retries": 2, "backoff": 0.01, "api_key_env": None, **options}
-    return OpenAIBackend(model="fake-model", base_url=server.base_url, **options)
+    retry = {"timeout": 5.0, "retries": 2, "backoff": 0.01}
+    retry.update({key: options.pop(key) for key in list(options) if key in retry})
+    options = {"api_key_env": None, **options}
+    return OpenAIBackend(model="fake-model", base_url=server.base_url, retry=RetryPolicy(**retry), **options)
 
 
 def test_timeout_gives_an_error_completion(serve):
@@ -208,7 +211,7 @@ def test_reply_that_is_not_json_is_an_error_after_retries(serve):
 def test_nothing_listening_is_a_connection_error():
     port = free_port()  # bound then released: nothing listens there now
     backend = OpenAIBackend(model="m", base_url=f"http://{HOST}:{port}/v1", api_key_env=None,
-                            timeout=2.0, retries=1, backoff=0.01)
+                            retry=RetryPolicy(timeout=2.0, retries=1, backoff=0.01))
     assert backend.health() is False
     result = backend.request(MESSAGES, FAST)
     assert "connection failed" in result.error and result.text == ""
@@ -250,13 +253,14 @@ def test_api_key_goes_in_the_header_and_never_in_repr(serve, monkeypatch):
     secret = "sk-test-0123456789-secret"
     monkeypatch.setenv("OPENAI_API_KEY", secret)
     server = serve(lambda n, req: (200, chat_reply("ok")))
-    backend = OpenAIBackend(model="fake-model", base_url=server.base_url, retries=0)
+    backend = OpenAIBackend(model="fake-model", base_url=server.base_url, retry=RetryPolicy(retries=0))
     assert backend.request(MESSAGES, FAST).text == "ok"
     headers = {k.lower(): v for k, v in server.posts[-1]["headers"].items()}
     assert headers["authorization"] == f"Bearer {secret}"
     assert secret not in repr(backend) and secret not in str(backend)
 
-    without = OpenAIBackend(model="fake-model", base_url=server.base_url, retries=0, api_key_env=None)
+    without = OpenAIBackend(model="fake-model", base_url=server.base_url, retry=RetryPolicy(retries=0),
+                            api_key_env=None)
     assert without.request(MESSAGES, FAST).text == "ok"
     assert "authorization" not in {k.lower() for k in server.posts[-1]["headers"]}
 
@@ -381,7 +385,7 @@ def real_server(tmp_path_factory):
 @timeout(600)
 def test_real_server_completes_conversations(real_server):
     backend = OpenAIBackend(model=real_server["folder"], base_url=real_server["base_url"], api_key_env=None,
-                            timeout=120, retries=1, backoff=0.1)
+                            retry=RetryPolicy(timeout=120, retries=1, backoff=0.1))
     try:
         assert backend.health()
         conversations = [[{"role": "user", "content": text}] for text in
@@ -404,7 +408,7 @@ def test_real_server_completes_conversations(real_server):
 @timeout(600)
 def test_real_server_generate_summaries_is_resumable(real_server, short_aspects, tmp_path):
     backend = OpenAIBackend(model=real_server["folder"], base_url=real_server["base_url"], api_key_env=None,
-                            timeout=120, retries=1, backoff=0.1, concurrency=2)
+                            retry=RetryPolicy(timeout=120, retries=1, backoff=0.1), concurrency=2)
     aspects = short_aspects.subset(["challenge"])
     corpus = small_corpus(2)
     sampling = Sampling(stop=SUMMARY_STOP, max_new_tokens=10, seed=0)  # what is answered is not under test

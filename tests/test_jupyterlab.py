@@ -45,6 +45,7 @@ WATCHED = ("bokeh", "jupyter_bokeh", "ipywidgets", "jupyter-widgets", "workbench
 PANE_10K = """
 import numpy as np, pandas as pd
 from workbench.maps import tsne
+from workbench.maps.options import PaneCallbacks
 from workbench.maps.pane import MapPane
 tsne.EXAGGERATION_ITER = 50
 rng = np.random.default_rng(0)
@@ -67,7 +68,8 @@ def on_tap(x, y, index):
     read = {a: meta.title[int(np.argmax(emb[a] @ v))] for a, v in vectors.items()}
     return "<h4>Empty spot</h4>" + "".join(f"<p>{a}: {t}</p>" for a, t in read.items())
 
-pane = MapPane(state["map"].coords, meta, aspects, state["map"].weights, on_weights=on_weights, on_tap=on_tap)
+pane = MapPane(state["map"].coords, meta, aspects, state["map"].weights, on_weights=on_weights,
+               callbacks=PaneCallbacks(on_tap=on_tap))
 """
 
 # A map of real abstracts: every CSAbstruct paper (`scripts/csabstruct.py`, 2,155 computer-science abstracts,
@@ -112,9 +114,9 @@ pane = MapPane(state["map"].coords, meta, aspects, state["map"].weights, on_weig
 
 
 def _pane_cells(run: Path, load_bokehjs: bool = True) -> list[str]:
-    setup = (f"from workbench.data.corpus import load_corpus\nfrom workbench.maps.explore import Explorer\n"
+    setup = (f"from workbench.data.corpus import load_corpus\nfrom workbench.maps.explore import Explorer\nfrom workbench.maps.options import MapLayout\n"
              f"docs = load_corpus({CORPUS!r})\n"
-             f"explorer = Explorer({str(run)!r}, docs, {ASPECTS!r}, perplexity=5.0, seed=0)")
+             f"explorer = Explorer({str(run)!r}, docs, {ASPECTS!r}, layout=MapLayout(perplexity=5.0, seed=0))")
     if not load_bokehjs:
         setup = "import workbench.maps.pane\nworkbench.maps.pane.LOAD_BOKEHJS = False  # the negative control\n" + setup
     return [setup, "pane = explorer.pane(labels=3)\npane"]

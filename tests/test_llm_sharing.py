@@ -208,11 +208,14 @@ def test_llama_cpp_backend_samples_differ_and_end_like_transformers(tiny_corpus,
 
 
 def test_credentials_in_a_server_url_never_reach_messages():
-    from workbench.generate.llm import OpenAIBackend, without_credentials
+    from workbench.core.redaction import without_credentials
+    from workbench.generate.llm import OpenAIBackend
+    from workbench.generate.sampling import RetryPolicy
 
     assert without_credentials("http://user:sk-secret123@host:8000/v1") == "http://***@host:8000/v1"
     assert without_credentials("http://host/v1") == "http://host/v1"
-    backend = OpenAIBackend("m", base_url="http://user:sk-secret123@127.0.0.1:9/v1", retries=0, timeout=0.5)
+    backend = OpenAIBackend("m", base_url="http://user:sk-secret123@127.0.0.1:9/v1",
+                            retry=RetryPolicy(timeout=0.5, retries=0))
     try:
         assert "sk-secret123" not in repr(backend)
         completion = backend.request([{"role": "user", "content": "hi"}], Sampling(max_new_tokens=2))

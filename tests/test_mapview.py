@@ -17,7 +17,8 @@ import pytest
 
 from workbench.maps import mapview
 from workbench.maps.mapview import cluster_labels, map_figure, map_frame
-from workbench.maps.page import export_html, page_document
+from workbench.maps.page import PageOptions, PresetDetails, export_html, page_document
+from workbench.maps.options import PaneCallbacks, PaneView
 from workbench.maps.pane import MapPane
 
 N = 60
@@ -130,8 +131,9 @@ class Recorder:
 def pane(meta, presets):
     rec = Recorder(presets["balanced"])
     p = MapPane(presets["balanced"], meta, ["method", "task"], {"method": 0.5, "task": 0.5},
-                on_weights=rec.on_weights, on_tap=rec.on_tap, on_place=rec.on_place,
-                on_search=rec.on_search, labels=[(0.0, 0.0, "region")])
+                on_weights=rec.on_weights,
+                callbacks=PaneCallbacks(on_tap=rec.on_tap, on_place=rec.on_place, on_search=rec.on_search),
+                view=PaneView(labels=[(0.0, 0.0, "region")]))
     p.rec = rec
     return p
 
@@ -181,8 +183,8 @@ def test_two_tapped_papers_and_a_paper_then_a_spot_are_compared(meta, presets):
         compared.append((i, other))
         return f"<p>compare {i} {other}</p>"
 
-    p = MapPane(coords, meta, ["method", "task"], {"method": 0.5, "task": 0.5}, on_tap=rec.on_tap,
-                on_compare=on_compare)
+    p = MapPane(coords, meta, ["method", "task"], {"method": 0.5, "task": 0.5},
+                callbacks=PaneCallbacks(on_tap=rec.on_tap, on_compare=on_compare))
     p.tap(*coords[3])
     assert compared == [] and p.detail.value == "<p>spot 3</p>"  # one paper: nothing to compare yet
     p.tap(*coords[8])
@@ -200,7 +202,8 @@ def test_two_tapped_papers_and_a_paper_then_a_spot_are_compared(meta, presets):
     p.on_compare = boom
     assert p.tap(*coords[11]) is None  # a failed comparison leaves the description shown, and says so
     assert p.detail.value.startswith("<p>spot 11</p><hr>") and "&lt;i&gt;no axes&lt;/i&gt;" in p.detail.value
-    assert MapPane(coords, meta, ["method"], {"method": 1.0}, on_tap=rec.on_tap).on_compare is None
+    assert MapPane(coords, meta, ["method"], {"method": 1.0},
+                   callbacks=PaneCallbacks(on_tap=rec.on_tap)).on_compare is None
 
 
 def test_place_adds_a_marker(pane):
@@ -231,7 +234,7 @@ def test_callback_errors_show_in_the_panel(meta, presets, action):
         raise RuntimeError("<b>model</b> exploded")
 
     p = MapPane(presets["balanced"], meta, ["method", "task"], {"method": 1.0, "task": 0.0},
-                on_weights=boom, on_tap=boom, on_place=boom, on_search=boom)
+                on_weights=boom, callbacks=PaneCallbacks(on_tap=boom, on_place=boom, on_search=boom))
     {"weights": lambda: p.set_weights({"task": 1.0}), "tap": lambda: p.tap(0.0, 0.0),
      "place": lambda: p.place("text"), "search": lambda: p.search({"task": ("q", 1.0)})}[action]()
     assert "failed" in p.detail.value and "RuntimeError" in p.detail.value
@@ -240,7 +243,7 @@ def test_callback_errors_show_in_the_panel(meta, presets, action):
 
 def test_wrong_shaped_layout_is_reported(meta, presets):
     p = MapPane(presets["balanced"], meta, ["method"], {"method": 1.0}, on_weights=lambda w: np.zeros((3, 2)),
-                on_tap=None, on_place=None, on_search=None)
+                callbacks=PaneCallbacks(on_tap=None, on_place=None, on_search=None))
     p.set_weights({"method": 0.5})
     assert "3 points" in p.detail.value
     np.testing.assert_allclose(p.source.data["x"], presets["balanced"][:, 0])  # map left as it was
@@ -293,7 +296,7 @@ def test_marked_pairs_fit_the_weights_and_relayout(meta, presets):
                          warning="2 pairs are <b>not</b> enough")
 
     p = MapPane(coords, meta, ["method", "task"], {"method": 0.5, "task": 0.5}, on_weights=rec.on_weights,
-                on_fit_weights=on_fit_weights)
+                callbacks=PaneCallbacks(on_fit_weights=on_fit_weights))
     p.similar_button.click()  # nothing tapped yet: a hint, no mark
     assert p.marks == [] and "Tap two papers" in p.detail.value
     for i in (3, 8):
@@ -317,7 +320,8 @@ def test_marked_pairs_fit_the_weights_and_relayout(meta, presets):
 def test_negative_fitted_weight_maps_its_positive_part(meta, presets):
     rec = Recorder(presets["balanced"])
     p = MapPane(presets["balanced"], meta, ["method", "task"], {"method": 0.5, "task": 0.5},
-                on_weights=rec.on_weights, on_fit_weights=lambda pairs: {"method": -0.3, "task": 0.7})
+                on_weights=rec.on_weights,
+                callbacks=PaneCallbacks(on_fit_weights=lambda pairs: {"method": -0.3, "task": 0.7}))
     p.fit_marks()  # no marks yet
     assert rec.calls["weights"] == [] and "Mark a few pairs" in p.detail.value
     p.tapped = [0, 1]
@@ -333,7 +337,7 @@ def test_fit_errors_show_in_the_panel(meta, presets):
         raise ValueError("need at least 2 similar <i>pairs</i>")
 
     p = MapPane(presets["balanced"], meta, ["method", "task"], {"method": 0.5, "task": 0.5},
-                on_weights=lambda w: presets["balanced"], on_fit_weights=boom)
+                on_weights=lambda w: presets["balanced"], callbacks=PaneCallbacks(on_fit_weights=boom))
     p.tapped = [0, 1]
     p.mark(True)
     p.fit_button.click()
@@ -380,8 +384,8 @@ def pages(tmp_path_factory, meta, presets):
     questions = {name: [f"{name} Q{i}?" for i in range(N)] for name in presets}
     questions["balanced"][3] = XSS_SUMMARY  # question text is LLM text: data, never markup
     weights = {"balanced": {"method": 0.5, "task": 0.5}, "method only": {"method": 1.0, "task": 0.0}}
-    full = export_html(out / "map.html", presets, meta, labels, title=PAGE_TITLE, questions_by_preset=questions,
-                       weights_by_preset=weights)
+    full = export_html(out / "map.html", presets, meta, labels, title=PAGE_TITLE,
+                       details=PresetDetails(questions_by_preset=questions, weights_by_preset=weights))
     empty = export_html(out / "empty.html", {k: np.zeros((0, 2)) for k in presets}, meta.iloc[:0], title=PAGE_TITLE)
     return out, full, empty
 
@@ -547,7 +551,7 @@ def test_exported_page_filters_by_year_and_metadata_and_downloads_the_selection(
     records.drop(columns=["summary_method", "summary_task"]).to_csv(tmp_path / "export.csv", index=False)
     records = load_corpus(tmp_path / "export.csv").docs  # as the user's export was read: what must come back
     labels = {name: [(0.0, 0.0, f"{name} one"), (1.0, 1.0, f"{name} two")] for name in presets}
-    page = export_html(tmp_path / "map.html", presets, meta, labels, color_by=2, records=records)
+    page = export_html(tmp_path / "map.html", presets, meta, labels, records=records, options=PageOptions(color_by=2))
     probed = tmp_path / "probed.html"
     head, tail = page.read_text().rsplit("</body>", 1)
     probed.write_text(head + SELECTION_PROBE + "</body>" + tail)

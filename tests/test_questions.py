@@ -13,6 +13,7 @@ import torch
 
 from workbench.questions import axes as Q
 from workbench.questions import mbqa
+from workbench.questions.settings import AxesConfig
 from workbench.measures.evaluation import correlation_table
 from workbench.generate.llm import Completion, Sampling
 from workbench.core.vectors import unit_rows
@@ -175,11 +176,11 @@ def test_classifier_learns_a_linear_task_from_masked_answers():
     y = (x @ w > 0.3).astype(np.float32)
     mask = (rng.random(y.shape) < 0.4).astype(np.float32)  # 40% of pairs answered
     y_seen = np.where(mask > 0, y, 0.0)  # unanswered entries hold no information
-    model = Q.train_mbqa(x[:400], y_seen[:400], mask[:400], epochs=200)
+    model = Q.train_mbqa(x[:400], y_seen[:400], mask[:400], training=mbqa.MBQATraining(epochs=200))
     probs = Q.predict(model, x[400:])
     scores = Q.agreement(probs, y[400:], np.ones_like(y[400:]))
     assert scores["accuracy"] > 0.9 and scores["balanced_accuracy"] > 0.9
-    hidden = Q.train_mbqa(x[:400], y_seen[:400], mask[:400], hidden=32, epochs=150)
+    hidden = Q.train_mbqa(x[:400], y_seen[:400], mask[:400], hidden=32, training=mbqa.MBQATraining(epochs=150))
     assert Q.agreement(Q.predict(hidden, x[400:]), y[400:], np.ones_like(y[400:]))["accuracy"] > 0.85
 
 
@@ -232,7 +233,7 @@ def test_region_questions_are_those_most_papers_answer_yes():
 
 def test_save_load_round_trip_is_safetensors_and_json(tmp_path):
     model = Q.train_mbqa(np.eye(4, dtype=np.float32), np.eye(4, 3, dtype=np.float32), np.ones((4, 3)), hidden=5,
-                         epochs=5)
+                         training=mbqa.MBQATraining(epochs=5))
     qs = [{"id": "a", "text": "Is it a?"}, {"id": "b", "text": "Is it b?"}, {"id": "c", "text": "Is it c?"}]
     Q.save_mbqa(model, tmp_path / "questions" / "toy", {"aspect": "toy", "dim": 4, "hidden": 5, "questions": qs})
     files = sorted(p.name for p in (tmp_path / "questions" / "toy").iterdir())
@@ -266,8 +267,8 @@ def test_question_embedding_correlation_uses_the_evaluation_table():
 def test_build_axes_end_to_end_with_a_scripted_llm(tmp_path):
     ids, vectors, statements = _topic_corpus()
     backend = Scripted(_topic_reply)
-    axes, report = Q.build_axes(tmp_path, "challenge", ids, vectors, statements, backend, k=3, per_cluster=3,
-                                pairs=120, embed=None, seed=0)
+    config = AxesConfig(k=3, per_cluster=3, pairs=120, embed=None, seed=0)
+    axes, report = Q.build_axes(tmp_path, "challenge", ids, vectors, statements, backend, config=config)
     assert report["clusters"] == 3 and report["unique"] == 6  # 3 topics x 2 questions; junk and repeats dropped
     assert report["kept"] >= 3 and report["unparsed"] == 0
     assert report["heldout"]["accuracy"] > 0.9 and report["heldout"]["pairs"] > 10
@@ -283,11 +284,11 @@ def test_build_axes_end_to_end_with_a_scripted_llm(tmp_path):
     assert cost["llm_s_per_paper"] == pytest.approx(0.01 * len(axes.questions))
 
     again = Scripted(_topic_reply)
-    _, report2 = Q.build_axes(tmp_path, "challenge", ids, vectors, statements, again, k=3, per_cluster=3, pairs=120,
-                              embed=None, seed=0)
+    _, report2 = Q.build_axes(tmp_path, "challenge", ids, vectors, statements, again, config=config)
     assert again.asked == [] and report2["kept"] == report["kept"]
-    none, report3 = Q.build_axes(tmp_path, "challenge", ids, vectors, statements, again, k=3, per_cluster=3,
-                                 pairs=120, embed=None, seed=0, min_rate=0.95)  # nothing passes the filter
+    none, report3 = Q.build_axes(tmp_path, "challenge", ids, vectors, statements, again,
+                                 config=AxesConfig(k=3, per_cluster=3, pairs=120, embed=None, seed=0,
+                                                     min_rate=0.95))  # nothing passes the filter
     assert none is None and report3["kept"] == 0 and again.asked == []
     assert not (tmp_path / "questions" / "challenge" / "mbqa.json").exists()  # no stale axes left to load
 
@@ -296,7 +297,8 @@ def test_build_axes_keeps_the_test_split_out(tmp_path):
     ids, vectors, statements = _topic_corpus()
     usable = np.arange(len(ids)) % 3 != 0  # every third paper plays the test split
     backend = Scripted(_topic_reply)
-    Q.build_axes(tmp_path, "challenge", ids, vectors, statements, backend, usable=usable, k=3, pairs=60, embed=None)
+    Q.build_axes(tmp_path, "challenge", ids, vectors, statements, backend, usable=usable,
+                 config=AxesConfig(k=3, pairs=60, embed=None))
     read = " ".join(m[-1]["content"] for m in backend.asked)
     assert not any(re.search(rf"Paper {i} ", read) for i in range(0, len(ids), 3))
     assert any(re.search(rf"Paper {i} ", read) for i in range(1, len(ids), 3))
@@ -313,9 +315,11 @@ def test_real_smollm_end_to_end(tmp_path):
     backend = make_backend("transformers", batch_size=16, device="cpu")
     ids, vectors, statements = _topic_corpus(n_per=6)
     statements = [s.replace("low-resource text", "news") for s in statements]
-    axes, report = Q.build_axes(tmp_path, "challenge", ids[:12], vectors[:12], statements[:12], backend, k=2,
-                                samples=1, per_cluster=3, n_pos=2, n_neg=2, pairs=32, embed=None,
-                                gen_sampling=Sampling(temperature=0.7, max_new_tokens=60, seed=0))
+    axes, report = Q.build_axes(tmp_path, "challenge", ids[:12], vectors[:12], statements[:12], backend,
+                                config=AxesConfig(k=2, samples=1, per_cluster=3, n_pos=2, n_neg=2, pairs=32,
+                                                    embed=None,
+                                                    gen_sampling=Sampling(temperature=0.7, max_new_tokens=60,
+                                                                          seed=0)))
     generated = Q.question_store(tmp_path).records()
     assert len(generated) == 2 and all(r["model"] == "smollm2-135m-instruct" for r in generated)
     assert report["unique"] >= 1, [r["raw"] for r in generated]
@@ -328,10 +332,11 @@ def test_real_smollm_end_to_end(tmp_path):
         if r["status"] == "ok":
             i, j = ids.index(r["doc_id"]), qids.index(r["question_id"])
             Y[i, j], M[i, j] = float(r["answer"]), 1.0
-    model = Q.train_mbqa(vectors[:12], Y, M, epochs=50)
+    model = Q.train_mbqa(vectors[:12], Y, M, training=mbqa.MBQATraining(epochs=50))
     assert Q.predict(model, vectors[:3]).shape == (3, len(qids))
     if axes is not None:
         assert axes.answer(vectors[:3]).shape == (3, len(axes.questions))
-    again = Q.build_axes(tmp_path, "challenge", ids[:12], vectors[:12], statements[:12], backend, k=2, samples=1,
-                         per_cluster=3, n_pos=2, n_neg=2, pairs=32, embed=None)[1]
+    again = Q.build_axes(tmp_path, "challenge", ids[:12], vectors[:12], statements[:12], backend,
+                         config=AxesConfig(k=2, samples=1, per_cluster=3, n_pos=2, n_neg=2, pairs=32,
+                                             embed=None))[1]
     assert again["generation"].startswith("0 written") and again["answering"].startswith("0 written")

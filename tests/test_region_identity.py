@@ -23,6 +23,7 @@ from workbench.data.corpus import Corpus
 from workbench.maps.labels import aspect_texts, label_regions, paper_texts, term_index
 from workbench.maps.mapview import (MapRegions, fine_regions, map_frame, match_regions, region_color,
                                     tooltip_template)
+from workbench.maps.options import PaneCallbacks
 from workbench.maps.pane import MapPane
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -194,7 +195,8 @@ def test_a_weight_step_of_005_on_4000_papers_keeps_regions_numbers_and_colours(w
         numbers = pane.regions.numbers(pane.coords, 8)
         return [(*pane.coords[numbers == m].mean(axis=0), f"region {m}", "", str(m)) for m in np.unique(numbers)]
 
-    pane = MapPane(before.coords, meta, list(WEIGHTS), WEIGHTS, on_weights=on_weights, on_labels=on_labels)
+    pane = MapPane(before.coords, meta, list(WEIGHTS), WEIGHTS, on_weights=on_weights,
+                   callbacks=PaneCallbacks(on_labels=on_labels))
     pane.set_labels(on_labels())
     colours_before = list(pane.source.data["color"])
     pane.set_weights(MOVED)
@@ -251,7 +253,7 @@ def test_the_hover_leaves_the_tapped_point_and_most_of_the_map_in_view(tmp_path)
     """In headless Chromium: the tooltip of a paper with every field sits beside the paper, not on it, and covers
     under a tenth of a 480 x 420 map (the pane's size); a paper without the fields gets no rows for them."""
     from lab_harness import Browser, chromium_paths
-    from workbench.maps.page import export_html
+    from workbench.maps.page import PageOptions, export_html
 
     if chromium_paths() is None:
         pytest.fail("chromium and chromium-driver are required (scripts/setup.sh installs them)")
@@ -263,7 +265,7 @@ def test_the_hover_leaves_the_tapped_point_and_most_of_the_map_in_view(tmp_path)
                          "year": [2001] * 10 + [None] * (n - 10),
                          **{f"summary_{a}": [long] * 10 + [None] * (n - 10) for a in ("challenge", "approach",
                                                                                       "outcome")}})
-    page = export_html(tmp_path / "map.html", {"all": coords}, meta, width=480, height=420)
+    page = export_html(tmp_path / "map.html", {"all": coords}, meta, options=PageOptions(width=480, height=420))
     browser = Browser(tmp_path / "profile")
     try:
         browser.driver.get(page.as_uri())

@@ -14,7 +14,7 @@ from workbench.measures.runmetrics import RunMetrics, load_metrics, write_metric
 from workbench.run.record import record_stage
 from workbench.run.reports import REPORTS_MARKER, claim_report_dir, export_html
 from workbench.run.runconfig import RunConfigError
-from workbench.run.runner import run_pipeline
+from workbench.run.runner import ExecutionOptions, run_pipeline
 from workbench.run.runs import run_table
 
 PNG = ("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==")
@@ -79,7 +79,8 @@ def test_two_runs_with_one_folder_name_do_not_share_a_report_folder(tmp_path, mo
         "run_dir = None\nreport_dir = None", metadata={"tags": ["parameters"]})], metadata={"kernelspec": kernel}),
         notebooks / "01_tiny.ipynb")
     with pytest.raises(RunConfigError) as refused:
-        run_pipeline(None, run_dir="y/exp", stages=["01_tiny"], notebook_dir=notebooks, log=lambda *_: None)
+        run_pipeline(None, run_dir="y/exp", stages=["01_tiny"], log=lambda *_: None,
+                     execution=ExecutionOptions(notebook_dir=notebooks))
     message = str(refused.value)
     assert str(tmp_path / "x" / "exp") in message and str(tmp_path / "y" / "exp") in message
     assert "report_dir" in message and not (tmp_path / "y").exists()

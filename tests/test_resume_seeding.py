@@ -13,6 +13,7 @@ import torch
 
 from workbench.generate.summaries import generate_summaries, summary_store
 from workbench.generate.llm import Completion, LlamaCppBackend, OpenAIBackend, Sampling, TransformersBackend, draw
+from workbench.generate.sampling import RetryPolicy
 from workbench.generate.sampling import request_seed
 
 SAMPLING = Sampling(max_new_tokens=10, seed=0)
@@ -141,7 +142,7 @@ def test_generation_sends_each_request_its_own_seed(tiny_corpus, short_aspects, 
 
 
 def test_http_and_llama_cpp_backends_pass_the_request_seed():
-    http = OpenAIBackend("m", base_url="http://127.0.0.1:9/v1", retries=0, timeout=0.5)
+    http = OpenAIBackend("m", base_url="http://127.0.0.1:9/v1", retry=RetryPolicy(timeout=0.5, retries=0))
     try:
         messages = [{"role": "user", "content": "hi"}]
         assert http._body(messages, SAMPLING, 1234)["seed"] == 1234

@@ -132,7 +132,7 @@ def test_describe_with_confidence_names_the_source_paper(memory):
 
 
 def test_decoding_report_keeps_each_paper_out_of_its_own_decoding(memory):
-    from workbench.decode.faithfulness import decoding_report
+    from workbench.decode.faithfulness import FaithfulnessConfig, RoundTrip, decoding_report
 
     encoder = TableEncoder(dict(zip(memory.texts, memory.vectors)))
     decoder = RetrievalDecoder(memory, encoder, lm=None)
@@ -140,8 +140,8 @@ def test_decoding_report_keeps_each_paper_out_of_its_own_decoding(memory):
     papers = ["p0", "p1", "p2", "p3"]
     emb = memory.vectors[[0, 3, 6, 9]]
     refs = [[memory.texts[i]] for i in (0, 3, 6, 9)]
-    metrics, examples = decoding_report(decoder, emb, refs, encoder, names=papers, exclude=papers,
-                                        bertscore_model="minilm", perplexity_docs=2)
+    metrics, examples = decoding_report(decoder, emb, refs, RoundTrip(encoder), names=papers, exclude=papers,
+                                        config=FaithfulnessConfig(bertscore_model="minilm", perplexity_docs=2))
     assert not set(examples["decoded"]) & {t for r in refs for t in r}  # never its own statement
     assert metrics["perplexity documents"] == 2 and metrics["documents"] == 4
     # each decoding names the paper it is taken from (never the paper itself), and Figure 3 shows it by title
@@ -152,7 +152,8 @@ def test_decoding_report_keeps_each_paper_out_of_its_own_decoding(memory):
 
     table = figure3_table({"a": examples}, titles={d: f"Title of {d}" for d in memory.doc_ids}, n=4)
     assert table["taken from"].str.startswith("Title of p").all()
-    open_book, _ = decoding_report(decoder, emb, refs, encoder, bertscore_model="minilm")
+    open_book, _ = decoding_report(decoder, emb, refs, RoundTrip(encoder),
+                                   config=FaithfulnessConfig(bertscore_model="minilm"))
     assert open_book["round-trip MRR"] == pytest.approx(1.0)  # with its own statements it points straight back
 
 
@@ -228,8 +229,8 @@ def test_both_decoder_kinds_offer_the_one_decoder_interface(memory):
     class Generator:  # a stand-in for the soft-prompt decoder's EmbeddingDecoder: one text per embedding
         aspects, chat = None, True
 
-        def generate(self, emb, aspect=None, **sampling):
-            return [[f"text {i} ({sampling.get('max_new_tokens')})"] for i in range(len(emb))]
+        def generate(self, emb, sampling, batch_size=16, aspect=None, progress=False):
+            return [[f"text {i} ({sampling.max_new_tokens})"] for i in range(len(emb))]
 
     soft = AspectDecoder("method", Generator())
     assert isinstance(soft, Decoder) and not soft.names_sources

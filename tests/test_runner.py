@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 import workbench
-from workbench.run.runner import NOTEBOOKS, available_stages, load_params, run_pipeline
+from workbench.run.runner import NOTEBOOKS, ExecutionOptions, available_stages, load_params, run_pipeline
 from workbench.run.runconfig import RunConfigError
 
 
@@ -190,12 +190,14 @@ def test_a_run_directory_holding_source_notebooks_is_refused(tmp_path, monkeypat
     before = (sources / "01_generate.ipynb").read_bytes()
     for run_dir in [sources, sources / "sub", Path(workbench.__file__).parent]:
         with pytest.raises(RunConfigError, match="overwrite"):
-            run_pipeline(None, run_dir=str(run_dir), stages=["01_generate"], report=False, notebook_dir=sources)
+            run_pipeline(None, run_dir=str(run_dir), stages=["01_generate"], report=False,
+                         execution=ExecutionOptions(notebook_dir=sources))
     mine = tmp_path / "my-project"  # a folder with a copy of a source notebook, edited by its user
     mine.mkdir()
     shutil.copy(sources / "01_generate.ipynb", mine)
     with pytest.raises(RunConfigError, match="not a notebook executed by an earlier run"):
-        run_pipeline(None, run_dir=str(mine), stages=["01_generate"], report=False, notebook_dir=sources)
+        run_pipeline(None, run_dir=str(mine), stages=["01_generate"], report=False,
+                     execution=ExecutionOptions(notebook_dir=sources))
     assert (sources / "01_generate.ipynb").read_bytes() == before
     assert not (sources / "params.yaml").exists() and not (mine / "params.yaml").exists()
 
@@ -299,7 +301,8 @@ def test_a_tiny_notebook_through_the_engine_shows_progress_and_sums_up(tmp_path,
 
     monkeypatch.setattr(runner, "Progress", Recording)
     monkeypatch.chdir(tmp_path)
-    results = run_pipeline(None, run_dir="run", overrides={"corpus": "papers.txt"}, notebook_dir=notebooks)
+    results = run_pipeline(None, run_dir="run", overrides={"corpus": "papers.txt"},
+                           execution=ExecutionOptions(notebook_dir=notebooks))
     assert list(results) == ["01_tiny"]
     entry = results["01_tiny"]
     assert entry["artifacts"] == {"models/": {"files": 1, "bytes": 2000}, "out.txt": {"files": 1, "bytes": 4}}
@@ -345,8 +348,9 @@ def test_stages_share_one_kernel_each_from_an_empty_namespace(tmp_path, per_stag
     and the kernel is shut down at the end. kernel_per_stage: one process each, with its own log."""
     _two_stage_notebooks(tmp_path / "notebooks")
     run = tmp_path / "run"
-    run_pipeline(None, run_dir=str(run), notebook_dir=tmp_path / "notebooks", report=False, progress=False,
-                 log=lambda *a: None, kernel_per_stage=per_stage)
+    run_pipeline(None, run_dir=str(run), report=False, progress=False,
+                 log=lambda *a: None,
+                 execution=ExecutionOptions(notebook_dir=tmp_path / "notebooks", kernel_per_stage=per_stage))
     first, second = int((run / "pid_01").read_text()), int((run / "pid_02").read_text())
     assert (first != second) == per_stage
     assert (run / "seen").read_text() == "False"  # %reset -f between stages; a fresh kernel anyway
@@ -364,16 +368,19 @@ def test_a_kernel_passed_in_serves_two_runs_and_stays_up(tmp_path):
     kernel = Kernel()
     try:
         for run in ["run1", "run2"]:
-            run_pipeline(None, run_dir=str(tmp_path / run), notebook_dir=tmp_path / "notebooks", report=False,
-                         progress=False, log=lambda *a: None, kernel=kernel)
+            run_pipeline(None, run_dir=str(tmp_path / run), report=False,
+                         progress=False, log=lambda *a: None,
+                         execution=ExecutionOptions(notebook_dir=tmp_path / "notebooks", kernel=kernel))
         pids = {int((tmp_path / run / f"pid_0{i}").read_text()) for run in ["run1", "run2"] for i in (1, 2)}
         assert len(pids) == 1 and _alive(pid := pids.pop())  # relative paths landed in each run directory
         assert (tmp_path / "run2" / "seen").read_text() == "False"
         # The kernel's own output stays in the log of the run that started it.
         assert kernel.log_path == tmp_path / "run1" / "kernel.log" and not (tmp_path / "run2" / "kernel.log").exists()
         with pytest.raises(ValueError, match="kernel per stage"):
-            run_pipeline(None, run_dir=str(tmp_path / "run3"), notebook_dir=tmp_path / "notebooks", report=False,
-                         progress=False, log=lambda *a: None, kernel=kernel, kernel_per_stage=True)
+            run_pipeline(None, run_dir=str(tmp_path / "run3"), report=False,
+                         progress=False, log=lambda *a: None,
+                         execution=ExecutionOptions(notebook_dir=tmp_path / "notebooks", kernel=kernel,
+                                                    kernel_per_stage=True))
     finally:
         kernel.close()
     deadline = time.time() + 10

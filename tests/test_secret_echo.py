@@ -35,8 +35,9 @@ from workbench.data.aspect_names import MAX_ASPECT_NAME
 from workbench.data.aspects import AspectConfigError, load_aspects
 from workbench.data.corpus import Corpus
 from workbench.generate.llm import BackendError, OpenAIBackend, Sampling
-from workbench.generate.summaries import (GenerationError, generate_summaries, judge_pairs, judgement_store,
-                                          summary_store)
+from workbench.generate.sampling import RetryPolicy
+from workbench.generate.summaries import (GenerationError, JudgeConfig, generate_summaries, judge_pairs,
+                                          judgement_store, summary_store)
 
 HOST = "127.0.0.1"
 MESSAGES = [{"role": "user", "content": "Say hello."}]
@@ -194,8 +195,9 @@ def keyed(monkeypatch):
 
 
 def backend_for(server, **options) -> OpenAIBackend:
-    options = {"timeout": 5.0, "retries": 1, "backoff": 0.01, **options}
-    return OpenAIBackend(model="fake-model", base_url=server.base_url, **options)
+    retry = {"timeout": 5.0, "retries": 1, "backoff": 0.01}
+    retry.update({key: options.pop(key) for key in list(options) if key in retry})
+    return OpenAIBackend(model="fake-model", base_url=server.base_url, retry=RetryPolicy(**retry), **options)
 
 
 def two_papers() -> Corpus:
@@ -254,7 +256,7 @@ def test_a_200_echo_is_scrubbed_from_stored_answers_and_progress(serve, keyed, t
     backend = backend_for(server, concurrency=2)
     aspects = load_aspects("acl").subset(["challenge", "approach"])
     summaries = generate_summaries(two_papers(), aspects, backend, tmp_path, k=2, progress=True)
-    judged = judge_pairs(two_papers(), aspects, backend, tmp_path, samples=1, progress=True)
+    judged = judge_pairs(two_papers(), aspects, backend, tmp_path, judge=JudgeConfig(samples=1, progress=True))
     backend.close()
     assert summaries.written == 8 and judged.written == len(judgement_store(tmp_path)) > 0
     records = summary_store(tmp_path).records()
@@ -283,7 +285,7 @@ def test_credentials_in_the_url_are_scrubbed_from_what_the_server_sends(serve, t
     server = serve(401)
     password = "pw-" + make_key()[11:]
     url = server.base_url.replace("http://", f"http://me:{quote(password, safe='')}@")
-    backend = OpenAIBackend(model="fake-model", base_url=url, retries=0, timeout=5.0)
+    backend = OpenAIBackend(model="fake-model", base_url=url, retry=RetryPolicy(timeout=5.0, retries=0))
     with pytest.raises(BackendError) as err:
         backend.request(MESSAGES, FAST)
     backend.close()

@@ -85,6 +85,7 @@ def shown_run(tmp_path_factory):
     from workbench.embed.train import TrainConfig
     from workbench.generate.summaries import summary_store
     from workbench.maps.explore import Explorer
+    from workbench.maps.options import MapLayout
 
     run = tmp_path_factory.mktemp("shown")
     full = load_corpus("aclsum:validation[:12]").docs
@@ -106,7 +107,7 @@ def shown_run(tmp_path_factory):
     build_retrieval_decoders(run, corpus, ASPECTS, aspect_set=load_aspects("acl").subset(ASPECTS))
     set_default_decoder(run, "retrieval")
     calibrate_confidence(run, corpus, ASPECTS)
-    explorer = Explorer(run, corpus, ASPECTS, perplexity=3.0, seed=0)
+    explorer = Explorer(run, corpus, ASPECTS, layout=MapLayout(perplexity=3.0, seed=0))
     return run, corpus, {"grounded": grounded, "bad": bad}, explorer
 
 

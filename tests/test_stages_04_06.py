@@ -33,7 +33,7 @@ OLD_RUN = Path(__file__).resolve().parent / "data" / "run_made_before_rundir"
 
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory, notebook_kernel):
-    from workbench.run.runner import run_pipeline
+    from workbench.run.runner import ExecutionOptions, run_pipeline
 
     root = tmp_path_factory.mktemp("pipeline")
     params = root / "tiny.yaml"
@@ -58,7 +58,7 @@ def tiny_run(tmp_path_factory, notebook_kernel):
     run = root / "run"
     shutil.copytree(OLD_RUN, run, ignore=shutil.ignore_patterns("README.md"))
     results = run_pipeline(params, run_dir=str(run), stages=["04_decode", "05_visualize", "06_evaluate"],
-                           log=lambda *a: None, kernel=notebook_kernel)
+                           log=lambda *a: None, execution=ExecutionOptions(kernel=notebook_kernel))
     return run, root / "reports", results
 
 

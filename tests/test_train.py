@@ -239,7 +239,7 @@ def test_two_processes_through_torchrun_end_with_identical_weights(tmp_path):
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_train_notebook_runs_through_papermill(tmp_path, notebook_kernel):
-    from workbench.run.runner import run_pipeline
+    from workbench.run.runner import ExecutionOptions, run_pipeline
 
     params = tmp_path / "tiny.yaml"
     params.write_text(yaml.safe_dump({
@@ -250,7 +250,7 @@ def test_train_notebook_runs_through_papermill(tmp_path, notebook_kernel):
     }))
     run = tmp_path / "run"
     results = run_pipeline(params, run_dir=str(run), stages=["02_train"], report=True, log=lambda *_: None,
-                           kernel=notebook_kernel)
+                           execution=ExecutionOptions(kernel=notebook_kernel))
     model = RunDir(run).aspect_model("challenge")
     assert (model / "model.safetensors").is_file() and (model / "history.json").is_file()
     assert [h["step"] for h in json.loads((model / "history.json").read_text())] == [0, 1, 2]

@@ -52,6 +52,7 @@ def open_explorer(tmp_path, monkeypatch):
     """A function (corpus) -> Explorer on one run folder under tmp_path; the pane's MapPane records its arguments."""
     from workbench.core.rundir import RunDir
     from workbench.maps import explore as explore_module
+    from workbench.maps.options import MapLayout
 
     monkeypatch.setattr(explore_module, "embed_corpus", _hashed_embeddings)
     monkeypatch.setattr(explore_module, "MapPane", lambda *args, **kwargs: kwargs)
@@ -59,7 +60,8 @@ def open_explorer(tmp_path, monkeypatch):
     RunDir(run).unified_model.mkdir(parents=True)  # the Explorer asks for stage 03's folder
 
     def open_on(corpus):
-        return explore_module.Explorer(run, corpus, ASPECTS, perplexity=2.0, decode=False, reuse_map=None)
+        return explore_module.Explorer(run, corpus, ASPECTS, decode=False,
+                                       layout=MapLayout(perplexity=2.0, reuse_map=None))
 
     return open_on
 
@@ -86,8 +88,8 @@ def test_marks_of_papers_missing_from_a_re_export_are_kept_and_come_back(open_ex
         {"doc_id": ids[10], "selected": False, "marked_pairs": 1},
         {"doc_id": ids[11], "selected": False, "marked_pairs": 1}]
     assert partial.marked_pairs["in_corpus"].tolist() == [False, False, True]
-    shown = partial.pane(labels=False)  # the pane shows only what it can draw, by its own rows
-    assert shown["marks"] == [(1, 3, True)] and shown["selected"] == [1]
+    shown = partial.pane(labels=False)["state"]  # the pane shows only what it can draw, by its own rows
+    assert shown.marks == [(1, 3, True)] and shown.selected == [1]
 
     partial.select([0])
     assert partial.selection["doc_id"].tolist() == [ids[0]]

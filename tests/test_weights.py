@@ -7,7 +7,8 @@ import pytest
 from sklearn.metrics import roc_auc_score
 
 from workbench.maps import weights as W
-from workbench.maps.weights import WeightFit, fit_weights, pair_cosines, pairs_from_groups, pairs_from_labels
+from workbench.maps.weights import (FitSettings, WeightFit, fit_weights, pair_cosines, pairs_from_groups,
+                                    pairs_from_labels)
 
 ASPECTS = ("a0", "a1", "a2")
 
@@ -53,7 +54,8 @@ _FITS: dict = {}
 def fitted(corpus, w_true) -> WeightFit:
     """One fit per true weight vector, shared by the tests that look at it from different sides."""
     if w_true not in _FITS:
-        _FITS[w_true] = fit_weights(corpus[0], pairs=judged_pairs(corpus[0], w_true), n_boot=200)
+        _FITS[w_true] = fit_weights(corpus[0], pairs=judged_pairs(corpus[0], w_true),
+                                     settings=FitSettings(n_boot=200))
     return _FITS[w_true]
 
 
@@ -86,7 +88,7 @@ def test_labels_path_splits_by_documents_and_finds_the_labelled_aspect(corpus):
     emb, assign = corpus
     labels = [str(c) for c in assign["a1"]]
     labels[0] = None  # unknown: its pairs are left out
-    fit = fit_weights(emb, labels=labels, n_boot=200)
+    fit = fit_weights(emb, labels=labels, settings=FitSettings(n_boot=200))
     assert fit.split == "documents"
     assert max(fit.weights, key=fit.weights.get) == "a1" and fit.weights["a1"] > 0.8
     n_known = len(labels) - 1
@@ -188,7 +190,7 @@ def test_pairs_from_groups_by_hand():
 def test_groups_path_fits(corpus):
     emb, assign = corpus
     members = [np.flatnonzero(assign["a2"] == c)[:8].tolist() for c in range(4)]
-    fit = fit_weights(emb, groups=members, n_boot=200)
+    fit = fit_weights(emb, groups=members, settings=FitSettings(n_boot=200))
     assert max(fit.weights, key=fit.weights.get) == "a2"
     assert fit.n_pairs == (4 * 28, 6 * 64)
 
@@ -216,11 +218,11 @@ def test_bad_input_is_a_clear_value_error(corpus, kwargs, message):
 def test_negative_weight_only_where_allowed(corpus):
     emb = corpus[0]
     pairs = judged_pairs(emb, (0.7, 0.0, -0.3), t=0.1, limit=4000)  # "like in a0, unlike in a2"
-    free = fit_weights(emb, pairs=pairs, negative=("a2",), n_boot=100)
+    free = fit_weights(emb, pairs=pairs, negative=("a2",), settings=FitSettings(n_boot=100))
     assert free.weights["a2"] == pytest.approx(-0.3, abs=0.05) and free.weights["a0"] == pytest.approx(0.7, abs=0.05)
     assert sum(abs(w) for w in free.weights.values()) == pytest.approx(1.0)
     assert (free.grid_weights["a2"] < 0) and "a2 -0." in free.summary()
-    fixed = fit_weights(emb, pairs=pairs, n_boot=100)
+    fixed = fit_weights(emb, pairs=pairs, settings=FitSettings(n_boot=100))
     assert min(fixed.weights.values()) >= 0 and fixed.weights["a2"] < 0.01
     assert free.auc > fixed.auc
     assert W.map_weights(free.weights)["a2"] == 0.0 and sum(W.map_weights(free.weights).values()) == pytest.approx(1)
@@ -230,11 +232,11 @@ def test_few_pairs_warn_many_do_not(corpus):
     emb = corpus[0]
     pairs = judged_pairs(emb, (0.6, 0.3, 0.1))
     few = [p for p in pairs if p[2]][:5] + [p for p in pairs if not p[2]][:5]
-    fit = fit_weights(emb, pairs=few, n_boot=200)
+    fit = fit_weights(emb, pairs=few, settings=FitSettings(n_boot=200))
     assert fit.warning and "10 pairs are not enough" in fit.warning
     assert "warning" in fit.summary()
     assert fit.split == "pairs"  # ten marked pairs cannot be split by papers with both kinds in every fold
-    many = fit_weights(emb, pairs=pairs[:3000], n_boot=200)
+    many = fit_weights(emb, pairs=pairs[:3000], settings=FitSettings(n_boot=200))
     assert many.warning is None and many.auc_ci[1] - many.auc_ci[0] < 0.1
     assert fit.auc_ci[1] - fit.auc_ci[0] > 3 * (many.auc_ci[1] - many.auc_ci[0])
     assert many.auc_ci[0] <= many.auc <= many.auc_ci[1]
@@ -243,8 +245,9 @@ def test_few_pairs_warn_many_do_not(corpus):
 def test_large_judgements_are_subsampled_with_the_seed(corpus):
     emb = corpus[0]
     pairs = judged_pairs(emb, (0.6, 0.3, 0.1))
-    a = fit_weights(emb, pairs=pairs, max_pairs=1000, seed=3, n_boot=50)
-    b = fit_weights(emb, pairs=pairs, max_pairs=1000, seed=3, n_boot=50)
+    settings = FitSettings(max_pairs=1000, seed=3, n_boot=50)
+    a = fit_weights(emb, pairs=pairs, settings=settings)
+    b = fit_weights(emb, pairs=pairs, settings=settings)
     assert sum(a.n_pairs) == 1000 and a.weights == b.weights and a.auc_ci == b.auc_ci
 
 
@@ -264,11 +267,11 @@ def test_explorer_fit_weights_refits_the_map_with_the_positive_part(corpus):
     ex = Explorer.__new__(Explorer)  # no run directory needed for the wiring
     ex.embeddings, ex.aspects, ex.map = corpus[0], list(ASPECTS), StubMap({a: 1 / 3 for a in ASPECTS})
     pairs = judged_pairs(corpus[0], (0.7, 0.0, -0.3), t=0.1, limit=3000)
-    fit = ex.fit_weights(pairs=pairs, negative=("a2",), n_boot=50)
+    fit = ex.fit_weights(pairs=pairs, negative=("a2",), settings=FitSettings(n_boot=50))
     assert fit.weights["a2"] < 0
     assert ex.weights["a2"] == 0.0 and ex.weights["a0"] == pytest.approx(fit.weights["a0"] / (1 + fit.weights["a2"]))
     kept = ex.map
-    ex.fit_weights(pairs=pairs, apply=False, n_boot=50)
+    ex.fit_weights(pairs=pairs, apply=False, settings=FitSettings(n_boot=50))
     assert ex.map is kept
 
 

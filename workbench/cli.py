@@ -11,7 +11,7 @@ from .core.models import PACKAGED, model_table, prepare_causal_lm
 from .core.rundir import MARKER_NAME, MarkerError, RunDir
 from .core.safeyaml import AliasError, StrictLoader
 from .data.aspects import list_presets, load_aspects
-from .run.runner import run_pipeline
+from .run.runner import ExecutionOptions, run_pipeline
 from .run.runs import RefusedError, clean_caches, human, mark_run, plan_clean, run_table
 
 
@@ -37,7 +37,8 @@ def cmd_run(args) -> int:
     """Execute the notebooks with papermill and export the HTML reports."""
     stages = args.stages.split(",") if args.stages else None
     run_pipeline(args.params, run_dir=args.run_dir, stages=stages, overrides=_overrides(args.param),
-                 report=not args.no_report, kernel_per_stage=args.kernel_per_stage, report_code=args.report_code)
+                 report=not args.no_report,
+                 execution=ExecutionOptions(kernel_per_stage=args.kernel_per_stage, report_code=args.report_code))
     return 0
 
 
@@ -71,12 +72,14 @@ def cmd_validate(args) -> int:
     Everything printed passes `terminal_text`: titles, ids and file names are the file's text, and an
     escape sequence in them must show as text, not colour or move the user's terminal.
     """
-    from .data.corpus import load_corpus
+    from .data.corpus import ColumnNames, load_corpus
     from .data.validation import CorpusError, terminal_text
 
     options = {name: getattr(args, name) for name in _LOAD_OPTIONS if getattr(args, name) is not None}
+    # the id, title, year and label columns go to load_corpus as one ColumnNames
+    columns = {name: options.pop(name) for name in list(options) if name in ColumnNames.__dataclass_fields__}
     try:
-        corpus = load_corpus(args.source, **options)
+        corpus = load_corpus(args.source, columns=ColumnNames(**columns), **options)
     except CorpusError as exc:
         print(f"workbench validate: {terminal_text(str(exc), keep_newlines=True)}", file=sys.stderr)
         return 2

@@ -4,6 +4,7 @@ A server (a test server, a misconfigured proxy, an error page) may echo the requ
 `Authorization` header in its reply; `redact` removes every run of 8 or more characters of
 the key in whatever way it was written. `OpenAIBackend` (`workbench.generate.llm`) passes
 everything it receives through it, so no answer, record, error message or notebook holds it.
+`without_credentials` shows a URL without its user:password part.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import html
 import json
 import re
 from typing import Sequence
-from urllib.parse import quote, unquote, urlsplit
+from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 # A run of this many characters of a key counts as a leak and is scrubbed; shorter runs are left
 # alone, since a few characters of a random key also turn up in ordinary text.
@@ -92,3 +93,11 @@ def url_secrets(url: str) -> list[str]:
     user, password = unquote(parts.username or ""), unquote(parts.password)
     basic = base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
     return [password, basic]
+
+
+def without_credentials(url: str) -> str:
+    """The URL with any user:password@ part replaced by ***@ (for messages and logs)."""
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    return urlunsplit(parts._replace(netloc="***@" + parts.netloc.rsplit("@", 1)[1]))

@@ -35,6 +35,7 @@ import yaml
 
 from ..core.safeyaml import AliasError, BlockDumper, StrictLoader
 from .aspect_names import folder_name_problem
+from .aspect_prompts import DEFAULT_DOMAIN, DEFAULT_JUDGE_SYSTEM_PROMPT, DEFAULT_JUDGE_TEMPLATE, DEFAULT_SYSTEM_PROMPT
 
 PRESET_DIR = Path(__file__).resolve().parents[1] / "presets"
 
@@ -51,51 +52,6 @@ JUDGE_PLACEHOLDERS = frozenset(
     {"abstract_a", "abstract_b", "rubric", "aspect", "description", "include",
      "exclude", "domain", "min_score", "max_score"}
 )
-
-DEFAULT_DOMAIN = "scientific research"
-
-DEFAULT_SYSTEM_PROMPT = (
-    "You summarise scientific abstracts from {domain}, one aspect at a time. "
-    "Describe only the requested aspect, in general terms that would also fit "
-    "other studies of the same kind. Never use proper names (of organisms, "
-    "people, places, institutions, datasets or models) and never use numbers; "
-    'do not refer to "the study", "we" or "the authors". If the abstract does '
-    'not state the aspect, the answer is exactly "Not applicable.". Reply with '
-    "one JSON object and nothing else."
-)
-
-DEFAULT_JUDGE_SYSTEM_PROMPT = (
-    "You are an expert in {domain}. You compare two scientific abstracts with "
-    "respect to one aspect only. Both abstracts come from {domain}, so sharing "
-    "the field is no evidence of similarity. Judge only from what the abstracts "
-    "actually say, and answer with one JSON object and nothing else."
-)
-
-# Reasoning comes before the score on purpose: asking for the bare score gives
-# inconsistent judgements (paper, appendix A.5).
-DEFAULT_JUDGE_TEMPLATE = """\
-Abstract A:
-{abstract_a}
-
-Abstract B:
-{abstract_b}
-
-Aspect: {aspect}. {description}
-
-Judge how similar the two abstracts are with respect to this aspect alone.
-Features that matter, when present:
-{include}
-Ignore:
-{exclude}
-Do not raise the score just because both abstracts belong to {domain}. If an abstract does not address the aspect, give the lowest score.
-
-Scoring rubric (integers from {min_score} to {max_score}):
-{rubric}
-
-First write a short reasoning: what each abstract says about the aspect, where they agree and differ, and which score level that supports. Then give the score.
-Reply with exactly one JSON object and nothing else:
-{"reasoning": "<short reasoning>", "score": <integer from {min_score} to {max_score}>}
-"""
 
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _IDENTIFIER = re.compile(r"[a-z][a-z0-9_]*\Z")
@@ -544,55 +500,69 @@ def parse_aspects(data: dict, source: str = "<dict>") -> AspectSet:
     aspect_fields: dict[str, str] = {}  # name -> field path, to point at the first one
     key_fields: dict[str, str] = {}
     for i, raw in enumerate(raw_aspects):
-        field = f"aspects[{i}]"
-        check.mapping(raw, field, required=("name", "description", "prompts"),
-                      optional=("include", "exclude", "examples", "judge"))
-        aspect_name = check.identifier(raw["name"], f"{field}.name")
-        if problem := folder_name_problem(aspect_name):  # it names aspect_models/<aspect>/
-            check.fail(f"{field}.name", problem)
-        if aspect_name in aspect_fields:
-            check.fail(f"{field}.name",
-                       f"duplicate aspect name {_short(aspect_name)} (also {aspect_fields[aspect_name]})")
-        aspect_fields[aspect_name] = field
-
-        raw_prompts = raw["prompts"]
-        if not isinstance(raw_prompts, list):
-            check.fail(f"{field}.prompts", f"expected a list of prompts, got {_type_name(raw_prompts)}")
-        if not raw_prompts:
-            check.fail(f"{field}.prompts", "must not be empty")
-        prompts = []
-        for j, raw_prompt in enumerate(raw_prompts):
-            pfield = f"{field}.prompts[{j}]"
-            check.mapping(raw_prompt, pfield, required=("key", "template"), optional=())
-            key = check.identifier(raw_prompt["key"], f"{pfield}.key")
-            if key in key_fields:
-                check.fail(f"{pfield}.key", f"duplicate prompt key {_short(key)} (also {key_fields[key]})")
-            key_fields[key] = pfield
-            template = check.template(raw_prompt["template"], f"{pfield}.template",
-                                      GENERATION_PLACEHOLDERS, required=("abstract",))
-            prompts.append(PromptSpec(key=key, template=template))
-
-        judge = None
-        if raw.get("judge") is not None:
-            jfield = f"{field}.judge"
-            raw_judge = check.mapping(raw["judge"], jfield, required=("rubric",), optional=("scale",))
-            judge = JudgeSpec(
-                scale=check.scale(raw_judge.get("scale", [1, 5]), f"{jfield}.scale"),
-                rubric=check.template(raw_judge["rubric"], f"{jfield}.rubric", RUBRIC_PLACEHOLDERS),
-            )
-
-        aspects.append(Aspect(
-            name=aspect_name,
-            description=check.string(raw["description"], f"{field}.description"),
-            include=check.string_list(raw.get("include"), f"{field}.include"),
-            exclude=check.string_list(raw.get("exclude"), f"{field}.exclude"),
-            examples=check.string_list(raw.get("examples"), f"{field}.examples"),
-            prompts=tuple(prompts),
-            judge=judge,
-        ))
+        aspects.append(_parse_aspect(check, raw, f"aspects[{i}]", aspect_fields, key_fields))
 
     return AspectSet(
         name=name, domain=domain, description=description, system_prompt=system_prompt,
         aspects=tuple(aspects), judge_template=judge_template, source=source,
         judge_system_prompt=judge_system_prompt,
     )
+
+
+def _parse_aspect(check: _Checker, raw: Any, field: str,
+                  aspect_fields: dict[str, str], key_fields: dict[str, str]) -> Aspect:
+    """Validate one entry of ``aspects`` and build its ``Aspect``.
+
+    ``aspect_fields`` and ``key_fields`` map the names and prompt keys seen so far (over the
+    whole set) to their field paths, so a duplicate's error points at the first one; both are
+    updated here.
+    """
+    check.mapping(raw, field, required=("name", "description", "prompts"),
+                  optional=("include", "exclude", "examples", "judge"))
+    aspect_name = check.identifier(raw["name"], f"{field}.name")
+    if problem := folder_name_problem(aspect_name):  # it names aspect_models/<aspect>/
+        check.fail(f"{field}.name", problem)
+    if aspect_name in aspect_fields:
+        check.fail(f"{field}.name",
+                   f"duplicate aspect name {_short(aspect_name)} (also {aspect_fields[aspect_name]})")
+    aspect_fields[aspect_name] = field
+    prompts = _parse_prompts(check, raw["prompts"], field, key_fields)
+
+    judge = None
+    if raw.get("judge") is not None:
+        jfield = f"{field}.judge"
+        raw_judge = check.mapping(raw["judge"], jfield, required=("rubric",), optional=("scale",))
+        judge = JudgeSpec(
+            scale=check.scale(raw_judge.get("scale", [1, 5]), f"{jfield}.scale"),
+            rubric=check.template(raw_judge["rubric"], f"{jfield}.rubric", RUBRIC_PLACEHOLDERS),
+        )
+
+    return Aspect(
+        name=aspect_name,
+        description=check.string(raw["description"], f"{field}.description"),
+        include=check.string_list(raw.get("include"), f"{field}.include"),
+        exclude=check.string_list(raw.get("exclude"), f"{field}.exclude"),
+        examples=check.string_list(raw.get("examples"), f"{field}.examples"),
+        prompts=tuple(prompts),
+        judge=judge,
+    )
+
+
+def _parse_prompts(check: _Checker, raw_prompts: Any, field: str, key_fields: dict[str, str]) -> list[PromptSpec]:
+    """Validate an aspect's ``prompts`` list; prompt keys are unique over the whole set (``key_fields``)."""
+    if not isinstance(raw_prompts, list):
+        check.fail(f"{field}.prompts", f"expected a list of prompts, got {_type_name(raw_prompts)}")
+    if not raw_prompts:
+        check.fail(f"{field}.prompts", "must not be empty")
+    prompts = []
+    for j, raw_prompt in enumerate(raw_prompts):
+        pfield = f"{field}.prompts[{j}]"
+        check.mapping(raw_prompt, pfield, required=("key", "template"), optional=())
+        key = check.identifier(raw_prompt["key"], f"{pfield}.key")
+        if key in key_fields:
+            check.fail(f"{pfield}.key", f"duplicate prompt key {_short(key)} (also {key_fields[key]})")
+        key_fields[key] = pfield
+        template = check.template(raw_prompt["template"], f"{pfield}.template",
+                                  GENERATION_PLACEHOLDERS, required=("abstract",))
+        prompts.append(PromptSpec(key=key, template=template))
+    return prompts

@@ -73,6 +73,22 @@ def _pick(columns: list, given: str | None, candidates: list[str], role: str, la
     return None
 
 
+@dataclass(frozen=True)
+class ColumnNames:
+    """The source columns `load_corpus` maps to ``doc_id``, ``title``, ``year`` and ``labels``,
+    when the automatic choice is not right (None: detected; see `load_corpus`). The abstract's
+    column is `load_corpus`'s own ``abstract_column``, the one most often given."""
+
+    id_column: str | None = None
+    title_column: str | None = None
+    year_column: str | None = None
+    label_column: str | None = None
+
+    def given(self) -> list[str]:
+        """The names of the fields that are set."""
+        return [name for name, value in vars(self).items() if value is not None]
+
+
 def standardise(raw: Raw, label: str, *, id_column, title_column, abstract_column,
                  year_column, label_column) -> tuple[pd.DataFrame, list[dict], list[str]]:
     """The corpus frame (standard columns first, then the rest), with the reader's issues

@@ -42,12 +42,13 @@ import pandas as pd
 
 from .aclsum_corpus import aclsum_docs
 from .readers import FORMATS, format_from_suffix, read_file
-from .columns import standardise
+from .columns import ColumnNames, standardise
 from .validation import (ISSUE_COLUMNS, CorpusError, ValidationReport, empty_issues, is_missing, make_issue,
                          validate_docs)
 
 __all__ = [
     "Corpus",
+    "ColumnNames",
     "CorpusError",
     "ValidationReport",
     "MAX_ABSTRACT_CHARS",
@@ -336,13 +337,10 @@ def load_corpus(
     source: str | os.PathLike,
     *,
     format: str | None = None,
-    id_column: str | None = None,
-    title_column: str | None = None,
     abstract_column: str | None = None,
-    year_column: str | None = None,
-    label_column: str | None = None,
-    name: str | None = None,
     encoding: str = "utf-8",
+    name: str | None = None,
+    columns: ColumnNames = ColumnNames(),
 ) -> Corpus:
     """Load a corpus from a file or from the packaged ACLSum data set.
 
@@ -350,8 +348,10 @@ def load_corpus(
         ``"aclsum:train,validation"``, ``"aclsum:test[:20]"`` (see `load_aclsum`).
     format: one of csv, tsv, wos (Web of Science tab-delimited .txt), jsonl, json,
         parquet, ris, bibtex; taken from the suffix when not given.
-    *_column: the source column for each standard column, when the automatic choice
-        (case-insensitive, ignoring spaces and punctuation) is not right:
+    abstract_column, columns: the source column for each standard column, when the automatic
+        choice (case-insensitive, ignoring spaces and punctuation) is not right; the abstract's
+        is ``abstract_column``, the others are ``columns=ColumnNames(id_column=..., title_column=...,
+        year_column=..., label_column=...)``:
         id (doc_id, id, paper_id, EID, UT, PMID, Key, DOI...), title (title, TI,
         Article Title...), abstract (abstract, AB, Abstract Note, summary, text), year
         (year, PY, Publication Year, date), labels (only "labels"/"label" unless given).
@@ -374,9 +374,7 @@ def load_corpus(
     Raises `CorpusError` naming the file and line for files that cannot be read at all.
     """
     if isinstance(source, str) and (source == "aclsum" or source.startswith("aclsum:")):
-        given = [k for k, v in {"id_column": id_column, "title_column": title_column,
-                                "abstract_column": abstract_column, "year_column": year_column,
-                                "label_column": label_column}.items() if v is not None]
+        given = columns.given() + (["abstract_column"] if abstract_column is not None else [])
         if given or format is not None:
             raise CorpusError(f"{source}: format= and column arguments do not apply to ACLSum ({given})")
         splits = source.partition(":")[2]
@@ -392,9 +390,9 @@ def load_corpus(
     raw = read_file(path, fmt, encoding)
     if len(raw.frame) == 0:
         raise CorpusError(f"{label}: no documents")
-    docs, issues, notes = standardise(raw, label, id_column=id_column, title_column=title_column,
-                                       abstract_column=abstract_column, year_column=year_column,
-                                       label_column=label_column)
+    docs, issues, notes = standardise(raw, label, id_column=columns.id_column, title_column=columns.title_column,
+                                       abstract_column=abstract_column, year_column=columns.year_column,
+                                       label_column=columns.label_column)
     for found in issues:
         found["doc_id"] = docs["doc_id"].iloc[found["row"]]
     load_issues = pd.DataFrame(issues, columns=ISSUE_COLUMNS).astype({"row": "int64"})

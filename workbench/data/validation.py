@@ -225,5 +225,11 @@ def terminal_text(text: str, keep_newlines: bool = False) -> str:
 
 
 def option_hint(name: str, example: str) -> str:
-    """How to give a `load_corpus` argument, in Python and to `workbench validate`."""
-    return f"{name}={example!r} (workbench validate --{name.replace('_', '-')} {example})"
+    """How to give a `load_corpus` argument, in Python and to `workbench validate`.
+
+    The id, title, year and label columns go in `load_corpus`'s ``columns=ColumnNames(...)``.
+    """
+    python = f"{name}={example!r}"
+    if name in ("id_column", "title_column", "year_column", "label_column"):
+        python = f"columns=ColumnNames({python})"
+    return f"{python} (workbench validate --{name.replace('_', '-')} {example})"

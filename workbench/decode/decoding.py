@@ -6,7 +6,7 @@ soft tokens for a frozen LM). This module is the stage:
 
     build_retrieval_decoders(run_dir, ...)    -> <run_dir>/decoders/retrieval/ (no training)
     decoder_data(run_dir, corpus, aspects)   (embedding, summaries) per document and aspect
-    train_decoders(run_dir, corpus, aspects)  -> <run_dir>/decoders/<aspect>/ (or shared/)
+    train_decoders(run_dir, data, aspects)    -> <run_dir>/decoders/<aspect>/ (or shared/)
     set_default_decoder(run_dir, kind)        which kind stages 05 and 06 load
     load_decoders(run_dir)                    {aspect: decoder}, ready to .describe()
     evaluate_decoders(run_dir, data, ...)     faithfulness (Table 3) -> decoders/metrics.json, confidence.json
@@ -18,7 +18,7 @@ models' embeddings of a paper's summaries (the distillation targets). We train o
 that is what the decoder is asked to decode afterwards: papers embedded by the unified
 model, new abstracts, and points inverted out of a map built from unified embeddings.
 The unified model is trained to hit the targets, so both lie in the same space; the
-teacher targets stay available as `source="targets"` for the paper's setting.
+teacher targets stay available as `decoder_data(..., source="targets")` for the paper's setting.
 
 How faithful decoding is (the paper's Table 3, the round trip, the confidence of a decoded
 text) is measured in `faithfulness.py`.
@@ -35,14 +35,14 @@ from typing import Mapping, Protocol, Sequence, runtime_checkable
 import numpy as np
 import pandas as pd
 
-from .soft_prompt import CONFIG_NAME, HISTORY_NAME, DecoderConfig, EmbeddingDecoder
-from .decodertrain import DecoderTrainResult, train_decoder
+from .soft_prompt import CONFIG_NAME, HISTORY_NAME, DecodeSampling, DecoderConfig, EmbeddingDecoder
+from .decodertrain import DecoderItems, DecoderTrainResult, train_decoder
 from .faithfulness import round_trip, save_confidence
 from ..core.rundir import RunDir, aspect_model_dir, read_split
 from ..core.files import write_json
 from ..core.vectors import unit_rows
 
-from .faithfulness import decoding_report, faithfulness_table
+from .faithfulness import FaithfulnessConfig, RoundTrip, decoding_report, faithfulness_table
 from ..core.models import load_causal_lm
 from ..core.progress import notice
 from ..generate.views import collect_views
@@ -154,11 +154,14 @@ def _result_from_folder(folder: Path) -> DecoderTrainResult:
                               stopped_early=done["stopped_early"], seconds=done["seconds"], history=history)
 
 
-def train_decoders(run_dir, corpus, aspects: Sequence[str], config: DecoderConfig | None = None,
-                   shared: bool = False, source: str = "unified", data: Mapping[str, DecoderData] | None = None,
-                   lm=None, progress: bool = True, force: bool = False) -> dict[str, DecoderTrainResult]:
+def train_decoders(run_dir, data: Mapping[str, DecoderData], aspects: Sequence[str],
+                   config: DecoderConfig | None = None, shared: bool = False, lm=None, progress: bool = True,
+                   force: bool = False) -> dict[str, DecoderTrainResult]:
     """Train one decoder per aspect (the paper) or one shared decoder with an aspect token.
 
+    data: the training material per aspect, from `decoder_data(run_dir, corpus, aspects, source)`;
+    its `source` is recorded with each checkpoint. `lm`: an LM already loaded (else
+    `config.lm` is loaded when a decoder needs training).
     Writes <run_dir>/decoders/<aspect>/ (or decoders/shared/) with the best checkpoint,
     history.json and done.json. A decoder whose data and config are unchanged is not
     trained again (force=True retrains). A run killed half-way restarts that decoder from
@@ -167,7 +170,7 @@ def train_decoders(run_dir, corpus, aspects: Sequence[str], config: DecoderConfi
     """
     config = config or DecoderConfig()
     run_dir = Path(run_dir)
-    data = dict(data) if data is not None else decoder_data(run_dir, corpus, aspects, source)
+    data = dict(data)
     missing = [a for a in aspects if not data[a].train_idx or not data[a].val_idx]
     if missing:
         raise ValueError(f"aspects {missing} have no train or no validation document with a summary; "
@@ -186,7 +189,7 @@ def train_decoders(run_dir, corpus, aspects: Sequence[str], config: DecoderConfi
         if lm is None:
             lm = load_causal_lm(config.lm, device=config.device)
         (folder / DONE_NAME).unlink(missing_ok=True)
-        extra = {"fingerprint": fingerprint, "source": source}
+        extra = {"fingerprint": fingerprint, "source": data[aspects[0] if name == SHARED else name].source}
         if name == SHARED:
             # Items of all aspects in one list; the aspect token tells the decoder which.
             emb, texts, item_aspects, tr, va = [], [], [], [], []
@@ -197,12 +200,12 @@ def train_decoders(run_dir, corpus, aspects: Sequence[str], config: DecoderConfi
                 item_aspects += [a] * len(d.texts)
                 tr += [offset + i for i in d.train_idx]
                 va += [offset + i for i in d.val_idx]
-            result = train_decoder(np.concatenate(emb), texts, tr, va, folder, config, lm=lm, progress=progress,
-                                   item_aspects=item_aspects, extra=extra)
+            result = train_decoder(DecoderItems(np.concatenate(emb), texts, tr, va, item_aspects), folder, config,
+                                   lm=lm, progress=progress, extra=extra)
         else:
             d = data[name]
-            result = train_decoder(d.embeddings, d.texts, d.train_idx, d.val_idx, folder, config, aspect=name,
-                                   lm=lm, progress=progress, extra=extra)
+            result = train_decoder(DecoderItems(d.embeddings, d.texts, d.train_idx, d.val_idx), folder, config,
+                                   aspect=name, lm=lm, progress=progress, extra=extra)
         done = {"fingerprint": fingerprint, "config": config.to_dict(), "best_step": result.best_step,
                 "best_val_loss": result.best_val_loss, "stopped_early": result.stopped_early,
                 "seconds": result.seconds}
@@ -213,9 +216,22 @@ def train_decoders(run_dir, corpus, aspects: Sequence[str], config: DecoderConfi
     return results
 
 
-def build_retrieval_decoders(run_dir, corpus, aspects: Sequence[str], lm: str = "smollm2-135m-instruct",
-                             k: int = 8, context: int = 3, force: bool = False, progress: bool = False,
-                             aspect_set=None) -> dict:
+@dataclass(frozen=True)
+class RetrievalSettings:
+    """What the retrieval decoder is built with (recorded in decoders/retrieval/; a change rebuilds it).
+
+    lm: the frozen LM that scores and rewrites statements; k: statements considered per
+    embedding; context: statements the LM reads (perplexity, rewrite).
+    """
+
+    lm: str = "smollm2-135m-instruct"
+    k: int = 8
+    context: int = 3
+
+
+def build_retrieval_decoders(run_dir, corpus, aspects: Sequence[str],
+                             settings: RetrievalSettings = RetrievalSettings(), force: bool = False,
+                             progress: bool = False, aspect_set=None) -> dict:
     """The training-free decoder: the statements worth showing per aspect, embedded once (decoders/retrieval/).
 
     Only the run's train and validation papers enter the memory: their human statements, the LLM
@@ -231,12 +247,14 @@ def build_retrieval_decoders(run_dir, corpus, aspects: Sequence[str], lm: str = 
     if empty:
         raise ValueError(f"aspects {empty} have no known statement in the train or validation papers; "
                          "generate summaries (stage 01) for more documents or drop those aspects")
-    settings = {"lm": str(lm), "k": int(k), "context": int(context), "checks": CHECKS}
+    recorded = {"lm": str(settings.lm), "k": int(settings.k), "context": int(settings.context), "checks": CHECKS}
     done = folder / DONE_NAME
-    if force or not done.is_file() or json.loads(done.read_text()).get("fingerprint") != fingerprint(memories, settings):
+    stale = force or not done.is_file() or json.loads(done.read_text()).get("fingerprint") != fingerprint(memories,
+                                                                                                          recorded)
+    if stale:
         done.unlink(missing_ok=True)  # a folder without done.json is incomplete, should this be killed
-        written = save_memories(folder, memories, settings)
-        write_json(done, {"fingerprint": written, "settings": settings}, indent=None)
+        written = save_memories(folder, memories, recorded)
+        write_json(done, {"fingerprint": written, "settings": recorded}, indent=None)
     return {a: {"statements": len(m.texts), "papers": len(set(m.doc_ids)),
                 **{s: m.sources.count(s) for s in sorted(set(m.sources))},
                 "left out": sum(m.left_out.values())} for a, m in memories.items()}
@@ -305,9 +323,13 @@ class AspectDecoder:
     def describe(self, embeddings, exclude=None, **sampling) -> list[list[str]]:
         """Decode embeddings [N, D] (or one [D]) into text: candidates per embedding (see EmbeddingDecoder.generate).
 
+        sampling: the fields of `DecodeSampling` (max_new_tokens, greedy, ...), as every decoder of the
+        `Decoder` interface takes them, plus generate's batch_size and progress.
         exclude is accepted for the retrieval decoder's interface; this decoder has no memory to exclude from.
         """
-        return self.decoder.generate(unit_rows(np.atleast_2d(embeddings)), aspect=self._aspect(), **sampling)
+        batching = {k: sampling.pop(k) for k in ("batch_size", "progress") if k in sampling}
+        return self.decoder.generate(unit_rows(np.atleast_2d(embeddings)), DecodeSampling(**sampling),
+                                     aspect=self._aspect(), **batching)
 
     def statements(self, embeddings, exclude=None, rewrite: bool = False, max_new_tokens: int = 48,
                    **sampling) -> list[dict]:
@@ -460,13 +482,35 @@ class DecodingEvaluation:
     skipped: list = field(default_factory=list)      # aspects with fewer than two validation papers
 
 
+@dataclass(frozen=True)
+class DecoderEvalConfig:
+    """What stage 04's faithfulness pass (`evaluate_decoders`) scores, and how.
+
+    eval_docs: validation papers per aspect that are decoded (BERTScore, round trip);
+    perplexity_docs: of those, papers whose perplexity is scored (an LM pass each);
+    bertscore_model: the fixed reference encoder; max_new_tokens: the longest decoded text;
+    seed: the shuffled control.
+    """
+
+    eval_docs: int = 50
+    perplexity_docs: int = 10
+    bertscore_model: str = "mpnet"
+    max_new_tokens: int = 48
+    seed: int = 0
+
+    def faithfulness(self) -> FaithfulnessConfig:
+        """The settings `decoding_report` takes."""
+        return FaithfulnessConfig(sampling={"max_new_tokens": self.max_new_tokens},
+                                  bertscore_model=self.bertscore_model, seed=self.seed,
+                                  perplexity_docs=self.perplexity_docs)
+
+
 def evaluate_decoders(run_dir, data: Mapping[str, DecoderData], aspects: Sequence[str], kinds: Sequence[str],
-                      default_kind: str, eval_docs: int = 50, perplexity_docs: int = 10,
-                      bertscore_model: str = "mpnet", max_new_tokens: int = 48, seed: int = 0,
+                      default_kind: str, config: DecoderEvalConfig = DecoderEvalConfig(),
                       device: str | None = None, shared: bool = False) -> DecodingEvaluation:
     """Stage 04's faithfulness pass over each kind of decoder, and what it leaves in the run directory.
 
-    Each decoder describes up to `eval_docs` validation papers of each aspect from their
+    Each decoder describes up to `config.eval_docs` validation papers of each aspect from their
     embeddings, their own statements hidden (`decoding_report`: BERTScore against a shuffled
     control, the round trip, perplexities). Writes `decoders/metrics.json` and calibrates the
     confidence shown beside decoded texts from the round trips of the default kind
@@ -483,7 +527,7 @@ def evaluate_decoders(run_dir, data: Mapping[str, DecoderData], aspects: Sequenc
                               kind=kind if kind == "retrieval" else (SHARED if shared else "per_aspect"))
         for a in aspects:
             d = data[a]
-            picked = d.val_idx[:eval_docs]
+            picked = d.val_idx[:config.eval_docs]
             if len(picked) < 2:
                 if a not in skipped:
                     notice(f"{a}: {len(picked)} validation paper(s) with summaries; faithfulness needs two or more, "
@@ -491,10 +535,9 @@ def evaluate_decoders(run_dir, data: Mapping[str, DecoderData], aspects: Sequenc
                     skipped.append(a)
                 continue
             metrics[(a, kind)], examples[(a, kind)] = decoding_report(
-                found[a], d.embeddings[picked], [d.texts[i] for i in picked], aspect_model_dir(run, a),
-                corpus_embeddings=corpus_vectors[a], names=[d.doc_ids[i] for i in picked],
-                sampling={"max_new_tokens": max_new_tokens}, bertscore_model=bertscore_model, seed=seed,
-                exclude=[d.doc_ids[i] for i in picked], perplexity_docs=perplexity_docs)
+                found[a], d.embeddings[picked], [d.texts[i] for i in picked],
+                RoundTrip(aspect_model_dir(run, a), corpus_vectors[a]), names=[d.doc_ids[i] for i in picked],
+                exclude=[d.doc_ids[i] for i in picked], config=config.faithfulness())
     write_json(run.decoder_metrics, {f"{a}/{k}": m for (a, k), m in metrics.items()}, indent=2)
     levels = save_confidence(run, {a: ex for (a, k), ex in examples.items() if k == default_kind})
     return DecodingEvaluation(faithfulness_table(metrics), examples, levels, skipped)

@@ -14,6 +14,7 @@ A decoder here is what `decoding.load_decoders` returns: an object with `describ
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -90,36 +91,90 @@ def derangement(n: int, seed: int) -> np.ndarray:
             return perm
 
 
-def decoding_report(decoder, embeddings, references: Sequence[Sequence[str]], aspect_model=None,
-                    corpus_embeddings: np.ndarray | None = None, names: Sequence[str] | None = None,
-                    sampling: Mapping | None = None, bertscore_model: str = BERTSCORE_MODEL,
-                    unconditioned: bool | None = None, seed: int = 0, exclude=None,
-                    perplexity_docs: int | None = None, reconstructed=None) -> tuple[dict, pd.DataFrame]:
+@dataclass(frozen=True)
+class FaithfulnessConfig:
+    """How `decoding_report` measures a decoder.
+
+    sampling: decoding settings for the decoded texts (default greedy, at most 48 new tokens).
+    bertscore_model: the fixed encoder BERTScore compares texts with.
+    unconditioned: also score perplexity without any embedding (None: only for a base LM,
+        where the paper reports it: a chat LM without soft tokens is off its training path).
+    seed: the shuffled control's derangement.
+    perplexity_docs: score perplexity on the first reference of the first that many documents
+        only (an LM pass each; decoding is cheaper); None scores every reference.
+    """
+
+    sampling: Mapping | None = None
+    bertscore_model: str = BERTSCORE_MODEL
+    unconditioned: bool | None = None
+    seed: int = 0
+    perplexity_docs: int | None = None
+
+
+@dataclass(frozen=True)
+class RoundTrip:
+    """What the round trip needs: the aspect model that embeds a decoded text, and the
+    corpus embeddings [M, D] its target is ranked among (None: the decoded documents' own)."""
+
+    aspect_model: object
+    corpus_embeddings: np.ndarray | None = None
+
+
+def decoding_report(decoder, embeddings, references: Sequence[Sequence[str]], round_trip: RoundTrip | None = None,
+                    names: Sequence[str] | None = None, exclude=None, reconstructed=None,
+                    config: FaithfulnessConfig = FaithfulnessConfig()) -> tuple[dict, pd.DataFrame]:
     """Faithfulness of one aspect's decoder on documents with known summaries (paper Table 3).
 
     embeddings [N, D] and references[i] (the true summaries of document i). Returns
     (metrics, examples):
     - perplexity of the true summaries given the matching embedding, a shuffled one
-      (another document's) and none ("unconditioned"; by default only for a base LM,
-      where the paper reports it: a chat LM without soft tokens is off its training path);
+      (another document's) and none ("unconditioned"; see `FaithfulnessConfig`);
     - BERTScore F1 of the decoded text against the document's own summaries and against
       another document's ("shuffled");
-    - round trip (needs aspect_model): mean cosine, mean rank and MRR of the target among
-      corpus_embeddings (defaults to `embeddings`).
-    examples: one row per document with the decoded text and its round-trip confidence.
+    - round trip (needs `round_trip`, a `RoundTrip`): mean cosine, mean rank and MRR of the
+      target among its corpus embeddings (defaults to `embeddings`).
+    examples: one row per document (named by `names`) with the decoded text and its round-trip confidence.
     exclude[i]: papers whose known texts may not be used for document i (the retrieval
-    decoder's memory; stage 04 passes each validation paper itself). perplexity_docs: score
-    perplexity on the first reference of the first that many documents only (an LM pass
-    each; decoding is cheaper). reconstructed = (vectors [m, D], document indices [m]):
-    embeddings recovered through the map (appendix A.11) for a few documents; their
-    perplexity and BERTScore come with the matching embedding's on the same documents
-    ("..., same papers"), the like-for-like comparison, in the same LM pass.
+    decoder's memory; stage 04 passes each validation paper itself). reconstructed = (vectors
+    [m, D], document indices [m]): embeddings recovered through the map (appendix A.11) for a
+    few documents; their perplexity and BERTScore come with the matching embedding's on the same
+    documents ("..., same papers"), the like-for-like comparison, in the same LM pass.
+    The settings (sampling, BERTScore encoder, seed, perplexity_docs...) are `config`.
     """
     emb = unit_rows(np.atleast_2d(embeddings))
     n = len(emb)
     if len(references) != n or any(not r for r in references):
         raise ValueError("each embedding needs a non-empty list of reference summaries")
-    perm = derangement(n, seed)
+    perm = derangement(n, config.seed)
+    metrics = {"documents": n, "summaries": sum(len(r) for r in references),
+               **_perplexities(decoder, emb, references, exclude, reconstructed, config, perm)}
+    settings = {"greedy": True, "max_new_tokens": 48, **(config.sampling or {})}
+    found = decoder.statements(emb, exclude=exclude, **settings)
+    decoded = [f["text"] for f in found]
+    # A decoder that takes known statements names the paper each is taken from.
+    sources = [f["doc_id"] for f in found] if decoder.names_sources else None
+    # The shuffled control pairs the same decodings with the same references; `bertscore.py`
+    # reads each distinct text once per session, so it costs no further encoder pass.
+    both = bertscore(decoded + [decoded[j] for j in perm], list(references) * 2, model=config.bertscore_model)
+    f1, f1_shuffled = both[:n], both[n:]
+    metrics.update({"bertscore matching": float(f1.mean()), "bertscore shuffled": float(f1_shuffled.mean())})
+    if reconstructed is not None:
+        metrics.update(_reconstructed_bertscore(decoder, reconstructed, references, exclude, settings, f1,
+                                                config.bertscore_model))
+    examples = pd.DataFrame({"document": list(names) if names is not None else list(range(n)),
+                             "summary": [r[0] for r in references], "decoded": decoded, "bertscore": f1})
+    if sources is not None:
+        examples["from paper"] = sources
+    if round_trip is not None:
+        _add_round_trip(examples, metrics, decoder, decoded, emb, round_trip)
+    return metrics, examples
+
+
+def _perplexities(decoder, emb: np.ndarray, references, exclude, reconstructed, config: FaithfulnessConfig,
+                  perm: np.ndarray) -> dict:
+    """The perplexity half of `decoding_report`: every request it scores goes to the decoder in one call,
+    so that a prompt two of them share (matching and reconstructed, say) is read once."""
+    n, perplexity_docs = len(emb), config.perplexity_docs
     m = n if perplexity_docs is None else max(2, min(n, perplexity_docs))
     # With a document limit, one reference per document (its first: the human summary where
     # there is one): each is an LM pass, and a validation paper can have a dozen highlights.
@@ -128,11 +183,10 @@ def decoding_report(decoder, embeddings, references: Sequence[Sequence[str]], as
     own = None if exclude is None else [exclude[i] for i in idx]
     # The shuffled control reads another scored paper's embedding (so the retrieval decoder reads
     # each context once for both); it must not read the true paper's own texts either.
-    shuffle = perm if m == n else derangement(m, seed)
+    shuffle = perm if m == n else derangement(m, config.seed)
     shuffled_own = None if exclude is None else [[exclude[i], exclude[shuffle[i]]] for i in idx]
     requests = {"ppl matching": (emb[idx], texts, own), "ppl shuffled": (emb[shuffle[idx]], texts, shuffled_own)}
-    if unconditioned is None:
-        unconditioned = decoder.reports_unconditioned
+    unconditioned = decoder.reports_unconditioned if config.unconditioned is None else config.unconditioned
     if unconditioned:
         requests["ppl unconditioned"] = (None, texts, None)
     if reconstructed is not None:
@@ -144,38 +198,31 @@ def decoding_report(decoder, embeddings, references: Sequence[Sequence[str]], as
         # The matching rows of these papers ask the prompts "ppl matching" asks: read once for both.
         requests["ppl reconstructed"] = (unit_rows(vectors)[rows_of], rebuilt_texts, excluded)
         requests["ppl matching, same papers"] = (emb[[picked[k] for k in rows_of]], rebuilt_texts, excluded)
-    metrics = {"documents": n, "summaries": sum(len(r) for r in references), "perplexity documents": m,
-               "ppl unconditioned": float("nan"), **decoder.perplexities(requests)}
-    settings = {"greedy": True, "max_new_tokens": 48, **(sampling or {})}
-    found = decoder.statements(emb, exclude=exclude, **settings)
-    decoded = [f["text"] for f in found]
-    # A decoder that takes known statements names the paper each is taken from.
-    sources = [f["doc_id"] for f in found] if decoder.names_sources else None
-    # The shuffled control pairs the same decodings with the same references; `bertscore.py`
-    # reads each distinct text once per session, so it costs no further encoder pass.
-    both = bertscore(decoded + [decoded[j] for j in perm], list(references) * 2, model=bertscore_model)
-    f1, f1_shuffled = both[:n], both[n:]
-    metrics.update({"bertscore matching": float(f1.mean()), "bertscore shuffled": float(f1_shuffled.mean())})
-    if reconstructed is not None:
-        rebuilt = [c[0] if c else "" for c in decoder.describe(
-            unit_rows(vectors), exclude=None if exclude is None else [exclude[i] for i in picked], **settings)]
-        metrics.update({"bertscore reconstructed": float(bertscore(rebuilt, [references[i] for i in picked],
-                                                                   model=bertscore_model).mean()),
-                        "bertscore matching, same papers": float(f1[picked].mean()),
-                        "reconstructed documents": len(picked)})
-    examples = pd.DataFrame({"document": list(names) if names is not None else list(range(n)),
-                             "summary": [r[0] for r in references], "decoded": decoded, "bertscore": f1})
-    if sources is not None:
-        examples["from paper"] = sources
-    if aspect_model is not None:
-        rt = round_trip(decoded, emb, aspect_model, decoder.aspect,
-                        corpus_embeddings if corpus_embeddings is not None else emb)
-        examples["round-trip cosine"] = rt["cosine"].to_numpy()
-        examples["round-trip rank"] = rt["rank"].to_numpy()
-        examples["corpus size"] = rt["corpus size"].to_numpy()  # the papers the rank is among (confidence levels)
-        metrics.update({"round-trip cosine": float(rt["cosine"].mean()), "round-trip rank": float(rt["rank"].mean()),
-                        "round-trip MRR": float(np.mean(1.0 / rt["rank"])), "corpus size": int(rt["corpus size"][0])})
-    return metrics, examples
+    return {"perplexity documents": m, "ppl unconditioned": float("nan"), **decoder.perplexities(requests)}
+
+
+def _reconstructed_bertscore(decoder, reconstructed, references, exclude, settings: dict, f1: np.ndarray,
+                             bertscore_model: str) -> dict:
+    """BERTScore of texts decoded from the reconstructed embeddings, beside the matching ones' on the same papers."""
+    vectors, picked = np.atleast_2d(reconstructed[0]), [int(i) for i in reconstructed[1]]
+    rebuilt = [c[0] if c else "" for c in decoder.describe(
+        unit_rows(vectors), exclude=None if exclude is None else [exclude[i] for i in picked], **settings)]
+    return {"bertscore reconstructed": float(bertscore(rebuilt, [references[i] for i in picked],
+                                                       model=bertscore_model).mean()),
+            "bertscore matching, same papers": float(f1[picked].mean()),
+            "reconstructed documents": len(picked)}
+
+
+def _add_round_trip(examples: pd.DataFrame, metrics: dict, decoder, decoded: list[str], emb: np.ndarray,
+                    spec: RoundTrip) -> None:
+    """Embed each decoded text again and rank its target: per-paper columns into `examples`, means into `metrics`."""
+    rt = round_trip(decoded, emb, spec.aspect_model, decoder.aspect,
+                    spec.corpus_embeddings if spec.corpus_embeddings is not None else emb)
+    examples["round-trip cosine"] = rt["cosine"].to_numpy()
+    examples["round-trip rank"] = rt["rank"].to_numpy()
+    examples["corpus size"] = rt["corpus size"].to_numpy()  # the papers the rank is among (confidence levels)
+    metrics.update({"round-trip cosine": float(rt["cosine"].mean()), "round-trip rank": float(rt["rank"].mean()),
+                    "round-trip MRR": float(np.mean(1.0 / rt["rank"])), "corpus size": int(rt["corpus size"][0])})
 
 
 #: Columns of `faithfulness_table` that are counts (shown without decimals).

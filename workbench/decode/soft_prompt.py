@@ -61,6 +61,27 @@ VERSION = 2  # 2: input standardisation saved with the weights
 PLACEHOLDER = "<<SOFT_TOKENS>>"
 
 
+@dataclass(frozen=True)
+class DecodeSampling:
+    """How `EmbeddingDecoder.generate` draws each text.
+
+    Sampling by default (the authors' top-k 3, top-p 0.95, no-repeat 5-grams); `greedy=True`
+    (or `do_sample=False`) gives one deterministic candidate per embedding (more would be copies),
+    and top_k, top_p and temperature then do not apply. num_return_sequences: candidates per
+    embedding when sampling; min_new_tokens, max_new_tokens: the length of each.
+    """
+
+    max_new_tokens: int = 60
+    do_sample: bool = True
+    top_k: int = 3
+    top_p: float = 0.95
+    temperature: float = 1.0
+    no_repeat_ngram_size: int = 5
+    num_return_sequences: int = 1
+    greedy: bool = False
+    min_new_tokens: int = 1
+
+
 @dataclass
 class DecoderConfig(ConfigDict):
     """Settings of one embedding decoder; paper values (A.8) except the CPU-sized step counts.
@@ -365,32 +386,31 @@ class EmbeddingDecoder(nn.Module):
     # ------------------------------------------------------------------ generation
 
     @torch.no_grad()
-    def generate(self, embeddings, max_new_tokens: int = 60, do_sample: bool = True, top_k: int = 3,
-                 top_p: float = 0.95, temperature: float = 1.0, no_repeat_ngram_size: int = 5,
-                 num_return_sequences: int = 1, greedy: bool = False, batch_size: int = 16,
-                 min_new_tokens: int = 1, aspect=None, progress: bool = False) -> list[list[str]]:
+    def generate(self, embeddings, sampling: DecodeSampling = DecodeSampling(), batch_size: int = 16,
+                 aspect=None, progress: bool = False) -> list[list[str]]:
         """Decode embeddings [N, D] into text: one list of candidates per embedding.
 
-        Sampling by default (the authors' top-k 3, top-p 0.95, no-repeat 5-grams);
-        `greedy=True` gives one deterministic candidate per embedding (more would be
-        copies). Batched `batch_size` embeddings at a time. aspect: for a shared decoder.
+        How each text is drawn is `sampling` (a `DecodeSampling`: by default the authors'
+        top-k 3, top-p 0.95, no-repeat 5-grams; `greedy=True` gives one deterministic
+        candidate per embedding). Batched `batch_size` embeddings at a time. aspect: for a
+        shared decoder.
         """
         from tqdm.auto import tqdm
 
         was_training = self.training
         self.eval()
         emb = _as_tensor(embeddings, self.device)
-        sample = do_sample and not greedy
-        n_ret = num_return_sequences if sample else 1
+        sample = sampling.do_sample and not sampling.greedy
+        n_ret = sampling.num_return_sequences if sample else 1
         tok = self.tokenizer
-        kwargs: dict[str, Any] = dict(max_new_tokens=max_new_tokens, min_new_tokens=min_new_tokens,
+        kwargs: dict[str, Any] = dict(max_new_tokens=sampling.max_new_tokens, min_new_tokens=sampling.min_new_tokens,
                                       do_sample=sample, num_return_sequences=n_ret,
-                                      no_repeat_ngram_size=no_repeat_ngram_size or 0,
+                                      no_repeat_ngram_size=sampling.no_repeat_ngram_size or 0,
                                       pad_token_id=tok.pad_token_id if tok.pad_token_id is not None
                                       else tok.eos_token_id,
                                       eos_token_id=tok.eos_token_id)
         if sample:
-            kwargs.update(top_k=top_k, top_p=top_p, temperature=temperature)
+            kwargs.update(top_k=sampling.top_k, top_p=sampling.top_p, temperature=sampling.temperature)
         else:
             # Reset sampling knobs a generation_config may carry, so greedy raises no warnings.
             kwargs.update(top_k=None, top_p=None, temperature=None)

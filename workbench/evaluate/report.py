@@ -20,6 +20,7 @@ Ground truths, in order of preference for a corpus:
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
@@ -31,8 +32,8 @@ from ..core.rundir import RunDir
 from ..core.display import plot_matrix
 from ..core.models import resolve_model
 from ..generate.views import collect_views, sample_in_order
-from ..decode.faithfulness import (BERTSCORE_LAYERS, decoding_report, confidence_check, load_confidence,
-                                   missing_confidence, neighbour_density)
+from ..decode.faithfulness import (BERTSCORE_LAYERS, FaithfulnessConfig, RoundTrip, decoding_report, confidence_check,
+                                   load_confidence, missing_confidence, neighbour_density)
 from ..embed.checkpoints import load_model
 from ..embed.embeddings import embed_corpus
 from ..embed.encoders import CONFIG_NAME
@@ -304,12 +305,13 @@ def decoding_table(decoders, embeddings: Mapping[str, np.ndarray], references: M
     perplexity on the first that many documents only (decoding and the round trip use all).
     """
     rows, examples = {}, {}
+    config = FaithfulnessConfig(bertscore_model=bertscore_model, unconditioned=True, seed=seed,
+                                perplexity_docs=perplexity_docs)
     for aspect, emb in embeddings.items():
+        model = (aspect_models or {}).get(aspect)
         metrics, ex = decoding_report(decoders[aspect], emb, references[aspect],
-                                      (aspect_models or {}).get(aspect), corpus_embeddings=emb,
-                                      bertscore_model=bertscore_model, unconditioned=True, seed=seed,
-                                      perplexity_docs=perplexity_docs,
-                                      reconstructed=(reconstructed or {}).get(aspect))
+                                      RoundTrip(model, emb) if model is not None else None,
+                                      reconstructed=(reconstructed or {}).get(aspect), config=config)
         rows[aspect], examples[aspect] = metrics, ex
     order = ["ppl matching", "ppl shuffled", "ppl unconditioned", "ppl reconstructed", "ppl matching, same papers",
              "bertscore matching", "bertscore shuffled", "bertscore reconstructed", "bertscore matching, same papers",
@@ -431,16 +433,32 @@ def plot_correlation_tables(corr: dict, title: str = ""):
     return fig
 
 
+@dataclass(frozen=True)
+class HeldOutDecodingConfig:
+    """How much of stage 06's decoding table (`held_out_decoding`) is computed.
+
+    eval_docs: held-out papers considered (decoding, BERTScore, round trip);
+    reconstruct_docs: of those, papers sent through the leave-one-out map path (0 skips it);
+    perplexity_docs: papers whose perplexity is scored (an LM pass each; None: all);
+    bertscore_model: the fixed reference encoder; seed: the shuffled control and the maps.
+    """
+
+    eval_docs: int = 100
+    reconstruct_docs: int = 5
+    perplexity_docs: int | None = 20
+    bertscore_model: str = "mpnet"
+    seed: int = 0
+
+
 def held_out_decoding(decoders, unified: Mapping[str, np.ndarray], held, aspects: Sequence[str], run_dir,
-                      all_embeddings: Mapping[str, np.ndarray] | None = None, eval_docs: int = 100,
-                      reconstruct_docs: int = 5, perplexity_docs: int | None = 20, bertscore_model: str = "mpnet",
-                      seed: int = 0) -> dict:
+                      all_embeddings: Mapping[str, np.ndarray] | None = None,
+                      config: HeldOutDecodingConfig = HeldOutDecodingConfig()) -> dict:
     """Table 3 on the held-out papers, the reconstructed points of appendix A.11 and the confidence check.
 
     unified[aspect]: the unified model's [n, D] embeddings of `held`'s papers (embedding_rows'
     "unified" row). Papers with a human summary of every aspect (`summary_<aspect>` columns)
-    among the first `eval_docs` are decoded; fewer than two gives {"skipped": reason}. The
-    first `reconstruct_docs` of them are each left out of a map of the others, placed and
+    among the first `config.eval_docs` are decoded; fewer than two gives {"skipped": reason}. The
+    first `config.reconstruct_docs` of them are each left out of a map of the others, placed and
     inverted (leave_one_out_reconstruction). The confidence a map shows beside a decoded text
     is checked against the human summaries, with each paper's density taken among
     `all_embeddings` (every paper of the run, where a map's points lie).
@@ -449,7 +467,7 @@ def held_out_decoding(decoders, unified: Mapping[str, np.ndarray], held, aspects
     absent; "warnings": a missing decoders/confidence.json, for the caller to say and record in metrics.json).
     """
     docs = held.docs.reset_index(drop=True)
-    use = np.arange(min(eval_docs, len(docs)))
+    use = np.arange(min(config.eval_docs, len(docs)))
     refs = {a: [[docs.at[i, f"summary_{a}"]] if f"summary_{a}" in docs and isinstance(docs.at[i, f"summary_{a}"], str)
                 else [] for i in use] for a in aspects}
     keep = [i for i in range(len(use)) if all(refs[a][i] for a in aspects)]
@@ -459,15 +477,15 @@ def held_out_decoding(decoders, unified: Mapping[str, np.ndarray], held, aspects
     emb = {a: unified[a][use][keep] for a in aspects}
     refs = {a: [refs[a][i] for i in keep] for a in aspects}
     out, reconstructed = {}, {}
-    if reconstruct_docs:
-        picked = list(range(min(reconstruct_docs, len(keep))))
-        outs = [leave_one_out_reconstruction(unified, int(use[keep[i]]), None, seed=seed) for i in picked]
+    if config.reconstruct_docs:
+        picked = list(range(min(config.reconstruct_docs, len(keep))))
+        outs = [leave_one_out_reconstruction(unified, int(use[keep[i]]), None, seed=config.seed) for i in picked]
         reconstructed = {a: (np.stack([o["reconstructed"][a] for o in outs]), picked) for a in aspects}
         out["reconstruction_cosine"] = {a: float(np.mean([o["cosine"][a] for o in outs])) for a in aspects}
     models = {a: RunDir(run_dir).aspect_model(a, must_exist=True) for a in aspects}
     out["table"], out["examples"] = decoding_table(decoders, emb, refs, models, reconstructed,
-                                                   bertscore_model=bertscore_model, seed=seed,
-                                                   perplexity_docs=perplexity_docs)
+                                                   bertscore_model=config.bertscore_model, seed=config.seed,
+                                                   perplexity_docs=config.perplexity_docs)
     everyone = all_embeddings if all_embeddings is not None else unified
     check = confidence_check(out["examples"], {a: neighbour_density(emb[a], everyone[a]) for a in aspects},
                              load_confidence(run_dir, quiet=True))

@@ -192,16 +192,17 @@ def read_prefix(model, ids: torch.Tensor, start: list | None = None) -> list:
     return store.promote()
 
 
-def cascade_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, prompt_store=None,
-                      **kwargs):
+def cascade_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
     """Attention over each row's prefix and its own columns, in one softmax.
 
-    query (rows, heads, T, dim); key, value (rows, kv_heads, T, dim) for the new tokens.
+    The signature is transformers' attention interface. query (rows, heads, T, dim); key, value
+    (rows, kv_heads, T, dim) for the new tokens. The model's forward call passes the `PromptStore`
+    down to here as the keyword `prompt_store` (transformers hands on the keywords it does not know).
     Returns (rows, T, heads, dim), as transformers' attention functions do.
     """
-    if prompt_store is None:  # transformers builds no mask for this implementation: refuse rather than guess
+    store: PromptStore | None = kwargs.get("prompt_store")
+    if store is None:  # transformers builds no mask for this implementation: refuse rather than guess
         raise RuntimeError("cascade attention runs only through a PromptStore (PromptStore.read)")
-    store: PromptStore = prompt_store
     keys, values = store.write(module.layer_idx, key, value)
     scaling = query.shape[-1] ** -0.5 if scaling is None else scaling
     prefixes = store.prefix[module.layer_idx]

@@ -24,7 +24,6 @@ What a request asks and gets (`Sampling`, `Completion`, seeds, drawing a token) 
 from __future__ import annotations
 
 import copy
-from urllib.parse import urlsplit, urlunsplit
 import contextlib
 import os
 import random
@@ -35,8 +34,8 @@ from typing import Iterator, Sequence
 
 from .batching import pack_groups, plan_batches, shared_start
 from ..core.models import cache_keyword, load_causal_lm, gguf_cache_folder, resolve_model
-from .sampling import Completion, Sampling, call_seeds, cut_at_stop, draw, filtered_probs
-from ..core.redaction import redact, url_secrets
+from .sampling import Completion, RetryPolicy, Sampling, call_seeds, cut_at_stop, draw, filtered_probs
+from ..core.redaction import redact, url_secrets, without_credentials
 
 from ..core.devices import use_free_cores, free_threads
 
@@ -129,22 +128,13 @@ class TransformersBackend:
         base = shared_start(prompts)
         repeats = [len(i) for i in indices]
         shared = cascade.supports(self.model)
-        # Every answer of a batch holds keys and values for the batch's longest prompt end plus its answer:
-        # one long abstract among short ones would size every row by it (a 20,000-character abstract
-        # among the demo's took stage 01 to 13.6 GB). A budget of cells (answers x columns) keeps it bounded.
-        cells = max(1, int(KV_BUDGET_BYTES // self._bytes_per_cell()))
-        costs = [len(p) - base + sampling.max_new_tokens for p in prompts]
-        # the plain cache copies every row's whole prompt at each step: more than 24 rows only slow it down
-        groups = plan_batches(prompts, repeats, self.batch_size if shared else min(self.batch_size, 24),
-                              costs=costs, max_cells=cells)
+        batches = self._plan(prompts, repeats, base, sampling, shared)
         if shared:
-            # cascade attention holds each group's start once, so groups can share a batch (fewer decoding steps)
-            batches = pack_groups(groups, repeats, self.batch_size, costs=costs, max_cells=cells)
             sample, context = self._sample_shared, cascade.cascade
             with context(self.model):
                 start = cascade.read_prefix(self.model, self._tensor([prompts[0][:base]])) if base else None
         else:
-            batches, sample, context = [[g] for g in groups], self._sample, contextlib.nullcontext
+            sample, context = self._sample, contextlib.nullcontext
             start = self._read(prompts[0][:base], None) if base else None
         for batch in batches:
             t0 = time.perf_counter()
@@ -158,6 +148,25 @@ class TransformersBackend:
                     text = cut_at_stop(self.tokenizer.decode(answer, skip_special_tokens=True), sampling.stop)
                     seconds = (time.perf_counter() - t0) / len(rows)  # the batch so far, shared by its answers
                     yield rows[row], Completion((prefill or "") + text, len(answer), seconds)
+
+    def _plan(self, prompts: list[list[int]], repeats: list[int], base: int, sampling: Sampling,
+              shared: bool) -> list[list[list[int]]]:
+        """Batches of groups of prompt indices for `complete`: prompts sharing a start go into one group.
+
+        `shared`: cascade attention is on, so several groups may share one batch.
+        """
+        # Every answer of a batch holds keys and values for the batch's longest prompt end plus its answer:
+        # one long abstract among short ones would size every row by it (a 20,000-character abstract
+        # among the demo's took stage 01 to 13.6 GB). A budget of cells (answers x columns) keeps it bounded.
+        cells = max(1, int(KV_BUDGET_BYTES // self._bytes_per_cell()))
+        costs = [len(p) - base + sampling.max_new_tokens for p in prompts]
+        # the plain cache copies every row's whole prompt at each step: more than 24 rows only slow it down
+        groups = plan_batches(prompts, repeats, self.batch_size if shared else min(self.batch_size, 24),
+                              costs=costs, max_cells=cells)
+        if shared:
+            # cascade attention holds each group's start once, so groups can share a batch (fewer decoding steps)
+            return pack_groups(groups, repeats, self.batch_size, costs=costs, max_cells=cells)
+        return [[g] for g in groups]
 
     def _bytes_per_cell(self) -> int:
         """Bytes of keys and values one token of one answer holds, over all layers (float32 on a CPU)."""
@@ -394,21 +403,22 @@ class OpenAIBackend:
 
     The API key is taken from the environment variable named by `api_key_env`
     (default OPENAI_API_KEY); it is never logged or stored, and every reply is scrubbed of it (`_clean`).
+    Timeouts and retries: `retry` (a `RetryPolicy`).
     """
 
     kind = "openai"
 
     def __init__(self, model: str, base_url: str = "http://127.0.0.1:8000/v1", api_key_env: str = "OPENAI_API_KEY",
-                 concurrency: int = 8, timeout: float = 120.0, retries: int = 3, backoff: float = 1.0,
-                 json_mode: bool = False, extra_body: dict | None = None):
+                 concurrency: int = 8, json_mode: bool = False, extra_body: dict | None = None,
+                 retry: RetryPolicy = RetryPolicy()):
         import httpx
 
         self.model_id = model
         self.base_url = base_url.rstrip("/")
         self.shown_url = without_credentials(self.base_url)  # for messages: never the user:password part
         self.concurrency = max(1, int(concurrency))
-        self.retries = int(retries)
-        self.backoff = float(backoff)
+        self.retries = int(retry.retries)
+        self.backoff = float(retry.backoff)
         self.json_mode = json_mode
         self.extra_body = dict(extra_body or {})
         # top_k is not in the OpenAI schema: vLLM, llama.cpp and TGI read it, but strict servers
@@ -420,7 +430,7 @@ class OpenAIBackend:
             headers["Authorization"] = f"Bearer {key}"
         # What a server may echo back (a test server, a proxy's error page): scrubbed from all it sends.
         self._secrets = tuple(s for s in (key, *url_secrets(self.base_url)) if s)
-        self._client = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout,
+        self._client = httpx.Client(base_url=self.base_url, headers=headers, timeout=retry.timeout,
                                     limits=httpx.Limits(max_connections=self.concurrency))
 
     def __repr__(self) -> str:  # never show headers (they hold the key)
@@ -557,14 +567,6 @@ class OpenAIBackend:
                              timeout=self._client.timeout).status_code == 200
         except Exception:
             return False
-
-
-def without_credentials(url: str) -> str:
-    """The URL with any user:password@ part replaced by ***@ (for messages and logs)."""
-    parts = urlsplit(url)
-    if "@" not in parts.netloc:
-        return url
-    return urlunsplit(parts._replace(netloc="***@" + parts.netloc.rsplit("@", 1)[1]))
 
 
 # Backend name (and its aliases) -> class taking (model, **options). `register_backend` adds one.

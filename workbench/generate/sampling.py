@@ -3,6 +3,7 @@
 Every backend of `llm.py` takes a `Sampling` and answers with `Completion`s; a request's seed
 comes from what names it (`request_seed`), so an answer depends on its request only. The
 local backend draws each token with `filtered_probs` (temperature, top-k, top-p) and `draw`.
+How long an HTTP backend waits for a request and how often it asks again: `RetryPolicy`.
 """
 
 from __future__ import annotations
@@ -107,3 +108,17 @@ def cut_at_stop(text: str, stop: Sequence[str]) -> str:
     """The text up to and including the first stop string (a token may run past it)."""
     ends = [text.index(s) + len(s) for s in stop if s in text]
     return text[:min(ends)] if ends else text
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How long `OpenAIBackend` waits for a request, and how often it tries again.
+
+    `timeout`: seconds per HTTP request; `retries`: further attempts after the first
+    (on connection errors, timeouts, 429 and 5xx); `backoff`: seconds before the first
+    retry, doubled for each next one (with jitter).
+    """
+
+    timeout: float = 120.0
+    retries: int = 3
+    backoff: float = 1.0

@@ -26,7 +26,7 @@ import json
 import time
 from pathlib import Path
 
-from .summaries import GenerationReport, run_requests
+from .summaries import GenerationReport, Reporting, run_requests
 from .sampling import Sampling
 from .parsing import parse_sentence_labels
 from ..data.sentences import split_sentences
@@ -133,8 +133,8 @@ def label_sentences(corpus, aspect_set, backend, run_dir: str | Path, k: int = 1
         return record
 
     try:
-        result = run_requests(backend, store, tasks, sampling, LABEL_PREFILL, to_record, "sentence labels",
-                              progress, save_every or getattr(backend, "batch_size", 8))
+        result = run_requests(backend, store, tasks, sampling, LABEL_PREFILL, to_record,
+                              Reporting("sentence labels", progress, save_every or getattr(backend, "batch_size", 8)))
     finally:
         store.close()
     if empty:

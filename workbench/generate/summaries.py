@@ -123,15 +123,41 @@ def _progress(total: int, desc: str, enabled: bool):
     return tqdm(total=total, desc=desc, unit="req", disable=not enabled, smoothing=0.1)
 
 
+@dataclass(frozen=True)
+class Reporting:
+    """How `run_requests` shows its progress and how often it saves.
+
+    `desc`: the progress bar's label; `progress`: show the bar at all; `save_every`:
+    answers kept in memory before they are appended to the store (None: the backend's
+    batch, at most 16).
+    """
+
+    desc: str = "requests"
+    progress: bool = True
+    save_every: int | None = None
+
+
+@dataclass(frozen=True)
+class JudgeConfig:
+    """How `judge_pairs` asks the judge: `samples` answers per (pair, aspect), drawn with
+    `sampling` (None: temperature 0.8, at most 160 new tokens); `progress` shows a bar;
+    `save_every` as in `Reporting`."""
+
+    samples: int = 1
+    sampling: Sampling | None = None
+    progress: bool = True
+    save_every: int | None = None
+
+
 def run_requests(backend, store: RecordStore, tasks: list[dict], sampling: Sampling, prefill: str | None,
-                 to_record, desc: str, progress: bool, save_every: int | None) -> GenerationReport:
+                 to_record, reporting: Reporting) -> GenerationReport:
     """Send the tasks not yet stored, parse and store answers in batches; shared by every stage that asks an LLM.
 
-    Answers are saved every `save_every` (by default the backend's batch, at most 16): a killed
-    run loses at most that many, even when the backend samples 96 at once.
+    Answers are saved every `reporting.save_every` (by default the backend's batch, at most 16): a
+    killed run loses at most that many, even when the backend samples 96 at once.
     """
     report = GenerationReport(requested=len(tasks))
-    save_every = save_every or min(getattr(backend, "batch_size", 8), 16)
+    save_every = reporting.save_every or min(getattr(backend, "batch_size", 8), 16)
     store.lock()  # refuse a second writer now, before any work, and see what it wrote meanwhile
     todo = [t for t in tasks if store.key_of(t["record"]) not in store]
     report.skipped = len(tasks) - len(todo)
@@ -140,7 +166,7 @@ def run_requests(backend, store: RecordStore, tasks: list[dict], sampling: Sampl
     pending: list[dict] = []
     streak = 0  # consecutive failures: a server that is down fails every request, so stop early
     patience = max(3, getattr(backend, "concurrency", 1) * 2)
-    bar = _progress(len(todo), desc, progress)
+    bar = _progress(len(todo), reporting.desc, reporting.progress)
     seeds = request_seeds(store, todo, sampling)
     options = {"seeds": seeds} if seeds is not None and _takes_seeds(backend) else {}
     try:
@@ -217,8 +243,8 @@ def generate_summaries(corpus, aspects, backend, run_dir: str | Path, k: int = 4
 
     _write_current(run_dir, {key: {"prompt_hash": h, "model": backend.model_id} for key, h in hashes.items()})
     try:
-        return run_requests(backend, store, tasks, sampling, SUMMARY_PREFILL, to_record, "summaries", progress,
-                            save_every)
+        return run_requests(backend, store, tasks, sampling, SUMMARY_PREFILL, to_record,
+                            Reporting("summaries", progress, save_every))
     finally:
         store.close()
 
@@ -259,15 +285,16 @@ def sample_pairs(ids: list[str], n_pairs: int | None = None, seed: int = 0) -> l
 
 
 def judge_pairs(corpus, aspects, backend, run_dir: str | Path, pairs: list[tuple[str, str]] | None = None,
-                n_pairs: int | None = None, samples: int = 1, sampling: Sampling | None = None, seed: int = 0,
-                progress: bool = True, save_every: int | None = None) -> GenerationReport:
+                n_pairs: int | None = None, seed: int = 0, judge: JudgeConfig = JudgeConfig()) -> GenerationReport:
     """Score the similarity of document pairs per aspect with an LLM judge (paper, appendix A.5); resumable.
 
+    The pairs are `pairs`, or else `sample_pairs(corpus.ids, n_pairs, seed)`; how each is
+    asked (samples, sampling, progress, saving) is `judge` (a `JudgeConfig`).
     Only aspects with a `judge` rubric in the aspect set are judged. Records go to
     `<run_dir>/judgements.jsonl` with the integer score, the judge's reasoning, and
     the scale, so that the evaluation stage can use them as ground truth.
     """
-    sampling = sampling or Sampling(temperature=0.8, max_new_tokens=160)
+    sampling = judge.sampling or Sampling(temperature=0.8, max_new_tokens=160)
     pairs = pairs if pairs is not None else sample_pairs(corpus.ids, n_pairs, seed)
     texts = dict(zip(corpus.ids, corpus.texts()))
     missing = sorted({d for pair in pairs for d in pair if d not in texts})
@@ -281,7 +308,7 @@ def judge_pairs(corpus, aspects, backend, run_dir: str | Path, pairs: list[tuple
             continue
         for a, b in pairs:
             messages = aspects.judge_messages(aspect.name, texts[a][:JUDGE_CHARS], texts[b][:JUDGE_CHARS])
-            for sample in range(samples):
+            for sample in range(judge.samples):
                 tasks.append({"messages": messages, "scale": aspect.judge.scale,
                               "record": {"aspect": aspect.name, "doc_a": a, "doc_b": b,
                                          "prompt_hash": judge_hash[aspect.name], "model": backend.model_id,
@@ -298,7 +325,8 @@ def judge_pairs(corpus, aspects, backend, run_dir: str | Path, pairs: list[tuple
         return record
 
     try:
-        return run_requests(backend, store, tasks, sampling, JUDGE_PREFILL, to_record, "judge", progress, save_every)
+        return run_requests(backend, store, tasks, sampling, JUDGE_PREFILL, to_record,
+                            Reporting("judge", judge.progress, judge.save_every))
     finally:
         store.close()
 

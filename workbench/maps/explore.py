@@ -29,43 +29,19 @@ from ..core.progress import notice
 from ..decode.faithfulness import describe_with_confidence
 from ..decode.retrieval import own_sentences
 from ..embed.embeddings import embed_corpus
-from ..generate.summaries import summaries_frame
 from .labels import question_labels, term_labels
 from .mapview import MapRegions, by_cluster, region_count, region_order
-from .page import export_html
+from .page import PageOptions, PresetDetails, export_html
 from ..questions.report import compare_html
 from .saved import reopen_map, save_map
 from .selection import Selection
+from .options import MapLayout, PaneCallbacks, PaneState, PaneView
 from .pane import MapPane
-from .readout import decoded_html, own_statements_html, pick_own
+from .readout import decoded_html, hover_meta, own_statements_html, pick_own
 from .tsne import AspectMap, normalize_weights
-from .weights import fit_weights, map_weights
+from .weights import FitSettings, fit_weights, map_weights
 from ..core.rundir import RunDir
 from ..core.vectors import unit_rows
-
-
-def hover_meta(corpus, aspects: Sequence[str], run_dir=None) -> pd.DataFrame:
-    """Per document: doc_id, title, year and one summary per aspect for the hover text.
-
-    Takes the corpus's own `summary_<aspect>` column where it has one (ACLSum's human
-    summaries), else the first LLM summary of the run's store, else nothing.
-    """
-    docs = corpus.docs.reset_index(drop=True)
-    meta = pd.DataFrame({"doc_id": docs["doc_id"].astype(str), "title": docs.get("title", "").fillna("")})
-    if "year" in docs:
-        meta["year"] = docs["year"]
-    for extra in ("split", "labels"):
-        if extra in docs:
-            meta[extra] = docs[extra].map(lambda v: ", ".join(map(str, v)) if isinstance(v, (list, tuple)) else v)
-    llm = summaries_frame(run_dir, status="ok") if run_dir is not None else pd.DataFrame()
-    for aspect in aspects:
-        column = f"summary_{aspect}"
-        values = docs[column] if column in docs else pd.Series([None] * len(docs))
-        if len(llm):
-            first = llm[llm["aspect"] == aspect].groupby("doc_id")["text"].first()
-            values = [v if isinstance(v, str) and v else first.get(d) for v, d in zip(values, meta["doc_id"])]
-        meta[column] = list(values)
-    return meta
 
 
 class Explorer:
@@ -73,15 +49,13 @@ class Explorer:
 
     run_dir: a run with a unified model (stage 03); decoders (stage 04) and aspect models
     (stage 02) are used when present (`decode=False` skips loading the decoders, e.g.
-    for a quick map). weights: {aspect: weight} (normalised; None = equal). reuse_map: the
-    saved map (`save_map`) to reopen when it was drawn with the same aspects, perplexity and
-    seed: its papers keep their place and papers added to the corpus since are placed on it
-    (`saved.reopen_map`); None always fits a new map.
+    for a quick map). weights: {aspect: weight} (normalised; None = equal). layout: the map's
+    perplexity, method and seed, and which saved map to reopen (`MapLayout`).
     """
 
     def __init__(self, run_dir, corpus, aspects: Sequence[str] | None = None, weights=None,
-                 perplexity: float = 30.0, method: str = "auto", seed: int = 42, decode: bool = True,
-                 device: str | None = None, sampling: Mapping | None = None, reuse_map: str | None = "current"):
+                 layout: MapLayout = MapLayout(), decode: bool = True, device: str | None = None,
+                 sampling: Mapping | None = None):
         self.run_dir = RunDir(run_dir)
         self.corpus = corpus
         self.device = device
@@ -99,9 +73,10 @@ class Explorer:
         # doc_id -> title: a decoded statement names its paper by id
         self.titles = dict(zip(self.meta["doc_id"].astype(str), self.meta["title"].fillna("").astype(str)))
         # The run's saved map when it fits (papers added since are placed on it, nothing else moves), else a fit.
-        reopened = reopen_map(self.run_dir, reuse_map, self.meta["doc_id"], self.embeddings, weights, perplexity,
-                              seed, method) if reuse_map else None
-        self.map = reopened or AspectMap.fit(self.embeddings, weights, perplexity=perplexity, method=method, seed=seed)
+        reopened = reopen_map(self.run_dir, layout.reuse_map, self.meta["doc_id"], self.embeddings, weights,
+                              layout.perplexity, layout.seed, layout.method) if layout.reuse_map else None
+        self.map = reopened or AspectMap.fit(self.embeddings, weights, perplexity=layout.perplexity,
+                                             method=layout.method, seed=layout.seed)
         self.regions, self.term_indexes = MapRegions(), {}  # regions numbered alike across maps; terms per aspect
         if reopened is not None and reopened.method == "opentsne" and reopened.preparing is None:
             reopened.prepare(background=True)  # the first click on a reopened map need not build its caches
@@ -187,15 +162,15 @@ class Explorer:
         return self.map.coords
 
     def fit_weights(self, labels=None, pairs=None, groups=None, negative: Sequence[str] = (), apply: bool = True,
-                    **options):
+                    settings: FitSettings = FitSettings()):
         """Aspect weights fitted to the user's judgement (weights.fit_weights), and with `apply` the map refit warm.
 
-        One of labels (one per document, corpus order), pairs ([(i, j, similar), ...]) or
-        groups ([[i, j, ...], ...]); negative: aspects that may weigh negatively; options go
-        to `weights.fit_weights` (folds, seed, grid_step, ...). A negative weight cannot be
-        drawn: the map uses the positive part (`weights.map_weights`). Returns the WeightFit.
+        One of labels (one per document, corpus order), pairs ([(i, j, similar), ...]) or groups ([[i, j, ...],
+        ...]); negative: aspects that may weigh negatively; settings: `weights.FitSettings`. A negative weight
+        cannot be drawn: the map uses the positive part (`weights.map_weights`). Returns the WeightFit.
         """
-        fit = fit_weights(self.embeddings, labels=labels, pairs=pairs, groups=groups, negative=negative, **options)
+        fit = fit_weights(self.embeddings, labels=labels, pairs=pairs, groups=groups, negative=negative,
+                          settings=settings)
         if apply:
             self.reweight(map_weights(fit.weights))
         return fit
@@ -478,14 +453,15 @@ class Explorer:
         relabel = (lambda: self.region_labels(k, by=label_source, fine=fine)) if labels else None
         color_by = k if labels and color_by is None else color_by
         row = {d: i for i, d in enumerate(self.meta["doc_id"])}
+        view = PaneView(labels=relabel() if relabel else None, color_by=color_by, regions=self.regions)
+        callbacks = PaneCallbacks(on_tap=self.on_tap, on_place=self.on_place, on_search=self.search, on_labels=relabel,
+                                  on_fit_weights=lambda marked: self.fit_weights(pairs=marked, apply=False),
+                                  on_compare=self.on_compare if self.question_axes() else None,
+                                  on_select=self.select, on_marks=self.set_marks)
+        state = PaneState(selected=[row[d] for d in self.picked.doc_ids if d in row],  # papers it can show
+                          marks=[(row[a], row[b], s) for a, b, s in self.picked.marks if a in row and b in row])
         return MapPane(self.coords, self.meta, self.aspects, self.weights, on_weights=self.reweight,
-                       on_tap=self.on_tap, on_place=self.on_place, on_search=self.search,
-                       labels=relabel() if relabel else None, color_by=color_by, on_labels=relabel,
-                       on_fit_weights=lambda marked: self.fit_weights(pairs=marked, apply=False),
-                       on_compare=self.on_compare if self.question_axes() else None,
-                       selected=[row[d] for d in self.picked.doc_ids if d in row],  # papers it can show
-                       marks=[(row[a], row[b], s) for a, b, s in self.picked.marks if a in row and b in row],
-                       on_select=self.select, on_marks=self.set_marks, regions=self.regions)
+                       callbacks=callbacks, view=view, state=state)
 
     # ------------------------------------------------------------------ the user's selection
 
@@ -580,9 +556,10 @@ class Explorer:
         # A preset whose weighted aspects have no axes still needs the column: empty hover text.
         questions = {name: q or [""] * len(self.meta) for name, q in asked.items()} if any(asked.values()) else None
         # The papers' own fields travel with the page, so a selection downloads as CSV or RIS.
-        return export_html(path, coords, self.meta, labels_by_preset=drawn, title=title, color_by=color_by,
-                           weights_by_preset=used, questions_by_preset=questions, records=self.corpus.docs,
-                           regions_by_preset=numbered)
+        return export_html(path, coords, self.meta, labels_by_preset=drawn, title=title, records=self.corpus.docs,
+                           options=PageOptions(color_by=color_by),
+                           details=PresetDetails(weights_by_preset=used, questions_by_preset=questions,
+                                                 regions_by_preset=numbered))
 
     def default_presets(self) -> dict[str, dict[str, float]]:
         """Current weights, equal weights, and each aspect alone."""

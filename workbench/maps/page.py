@@ -33,6 +33,7 @@ import gzip
 import json
 import math
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
@@ -203,34 +204,91 @@ def year_values(meta: pd.DataFrame) -> list[float]:
     return pd.to_numeric(meta["year"], errors="coerce").astype(float).tolist()
 
 
+@dataclass(frozen=True)
+class PageOptions:
+    """How `export_html` draws the page: `color_by` (a column, or a region count, as
+    `mapview.build_figure` takes it), the map's `width` and `height` in pixels, and `filters`:
+    the metadata columns of the records to filter by (None: `filter_columns`)."""
+
+    color_by: object = None
+    width: int = 800
+    height: int = 520
+    filters: Sequence[str] | None = None
+
+
+@dataclass(frozen=True)
+class PresetDetails:
+    """What each preset of the page says besides its points and labels, as {preset name: ...}:
+    `weights_by_preset` the aspect weights, said in the caption and legend; `questions_by_preset`
+    one text per paper, an extra hover line; `regions_by_preset` each paper's region number
+    (`mapview.MapRegions`), so that a region keeps its number and colour from preset to preset
+    (None: each preset's clusters numbered from 1)."""
+
+    weights_by_preset: dict | None = None
+    questions_by_preset: dict | None = None
+    regions_by_preset: dict | None = None
+
+
 def export_html(path, coords_by_preset: dict[str, np.ndarray], meta: pd.DataFrame,
-                labels_by_preset: dict | None = None, title: str = "", color_by=None,
-                width: int = 800, height: int = 520, weights_by_preset: dict | None = None,
-                questions_by_preset: dict | None = None, records: pd.DataFrame | None = None,
-                filters: Sequence[str] | None = None, regions_by_preset: dict | None = None) -> Path:
+                labels_by_preset: dict | None = None, title: str = "", records: pd.DataFrame | None = None,
+                options: PageOptions = PageOptions(), details: PresetDetails = PresetDetails()) -> Path:
     """Write the standalone map page (see the module doc) and return its path.
 
-    coords_by_preset: {preset name: (n, 2)}; meta: one row per paper (`explore.hover_meta`);
-    labels_by_preset: {name: [(x, y, text[, detail]), ...]}; weights_by_preset: {name: the
-    aspect weights}, said in the caption and legend; questions_by_preset: {name: one text per
-    paper}, an extra hover line. records: the papers' doc_id, title, abstract and year (and
-    metadata), row for row with meta, for the selection export; None: the export holds ids and
-    titles only. filters: metadata columns of records to filter by (default `filter_columns`).
-    regions_by_preset: {name: each paper's region number} (`mapview.MapRegions`), so that a region keeps
-    its number and colour from preset to preset; None: each preset's clusters numbered from 1.
+    coords_by_preset: {preset name: (n, 2)}; meta: one row per paper (`readout.hover_meta`);
+    labels_by_preset: {name: [(x, y, text[, detail]), ...]}. records: the papers' doc_id, title,
+    abstract and year (and metadata), row for row with meta, for the selection export; None: the
+    export holds ids and titles only. options: colours, size and filters (`PageOptions`);
+    details: each preset's weights, hover questions and region numbers (`PresetDetails`).
     """
     from bokeh.layouts import column, row
-    from bokeh.models import (BooleanFilter, BoxSelectTool, Button, CDSView, ColumnDataSource, CustomJS, Div,
-                              LassoSelectTool, RangeSlider, Select, TextInput)
+    from bokeh.models import BooleanFilter, BoxSelectTool, CDSView, CustomJS, Div, LassoSelectTool, TextInput
 
     if not coords_by_preset:
         raise ValueError("export_html needs at least one preset")
     names = [str(name) for name in coords_by_preset]
     labels_by_preset = labels_by_preset or {}
+    data, columns = _preset_columns(coords_by_preset, meta, options.color_by, details)
+    records, filters, with_abstracts = _add_records(data, meta, records, options.filters)
+
+    fig, source, label_source = build_figure(data, labels_by_preset.get(names[0]), group_title(options.color_by),
+                                              "", options.width, options.height)
+    points = fig.select_one({"name": "points_glyph"})
+    view = CDSView(filter=BooleanFilter(booleans=[True] * len(meta)))
+    points.view = view
+    fig.add_tools(LassoSelectTool(renderers=[points]), BoxSelectTool(renderers=[points]))
+
+    select, legend, caption, region = _preset_controls(coords_by_preset, labels_by_preset, details, options,
+                                                       (source, view, label_source, columns, len(meta)))
+    status = Div(text="", name="search_status", width=200, render_as_text=True)
+    search = TextInput(title="Search by title", placeholder="substring, any case", name="search", width=300)
+    search.js_on_change("value_input", CustomJS(args=dict(
+        source=source, status=status, base_alpha=BASE_ALPHA, dim_alpha=DIM_ALPHA,
+        point_size=POINT_SIZE, hit_size=HIT_SIZE), code=_SEARCH_JS))
+    years, choices, filter_status = _filter_controls(data, filters, source, view)
+    buttons, export_status = _export_buttons(records, data, filters, source, view)
+
+    header = Div(text=f"<h2 style='margin:4px 0'>{esc(title)}</h2>" if title else "", name="header")
+    left_out = ("" if with_abstracts or "abstract" not in records else
+                f" With {len(meta):,} papers the abstracts are not in this page: the files hold ids and titles.")
+    hint = Div(text="<small>Lasso or box-select papers on the map (toolbar), or pick a region; the buttons "
+                    f"download the selection, or every paper shown when nothing is selected.{left_out}</small>",
+               width=360)
+    # Named so that page scripts (and the browser test) can find models with get_model_by_name.
+    layout = column(header, row(select, search, status, name="controls"),
+                    row(*([years] if years is not None else []), *choices, filter_status, name="filters"),
+                    caption, row(fig, column(legend, region, *buttons, export_status, hint)), name="page")
+    # Written whole or not at all: a full disk leaves the earlier page, not a torn one.
+    return write_text(Path(path), standalone_html(layout, title or "Map"))
+
+
+def _preset_columns(coords_by_preset: dict, meta: pd.DataFrame, color_by, details: PresetDetails) -> tuple[dict, list]:
+    """The page's point data: the first preset's columns, and every preset's as indexed columns (x__0, y__0, ...)
+    so that any preset name is safe; returns (data, the per-preset column names)."""
+    questions_by_preset = details.questions_by_preset
     metas = {k: meta if questions_by_preset is None else meta.assign(**{QUESTIONS: questions_by_preset[k]})
              for k in coords_by_preset}
-    frames = [map_frame(c, metas[k], color_by, (regions_by_preset or {}).get(k)) for k, c in coords_by_preset.items()]
-    # Presets are stored as indexed columns (x__0, y__0, ...) so any preset name is safe.
+    frames = [map_frame(c, metas[k], color_by, (details.regions_by_preset or {}).get(k))
+              for k, c in coords_by_preset.items()]
     columns = ["x", "y", "color", "group"] + ([QUESTIONS, shown_column(QUESTIONS)] if questions_by_preset is not None
                                               else [])
     # The plain-text "hover" one-liner repeats the title and summaries the tooltip shows from their own
@@ -240,6 +298,13 @@ def export_html(path, coords_by_preset: dict[str, np.ndarray], meta: pd.DataFram
     for i, frame in enumerate(frames):
         for c in columns:
             data[f"{c}__{i}"] = frame[c]
+    return data, columns
+
+
+def _add_records(data: dict, meta: pd.DataFrame, records: pd.DataFrame | None,
+                 filters: Sequence[str] | None) -> tuple[pd.DataFrame, list[str], bool]:
+    """Put the records' ids, abstracts, years and filter columns into `data`; returns the records (row for row
+    with meta), the filter columns and whether the abstracts are in the page."""
     records = (records if records is not None else meta[[c for c in ("doc_id", "title") if c in meta]])
     records = records.reset_index(drop=True)
     if len(records) != len(meta):
@@ -253,20 +318,23 @@ def export_html(path, coords_by_preset: dict[str, np.ndarray], meta: pd.DataFram
     data["year_value"] = year_values(meta)
     for f in filters:
         data[f"filter:{f}"] = [as_text(v) for v in records[f]]
+    return records, filters, with_abstracts
 
-    fig, source, label_source = build_figure(data, labels_by_preset.get(names[0]), group_title(color_by),
-                                              "", width, height)
-    points = fig.select_one({"name": "points_glyph"})
-    view = CDSView(filter=BooleanFilter(booleans=[True] * len(meta)))
-    points.view = view
-    fig.add_tools(LassoSelectTool(renderers=[points]), BoxSelectTool(renderers=[points]))
 
-    weights_by_preset = weights_by_preset or {}
+def _preset_controls(coords_by_preset: dict, labels_by_preset: dict, details: PresetDetails, options: PageOptions,
+                     drawn: tuple):
+    """The preset picker, with the legend, caption and region picker it switches; drawn = (source, view,
+    label_source, columns, papers) of the figure. Returns (select, legend, caption, region)."""
+    from bokeh.models import CustomJS, Div, Select
+
+    source, view, label_source, columns, papers = drawn
+    names = [str(name) for name in coords_by_preset]
+    weights_by_preset = details.weights_by_preset or {}
     legends = [legend_html(labels_by_preset.get(name), weights_by_preset.get(name),
-                           region_colors(labels_by_preset.get(name), color_by)) for name in coords_by_preset]
+                           region_colors(labels_by_preset.get(name), options.color_by)) for name in coords_by_preset]
     legend = Div(text=legends[0], name="legend", width=360)
-    captions = [caption_html(weights_by_preset.get(name), color_by, len(meta)) for name in coords_by_preset]
-    caption = Div(text=captions[0], name="caption", width=width + 360)
+    captions = [caption_html(weights_by_preset.get(name), options.color_by, papers) for name in coords_by_preset]
+    caption = Div(text=captions[0], name="caption", width=options.width + 360)
 
     region_options = [[NO_REGION] + [f"{m}: {t}" for m, t in zip(*(label_source_data(labels_by_preset.get(name))[c]
                                                                      for c in ("number", "text")))]
@@ -280,11 +348,13 @@ def export_html(path, coords_by_preset: dict[str, np.ndarray], meta: pd.DataFram
                                                     captions=captions, region=region,
                                                     region_options=region_options),
                                           code=_PRESET_JS))
-    status = Div(text="", name="search_status", width=200, render_as_text=True)
-    search = TextInput(title="Search by title", placeholder="substring, any case", name="search", width=300)
-    search.js_on_change("value_input", CustomJS(args=dict(
-        source=source, status=status, base_alpha=BASE_ALPHA, dim_alpha=DIM_ALPHA,
-        point_size=POINT_SIZE, hit_size=HIT_SIZE), code=_SEARCH_JS))
+    return select, legend, caption, region
+
+
+def _filter_controls(data: dict, filters: list[str], source, view):
+    """The year range and one picker per filter column, all hiding the papers outside them; returns
+    (years or None when fewer than two years are known, the pickers, their status line)."""
+    from bokeh.models import CustomJS, Div, RangeSlider, Select
 
     filter_status = Div(text="", name="filter_status", width=220, render_as_text=True)
     known = [y for y in data["year_value"] if not math.isnan(y)]
@@ -300,6 +370,12 @@ def export_html(path, coords_by_preset: dict[str, np.ndarray], meta: pd.DataFram
         years.js_on_change("value", on_filter)
     for choice in choices:
         choice.js_on_change("value", on_filter)
+    return years, choices, filter_status
+
+
+def _export_buttons(records: pd.DataFrame, data: dict, filters: list[str], source, view):
+    """The CSV and RIS download buttons of the selection and their status line."""
+    from bokeh.models import Button, ColumnDataSource, CustomJS, Div
 
     export_status = Div(text="", name="export_status", width=300, render_as_text=True)
     exact = ColumnDataSource(data=exact_texts(records, data, filters), name="exact_texts")
@@ -310,19 +386,7 @@ def export_html(path, coords_by_preset: dict[str, np.ndarray], meta: pd.DataFram
                                               status=export_status, exact=exact, breaks=LINE_BREAKS,
                                               spaces=WHITESPACE), code=_EXPORT_JS))
         buttons.append(button)
-
-    header = Div(text=f"<h2 style='margin:4px 0'>{esc(title)}</h2>" if title else "", name="header")
-    left_out = ("" if with_abstracts or "abstract" not in records else
-                f" With {len(meta):,} papers the abstracts are not in this page: the files hold ids and titles.")
-    hint = Div(text="<small>Lasso or box-select papers on the map (toolbar), or pick a region; the buttons "
-                    f"download the selection, or every paper shown when nothing is selected.{left_out}</small>",
-               width=360)
-    # Named so that page scripts (and the browser test) can find models with get_model_by_name.
-    layout = column(header, row(select, search, status, name="controls"),
-                    row(*([years] if years is not None else []), *choices, filter_status, name="filters"),
-                    caption, row(fig, column(legend, region, *buttons, export_status, hint)), name="page")
-    # Written whole or not at all: a full disk leaves the earlier page, not a torn one.
-    return write_text(Path(path), standalone_html(layout, title or "Map"))
+    return buttons, export_status
 
 
 _LOADER_JS = """

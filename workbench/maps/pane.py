@@ -17,7 +17,8 @@ import numpy as np
 import pandas as pd
 
 from ..core.display import esc, html_table
-from .mapview import (MAP_HEIGHT, MAP_WIDTH, READOUT_WIDTH, MapRegions, as_coords, as_text, build_figure, by_cluster,
+from .options import PaneCallbacks, PaneState, PaneView
+from .mapview import (READOUT_WIDTH, MapRegions, as_coords, as_text, build_figure, by_cluster,
                       group_title, label_source_data, legend_html, map_frame, point_colors, region_colors, region_count)
 
 log = logging.getLogger(__name__)
@@ -90,6 +91,13 @@ def _message_html(text: str) -> str:
     return f"<div style='color:#555'><em>{esc(text)}</em></div>"
 
 
+def _widgets():
+    """ipywidgets, imported when a pane is built (the package imports without it)."""
+    import ipywidgets
+
+    return ipywidgets
+
+
 class MapPane:
     """The map in JupyterLab, with aspect-weight sliders, tap, place-an-abstract and query search.
 
@@ -115,6 +123,10 @@ class MapPane:
       `on_marks(marks)`: the marked pairs after each change. `selected` and `marks` restore
       both when the pane is built again (after a kernel restart, from the run directory).
 
+    `on_weights` is a parameter of its own; the other callbacks come as one `PaneCallbacks`
+    (callbacks=), how the map is drawn (labels, colours, size, regions) as a `PaneView` (view=),
+    and `selected` and `marks` as a `PaneState` (state=).
+
     The widgets call the public methods `set_weights`, `tap`, `place`, `search`, `mark` and
     `fit_marks`, so a
     test (or a notebook cell) can drive the pane the same way. A callback's exception is
@@ -123,42 +135,43 @@ class MapPane:
 
     def __init__(self, coords, meta: pd.DataFrame, aspects, weights,
                  on_weights: Callable[[dict], np.ndarray] | None = None,
-                 on_tap: Callable[[float, float, int | None], str] | None = None,
-                 on_place: Callable[[str], tuple[float, float, str]] | None = None,
-                 on_search: Callable[[dict[str, tuple[str, float]]], pd.DataFrame] | None = None,
-                 labels=None, color_by=None, width: int = MAP_WIDTH, height: int = MAP_HEIGHT,
-                 hit_fraction: float = 0.015, on_labels: Callable[[], list] | None = None,
-                 on_fit_weights: Callable[[list], object] | None = None,
-                 on_compare: Callable[[int, int | tuple[float, float]], str] | None = None,
-                 selected: Sequence[int] = (), marks: Sequence[tuple[int, int, bool]] = (),
-                 on_select: Callable[[list[int]], object] | None = None,
-                 on_marks: Callable[[list], object] | None = None, regions: MapRegions | None = None):
-        import ipywidgets as widgets
-        from bokeh.events import Tap
-        from bokeh.models import BoxSelectTool, ColumnDataSource, LassoSelectTool, TapTool
+                 callbacks: PaneCallbacks = PaneCallbacks(), view: PaneView = PaneView(),
+                 state: PaneState = PaneState()):
         from jupyter_bokeh import BokehModel
 
         self.meta = meta.reset_index(drop=True)
         self.aspects = [str(a) for a in aspects]
-        self.color_by = color_by
-        self.on_weights, self.on_tap, self.on_place, self.on_search = on_weights, on_tap, on_place, on_search
-        self.on_labels = on_labels
-        self.on_fit_weights = on_fit_weights
-        self.on_compare = on_compare
+        self.color_by = view.color_by
+        self.on_weights = on_weights
+        self.on_tap, self.on_place, self.on_search = callbacks.on_tap, callbacks.on_place, callbacks.on_search
+        self.on_labels = callbacks.on_labels
+        self.on_fit_weights = callbacks.on_fit_weights
+        self.on_compare = callbacks.on_compare
         self.tapped: list[int] = []  # the last two tapped papers: the pair the mark buttons record
         self.last_tap: int | None = None  # the paper of the last tap (None: an empty spot), for on_compare
-        self.marks: list[tuple[int, int, bool]] = [tuple(m) for m in marks]  # (i, j, similar) pairs marked so far
-        self.on_select, self.on_marks = on_select, on_marks
+        self.marks: list[tuple[int, int, bool]] = [tuple(m) for m in state.marks]  # (i, j, similar) pairs marked
+        self.on_select, self.on_marks = callbacks.on_select, callbacks.on_marks
         # A tap within this fraction of the map's extent of a point counts as tapping it.
-        self.hit_fraction = hit_fraction
+        self.hit_fraction = view.hit_fraction
         self.coords = as_coords(coords)
-        self.regions, self.labels = regions or MapRegions(), labels
+        self.regions, self.labels = view.regions or MapRegions(), view.labels
+        self.width = view.width
+        self._build_map(view, state.selected)
+        self._build_sliders(weights)
+        self._build_widgets(view)
+        self.bokeh = BokehModel(self.figure)
+        self._name_widgets()
+        self.layout = self._layout(_widgets())
 
-        data = map_frame(self.coords, self.meta, color_by, self._numbers(self.coords))
-        self.figure, self.source, self.label_source = build_figure(data, labels, group_title(color_by),
-                                                                    "", width, height)
+    def _build_map(self, view: PaneView, selected: Sequence[int]) -> None:
+        """The Bokeh figure with its tap marker, placed abstracts, lasso and box; `selected` selected."""
+        from bokeh.events import Tap
+        from bokeh.models import BoxSelectTool, ColumnDataSource, LassoSelectTool, TapTool
+
+        data = map_frame(self.coords, self.meta, view.color_by, self._numbers(self.coords))
+        self.figure, self.source, self.label_source = build_figure(data, view.labels, group_title(view.color_by),
+                                                                    "", view.width, view.height)
         self.figure.toolbar_location = "above"  # on the right it overlapped whatever stands beside the map
-        self.width = width
         self.tap_source = ColumnDataSource({"x": [], "y": []}, name="tap_marker")
         self.placed_source = ColumnDataSource({"x": [], "y": [], "text": []}, name="placed")
         self.figure.scatter("x", "y", source=self.tap_source, marker="x", size=18, line_width=3,
@@ -174,6 +187,9 @@ class MapPane:
         self.source.selected.indices = [int(i) for i in selected]
         self.source.selected.on_change("indices", lambda attr, old, new: self._on_selection(new))
 
+    def _build_sliders(self, weights) -> None:
+        """One weight slider per aspect, showing the weights as the map uses them (positive, summing to 1)."""
+        widgets = _widgets()
         weights = {a: float(w) for a, w in dict(weights or {}).items()}
         total = sum(w for w in weights.values() if w > 0)
         if total > 0:  # the sliders show the weights as the map uses them: summing to 1
@@ -182,17 +198,21 @@ class MapPane:
         self.sliders = {
             a: widgets.FloatSlider(value=float(weights.get(a, 0.0)), min=0.0, max=1.0, step=0.05,
                                    description=a, continuous_update=False,  # recompute on release only
-                                   disabled=on_weights is None, readout_format=".2f")
+                                   disabled=self.on_weights is None, readout_format=".2f")
             for a in self.aspects
         }
         self._syncing = False  # set while set_weights moves the sliders, so they don't re-fire
         for slider in self.sliders.values():
             slider.observe(self._on_slider, names="value")
 
+    def _build_widgets(self, view: PaneView) -> None:
+        """The readout, place, search, legend, mark and selection widgets; a missing callback disables its own."""
+        widgets = _widgets()
+        on_place, on_search = self.on_place, self.on_search
         # The readout stands beside the map, so what a tap produced is in view where the tap was.
         self.detail = widgets.HTML(value=_message_html("Tap a paper or an empty spot on the map to read it."),
-                                   layout=widgets.Layout(width=f"{READOUT_WIDTH}px", max_height=f"{height + 40}px",
-                                                         overflow="auto"))
+                                   layout=widgets.Layout(width=f"{READOUT_WIDTH}px",
+                                                         max_height=f"{view.height + 40}px", overflow="auto"))
         self.place_text = widgets.Textarea(placeholder="Paste an abstract to place it on the map",
                                            layout=widgets.Layout(width="100%", height="90px"),
                                            disabled=on_place is None)
@@ -206,22 +226,20 @@ class MapPane:
         self.search_button = widgets.Button(description="search", disabled=on_search is None)
         self.search_button.on_click(lambda _: self.search(self._queries()))
         self.results = widgets.HTML(value="")
-        self.legend = widgets.HTML(value=legend_html(labels, self.drawn_weights, region_colors(labels, color_by)),
-                                   layout=widgets.Layout(width=f"{READOUT_WIDTH + width - 350}px"))
+        self.legend = widgets.HTML(value=legend_html(view.labels, self.drawn_weights,
+                                                     region_colors(view.labels, view.color_by)),
+                                   layout=widgets.Layout(width=f"{READOUT_WIDTH + view.width - 350}px"))
         self.mark_info = widgets.HTML(value=self._marks_html())
         self.selection_info = widgets.HTML(value=self._selection_html())
         self.similar_button = widgets.Button(description="similar")
         self.similar_button.on_click(lambda _: self.mark(True))
         self.dissimilar_button = widgets.Button(description="not similar")
         self.dissimilar_button.on_click(lambda _: self.mark(False))
-        self.fit_button = widgets.Button(description="fit weights to my marks", disabled=on_fit_weights is None,
+        self.fit_button = widgets.Button(description="fit weights to my marks", disabled=self.on_fit_weights is None,
                                          layout=widgets.Layout(width="auto"))
         self.fit_button.on_click(lambda _: self.fit_marks())
         self.clear_marks_button = widgets.Button(description="clear marks")
         self.clear_marks_button.on_click(lambda _: self.clear_marks())
-        self.bokeh = BokehModel(self.figure)
-        self._name_widgets()
-        self.layout = self._layout(widgets)
 
     def _name_widgets(self) -> None:
         """CSS classes on the parts a user reaches for, so a browser test (or a user's CSS) can find them."""

@@ -12,17 +12,19 @@ Three kinds of text (`decode.retrieval`):
 
 Each decoded text carries its confidence: the rank of the point among all the map's papers for
 the text, as a level (`decode.faithfulness.rank_level`), and one line under the list says what the
-levels mean. Everything is escaped here.
+levels mean. Everything is escaped here. `hover_meta` gives the map's hover text per paper (title, year,
+one summary per aspect).
 """
 
 from __future__ import annotations
 
 import html
-from typing import Mapping
+from typing import Mapping, Sequence
 
 import pandas as pd
 
 from ..decode.faithfulness import held_out_line, levels_line
+from ..generate.summaries import summaries_frame
 from ..decode.retrieval import KIND_GENERATED, KIND_NEAREST, KIND_OWN
 
 # How the paper's own statements are named, by the memory's source, in the order one is preferred.
@@ -100,3 +102,27 @@ def decoded_html(frame: pd.DataFrame, titles: Mapping[str, str], corpus_size: in
             notes.append(figures)
     foot = "".join(f"<p><small>{html.escape(n)}</small></p>" for n in notes)
     return decoded_heading(frame, point) + "<ul>" + items + "</ul>" + foot
+
+
+def hover_meta(corpus, aspects: Sequence[str], run_dir=None) -> pd.DataFrame:
+    """Per document: doc_id, title, year and one summary per aspect for the hover text.
+
+    Takes the corpus's own `summary_<aspect>` column where it has one (ACLSum's human
+    summaries), else the first LLM summary of the run's store, else nothing.
+    """
+    docs = corpus.docs.reset_index(drop=True)
+    meta = pd.DataFrame({"doc_id": docs["doc_id"].astype(str), "title": docs.get("title", "").fillna("")})
+    if "year" in docs:
+        meta["year"] = docs["year"]
+    for extra in ("split", "labels"):
+        if extra in docs:
+            meta[extra] = docs[extra].map(lambda v: ", ".join(map(str, v)) if isinstance(v, (list, tuple)) else v)
+    llm = summaries_frame(run_dir, status="ok") if run_dir is not None else pd.DataFrame()
+    for aspect in aspects:
+        column = f"summary_{aspect}"
+        values = docs[column] if column in docs else pd.Series([None] * len(docs))
+        if len(llm):
+            first = llm[llm["aspect"] == aspect].groupby("doc_id")["text"].first()
+            values = [v if isinstance(v, str) and v else first.get(d) for v, d in zip(values, meta["doc_id"])]
+        meta[column] = list(values)
+    return meta

@@ -441,79 +441,125 @@ def _pair_folds(y: np.ndarray, folds: int, rng) -> list[tuple[np.ndarray, np.nda
     return [(np.flatnonzero(fold_of != f), np.flatnonzero(fold_of == f)) for f in range(folds)]
 
 
+@dataclass(frozen=True)
+class FitSettings:
+    """How `fit_weights` fits and checks the weights.
+
+    folds: cross-validation folds (at least 2); seed: the pair sampling, the folds and the
+    bootstrap; grid_step: the step of FLeW's grid over the simplex; max_pairs: pairs used at
+    most (a random sample of more); max_grid: grid points at most (a finer step is coarsened);
+    n_boot: bootstrap resamples of the held-out AUC's 95% interval; wide_ci: an interval wider
+    than this gets a warning.
+    """
+
+    folds: int = 5
+    seed: int = 0
+    grid_step: float = 0.05
+    max_pairs: int = MAX_PAIRS
+    max_grid: int = MAX_GRID
+    n_boot: int = N_BOOT
+    wide_ci: float = WIDE_CI
+
+
 def fit_weights(embeddings: Mapping[str, np.ndarray], *, labels: Sequence | None = None,
                 pairs: Sequence | None = None, groups: Sequence[Sequence[int]] | None = None,
-                negative: Sequence[str] = (), folds: int = 5, seed: int = 0, grid_step: float = 0.05,
-                max_pairs: int = MAX_PAIRS, max_grid: int = MAX_GRID, n_boot: int = N_BOOT,
-                wide_ci: float = WIDE_CI) -> WeightFit:
+                negative: Sequence[str] = (), settings: FitSettings = FitSettings()) -> WeightFit:
     """Aspect weights that make the weighted similarity agree with the user's judgement.
 
     embeddings: {aspect: (n, d)} (the unified model's aspect embeddings). The judgement is
     exactly one of: `labels` (one per document; same = similar, None/NaN = unknown), `pairs`
     ([(i, j, similar), ...], e.g. marked on the map) or `groups` ([[i, j, ...], ...]
     documents that belong together; see `pairs_from_groups`). negative: aspects whose weight
-    may be negative (then sum |w| = 1). See the module docstring for the model.
+    may be negative (then sum |w| = 1). settings: folds, seed, grid, bootstrap (`FitSettings`).
+    See the module docstring for the model.
     """
     # The matrices here are thin (pairs x aspects): BLAS threads only hand work back and
     # forth, which on a busy machine cost 4x (1.1 s against 0.25 s for 1,000 pairs on 2 cores).
     with one_blas_thread():
-        return _fit_weights(embeddings, labels, pairs, groups, negative, folds, seed, grid_step, max_pairs,
-                            max_grid, n_boot, wide_ci)
+        return _fit_weights(embeddings, (labels, pairs, groups), negative, settings)
 
 
-def _fit_weights(embeddings, labels, pairs, groups, negative, folds, seed, grid_step, max_pairs, max_grid,
-                 n_boot, wide_ci) -> WeightFit:
-    if not isinstance(embeddings, Mapping) or not embeddings:
-        raise ValueError("embeddings must be a non-empty mapping aspect -> (n, d) array")
-    emb = {str(a): np.asarray(e.detach().cpu().numpy() if hasattr(e, "detach") else e) for a, e in embeddings.items()}
+def _fit_weights(embeddings, judgement: tuple, negative, settings: FitSettings) -> WeightFit:
+    """`fit_weights` on one BLAS thread; judgement = (labels, pairs, groups), exactly one given."""
+    emb, n = _checked_embeddings(embeddings)
     aspects = list(emb)
-    sizes = {a: e.shape for a, e in emb.items()}
-    if any(len(s) != 2 for s in sizes.values()) or len({s[0] for s in sizes.values()}) != 1:
-        raise ValueError(f"embeddings must be (n, d) arrays with the same n, got shapes {sizes}")
-    n = next(iter(sizes.values()))[0]
-    given = [name for name, v in (("labels", labels), ("pairs", pairs), ("groups", groups)) if v is not None]
+    given = [name for name, v in zip(("labels", "pairs", "groups"), judgement) if v is not None]
     if len(given) != 1:
         raise ValueError(f"give exactly one of labels, pairs or groups (got {given or 'none'})")
     negative = (negative,) if isinstance(negative, str) else tuple(negative)
     unknown = [a for a in negative if a not in aspects]
     if unknown:
         raise ValueError(f"negative names unknown aspects {unknown}; the aspects are {aspects}")
-    if folds < 2:
-        raise ValueError(f"folds must be at least 2, got {folds}")
-    rng = np.random.default_rng(seed)
-
-    if labels is not None:
-        labels = list(labels)
-        if len(labels) != n:
-            raise ValueError(f"{len(labels)} labels for {n} documents")
-        table = pairs_from_labels(labels, seed)
-    elif groups is not None:
-        for g in groups:
-            bad = [x for x in g if not isinstance(x, (int, np.integer)) or not 0 <= x < n]
-            if bad:
-                raise ValueError(f"group {list(g)} holds indices out of range for {n} documents: {bad}")
-        table = pairs_from_groups(groups, n, seed)
-    else:
-        table = _check_pairs(pairs, n)
+    if settings.folds < 2:
+        raise ValueError(f"folds must be at least 2, got {settings.folds}")
+    rng = np.random.default_rng(settings.seed)
+    table = _judged_pairs(judgement, n, settings.seed)
     n_sim, n_dis = int(np.sum(table[:, 2] == 1)), int(np.sum(table[:, 2] == 0))
     if n_sim < 2 or n_dis < 2:
         raise ValueError(f"need at least 2 similar and 2 dissimilar pairs, got {n_sim} similar and {n_dis} "
                          "dissimilar: mark more pairs (or give labels with at least two values)")
-    table = _subsample(table, max_pairs, rng)
+    table = _subsample(table, settings.max_pairs, rng)
     y = table[:, 2]
     n_sim, n_dis = int(np.sum(y == 1)), int(np.sum(y == 0))
     cos = pair_cosines(emb, table)
     neg_mask = np.array([a in negative for a in aspects])
-    grid, step = signed_grid(len(aspects), neg_mask, grid_step, max_grid)
+    grid, step = signed_grid(len(aspects), neg_mask, settings.grid_step, settings.max_grid)
 
     # Folds by documents wherever each fold keeps both kinds of pair: folds by pairs put a paper on
     # both sides, which flatters the held-out AUC. A few marked pairs rarely allow it: then by pairs.
-    k = min(folds, n_sim, n_dis)
+    k = min(settings.folds, n_sim, n_dis)
     splits = _doc_folds(table, n, k, rng)
     split = "documents" if splits is not None else "pairs"
     if splits is None:
         splits = _pair_folds(y, k, rng)
+    held_idx, s_fit, s_grid, fold_weights = _held_out_scores(cos, y, neg_mask, grid, splits, aspects)
+    y_held = y[held_idx]
 
+    w, beta, bias = fit_logistic(cos, y, neg_mask)
+    g, _ = grid_search(cos, y, grid)
+    fit_auc = auc(s_fit, y_held)
+    ci = bootstrap_ci(s_fit, y_held, settings.n_boot, settings.seed)
+    return WeightFit(
+        weights=dict(zip(aspects, [float(x) for x in w])), auc=fit_auc, auc_ci=ci,
+        equal_weights_auc=auc(cos[held_idx].mean(axis=1), y_held),
+        grid_weights=dict(zip(aspects, [float(x) for x in g])), grid_auc=auc(s_grid, y_held),
+        n_pairs=(n_sim, n_dis), warning=_fit_warning(beta, ci, len(y), min(n_sim, n_dis), settings.wide_ci),
+        beta=beta, bias=bias, grid_step=step, split=split, folds=k, n_heldout=len(held_idx),
+        fold_weights=fold_weights)
+
+
+def _checked_embeddings(embeddings) -> tuple[dict[str, np.ndarray], int]:
+    """{aspect: (n, d) numpy array} of the same n (tensors are copied to the CPU), and n."""
+    if not isinstance(embeddings, Mapping) or not embeddings:
+        raise ValueError("embeddings must be a non-empty mapping aspect -> (n, d) array")
+    emb = {str(a): np.asarray(e.detach().cpu().numpy() if hasattr(e, "detach") else e) for a, e in embeddings.items()}
+    sizes = {a: e.shape for a, e in emb.items()}
+    if any(len(s) != 2 for s in sizes.values()) or len({s[0] for s in sizes.values()}) != 1:
+        raise ValueError(f"embeddings must be (n, d) arrays with the same n, got shapes {sizes}")
+    return emb, next(iter(sizes.values()))[0]
+
+
+def _judged_pairs(judgement: tuple, n: int, seed: int) -> np.ndarray:
+    """The (i, j, similar) table of the one judgement given of (labels, pairs, groups), checked against n."""
+    labels, pairs, groups = judgement
+    if labels is not None:
+        labels = list(labels)
+        if len(labels) != n:
+            raise ValueError(f"{len(labels)} labels for {n} documents")
+        return pairs_from_labels(labels, seed)
+    if groups is not None:
+        for g in groups:
+            bad = [x for x in g if not isinstance(x, (int, np.integer)) or not 0 <= x < n]
+            if bad:
+                raise ValueError(f"group {list(g)} holds indices out of range for {n} documents: {bad}")
+        return pairs_from_groups(groups, n, seed)
+    return _check_pairs(pairs, n)
+
+
+def _held_out_scores(cos: np.ndarray, y: np.ndarray, neg_mask: np.ndarray, grid: np.ndarray, splits,
+                     aspects: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[dict]]:
+    """Each fold fitted on its training pairs and scored on its test pairs, by the logistic fit and by the
+    grid: the held-out pair indices, both scores (pooled over folds) and each fold's fitted weights."""
     held_fit, held_grid, held_idx, fold_weights = [], [], [], []
     for train, test in splits:
         w, _, _ = fit_logistic(cos[train], y[train], neg_mask)
@@ -522,26 +568,17 @@ def _fit_weights(embeddings, labels, pairs, groups, negative, folds, seed, grid_
         held_grid.append(cos[test] @ g)
         held_idx.append(test)
         fold_weights.append(dict(zip(aspects, w.round(4).tolist())))
-    held_idx = np.concatenate(held_idx)
-    y_held, s_fit, s_grid = y[held_idx], np.concatenate(held_fit), np.concatenate(held_grid)
+    return np.concatenate(held_idx), np.concatenate(held_fit), np.concatenate(held_grid), fold_weights
 
-    w, beta, bias = fit_logistic(cos, y, neg_mask)
-    g, _ = grid_search(cos, y, grid)
-    fit_auc = auc(s_fit, y_held)
-    ci = bootstrap_ci(s_fit, y_held, n_boot, seed)
 
-    warning = None
+def _fit_warning(beta: float, ci: tuple, n_pairs: int, rarer: int, wide_ci: float) -> str | None:
+    """What to say about a fit that says little: no relation at all, or too few pairs to pin it down."""
     if beta == 0.0:
-        warning = "the judgement shows no relation to any aspect's similarity: the weights are left equal"
-    elif ci[1] - ci[0] > wide_ci or min(n_sim, n_dis) < MIN_CLASS:
+        return "the judgement shows no relation to any aspect's similarity: the weights are left equal"
+    if ci[1] - ci[0] > wide_ci or rarer < MIN_CLASS:
         # The percentile bootstrap is itself too narrow on a handful of pairs (5 similar and 5
         # dissimilar well-separated pairs give 0.84-1.00), hence the count as a second rule.
-        warning = (f"{len(y)} pairs are not enough to pin the weights down: the held-out AUC's 95% interval "
-                   f"is {ci[0]:.2f}-{ci[1]:.2f} from {min(n_sim, n_dis)} pairs of the rarer kind; "
-                   f"mark more pairs (at least {MIN_CLASS} similar and {MIN_CLASS} not similar)")
-    return WeightFit(
-        weights=dict(zip(aspects, [float(x) for x in w])), auc=fit_auc, auc_ci=ci,
-        equal_weights_auc=auc(cos[held_idx].mean(axis=1), y_held),
-        grid_weights=dict(zip(aspects, [float(x) for x in g])), grid_auc=auc(s_grid, y_held),
-        n_pairs=(n_sim, n_dis), warning=warning, beta=beta, bias=bias,
-        grid_step=step, split=split, folds=k, n_heldout=len(held_idx), fold_weights=fold_weights)
+        return (f"{n_pairs} pairs are not enough to pin the weights down: the held-out AUC's 95% interval "
+                f"is {ci[0]:.2f}-{ci[1]:.2f} from {rarer} pairs of the rarer kind; "
+                f"mark more pairs (at least {MIN_CLASS} similar and {MIN_CLASS} not similar)")
+    return None

@@ -42,13 +42,16 @@ import hashlib
 import json
 import re
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
 from ..generate.sampling import Sampling
-from .mbqa import CONFIG_NAME, WEIGHTS_NAME, QuestionAxes, agreement, predict, save_mbqa, train_mbqa
+from .settings import AxesConfig
+from .mbqa import (CONFIG_NAME, WEIGHTS_NAME, MBQATraining, QuestionAxes, agreement, predict, save_mbqa,
+                   train_mbqa)
 from ..generate.parsing import Parsed, json_objects
 from ..core.progress import notice
 from ..core.store import RecordStore
@@ -57,7 +60,7 @@ from ..measures.evaluation import correlation_table
 from ..embed.features import FeatureCache, FrozenBackbone
 
 from ..core.rundir import RunDir
-from ..generate.summaries import GenerationReport, run_requests
+from ..generate.summaries import GenerationReport, Reporting, run_requests
 
 QUESTIONS = "questions.jsonl"
 ANSWERS = "answers.jsonl"
@@ -299,8 +302,8 @@ def _ask(backend, store: RecordStore, tasks: list[dict], sampling: Sampling, pre
         return record
 
     try:
-        return run_requests(backend, store, tasks, sampling, prefill, to_record, desc, progress,
-                            getattr(backend, "batch_size", 8))
+        return run_requests(backend, store, tasks, sampling, prefill, to_record,
+                            Reporting(desc, progress, getattr(backend, "batch_size", 8)))
     finally:
         store.close()
 
@@ -361,18 +364,13 @@ def probe_papers(labels: np.ndarray, docs: Sequence[int], n: int, seed: int = 0)
 
 
 def build_axes(run_dir, aspect: str, doc_ids: Sequence[str], vectors: np.ndarray,
-               statements: Sequence[str | None], backend, usable=None, k: int = 8, per_cluster: int = 5,
-               samples: int = 2, n_pos: int = 3, n_neg: int = 3, pairs: int = 150, embed="minilm",
-               min_rate: float = 0.1, max_rate: float = 0.9, hidden: int = 0, seed: int = 0,
-               gen_sampling: Sampling | None = None, answer_sampling: Sampling | None = None,
-               progress: bool = False) -> tuple[QuestionAxes | None, dict]:
+               statements: Sequence[str | None], backend, usable=None,
+               config: AxesConfig = AxesConfig()) -> tuple[QuestionAxes | None, dict]:
     """CQG + probing + MBQA for one aspect; saves `<run_dir>/questions/<aspect>/`. Returns (axes or None, report).
 
     doc_ids, vectors (n, D: the aspect embedding), statements: the corpus, aligned.
     usable: boolean mask of the papers that may be read (default: every paper with a
-    statement; pass ~test to keep the test split out). samples: question lists per cluster
-    (sampled; the samples of one prompt cost about what one does). pairs: about how many
-    (paper, question) answers to ask for, as every question for pairs / questions papers.
+    statement; pass ~test to keep the test split out). The settings are `config` (an `AxesConfig`).
     A held-out quarter of the papers (`held_out`) scores the classifier; only the other
     papers' answers select questions and train it.
     """
@@ -389,31 +387,14 @@ def build_axes(run_dir, aspect: str, doc_ids: Sequence[str], vectors: np.ndarray
         return None, report
 
     # 1. CQG: clusters of the usable papers, one prompt per cluster.
-    sub_labels, centres = cluster(vectors[docs], k, seed)
-    labels = np.full(len(ids), -1)
-    labels[docs] = sub_labels
-    nbrs = neighbours(centres)
-    prompts = []
-    for c in range(len(centres)):
-        pos = [statements[docs[i]] for i in representatives(vectors[docs], sub_labels, centres, c, n_pos)]
-        per = max(1, n_neg // len(nbrs[c]))
-        neg = [statements[docs[i]] for b in nbrs[c]
-               for i in representatives(vectors[docs], sub_labels, centres, b, per)][:n_neg]
-        prompts.append((c, question_messages(aspect, pos, neg, per_cluster)))
-    report["clusters"] = len(centres)
-    report["generation"] = str(generate_questions(backend, run_dir, aspect, prompts, samples, gen_sampling, progress))
+    clusters = _clusters(vectors, docs, len(ids), config)
+    prompts = _cqg_prompts(aspect, clusters, vectors, docs, statements, config)
+    report["clusters"] = len(clusters.centres)
+    report["generation"] = str(generate_questions(backend, run_dir, aspect, prompts, config.samples,
+                                                  config.gen_sampling, config.progress))
 
     # 2. Candidates of this run's prompts, deduplicated.
-    wanted = {(c, s, _hash([m, GEN_PREFILL])) for c, m in prompts for s in range(samples)}
-    # Parsed again from the raw answer, so a better parser also serves answers stored before it.
-    candidates = [(q, r["cluster"]) for r in question_store(run_dir).records()
-                  if r["aspect"] == aspect and r["model"] == backend.model_id
-                  and (r["cluster"], r["sample"], r["prompt_hash"]) in wanted for q in parse_questions(r.get("raw"))]
-    report["generated"] = len(candidates)
-    keep = dedupe_questions([q for q, _ in candidates], embed) if candidates else []
-    qs = [{"id": question_id(candidates[i][0]), "text": candidates[i][0], "cluster": int(candidates[i][1])}
-          for i in keep]
-    report["unique"] = len(qs)
+    qs = _candidate_questions(run_dir, aspect, backend, prompts, config, report)
     if not qs:
         report["kept"] = 0
         return None, report
@@ -421,11 +402,94 @@ def build_axes(run_dir, aspect: str, doc_ids: Sequence[str], vectors: np.ndarray
     # 3. Probing: every question for a few papers of every cluster. A grid, not scattered pairs: the prompts of
     #    one paper share its statement, which the backend reads once for all its questions (several times
     #    faster than pairs scattered over many papers), and each paper gives the classifier a full row.
-    papers = probe_papers(labels, docs, max(2 * len(centres), round(pairs / len(qs))), seed)
+    papers = probe_papers(clusters.labels, docs, max(2 * len(clusters.centres), round(config.pairs / len(qs))),
+                          config.seed)
+    Y, M = _probe(run_dir, aspect, backend, (ids, statements), qs, papers, config, report)
+
+    # 4. Keep the questions that discriminate (training papers' answers only).
+    test = np.array([held_out(d) for d in ids])
+    _mark_kept(qs, Y, M * ~test[:, None], clusters, config)
+    cols = [j for j, q in enumerate(qs) if q["kept"]]
+    report["kept"] = len(cols)
+    report["questions"] = qs
+    report["yes_rate"] = float(Y[M > 0].mean()) if M.any() else float("nan")
+    folder = RunDir(run_dir).questions(aspect)
+    if not cols:
+        for name in (WEIGHTS_NAME, CONFIG_NAME):  # axes of an earlier build would no longer match this one
+            (folder / name).unlink(missing_ok=True)
+        return None, report
+
+    # 5. MBQA on the frozen embedding; scored on the held-out papers' answers.
+    model = _fit_mbqa(vectors, Y[:, cols], M[:, cols], test, config, report)
+    plain = lambda v: None if isinstance(v, float) and np.isnan(v) else v  # noqa: E731 - JSON has no NaN
+    kept = [{f: plain(q[f]) for f in ("id", "text", "cluster", "yes_rate", "cluster_rate", "neighbour_rate")}
+            for q in (qs[j] for j in cols)]
+    saved = {"aspect": aspect, "dim": int(vectors.shape[1]), "hidden": config.hidden, "questions": kept,
+             "llm": backend.model_id, "metrics": {m: report[m] for m in ("heldout", "train", "majority")},
+             "llm_seconds_per_answer": plain(report["llm_seconds_per_answer"]),
+             "settings": {"k": config.k, "per_cluster": config.per_cluster, "samples": config.samples,
+                          "pairs": config.pairs, "seed": config.seed, "min_rate": config.min_rate,
+                          "max_rate": config.max_rate, "papers": len(papers)}}
+    save_mbqa(model, folder, saved)
+    return QuestionAxes(aspect, kept, model, saved), report
+
+
+@dataclass
+class _Clusters:
+    """KMeans clusters of the usable papers: a label per paper of the corpus (-1: not usable),
+    the usable papers' own labels, the centres and each cluster's neighbouring clusters."""
+
+    labels: np.ndarray
+    sub_labels: np.ndarray
+    centres: np.ndarray
+    nbrs: list
+
+
+def _clusters(vectors: np.ndarray, docs: np.ndarray, n: int, config: AxesConfig) -> _Clusters:
+    sub_labels, centres = cluster(vectors[docs], config.k, config.seed)
+    labels = np.full(n, -1)
+    labels[docs] = sub_labels
+    return _Clusters(labels, sub_labels, centres, neighbours(centres))
+
+
+def _cqg_prompts(aspect: str, clusters: _Clusters, vectors: np.ndarray, docs: np.ndarray, statements,
+                 config: AxesConfig) -> list[tuple[int, list[dict]]]:
+    """One CQG prompt per cluster: statements nearest its centre (positives) and its neighbours' (hard negatives)."""
+    sub_labels, centres, nbrs = clusters.sub_labels, clusters.centres, clusters.nbrs
+    prompts = []
+    for c in range(len(centres)):
+        pos = [statements[docs[i]] for i in representatives(vectors[docs], sub_labels, centres, c, config.n_pos)]
+        per = max(1, config.n_neg // len(nbrs[c]))
+        neg = [statements[docs[i]] for b in nbrs[c]
+               for i in representatives(vectors[docs], sub_labels, centres, b, per)][:config.n_neg]
+        prompts.append((c, question_messages(aspect, pos, neg, config.per_cluster)))
+    return prompts
+
+
+def _candidate_questions(run_dir, aspect: str, backend, prompts, config: AxesConfig, report: dict) -> list[dict]:
+    """The questions this run's prompts got from `backend`, deduplicated; counts go into `report`."""
+    wanted = {(c, s, _hash([m, GEN_PREFILL])) for c, m in prompts for s in range(config.samples)}
+    # Parsed again from the raw answer, so a better parser also serves answers stored before it.
+    candidates = [(q, r["cluster"]) for r in question_store(run_dir).records()
+                  if r["aspect"] == aspect and r["model"] == backend.model_id
+                  and (r["cluster"], r["sample"], r["prompt_hash"]) in wanted for q in parse_questions(r.get("raw"))]
+    report["generated"] = len(candidates)
+    keep = dedupe_questions([q for q, _ in candidates], config.embed) if candidates else []
+    qs = [{"id": question_id(candidates[i][0]), "text": candidates[i][0], "cluster": int(candidates[i][1])}
+          for i in keep]
+    report["unique"] = len(qs)
+    return qs
+
+
+def _probe(run_dir, aspect: str, backend, corpus: tuple[list[str], Sequence], qs: list[dict], papers: list[int],
+           config: AxesConfig, report: dict) -> tuple[np.ndarray, np.ndarray]:
+    """Ask every question of `qs` for every paper of `papers` (corpus: ids and statements, aligned); returns the
+    answers Y and the answered mask M, (n papers, questions) each; counts and timing go into `report`."""
+    ids, statements = corpus
     asked = [(i, j) for i in papers for j in range(len(qs))]
     report["answering"] = str(answer_questions(backend, run_dir, aspect,
                                                [(ids[i], statements[i], qs[j]["text"]) for i, j in asked],
-                                               answer_sampling, progress))
+                                               config.answer_sampling, config.progress))
     expected = {(ids[i], qs[j]["id"]): _hash([answer_messages(aspect, statements[i], qs[j]["text"]), ANSWER_PREFILL])
                 for i, j in asked}
     records = {(r["doc_id"], r["question_id"]): r for r in answer_store(run_dir).records()
@@ -443,10 +507,14 @@ def build_axes(run_dir, aspect: str, doc_ids: Sequence[str], vectors: np.ndarray
         Y[i, j], M[i, j] = float(r["answer"]), 1.0
     report.update(answers=len(seconds), unparsed=unparsed,
                   llm_seconds_per_answer=float(np.mean(seconds)) if seconds else float("nan"))
+    return Y, M
 
-    # 4. Keep the questions that discriminate (training papers' answers only).
-    test = np.array([held_out(d) for d in ids])
-    Mt = M * ~test[:, None]
+
+def _mark_kept(qs: list[dict], Y: np.ndarray, Mt: np.ndarray, clusters: _Clusters, config: AxesConfig) -> None:
+    """Give each question its yes-rates (overall, in its cluster, in the neighbouring ones) from the training
+    papers' answers (mask `Mt`), and `kept`: a yes-rate within the config's range, and more "yes" inside
+    its cluster than around it where both have answers enough."""
+    labels, nbrs = clusters.labels, clusters.nbrs
     for j, q in enumerate(qs):
         answered = Mt[:, j] > 0
         inside, near = answered & (labels == q["cluster"]), answered & np.isin(labels, nbrs[q["cluster"]])
@@ -454,38 +522,24 @@ def build_axes(run_dir, aspect: str, doc_ids: Sequence[str], vectors: np.ndarray
         q.update(yes_rate=rate(answered), answered=int(answered.sum()), cluster_rate=rate(inside),
                  neighbour_rate=rate(near))
         contrast = inside.sum() >= 2 and near.sum() >= 2
-        q["kept"] = bool(answered.sum() >= 3 and min_rate <= q["yes_rate"] <= max_rate
+        q["kept"] = bool(answered.sum() >= 3 and config.min_rate <= q["yes_rate"] <= config.max_rate
                          and (not contrast or q["cluster_rate"] > q["neighbour_rate"]))
-    cols = [j for j, q in enumerate(qs) if q["kept"]]
-    report["kept"] = len(cols)
-    report["questions"] = qs
-    report["yes_rate"] = float(Y[M > 0].mean()) if M.any() else float("nan")
-    folder = RunDir(run_dir).questions(aspect)
-    if not cols:
-        for name in (WEIGHTS_NAME, CONFIG_NAME):  # axes of an earlier build would no longer match this one
-            (folder / name).unlink(missing_ok=True)
-        return None, report
 
-    # 5. MBQA on the frozen embedding; scored on the held-out papers' answers.
-    Y, M = Y[:, cols], M[:, cols]
+
+def _fit_mbqa(vectors: np.ndarray, Y: np.ndarray, M: np.ndarray, test: np.ndarray, config: AxesConfig,
+              report: dict):
+    """Train MBQA on the training papers' answers to the kept questions; its agreement on the held-out
+    papers, the training papers and of the majority answer go into `report`. Returns the model."""
     train_rows = np.flatnonzero(~test & (M.sum(1) > 0))
-    model = train_mbqa(vectors[train_rows], Y[train_rows], M[train_rows], hidden=hidden, seed=seed)
+    model = train_mbqa(vectors[train_rows], Y[train_rows], M[train_rows], hidden=config.hidden,
+                       training=MBQATraining(seed=config.seed))
     probs = predict(model, vectors)
     majority = np.tile(((Y * M * ~test[:, None]).sum(0) / np.maximum((M * ~test[:, None]).sum(0), 1)) > 0.5,
-                       (len(ids), 1)).astype(np.float32)  # per question the training majority answer
+                       (len(vectors), 1)).astype(np.float32)  # per question the training majority answer
     held = M * test[:, None]
     report.update(train_pairs=int(M[train_rows].sum()), heldout=agreement(probs, Y, held),
                   train=agreement(probs, Y, M * ~test[:, None]), majority=agreement(majority, Y, held))
-    plain = lambda v: None if isinstance(v, float) and np.isnan(v) else v  # noqa: E731 - JSON has no NaN
-    kept = [{f: plain(q[f]) for f in ("id", "text", "cluster", "yes_rate", "cluster_rate", "neighbour_rate")}
-            for q in (qs[j] for j in cols)]
-    config = {"aspect": aspect, "dim": int(vectors.shape[1]), "hidden": hidden, "questions": kept,
-              "llm": backend.model_id, "metrics": {m: report[m] for m in ("heldout", "train", "majority")},
-              "llm_seconds_per_answer": plain(report["llm_seconds_per_answer"]),
-              "settings": {"k": k, "per_cluster": per_cluster, "samples": samples, "pairs": pairs, "seed": seed,
-                           "min_rate": min_rate, "max_rate": max_rate, "papers": len(papers)}}
-    save_mbqa(model, folder, config)
-    return QuestionAxes(aspect, kept, model, config), report
+    return model
 
 
 # --------------------------------------------------------------------------- evaluation

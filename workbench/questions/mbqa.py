@@ -10,6 +10,7 @@ answered pairs and balanced per question; saved as safetensors + JSON, never pic
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -60,23 +61,37 @@ def balance_weights(targets: np.ndarray, mask: np.ndarray) -> np.ndarray:
     return np.clip(np.where(targets > 0.5, w_pos, w_neg), 0.1, 10.0).astype(np.float32)
 
 
-def train_mbqa(x: np.ndarray, targets: np.ndarray, mask: np.ndarray, hidden: int = 0, epochs: int = 300,
-               lr: float = 1e-2, weight_decay: float = 1e-3, balance: bool = True, seed: int = 0):
+@dataclass(frozen=True)
+class MBQATraining:
+    """How `train_mbqa` trains: full-batch AdamW for `epochs` steps at `lr` with `weight_decay`;
+    `balance` weights each question's yes and no answers equally; `seed` the initial weights."""
+
+    epochs: int = 300
+    lr: float = 1e-2
+    weight_decay: float = 1e-3
+    balance: bool = True
+    seed: int = 0
+
+
+def train_mbqa(x: np.ndarray, targets: np.ndarray, mask: np.ndarray, hidden: int = 0,
+               training: MBQATraining = MBQATraining()):
     """Train the classifier full-batch (AdamW) on frozen embeddings x (n, d); targets/mask (n, q), mask 1 = answered.
 
-    A few hundred answered pairs and a few hundred dimensions: full batch on the CPU takes
-    well under a second, and a linear layer is the least that can overfit them.
+    hidden: 0 a linear layer, else one shared hidden layer of that size; `training`: epochs, rate,
+    decay, balancing and seed (`MBQATraining`). A few hundred answered pairs and a few hundred
+    dimensions: full batch on the CPU takes well under a second, and a linear layer is the least
+    that can overfit them.
     """
     torch = _torch()
-    torch.manual_seed(seed)
+    torch.manual_seed(training.seed)
     X, Y, M = (torch.as_tensor(np.asarray(a, dtype=np.float32)) for a in (x, targets, mask))
-    W = torch.as_tensor(balance_weights(targets, mask)) if balance else None
+    W = torch.as_tensor(balance_weights(targets, mask)) if training.balance else None
     model = make_mbqa(X.shape[1], Y.shape[1], hidden)
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
+    opt = torch.optim.AdamW(model.parameters(), lr=training.lr, weight_decay=training.weight_decay)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # matrices this small: waking a second thread costs more than it saves
     try:
-        for _ in range(epochs):
+        for _ in range(training.epochs):
             opt.zero_grad(set_to_none=True)
             loss = masked_bce(model(X), Y, M, W)
             loss.backward()

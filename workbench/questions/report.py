@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import html
 import time
+from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -136,10 +137,21 @@ SUMMARY_FIELDS = ("papers", "clusters", "generated", "unique", "kept", "answers"
                   "llm_seconds_per_answer", "heldout", "majority", "train")
 
 
+@dataclass(frozen=True)
+class SummaryHeader:
+    """The top-level fields of questions/summary.json beside its aspects: the LLM backend and model
+    that wrote the questions, the stage's settings, the encoder's seconds per paper and the reading."""
+
+    backend: str
+    model: str
+    settings: Mapping
+    encode_s: float
+    reading: str
+
+
 def write_summary(run_dir, reports: Mapping[str, dict], built: Mapping, costs: Mapping, classifier_s: Mapping,
-                  correlations: pd.DataFrame, main_encoder: str, reading: str, settings: Mapping,
-                  backend: str, model: str, encode_s: float):
-    """Write questions/summary.json: the settings, the reading and every aspect's numbers; returns the path."""
+                  correlations: pd.DataFrame, main_encoder: str, header: SummaryHeader):
+    """Write questions/summary.json: the header (settings, reading...) and every aspect's numbers; returns the path."""
     records = correlations.to_dict("records")
     aspects = {}
     for a, r in reports.items():
@@ -151,8 +163,8 @@ def write_summary(run_dir, reports: Mapping[str, dict], built: Mapping, costs: M
         entry["ratio"] = next((c["ratio"] for c in records if c["aspect"] == a and c["truth read by"] == main_encoder),
                               None)
         aspects[a] = entry
-    summary = {"backend": backend, "model": str(model), "encoder_s_per_paper": encode_s, "reading": reading,
-               "settings": dict(settings), "aspects": aspects}
+    summary = {"backend": header.backend, "model": str(header.model), "encoder_s_per_paper": header.encode_s,
+               "reading": header.reading, "settings": dict(header.settings), "aspects": aspects}
     return write_json(RunDir(run_dir).questions() / "summary.json", summary, indent=1)
 
 

@@ -22,6 +22,7 @@ import sys
 import threading
 import time
 import warnings
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
@@ -285,10 +286,38 @@ def summary(results: dict, run_path: Path) -> str:
 # --------------------------------------------------------------------------- the run
 
 
+@dataclass(frozen=True)
+class ExecutionOptions:
+    """Where `run_pipeline` finds the notebooks, which kernel runs them, and what the reports show.
+
+    notebook_dir: the folder of the stage notebooks. The stages share one kernel, each from an
+    empty namespace (see `Kernel`); kernel_per_stage=True starts a fresh one for each. The
+    kernel's own output goes to ``kernel.log`` in the run directory (``<stage>.kernel.log`` with a
+    kernel per stage). kernel: a `Kernel(keep=True)` to run the stages in and leave running for
+    the caller's next run (the caller closes it); its own output stays in the log of the run that
+    started it. report_code: the HTML reports show the notebooks' code as well.
+    """
+
+    notebook_dir: Path = NOTEBOOKS
+    kernel_per_stage: bool = False
+    kernel: Kernel | None = None
+    report_code: bool = False
+
+
+@dataclass(frozen=True)
+class _CheckedRun:
+    """What `run_pipeline`'s checks settled before the first notebook starts."""
+
+    config: dict
+    run_path: Path
+    report_path: Path
+    resolved: list[str]
+    declared: dict = field(repr=False)
+
+
 def run_pipeline(params_file: str | os.PathLike | None = None, *, run_dir: str | None = None,
                  stages: list[str] | None = None, overrides: dict | None = None, report: bool = True,
-                 notebook_dir: Path = NOTEBOOKS, log=print, progress: bool = True,
-                 kernel_per_stage: bool = False, kernel: Kernel | None = None, report_code: bool = False) -> dict:
+                 log=print, progress: bool = True, execution: ExecutionOptions = ExecutionOptions()) -> dict:
     """Execute the chosen notebooks in order with papermill; returns {stage: {"notebook", "html", "seconds",
     "artifacts"}} of the stages this call ran. run.json in the run directory keeps every stage the run directory
     ever completed, each written as it completes, with what a re-run changed (record.py).
@@ -296,12 +325,10 @@ def run_pipeline(params_file: str | os.PathLike | None = None, *, run_dir: str |
     Everything is checked before the first notebook starts (parameters, paths, the run directory).
     A stage that fails stops the run; its partly executed notebook is kept in the run directory
     (papermill marks the failing cell) and the error names it. `progress` shows the live line
-    on stdout (see `Progress`). The stages share one kernel, each from an empty namespace
-    (see `Kernel`); kernel_per_stage=True starts a fresh one for each. The kernel's own output
-    goes to ``kernel.log`` in the run directory (``<stage>.kernel.log`` with a kernel per stage).
-    kernel: a `Kernel(keep=True)` to run the stages in and leave running for the caller's next
-    run (the caller closes it); its own output stays in the log of the run that started it.
+    on stdout (see `Progress`). The notebooks' folder, the kernel and the reports' code are
+    `execution` (an `ExecutionOptions`).
     """
+    notebook_dir = execution.notebook_dir
     config = load_params(params_file, overrides)
     run_path = Path(run_dir or config.get("run_dir") or "runs/default").expanduser().resolve()
     report_path = Path(config.get("report_dir") or Path("reports") / run_path.name).expanduser().resolve()
@@ -318,8 +345,8 @@ def run_pipeline(params_file: str | os.PathLike | None = None, *, run_dir: str |
     run_path.mkdir(parents=True, exist_ok=True)
     # One run at a time in a run directory: a second one is refused here, before it writes anything.
     with RunLock(run_path, "workbench run --stages " + ",".join(resolved)):
-        return _run_locked(config, run_path, report_path, resolved, declared, report, notebook_dir, log, progress,
-                           kernel_per_stage, kernel, report_code)
+        return _run_locked(_CheckedRun(config, run_path, report_path, resolved, declared), report, log, progress,
+                           execution)
 
 
 def _keep_stage(stage: str, entry: dict, params: dict, run_path: Path, report_path: Path | None,
@@ -339,26 +366,28 @@ def _keep_stage(stage: str, entry: dict, params: dict, run_path: Path, report_pa
     return entry
 
 
-def _run_locked(config, run_path, report_path, resolved, declared, report, notebook_dir, log, progress,
-                kernel_per_stage, kernel, report_code=False) -> dict:
+def _run_locked(checked: _CheckedRun, report: bool, log, progress: bool, execution: ExecutionOptions) -> dict:
     """`run_pipeline` once its checks have passed and it holds the run directory's lock."""
     import papermill
     from nbclient.exceptions import DeadKernelError
+
+    config, run_path, report_path = checked.config, checked.run_path, checked.report_path
+    resolved, declared, kernel = checked.resolved, checked.declared, execution.kernel
 
     RunDir(run_path).mark()  # with the first artifact: this folder is a run, and its caches are ours to clean
     write_text(run_path / "params.yaml", yaml.safe_dump({**config, "run_dir": str(run_path)}, sort_keys=False))
     engine = _register_engine()
     own_kernel = kernel is None
     if own_kernel:
-        kernel = Kernel(keep=not kernel_per_stage)
-    elif kernel_per_stage or not kernel.keep:
+        kernel = Kernel(keep=not execution.kernel_per_stage)
+    elif execution.kernel_per_stage or not kernel.keep:
         raise ValueError("kernel= takes a Kernel(keep=True) to share; leave it out for a kernel per stage")
     if kernel.keep and kernel.manager is None:
         (run_path / "kernel.log").unlink(missing_ok=True)  # this run's kernel only
     results = {}
     try:
         for stage in resolved:
-            source = notebook_dir / f"{stage}.ipynb"
+            source = execution.notebook_dir / f"{stage}.ipynb"
             params = stage_values(config, stage, declared[stage])  # as check_parameters checked them
             params["run_dir"] = str(run_path)
             if "report_dir" in declared[stage]:  # stages that write their own report files (05's standalone map)
@@ -403,7 +432,8 @@ def _run_locked(config, run_path, report_path, resolved, declared, report, noteb
             entry = {"notebook": str(executed), "seconds": round(time.perf_counter() - t0, 1),
                      "artifacts": _written(before, _snapshot(run_path), run_path, (executed, kernel_log)),
                      "notices": list(watch.notices)}
-            results[stage] = _keep_stage(stage, entry, params, run_path, report_path if report else None, report_code)
+            results[stage] = _keep_stage(stage, entry, params, run_path, report_path if report else None,
+                                         execution.report_code)
             log(f"[workbench] {stage}: done in {_duration(entry['seconds'])}, {watch.done} cells")
     finally:
         if own_kernel:
