@@ -85,6 +85,7 @@ from sklearn.feature_extraction.text import TfidfVectorizer
 sys.path.insert(0, {str(ROOT / "scripts")!r})
 import csabstruct
 from workbench.maps import tsne
+from workbench.maps.options import PaneCallbacks
 from workbench.maps.pane import MapPane
 papers = csabstruct.load()
 aspects = list(csabstruct.ASPECT_ROLES)
@@ -109,7 +110,8 @@ def on_tap(x, y, index):
     read = {{a: int(np.argmax(emb[a] @ v)) for a, v in vectors.items()}}
     return "<h4>Empty spot</h4>" + "".join(f"<p>{{a}}: nearest paper {{i}}</p>" for a, i in read.items())
 
-pane = MapPane(state["map"].coords, meta, aspects, state["map"].weights, on_weights=on_weights, on_tap=on_tap)
+pane = MapPane(state["map"].coords, meta, aspects, state["map"].weights, on_weights=on_weights,
+               callbacks=PaneCallbacks(on_tap=on_tap))
 """
 
 
