@@ -236,6 +236,48 @@ def test_every_module_is_short_and_says_what_it_is_for():
     assert not undocumented, "modules without a docstring that names their concern:\n" + "\n".join(undocumented)
 
 
+MAX_PARAMETERS = 8  # a function needing more takes a config dataclass (not **kwargs, not an options dict)
+MAX_FUNCTION_LINES = 80  # from its `def` to its last line, docstring included
+# Functions allowed past those limits, each with its reason (keep it empty where possible).
+FUNCTION_EXCEPTIONS: dict[str, str] = {}
+
+
+def function_sizes(paths) -> list[tuple[str, int, int]]:
+    """(where, parameters, lines) of every function and method: parameters count every positional,
+    keyword-only, *args and **kwargs one, less `self` or `cls`."""
+    out = []
+    for path in paths:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            a = node.args
+            n = len(a.posonlyargs) + len(a.args) + len(a.kwonlyargs) + bool(a.vararg) + bool(a.kwarg)
+            first = (a.posonlyargs + a.args)[:1]
+            n -= bool(first and first[0].arg in ("self", "cls"))
+            out.append((f"{path.relative_to(ROOT)}:{node.name}", n, node.end_lineno - node.lineno + 1))
+    return out
+
+
+def test_function_sizes_are_counted_as_the_rule_says(tmp_path, monkeypatch):
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    probe = tmp_path / "probe.py"
+    body = "\n".join(f"    x{i} = {i}" for i in range(80))
+    probe.write_text("class C:\n    def m(self, a, b, *c, d, **e):\n        pass\n"
+                     f"def long(a, /, b):\n{body}\n")
+    assert sorted(function_sizes([probe])) == [("probe.py:long", 2, 81), ("probe.py:m", 5, 2)]
+
+
+def test_no_function_takes_over_8_parameters_or_runs_over_80_lines():
+    over = [f"{where}: {n} parameters, {lines} lines" for where, n, lines in function_sizes(python_files(["workbench"]))
+            if (n > MAX_PARAMETERS or lines > MAX_FUNCTION_LINES) and where not in FUNCTION_EXCEPTIONS]
+    assert not over, (f"functions over {MAX_PARAMETERS} parameters or {MAX_FUNCTION_LINES} lines (a config "
+                      "dataclass for the settings; named steps for the body):\n" + "\n".join(over))
+    stale = [w for w in FUNCTION_EXCEPTIONS if not any(w == where for where, *_ in
+                                                       function_sizes(python_files(["workbench"])))]
+    assert not stale, f"exceptions naming no function: {stale}"
+
+
 # Libraries slow to import (or optional, or platform-specific): a module imports them inside the functions that
 # use them, so that `import workbench` and the light modules stay fast. Everything else is imported at the top.
 LAZY_LIBRARIES = {"torch", "transformers", "bokeh", "sklearn", "matplotlib", "seaborn", "openTSNE", "accelerate",
