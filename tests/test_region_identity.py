@@ -38,17 +38,23 @@ def share(term: str, texts) -> float:
     return float(np.mean([bool(pattern.search(str(t or "").lower())) for t in texts]))
 
 
-@pytest.fixture(scope="module")
-def csab():
-    """CSAbstruct's dev and test abstracts as a corpus whose method sentences are its `approach` highlights (as a
-    person marks them), and a cheap map of them: the first two SVD components of their TF-IDF vectors."""
+@pytest.fixture(scope="module", params=["CSAbstruct", "ACLSum"])
+def csab(request):
+    """Real abstracts as a corpus whose approach sentences are its `approach` highlights (as a person marks them),
+    and a cheap map of them: the first two SVD components of their TF-IDF vectors. CSAbstruct's dev and test
+    papers (method sentences), and the demo's corpus, ACLSum's 250 papers (their approach highlights)."""
     from sklearn.decomposition import TruncatedSVD
     from sklearn.feature_extraction.text import TfidfVectorizer
 
-    frame = csabstruct.load(("dev", "test"))
-    docs = pd.DataFrame({"doc_id": frame["doc_id"], "title": "", "abstract": frame["abstract"],
-                         "highlights_approach": [[s for s, r in zip(ss, rr) if r == "method"]
-                                                 for ss, rr in zip(frame["sentences"], frame["roles"])]})
+    if request.param == "ACLSum":
+        from workbench.data.corpus import load_corpus
+
+        docs = load_corpus("aclsum").docs[["doc_id", "title", "abstract", "highlights_approach"]]
+    else:
+        frame = csabstruct.load(("dev", "test"))
+        docs = pd.DataFrame({"doc_id": frame["doc_id"], "title": "", "abstract": frame["abstract"],
+                             "highlights_approach": [[s for s, r in zip(ss, rr) if r == "method"]
+                                                     for ss, rr in zip(frame["sentences"], frame["roles"])]})
     vectors = TfidfVectorizer(stop_words="english", sublinear_tf=True).fit_transform(docs["abstract"])
     coords = TruncatedSVD(3, random_state=0).fit_transform(vectors)[:, 1:]  # the first component is the mean
     return Corpus(docs), coords
