@@ -187,7 +187,7 @@ def test_each_shown_text_says_what_it_is(shown_run):
     class Generator:  # the soft-prompt decoder's place: it writes text, no paper states it
         aspects, chat = None, True
 
-        def generate(self, emb, aspect=None, **sampling):
+        def generate(self, emb, sampling=None, batch_size=16, aspect=None, progress=False):
             return [["a written sentence"] for _ in range(len(emb))]
 
     frame = describe_with_confidence({"approach": AspectDecoder("approach", Generator())},
