@@ -39,14 +39,35 @@ ALLOWED = {
 WATCHED = ("bokeh", "jupyter_bokeh", "ipywidgets", "jupyter-widgets", "workbench", "Failed to create view")
 
 
+# What both timed maps share: a slider lays the map out again (a first frame, then the settled map); a tap on a
+# paper shows its title; a tap on an empty spot is inverted and read as the retrieval decoder reads it: per
+# aspect, the paper whose aspect vector is nearest to the inverted one. Each map's cell defines `emb`, `meta`
+# (with titles) and `state["map"]` first.
+MAP_PANE = """
+import html
+from workbench.maps.options import PaneCallbacks
+from workbench.maps.pane import MapPane
+
+def on_weights(weights, on_frame=None):
+    state["map"] = state["map"].with_weights(weights, on_frame=on_frame)
+    return state["map"].coords
+
+def on_tap(x, y, index):
+    if index is not None:
+        return f"<h4>Tapped: {html.escape(meta.title[index])}</h4>"
+    vectors = state["map"].invert(np.array([x, y]))
+    read = {a: meta.title[int(np.argmax(emb[a] @ v))] for a, v in vectors.items()}
+    return "<h4>Empty spot</h4>" + "".join(f"<p>{a}: {html.escape(t)}</p>" for a, t in read.items())
+
+pane = MapPane(state["map"].coords, meta, list(emb), state["map"].weights, on_weights=on_weights,
+               callbacks=PaneCallbacks(on_tap=on_tap))
+"""
+
 # A map of 10,000 papers (3 aspects x 64 dimensions, 12 clusters per aspect, as benchmarks/maps.py), laid
-# out by openTSNE with short phases to keep the test quick. A tap on an empty spot is inverted and read as
-# the retrieval decoder reads it: the paper whose aspect vector is nearest to the inverted one.
+# out by openTSNE with short phases to keep the test quick.
 PANE_10K = """
 import numpy as np, pandas as pd
 from workbench.maps import tsne
-from workbench.maps.options import PaneCallbacks
-from workbench.maps.pane import MapPane
 tsne.EXAGGERATION_ITER = 50
 rng = np.random.default_rng(0)
 n, aspects = 10_000, ["task", "method", "outcome"]
@@ -56,21 +77,7 @@ for a in aspects:
     emb[a] = e / np.linalg.norm(e, axis=1, keepdims=True)
 meta = pd.DataFrame({"doc_id": [f"p{i}" for i in range(n)], "title": [f"Paper number {i}" for i in range(n)]})
 state = {"map": tsne.AspectMap.fit(emb, {"task": 0.5, "method": 0.3, "outcome": 0.2}, method="opentsne", n_iter=50)}
-
-def on_weights(weights, on_frame=None):
-    state["map"] = state["map"].with_weights(weights, on_frame=on_frame)
-    return state["map"].coords
-
-def on_tap(x, y, index):
-    if index is not None:
-        return f"<h4>{meta.title[index]}</h4>"
-    vectors = state["map"].invert(np.array([x, y]))
-    read = {a: meta.title[int(np.argmax(emb[a] @ v))] for a, v in vectors.items()}
-    return "<h4>Empty spot</h4>" + "".join(f"<p>{a}: {t}</p>" for a, t in read.items())
-
-pane = MapPane(state["map"].coords, meta, aspects, state["map"].weights, on_weights=on_weights,
-               callbacks=PaneCallbacks(on_tap=on_tap))
-"""
+""" + MAP_PANE
 
 # A map of real abstracts: every CSAbstruct paper (`scripts/csabstruct.py`, 2,155 computer-science abstracts,
 # the most real abstracts a package or this repository holds offline). Each aspect's vector is the TF-IDF of
@@ -85,34 +92,17 @@ from sklearn.feature_extraction.text import TfidfVectorizer
 sys.path.insert(0, {str(ROOT / "scripts")!r})
 import csabstruct
 from workbench.maps import tsne
-from workbench.maps.options import PaneCallbacks
-from workbench.maps.pane import MapPane
 papers = csabstruct.load()
-aspects = list(csabstruct.ASPECT_ROLES)
-texts = {{a: [" ".join(s for s, r in zip(ss, rr) if r in csabstruct.ASPECT_ROLES[a]) or " ".join(ss)
-             for ss, rr in zip(papers["sentences"], papers["roles"])] for a in aspects}}
+texts = {{a: [" ".join(s for s, r in zip(ss, rr) if r in roles) or " ".join(ss)
+             for ss, rr in zip(papers["sentences"], papers["roles"])] for a, roles in csabstruct.ASPECT_ROLES.items()}}
 tfidf = TfidfVectorizer(sublinear_tf=True, min_df=2).fit(papers["abstract"])
 emb = {{}}
-for a in aspects:
-    e = TruncatedSVD(64, random_state=0).fit_transform(tfidf.transform(texts[a]))
+for a, aspect_texts in texts.items():
+    e = TruncatedSVD(64, random_state=0).fit_transform(tfidf.transform(aspect_texts))
     emb[a] = e / np.maximum(np.linalg.norm(e, axis=1, keepdims=True), 1e-12)
 meta = pd.DataFrame({{"doc_id": papers["doc_id"], "title": [ss[0][:90] for ss in papers["sentences"]]}})
 state = {{"map": tsne.AspectMap.fit(emb, {{"challenge": 0.4, "approach": 0.4, "outcome": 0.2}}, seed=0)}}
-
-def on_weights(weights, on_frame=None):
-    state["map"] = state["map"].with_weights(weights, on_frame=on_frame)
-    return state["map"].coords
-
-def on_tap(x, y, index):
-    if index is not None:
-        return f"<h4>Paper {{index}}</h4>"
-    vectors = state["map"].invert(np.array([x, y]))
-    read = {{a: int(np.argmax(emb[a] @ v)) for a, v in vectors.items()}}
-    return "<h4>Empty spot</h4>" + "".join(f"<p>{{a}}: nearest paper {{i}}</p>" for a, i in read.items())
-
-pane = MapPane(state["map"].coords, meta, aspects, state["map"].weights, on_weights=on_weights,
-               callbacks=PaneCallbacks(on_tap=on_tap))
-"""
+""" + MAP_PANE
 
 
 def _pane_cells(run: Path, load_bokehjs: bool = True) -> list[str]:
@@ -199,9 +189,10 @@ def _readout(browser: Browser) -> str:
     return browser.js("const e = document.querySelector('.wb-readout'); return e ? e.innerText : '';")
 
 
-def _weights(browser: Browser) -> dict[str, float]:
+def _weights(browser: Browser, aspects=ASPECTS) -> dict[str, float]:
+    """The weights the sliders show, per aspect."""
     return {a: float(browser.js(f"return document.querySelector('.wb-weight-{a} .widget-readout').innerText"))
-            for a in ASPECTS}
+            for a in aspects}
 
 
 def _watched_errors(browser: Browser) -> list[str]:
@@ -384,6 +375,42 @@ def _drive_the_pane(server: JupyterLab, browser: Browser, app: str, name: str, r
     assert _watched_errors(browser) == []
 
 
+def _time_weight_change(browser: Browser, aspect: str, value: float) -> tuple[float, float, int]:
+    """Type `value` into `aspect`'s slider and press Enter: (first frame painted, settled, updates of the points)
+    in seconds from the key press. The first frame is timed by the page itself (a probe of a busy page waits in
+    line); the settled layout is the readout's "Layout:"; the updates are counted once the kernel is idle."""
+    drawn = browser.map_head()
+    browser.watch_paints()
+    readout = browser.driver.find_element("css selector", f".wb-weight-{aspect} .widget-readout")
+    readout.click()
+    browser.js("document.execCommand('selectAll', false, null)")
+    start = time.perf_counter()
+    readout.send_keys(f"{value:.2f}\n")
+    browser.wait(lambda: browser.map_head() != drawn, 30, "the map did not move after the slider", every=0.05)
+    browser.wait(lambda: "Layout:" in _readout(browser), 60, "no settled layout", every=0.05)
+    settled = time.perf_counter() - start
+    paints = browser.paints()
+    first = (paints["drawn"][0] - paints["enter"][0]) / 1000
+    browser.wait(lambda: browser.kernel_status() == "idle", 60, "the kernel stayed busy")
+    time.sleep(1.0)  # the map's caches are built in the background after the settled frame
+    return first, settled, len(browser.paints()["drawn"])
+
+
+def _time_empty_spot_taps(browser: Browser, count: int = 3) -> list[float]:
+    """Seconds from a click on each of `count` empty spots to its text, a paper tapped between them (so that
+    each spot's tap changes the readout)."""
+    taps = []
+    for k, (x, y) in enumerate(_empty_spot(browser, count)):
+        _tap_paper(browser, k)
+        _wait_readout(browser, "Tapped:")
+        time.sleep(0.6)  # two clicks within BokehJS's double-tap interval make one double tap, not two taps
+        start = time.perf_counter()
+        browser.click_at(x, y)
+        browser.wait(lambda: "Empty spot" in _readout(browser), 30, "the tapped spot was not read", every=0.02)
+        taps.append(time.perf_counter() - start)
+    return taps
+
+
 @pytest.mark.alone  # timed: beside another worker's pipeline or launcher it measures that load, not the pane
 def test_a_map_of_10000_papers_moves_and_answers_taps_in_time(lab):
     """10,000 points drawn by WebGL; a slider move shows its first frame within 3 s of the key press, and a
@@ -394,33 +421,9 @@ def test_a_map_of_10000_papers_moves_and_answers_taps_in_time(lab):
                  and len(browser.map_points()["x"]) == 10_000, 60, "the 10,000-point map did not appear")
     assert browser.points_webgl() is True  # the points are drawn by WebGL, not the canvas fallback
     browser.wait(lambda: _map_ink(browser) > 5000, 30, "the map drew no points")
-    drawn = browser.map_head()
-
-    browser.watch_paints()
-    readout = browser.driver.find_element("css selector", ".wb-weight-task .widget-readout")
-    readout.click()
-    browser.js("document.execCommand('selectAll', false, null)")
-    start = time.perf_counter()
-    readout.send_keys("1.0\n")
-    browser.wait(lambda: browser.map_head() != drawn, 30, "the map did not move after the slider", every=0.05)
-    browser.wait(lambda: "Layout:" in _readout(browser), 60, "no settled layout", every=0.05)
-    settled = time.perf_counter() - start
-    paints = browser.paints()
-    # Shown = painted, timed by the page itself from the key press (a probe of a busy page waits in line).
-    first = (paints["drawn"][0] - paints["enter"][0]) / 1000
-    browser.wait(lambda: browser.kernel_status() == "idle", 60, "the kernel stayed busy")
-    time.sleep(1.0)  # the map's caches are built in the background after the settled frame
-
-    taps = []
-    for k, (x, y) in enumerate(_empty_spot(browser, 3)):
-        _tap_paper(browser, k)  # a paper between the taps, so each tap of the spot changes the readout
-        _wait_readout(browser, "Paper number")
-        time.sleep(0.6)  # two clicks within BokehJS's double-tap interval make one double tap, not two taps
-        start = time.perf_counter()
-        browser.click_at(x, y)
-        browser.wait(lambda: "Empty spot" in _readout(browser), 30, "the tapped spot was not read", every=0.02)
-        taps.append(time.perf_counter() - start)
-        assert all(f"{a}: Paper number" in _readout(browser) for a in ("task", "method", "outcome"))
+    first, settled, _ = _time_weight_change(browser, "task", 1.0)
+    taps = _time_empty_spot_taps(browser)
+    assert all(f"{a}: Paper number" in _readout(browser) for a in ("task", "method", "outcome"))
     print(f"\n10,000 papers in JupyterLab: slider to first frame {first:.2f} s, to settled {settled:.2f} s; "
           f"tap to text {', '.join(f'{t:.2f}' for t in taps)} s (3 taps; the button is released 0.1 s in)")
     assert first <= 3.0, f"the first frame took {first:.1f} s"
@@ -453,37 +456,13 @@ def test_a_map_of_real_abstracts_moves_in_two_updates_and_answers_taps_in_time(l
     scale = speed / 165.0
 
     aspects = ("challenge", "approach", "outcome")
-    sliders = lambda: {x: float(browser.js(  # noqa: E731
-        f"return document.querySelector('.wb-weight-{x} .widget-readout').innerText")) for x in aspects}
-    before, drawn = sliders(), browser.map_head()
-    browser.watch_paints()
-    readout = browser.driver.find_element("css selector", ".wb-weight-outcome .widget-readout")
-    readout.click()
-    browser.js("document.execCommand('selectAll', false, null)")
-    start = time.perf_counter()
-    readout.send_keys(f"{before['outcome'] + 0.05:.2f}\n")
-    browser.wait(lambda: browser.map_head() != drawn, 30, "the map did not move after the slider", every=0.05)
-    browser.wait(lambda: "Layout:" in _readout(browser), 60, "no settled layout", every=0.05)
-    settled = time.perf_counter() - start
-    paints = browser.paints()
-    first = (paints["drawn"][0] - paints["enter"][0]) / 1000
-    browser.wait(lambda: browser.kernel_status() == "idle", 60, "the kernel stayed busy")
-    time.sleep(1.0)
-    updates = len(browser.paints()["drawn"])
+    before = _weights(browser, aspects)
+    first, settled, updates = _time_weight_change(browser, "outcome", before["outcome"] + 0.05)
     legend = browser.js("return document.querySelector('.wb-legend').innerText")
-    shown = sliders()
+    shown = _weights(browser, aspects)
     assert all(f"{x} {w:.2f}" in legend for x, w in shown.items()), (legend, shown)
     assert shown["outcome"] > before["outcome"]
-
-    taps = []
-    for k, (x, y) in enumerate(_empty_spot(browser, 3)):
-        _tap_paper(browser, k)
-        _wait_readout(browser, "Paper")
-        time.sleep(0.6)  # two clicks within BokehJS's double-tap interval make one double tap, not two taps
-        start = time.perf_counter()
-        browser.click_at(x, y)
-        browser.wait(lambda: "Empty spot" in _readout(browser), 30, "the tapped spot was not read", every=0.02)
-        taps.append(time.perf_counter() - start)
+    taps = _time_empty_spot_taps(browser)
     print(f"\n{n} real abstracts in JupyterLab ({speed:.0f} GFLOP/s): a step of 0.05 to first frame {first:.2f} s, "
           f"settled {settled:.2f} s, {updates} updates; taps {', '.join(f'{t:.2f}' for t in taps)} s; "
           f"scaled to 165 GFLOP/s: {first * scale:.2f}, {settled * scale:.2f}, {np.median(taps) * scale:.2f} s")
