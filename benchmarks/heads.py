@@ -80,7 +80,7 @@ def run_backbone(backbone: str, corpus, run_dir: Path, head_steps: int | None = 
     return emb, {"02 teachers": t1 - t0, "03 heads (targets + training)": t2 - t1,
                  f"embed {len(test)} test papers": t3 - t2,
                  "best step": result.best_step, "gates": {a: round(float(__import__("torch").sigmoid(
-                     result.load(device="cpu").heads[a].gate.detach())), 3) for a in ASPECTS}}
+                     result.load(device="cpu").heads[a].blend.gate.detach())), 3) for a in ASPECTS}}
 
 
 def main() -> None:

@@ -287,7 +287,7 @@ def test_a_head_leaves_boilerplate_out_as_the_aspect_file_does_and_keeps_it_in_i
     model.heads["a"].load_state_dict(floor_state(model.heads["a"], query, -40.0, blend=0.8, boilerplate=found))
     model.save_pretrained(tmp_path / "m")
     loaded = PooledAspectModel.from_pretrained(tmp_path / "m", device="cpu")
-    np.testing.assert_allclose(loaded.heads["a"].boilerplate.numpy(), found)
+    np.testing.assert_allclose(loaded.heads["a"].pooling.boilerplate.numpy(), found)
     with torch.no_grad():
         out = loaded.forward_features(feats)["a"][0].numpy()
     np.testing.assert_allclose(out / np.linalg.norm(out, axis=1, keepdims=True), expected, atol=1e-4)
@@ -297,7 +297,7 @@ def test_a_head_leaves_boilerplate_out_as_the_aspect_file_does_and_keeps_it_in_i
     state = {k: v for k, v in load_file(str(tmp_path / "m" / "model.safetensors")).items()
              if not k.endswith("boilerplate")}
     save_file(state, str(tmp_path / "m" / "model.safetensors"), metadata={"format": "pt"})
-    assert PooledAspectModel.from_pretrained(tmp_path / "m", device="cpu").heads["a"].boilerplate.shape == (0, 24)
+    assert PooledAspectModel.from_pretrained(tmp_path / "m", device="cpu").heads["a"].pooling.boilerplate.shape == (0, 24)
 
 
 def test_calibration_is_refused_where_an_aspect_has_too_few_marked_sentences():
@@ -392,8 +392,8 @@ def test_the_guard_replaces_a_head_that_follows_another_aspect(guarded_run, caps
     # and the shipped head keeps doing so.
     assert all(0.3 <= s <= aspectfile.WORD_SHARE for s in report["word_shares"].values()), report["word_shares"]
     head = after.heads["method"]
-    assert head.pools_words() and float(head.word_share) == pytest.approx(report["word_shares"]["method"])
-    assert float(head.word_mean.norm()) > 0.1  # centred on the corpus's mean of the pooled words
+    assert head.pools_words() and float(head.pooling.word_share) == pytest.approx(report["word_shares"]["method"])
+    assert float(head.pooling.word_mean.norm()) > 0.1  # centred on the corpus's mean of the pooled words
 
 
 @pytest.mark.slow

@@ -107,10 +107,10 @@ def test_weights_follow_the_scores():
     docs = cache.documents(["A cat sat. A dog ran. Birds fly high."])
     head = SentencePoolingHead(48)
     with torch.no_grad():
-        head.query.copy_(torch.as_tensor(cache.vectors(["A dog ran."])[0]) * 20)
+        head.scorer.query.copy_(torch.as_tensor(cache.vectors(["A dog ran."])[0]) * 20)
     whole, sents, mask, pos = docs.padded()
     w = head(whole, sents, mask, pos)[1][0].detach().numpy()
-    scores = sents[0].numpy() @ head.query.detach().numpy()
+    scores = sents[0].numpy() @ head.scorer.query.detach().numpy()
     expected = 1 / (1 + np.exp(-scores))
     assert np.allclose(w, expected / expected.sum(), atol=1e-6) and w.argmax() == 1
 

@@ -144,7 +144,7 @@ class PhraseReading:
 def floor_state(head, query: np.ndarray, bias: float, temperature: float = TEMPERATURE, blend: float = BLEND,
                 boilerplate: np.ndarray | None = None, phrases: PhraseReading = PhraseReading(),
                 position: np.ndarray | None = None) -> dict:
-    """The state of a `SentencePoolingHead` that computes the aspect file's zero-shot vector.
+    """The state of a `SentencePoolingHead` (its `LinearScorer`) that computes the aspect file's zero-shot vector.
 
     Scores s . query / temperature; with the bias well below them, sigmoid(x) is exp(x) to a
     few per cent, so the head's normalised sigmoid weights are the softmax of `aspectfile`.
@@ -160,22 +160,22 @@ def floor_state(head, query: np.ndarray, bias: float, temperature: float = TEMPE
     import torch
 
     state = {k: v.detach().clone() for k, v in head.state_dict().items()}
-    dtype = state["query"].dtype
-    state["query"] = torch.as_tensor(query / temperature, dtype=dtype)
-    state["position"] = torch.zeros_like(state["position"]) if position is None else \
+    dtype = state["scorer.query"].dtype
+    state["scorer.query"] = torch.as_tensor(query / temperature, dtype=dtype)
+    state["scorer.position"] = torch.zeros_like(state["scorer.position"]) if position is None else \
         torch.as_tensor(np.asarray(position), dtype=dtype)
-    state["bias"] = torch.tensor(float(bias), dtype=dtype)
+    state["scorer.bias"] = torch.tensor(float(bias), dtype=dtype)
     whole = float(np.clip(1.0 - blend, 1e-13, 1 - 1e-13))  # sigmoid(+-30) is within 1e-13 of 1 and 0
-    state["gate"] = torch.tensor(float(np.log(whole / (1.0 - whole))), dtype=dtype)
+    state["blend.gate"] = torch.tensor(float(np.log(whole / (1.0 - whole))), dtype=dtype)
     if boilerplate is not None:
-        state["boilerplate"] = torch.as_tensor(np.asarray(boilerplate), dtype=dtype)
+        state["pooling.boilerplate"] = torch.as_tensor(np.asarray(boilerplate), dtype=dtype)
     direction = np.asarray(query, dtype=np.float64)
     direction = direction / max(float(np.linalg.norm(direction)), 1e-12) if phrases.direction is None \
         else phrases.direction
-    state["words"] = torch.as_tensor(np.asarray(direction), dtype=dtype)
-    state["word_share"] = torch.tensor(float(phrases.share), dtype=dtype)
-    state["word_mean"] = (torch.zeros_like(state["word_mean"]) if phrases.mean is None else
-                          torch.as_tensor(np.asarray(phrases.mean), dtype=dtype))
-    if "up" in state:
-        state["up"] = torch.zeros_like(state["up"])
+    state["pooling.words"] = torch.as_tensor(np.asarray(direction), dtype=dtype)
+    state["pooling.word_share"] = torch.tensor(float(phrases.share), dtype=dtype)
+    state["pooling.word_mean"] = (torch.zeros_like(state["pooling.word_mean"]) if phrases.mean is None else
+                                  torch.as_tensor(np.asarray(phrases.mean), dtype=dtype))
+    if "projection.up" in state:
+        state["projection.up"] = torch.zeros_like(state["projection.up"])
     return state

@@ -90,9 +90,9 @@ def base_state(head) -> dict:
     import torch
 
     state = {k: v.detach().clone() for k, v in head.state_dict().items()}
-    state["gate"] = torch.tensor(30.0, dtype=state["gate"].dtype)  # sigmoid(30) = 1 - 1e-13
-    if "up" in state:
-        state["up"] = torch.zeros_like(state["up"])
+    state["blend.gate"] = torch.tensor(30.0, dtype=state["blend.gate"].dtype)  # sigmoid(30) = 1 - 1e-13
+    if "projection.up" in state:
+        state["projection.up"] = torch.zeros_like(state["projection.up"])
     return state
 
 
@@ -142,7 +142,7 @@ def probe_sentences(run_dir, corpus, aspect_set, aspects: Sequence[str]) -> tupl
     except ValueError:  # an aspect the file says nothing about: only human or LLM labels can serve
         return corpus_sentence_aspects(corpus, aspects, run), INDEPENDENT_MARKS
     heads = list(model.heads.values()) if isinstance(model, PooledAspectModel) else []
-    boiler = heads[0].boilerplate.cpu().numpy() if heads else None  # the guard's, where it set a floor
+    boiler = heads[0].pooling.boilerplate.cpu().numpy() if heads else None  # the guard's, where it set a floor
     return aspect_sentences(corpus, aspects, run, features, protos, boiler)
 
 

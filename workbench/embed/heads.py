@@ -2,22 +2,19 @@
 
 A general sentence encoder already places abstracts well; what it cannot know is which
 *part* of an abstract a user's aspect lives in. A `SentencePoolingHead` learns exactly
-that, for one aspect:
+that, for one aspect, composed of four parts, one per line:
 
-    score_i  = q . s_i + p . position_i + c            (s_i: unit vector of sentence i)
-    w_i      = sigmoid(score_i) / sum_j sigmoid(score_j)     (over the sentences that are not boilerplate)
+    score_i  = q . s_i + p . position_i + c            `LinearScorer` (s_i: unit vector of sentence i)
+    w_i      = sigmoid(score_i) / sum_j sigmoid(score_j)     `SentencePooling` (boilerplate left out)
     pooled   = unit(sum_i w_i s_i)
-    mixed    = g * whole + (1 - g) * pooled              (g = sigmoid(gate), learned per aspect)
-    output   = mixed + (mixed U) V                       (optional low-rank residual, V = 0 at start)
+    mixed    = g * whole + (1 - g) * pooled              `GatedBlend` (g = sigmoid(gate), learned per aspect)
+    output   = mixed + (mixed U) V                       `LowRankProjection` (V = 0 at start)
 
 Untrained (q = p = c = 0, V = 0) it returns the abstract's own embedding blended half and
 half with the mean of its sentences' embeddings, which is itself an embedding of the same
 text: a head starts from the base encoder, and training can only move it where the data
-say. The sigmoid weights (rather than a softmax) let several sentences share an aspect
-without competing, and are the probabilities of the per-sentence classifier that the
-sentence labels train (`headtrain.py`). The blend with the whole text is learned, not
-fixed, because how much of an aspect lives outside its own sentences varies by aspect and
-corpus. A head that does not pool (`pool=False`: a stage-02 teacher, which reads one
+say. The aspect-file floor is the same head with its scorer's numbers read from the aspect
+file (`floor.floor_state`); another scorer plugs in as `scorer=`. A head that does not pool (`pool=False`: a stage-02 teacher, which reads one
 short view) is the residual projection alone.
 
 `PooledAspectModel` holds one head per aspect on one frozen backbone and has the
@@ -55,42 +52,48 @@ WEIGHTS_NAME = "model.safetensors"  # the same names as AspectEncoder's, so cach
 CONFIG_NAME = "workbench_config.json"
 
 
-class SentencePoolingHead(nn.Module):
-    """One aspect's head: weigh the sentences, blend with the whole text, project (see module doc)."""
+class LinearScorer(nn.Module):
+    """The logit that sentence i states the aspect: q . s_i + p . position_i + c.
 
-    def __init__(self, hidden: int, pool: bool = True, rank: int = 0, n_position: int = N_POSITION,
-                 gate_init: float = 0.0, seed: int = 0):
+    The trained heads' scorer, and the aspect-file floor's: `floor.floor_state` sets q, p and c from the aspect
+    file (its prototypes, calibration and position prior), so the floor is this scorer with other numbers. Any
+    module with the same call, sentences [B, M, H] and positions [B, M, N_POSITION] to logits [B, M], can take
+    its place in a head (`SentencePoolingHead(..., scorer=...)`); training and the floor need this one."""
+
+    def __init__(self, hidden: int, n_position: int = N_POSITION):
         super().__init__()
-        self.hidden, self.pool, self.rank = int(hidden), bool(pool), int(rank)
-        self.query = nn.Parameter(torch.zeros(self.hidden))
+        self.query = nn.Parameter(torch.zeros(int(hidden)))
         self.position = nn.Parameter(torch.zeros(n_position))
         self.bias = nn.Parameter(torch.zeros(()))
-        self.gate = nn.Parameter(torch.tensor(float(gate_init)))
-        # Sentences the corpus shares nearly word for word (`boilerplate.py`): never pooled. Empty unless the
-        # guard sets it; its size is the corpus's, so loading resizes it (`_load_from_state_dict`).
+
+    def forward(self, sentences: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        return sentences @ self.query + positions @ self.position + self.bias
+
+    def penalty(self) -> torch.Tensor:
+        """The squared distance from the untrained scorer's weights (training's L2 prior: uniform weights)."""
+        return self.query.pow(2).sum() + self.position.pow(2).sum()
+
+
+class SentencePooling(nn.Module):
+    """Pools a document's sentences by their scores: sigmoid weights, normalised, boilerplate never pooled, and
+    where the floor says so a stating sentence read through its phrases.
+
+    The sigmoid weights (rather than a softmax) let several sentences share an aspect without competing, and
+    are the probabilities of the per-sentence classifier that the sentence labels train (`headtrain.py`). The
+    buffers are empty or zero unless the guard's floor sets them (`floor.floor_state`)."""
+
+    def __init__(self, hidden: int):
+        super().__init__()
+        self.hidden = int(hidden)
+        # Sentences the corpus shares nearly word for word (`boilerplate.py`): never pooled. Its size is the
+        # corpus's, so loading resizes it (`_load_from_state_dict`).
         self.register_buffer("boilerplate", torch.zeros(0, self.hidden))
         # The aspect's direction among a sentence's phrases and the pooled phrases' share of each sentence
-        # (`aspectfile.word_pooled_sentences`; named "words" since checkpoints hold them by these names): set
-        # by the guard's floor where the aspects vary independently;
+        # (`aspectfile.word_pooled_sentences`; named "words" since checkpoints hold them by these names);
         # share 0 (the default, and every trained head) pools the sentence vectors as they are.
         self.register_buffer("words", torch.zeros(self.hidden))
         self.register_buffer("word_share", torch.zeros(()))
         self.register_buffer("word_mean", torch.zeros(self.hidden))  # the corpus's mean of the pooled phrases
-        if self.rank:
-            # U small and random, V zero: the residual starts at exactly zero but can grow
-            # (with both zero, neither would ever get a gradient).
-            g = torch.Generator().manual_seed(seed)
-            self.down = nn.Parameter(torch.randn(self.hidden, self.rank, generator=g) / self.hidden ** 0.5)
-            self.up = nn.Parameter(torch.zeros(self.rank, self.hidden))
-
-    def scores(self, sentences: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        """Logits [B, M] of "sentence i states this aspect"."""
-        return sentences @ self.query + positions @ self.position + self.bias
-
-    def weights(self, scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """Pooling weights [B, M]: sigmoid of the scores, zero on padding, summing to 1 per document."""
-        w = torch.sigmoid(scores) * mask
-        return w / w.sum(dim=-1, keepdim=True).clamp(min=1e-12)
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
         key = prefix + "boilerplate"
@@ -106,8 +109,8 @@ class SentencePoolingHead(nn.Module):
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def pools_words(self) -> bool:
-        """Whether the head reads the sentences that state its aspect through their phrases (`words`, `word_share`)."""
-        return bool(self.pool and float(self.word_share) > 0)
+        """Whether stating sentences are read through their phrases (`words`, `word_share`)."""
+        return float(self.word_share) > 0
 
     def without_boilerplate(self, sentences: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """The mask [B, M] with the boilerplate sentences off, unless that leaves a document none."""
@@ -117,27 +120,106 @@ class SentencePoolingHead(nn.Module):
         keep = mask.bool() & ~near
         return torch.where(keep.any(dim=-1, keepdim=True), keep, mask.bool()).to(mask.dtype)
 
+    def weights(self, scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """Pooling weights [B, M]: sigmoid of the scores, zero on padding, summing to 1 per document."""
+        w = torch.sigmoid(scores) * mask
+        return w / w.sum(dim=-1, keepdim=True).clamp(min=1e-12)
+
+    def forward(self, scores, sentences, mask, whole, pooled_from=None):
+        """(pooled [B, H] unit rows, weights [B, M]): weights from the scores over the sentences that are not
+        boilerplate, the vectors from `pooled_from` where given (the phrase-read sentences), else `sentences`."""
+        w = self.weights(scores, self.without_boilerplate(sentences, mask))
+        vectors = sentences if pooled_from is None else pooled_from
+        pooled = F.normalize((w.unsqueeze(-1) * vectors).sum(dim=1), dim=-1)
+        # A document without sentences (an empty text) has nothing to pool: it keeps its whole vector.
+        return torch.where(mask.any(dim=-1, keepdim=True), pooled, whole), w
+
+
+class GatedBlend(nn.Module):
+    """g * whole + (1 - g) * pooled with g = sigmoid(gate), learned per aspect: how much of an aspect lives
+    outside its own sentences varies by aspect and corpus."""
+
+    def __init__(self, gate_init: float = 0.0):
+        super().__init__()
+        self.gate = nn.Parameter(torch.tensor(float(gate_init)))
+
+    def share_whole(self) -> float:
+        """The share g of the whole-text vector."""
+        return float(torch.sigmoid(self.gate.detach()))
+
+    def forward(self, whole: torch.Tensor, pooled: torch.Tensor) -> torch.Tensor:
+        g = torch.sigmoid(self.gate)
+        return g * whole + (1 - g) * pooled
+
+
+class LowRankProjection(nn.Module):
+    """x + (x U) V, the identity at rank 0; V starts at zero, so a new projection changes nothing."""
+
+    def __init__(self, hidden: int, rank: int = 0, seed: int = 0):
+        super().__init__()
+        self.rank = int(rank)
+        if self.rank:
+            # U small and random, V zero: the residual starts at exactly zero but can grow
+            # (with both zero, neither would ever get a gradient).
+            g = torch.Generator().manual_seed(seed)
+            self.down = nn.Parameter(torch.randn(hidden, self.rank, generator=g) / hidden ** 0.5)
+            self.up = nn.Parameter(torch.zeros(self.rank, hidden))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + (x @ self.down) @ self.up if self.rank else x
+
+    def penalty(self) -> torch.Tensor | float:
+        """The squared size of V (training's L2 prior: the identity)."""
+        return self.up.pow(2).sum() if self.rank else 0.0
+
+
+# Checkpoints written before a head was made of parts held their tensors under these names.
+FLAT_NAMES = {"query": "scorer.query", "position": "scorer.position", "bias": "scorer.bias",
+              "boilerplate": "pooling.boilerplate", "words": "pooling.words", "word_share": "pooling.word_share",
+              "word_mean": "pooling.word_mean", "gate": "blend.gate", "down": "projection.down",
+              "up": "projection.up"}
+
+
+class SentencePoolingHead(nn.Module):
+    """One aspect's head, composed: a sentence scorer, a pooling, a blend with the whole text and a projection
+    (see module doc). `scorer`: any module scoring sentences as `LinearScorer` does (default: a new one)."""
+
+    def __init__(self, hidden: int, pool: bool = True, rank: int = 0, n_position: int = N_POSITION,
+                 gate_init: float = 0.0, seed: int = 0, scorer: nn.Module | None = None):
+        super().__init__()
+        self.hidden, self.pool, self.rank = int(hidden), bool(pool), int(rank)
+        self.scorer = scorer if scorer is not None else LinearScorer(self.hidden, n_position)
+        self.pooling = SentencePooling(self.hidden)
+        self.blend = GatedBlend(gate_init)
+        self.projection = LowRankProjection(self.hidden, self.rank, seed)
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        for old, new in FLAT_NAMES.items():  # a checkpoint written before heads had parts
+            if prefix + old in state_dict and prefix + new not in state_dict:
+                state_dict[prefix + new] = state_dict.pop(prefix + old)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+    def pools_words(self) -> bool:
+        """Whether the head reads the sentences that state its aspect through their phrases."""
+        return self.pool and self.pooling.pools_words()
+
+    def sentence_weights(self, sentences: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor):
+        """The pooling weights [B, M] the head gives the sentences."""
+        return self.pooling.weights(self.scorer(sentences, positions),
+                                    self.pooling.without_boilerplate(sentences, mask))
+
     def share_whole(self) -> float:
         """The learned share g of the whole-text vector in the blend."""
-        return float(torch.sigmoid(self.gate.detach())) if self.pool else 1.0
-
-    def project(self, x: torch.Tensor) -> torch.Tensor:
-        """The residual projection x + (x U) V (identity when rank is 0)."""
-        return x + (x @ self.down) @ self.up if self.rank else x
+        return self.blend.share_whole() if self.pool else 1.0
 
     def forward(self, whole, sentences, mask, positions, word_sentences=None):
         """(embedding [B, H] not normalised, weights [B, M], scores [B, M]). The sentences' weights come from
         `sentences`; the pooled vectors from `word_sentences` [B, M, H] where given (`pools_words`)."""
         if not self.pool:
-            return self.project(whole), None, None
-        scores = self.scores(sentences, positions)
-        w = self.weights(scores, self.without_boilerplate(sentences, mask))
-        pooled_from = sentences if word_sentences is None else word_sentences
-        pooled = F.normalize((w.unsqueeze(-1) * pooled_from).sum(dim=1), dim=-1)
-        # A document without sentences (an empty text) has nothing to pool: it keeps its whole vector.
-        pooled = torch.where(mask.any(dim=-1, keepdim=True), pooled, whole)
-        g = torch.sigmoid(self.gate)
-        return self.project(g * whole + (1 - g) * pooled), w, scores
+            return self.projection(whole), None, None
+        scores = self.scorer(sentences, positions)
+        pooled, w = self.pooling(scores, sentences, mask, whole, word_sentences)
+        return self.projection(self.blend(whole, pooled)), w, scores
 
 
 class PooledAspectModel(AspectModel):
@@ -208,16 +290,16 @@ class PooledAspectModel(AspectModel):
         marks = []
         with torch.no_grad():
             for head in heads:
-                w = head.weights(head.scores(sents, pos), head.without_boilerplate(sents, mask)).float().cpu().numpy()
+                w = head.sentence_weights(sents, mask, pos).float().cpu().numpy()
                 marks.append(np.concatenate([stating(w[i, :len(t)]) for i, t in enumerate(features.sentence_texts)]
                                             + [np.zeros(0, dtype=bool)]))
         pooled = marked_word_vectors(partial(self.cache.word_vectors, progress=progress), flat, marks,
-                                     np.stack([h.words.detach().float().cpu().numpy() for h in heads]),
+                                     np.stack([h.pooling.words.detach().float().cpu().numpy() for h in heads]),
                                      self.phrase_frequencies)
         out = []
         for head, words, m in zip(heads, pooled, marks):
-            blended = blend_documents(features, words, float(head.word_share),
-                                      head.word_mean.detach().float().cpu().numpy(), m)
+            blended = blend_documents(features, words, float(head.pooling.word_share),
+                                      head.pooling.word_mean.detach().float().cpu().numpy(), m)
             out.append(DocumentFeatures(features.whole, blended, features.sentence_texts).padded(device)[1])
         return out
 

@@ -158,7 +158,7 @@ def train_view_head(views, train_ids, val_ids, out_dir, config, cache: FeatureCa
                 pairs = [rng.sample(views.views[d], 2) for d in docs]
                 first = vectors[[row[a] for a, _ in pairs]]
                 second = vectors[[row[b] for _, b in pairs]]
-                loss = _info_nce(head.project(first), head.project(second), config.temperature)
+                loss = _info_nce(head.projection(first), head.projection(second), config.temperature)
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 optimizer.step()
@@ -516,8 +516,7 @@ def _loss(model: PooledAspectModel, data: dict, rows: np.ndarray, config) -> tup
             if config.nce_weight:
                 terms.append(config.nce_weight * _info_nce(emb[has], target, config.head_temperature))
         # L2 towards the untrained head (uniform weights, identity projection): the prior is the base encoder.
-        terms.append(config.l2 * (head.query.pow(2).sum() + head.position.pow(2).sum()
-                                  + (head.up.pow(2).sum() if head.rank else 0.0)))
+        terms.append(config.l2 * (head.scorer.penalty() + head.projection.penalty()))
         parts[a] = torch.stack([t.reshape(()) for t in terms]).sum()
     return torch.stack(list(parts.values())).sum(), {a: float(v.detach()) for a, v in parts.items()}
 
