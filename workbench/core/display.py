@@ -27,6 +27,23 @@ def esc(value) -> str:
     return html.escape(str(value))
 
 
+def show(items) -> None:
+    """Show a notebook section's items in order (`evaluate.sections`): a str as Markdown, a matplotlib figure as
+    its picture (then closed, so that the cell does not show it twice), anything else as IPython shows it."""
+    from IPython.display import Markdown, display
+
+    for item in items:
+        if isinstance(item, str):
+            display(Markdown(item))
+        elif hasattr(item, "savefig"):
+            import matplotlib.pyplot as plt
+
+            display(item)
+            plt.close(item)
+        else:
+            display(item)
+
+
 def summary_examples_html(corpus, frame: pd.DataFrame, n_docs: int = 3, max_chars: int = 600,
                           aspects=None) -> str:
     """An HTML table per document: title, abstract, then each aspect's summaries with their status.
