@@ -59,7 +59,7 @@ def tiny_run(run_dir, corpus_spec: str = SMOKE_CORPUS, aspects: Sequence[str] | 
     from workbench.embed.distill import DistillConfig
     from workbench.embed.heads import PooledAspectModel
     from workbench.core.rundir import RunDir
-    from workbench.embed.train import TrainConfig
+    from workbench.embed.aspect_training import TrainConfig
 
     run = Path(run_dir)
     aspects = list(aspects or load_aspects("acl").names)

@@ -63,9 +63,9 @@ def measure(args) -> None:
     from workbench.embed.distill import DistillConfig, documents_with_targets, train_unified_model
     from workbench.embed.targets import compute_targets
     from workbench.embed.embeddings import embed_corpus
-    from workbench.embed.headtrain import sentence_supervision
+    from workbench.embed.head_training import sentence_supervision
     from workbench.evaluate.report import encode_texts
-    from workbench.embed.train import TrainConfig, train_aspect_models
+    from workbench.embed.aspect_training import TrainConfig, train_aspect_models
     from workbench.generate.views import collect_views, split_documents
 
     spec = importlib.util.spec_from_file_location("synthetic_corpus", ROOT / "scripts" / "synthetic_corpus.py")

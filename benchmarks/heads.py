@@ -40,9 +40,9 @@ from workbench.embed.distill import DistillConfig, documents_with_targets, train
 from workbench.embed.targets import compute_targets  # noqa: E402
 from workbench.embed.embeddings import embed_corpus  # noqa: E402
 from workbench.measures.evaluation import cosine_similarity_matrix, permutation_test, rowwise_spearman  # noqa: E402
-from workbench.embed.headtrain import sentence_supervision  # noqa: E402
+from workbench.embed.head_training import sentence_supervision  # noqa: E402
 from workbench.evaluate.report import encode_texts, ground_truths  # noqa: E402
-from workbench.embed.train import TrainConfig, train_aspect_models  # noqa: E402
+from workbench.embed.aspect_training import TrainConfig, train_aspect_models  # noqa: E402
 from workbench.generate.views import collect_views, split_documents  # noqa: E402
 
 from _smoke import add_smoke  # noqa: E402

@@ -5,7 +5,7 @@ against sentence-transformers' trainer.
 
 Both train the packaged MiniLM (all-MiniLM-L6-v2) on the SAME batches: B pairs of
 ACLSum "challenge" views (human summary and highlighted sentences of the train split,
-two different views per document, drawn by `workbench.embed.train.sample_batch`), truncated to
+two different views per document, drawn by `workbench.embed.aspect_training.sample_batch`), truncated to
 the same max length, with an in-batch contrastive loss at the same temperature
 (our `info_nce`, sentence-transformers' MultipleNegativesRankingLoss with scale 1/0.07),
 AdamW at lr 1e-5 and weight decay 1e-4, CLS pooling and a bias-free Linear(384 -> 150)
@@ -78,9 +78,9 @@ from workbench.embed import features  # noqa: E402
 from workbench.data.corpus import load_corpus  # noqa: E402
 from workbench.embed.distill import DistillConfig, documents_with_targets, train_unified_model  # noqa: E402
 from workbench.embed.targets import compute_targets  # noqa: E402
-from workbench.embed.headtrain import sentence_supervision  # noqa: E402
+from workbench.embed.head_training import sentence_supervision  # noqa: E402
 from workbench.core.models import resolve_model  # noqa: E402
-from workbench.embed.train import (TrainConfig, make_accelerator, prepare_training, prepare_views,  # noqa: E402
+from workbench.embed.aspect_training import (TrainConfig, make_accelerator, prepare_training, prepare_views,  # noqa: E402
                              sample_batch, train_aspect_models, train_step)
 from workbench.generate.views import collect_views, split_documents  # noqa: E402
 
@@ -98,7 +98,7 @@ def make_batches(n_batches: int, batch: int, seed: int = 0, corpus: str = "aclsu
 
 
 def time_ours(batches, config: TrainConfig, warmup: int) -> tuple[float, list[float]]:
-    """(steps per second after warm-up, losses) of workbench.embed.train.train_step."""
+    """(steps per second after warm-up, losses) of workbench.embed.aspect_training.train_step."""
     accelerator = make_accelerator("cpu")
     model, optimizer = prepare_training(ASPECT, config, accelerator)
     model.train()
@@ -166,7 +166,7 @@ def steps_per_second(args) -> None:
     config = TrainConfig(batch_size=args.batch, max_length=args.max_length, device="cpu")
     batches = make_batches(args.warmup + args.steps, args.batch, corpus=args.corpus)
     systems = {
-        "ours (workbench.embed.train.train_step: Accelerate, fused AdamW)":
+        "ours (workbench.embed.aspect_training.train_step: Accelerate, fused AdamW)":
             lambda: time_ours(batches, config, args.warmup),
         "sentence-transformers fit + MNRL (default AdamW)":
             lambda: time_sentence_transformers(batches, config, args.warmup),

@@ -19,7 +19,7 @@ tied to no aspect; the other sentences speak of "the study drug" and the like.
 Like ACLSum, each aspect has a human-like summary (`summary_<aspect>`: one sentence from
 templates of its own, stating only that aspect, never the drug) and highlights
 (`highlights_<aspect>`: the abstract's sentences that state it, exactly as they appear in
-the abstract), so that `views.collect_views` and `headtrain.sentence_supervision` use
+the abstract), so that `views.collect_views` and `head_training.sentence_supervision` use
 them; both leave out the test split by themselves.
 
     from synthetic_corpus import synthetic_corpus, ASPECTS, NUISANCE

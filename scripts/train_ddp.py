@@ -1,6 +1,6 @@
 """Train one aspect model from the command line, in one or several processes.
 
-The same `workbench.embed.train.train_aspect_model` as notebook 02, started by a launcher:
+The same `workbench.embed.aspect_training.train_aspect_model` as notebook 02, started by a launcher:
 
     # two CPU processes (gloo) on one machine
     torchrun --nproc_per_node 2 scripts/train_ddp.py --run-dir runs/aclsum-demo --aspect challenge
@@ -65,7 +65,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
 
     from workbench.core.rundir import RunDir
-    from workbench.embed.train import TrainConfig, prepare_views, train_aspect_model
+    from workbench.embed.aspect_training import TrainConfig, prepare_views, train_aspect_model
 
     settings = json.loads(Path(args.config).read_text()) if args.config else {}
     for key, value in vars(args).items():

@@ -42,7 +42,7 @@ def tiny_map_run(run: Path) -> Path:
     from workbench.embed.distill import DistillConfig
     from workbench.embed.heads import PooledAspectModel
     from workbench.core.rundir import RunDir
-    from workbench.embed.train import TrainConfig
+    from workbench.embed.aspect_training import TrainConfig
 
     corpus = load_corpus(CORPUS)
     ids = corpus.ids

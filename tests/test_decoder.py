@@ -16,7 +16,7 @@ from torch import nn
 
 from workbench.decode.soft_prompt import (CONFIG_NAME, HISTORY_NAME, WEIGHTS_NAME, DecodeSampling, DecoderConfig,
                                          EmbeddingDecoder)
-from workbench.decode.decodertrain import DecoderItems, train_decoder
+from workbench.decode.soft_prompt_training import DecoderItems, train_decoder
 from workbench.embed.encoders import CheckpointError
 from workbench.core.rundir import RunDir
 

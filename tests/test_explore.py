@@ -119,7 +119,7 @@ def axes_explorer(explorer_run, tmp_path_factory):
 
 
 def test_compare_html_agrees_and_disagrees_with_hand_computed_answers(tmp_path):
-    from workbench.questions.report import compare_html
+    from workbench.questions.overview import compare_html
     from workbench.questions.axes import QuestionAxes
 
     _save_axes(tmp_path, "challenge")
@@ -179,7 +179,7 @@ def test_no_question_axes_changes_nothing(explorer_run, monkeypatch):
 
 
 def test_explorer_compares_papers_and_a_tapped_spot(axes_explorer, monkeypatch):
-    from workbench.questions.report import compare_html
+    from workbench.questions.overview import compare_html
 
     ex = axes_explorer
     assert list(ex.question_axes()) == ["challenge"]  # "approach" has no axes: left out, no error

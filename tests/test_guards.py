@@ -86,8 +86,8 @@ def _small_corpus():
 
 
 def _train_twice(tmp_path, monkeypatch, capsys):
-    import workbench.embed.train as train
-    from workbench.embed.train import TrainConfig, train_aspect_models
+    import workbench.embed.aspect_training as train
+    from workbench.embed.aspect_training import TrainConfig, train_aspect_models
 
     monkeypatch.setattr(train, "frozen_backbone", lambda name, pooling="mean": BagOfWords())
     corpus = _small_corpus()

@@ -116,7 +116,7 @@ def test_weights_follow_the_scores():
 
 
 def test_similarity_kd_matches_a_numpy_kl():
-    from workbench.embed.headtrain import similarity_kd
+    from workbench.embed.head_training import similarity_kd
 
     rng = np.random.default_rng(0)
     pred, target = rng.standard_normal((5, 6)), rng.standard_normal((5, 6))
@@ -136,7 +136,7 @@ def test_similarity_kd_matches_a_numpy_kl():
 
 
 def test_distant_labels_mark_the_sentence_nearest_the_target():
-    from workbench.embed.headtrain import distant_labels
+    from workbench.embed.head_training import distant_labels
 
     cache = FeatureCache(None, BagOfWords())
     docs = cache.documents(["Cats purr loudly. Dogs bark at night. Fish swim.", "Alone"])
@@ -203,7 +203,7 @@ def _toy_corpus(n: int = 48, seed: int = 0) -> Corpus:
 
 def _train_toy(tmp_path, corpus, **overrides):
     from workbench.embed.distill import DistillConfig
-    from workbench.embed.headtrain import sentence_supervision, train_unified_heads
+    from workbench.embed.head_training import sentence_supervision, train_unified_heads
 
     cache = FeatureCache(tmp_path / "features", BagOfWords())
     docs = corpus.docs
@@ -243,7 +243,7 @@ def test_unified_heads_learn_where_each_aspect_is_stated(tmp_path):
 def test_targets_alone_teach_the_heads_through_distant_labels(tmp_path):
     """No sentence labels at all (a user's corpus with LLM summaries only): the targets still teach the heads."""
     from workbench.embed.distill import DistillConfig
-    from workbench.embed.headtrain import train_unified_heads
+    from workbench.embed.head_training import train_unified_heads
 
     corpus = _toy_corpus(seed=1)
     cache = FeatureCache(None, BagOfWords())
@@ -260,7 +260,7 @@ def test_targets_alone_teach_the_heads_through_distant_labels(tmp_path):
 
 
 def test_test_split_highlights_never_become_labels():
-    from workbench.embed.headtrain import human_sentence_labels
+    from workbench.embed.head_training import human_sentence_labels
 
     corpus = _toy_corpus(n=12)
     corpus.docs.loc[corpus.docs.index[:4], "split"] = "test"
@@ -269,7 +269,7 @@ def test_test_split_highlights_never_become_labels():
 
 
 def test_an_aspect_without_any_supervision_is_named_before_training(tmp_path):
-    from workbench.embed.train import NoSupervisionError, TrainConfig, train_aspect_models
+    from workbench.embed.aspect_training import NoSupervisionError, TrainConfig, train_aspect_models
 
     corpus = _toy_corpus(n=12)
     with pytest.raises(NoSupervisionError, match=r"\['population'\]"):
@@ -279,8 +279,8 @@ def test_an_aspect_without_any_supervision_is_named_before_training(tmp_path):
 
 
 def test_view_head_keeps_step_zero_unless_validation_improves(tmp_path):
-    from workbench.embed.headtrain import train_view_head
-    from workbench.embed.train import TrainConfig, prepare_views
+    from workbench.embed.head_training import train_view_head
+    from workbench.embed.aspect_training import TrainConfig, prepare_views
 
     corpus = _toy_corpus()
     views, train_ids, val_ids = prepare_views(["disease"], None, corpus, val_split="validation")

@@ -82,7 +82,7 @@ def shown_run(tmp_path_factory):
     from workbench.decode.decoding import build_retrieval_decoders, calibrate_confidence, set_default_decoder
     from workbench.embed.distill import DistillConfig
     from workbench.embed.heads import PooledAspectModel
-    from workbench.embed.train import TrainConfig
+    from workbench.embed.aspect_training import TrainConfig
     from workbench.generate.summaries import summary_store
     from workbench.maps.explore import Explorer
     from workbench.maps.options import MapLayout

@@ -119,9 +119,9 @@ def test_frozen_heads_follow_their_own_factor_and_not_the_nuisance(tmp_path, one
     from workbench.embed.targets import compute_targets
     from workbench.embed.embeddings import embed_corpus
     from workbench.measures.evaluation import cosine_similarity_matrix, label_similarity, rowwise_spearman
-    from workbench.embed.headtrain import sentence_supervision
+    from workbench.embed.head_training import sentence_supervision
     from workbench.evaluate.report import encode_texts
-    from workbench.embed.train import TrainConfig, train_aspect_models
+    from workbench.embed.aspect_training import TrainConfig, train_aspect_models
     from workbench.generate.views import collect_views, split_documents
 
     t0 = time.perf_counter()

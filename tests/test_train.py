@@ -34,7 +34,7 @@ def _views_with(counts: dict[str, int]) -> AspectViews:
 
 
 def test_batches_hold_distinct_documents_and_two_different_views():
-    from workbench.embed.train import sample_batch
+    from workbench.embed.aspect_training import sample_batch
 
     counts = {f"d{i}": (1 if i % 5 == 0 else 2 + i % 4) for i in range(40)}  # every fifth has one view only
     views = _views_with(counts)
@@ -59,7 +59,7 @@ def test_batches_hold_distinct_documents_and_two_different_views():
 
 
 def test_process_shards_are_disjoint_and_rng_streams_stay_in_step():
-    from workbench.embed.train import sample_batch
+    from workbench.embed.aspect_training import sample_batch
 
     views = _views_with({f"d{i}": 3 for i in range(30)})
     ids = list(views.views)
@@ -72,7 +72,7 @@ def test_process_shards_are_disjoint_and_rng_streams_stay_in_step():
 
 
 def test_test_split_human_views_never_reach_training(aclsum):
-    from workbench.embed.train import prepare_views
+    from workbench.embed.aspect_training import prepare_views
 
     test_ids = set(aclsum.docs.loc[aclsum.docs["split"] == "test", "doc_id"])
     assert len(test_ids) == 100
@@ -95,7 +95,7 @@ def test_summaries_of_documents_not_in_the_corpus_are_left_out(tmp_path):
     import pandas as pd
 
     from workbench.data.corpus import Corpus
-    from workbench.embed.train import prepare_views
+    from workbench.embed.aspect_training import prepare_views
 
     corpus = Corpus(pd.DataFrame({"doc_id": [f"d{i}" for i in range(6)], "title": [""] * 6,
                                   "abstract": [f"abstract {i}" for i in range(6)]}), name="mine")
@@ -110,7 +110,7 @@ def test_summaries_of_documents_not_in_the_corpus_are_left_out(tmp_path):
 
 
 def test_config_round_trip_and_checks():
-    from workbench.embed.train import TrainConfig
+    from workbench.embed.aspect_training import TrainConfig
 
     config = TrainConfig(lr=3e-5, batch_size=4, device="cpu")
     assert TrainConfig.from_dict(json.loads(json.dumps(config.to_dict()))) == config
@@ -126,7 +126,7 @@ def test_config_round_trip_and_checks():
 def test_training_improves_validation_and_keeps_the_best_checkpoint(aclsum, tmp_path):
     """ACLSum human views of "challenge": train split for training, validation split for validation."""
     from workbench.embed.encoders import AspectEncoder
-    from workbench.embed.train import TrainConfig, evaluate, prepare_views, train_aspect_model
+    from workbench.embed.aspect_training import TrainConfig, evaluate, prepare_views, train_aspect_model
 
     views, train_ids, val_ids = prepare_views(["challenge"], None, aclsum, val_split="validation")
     assert len(train_ids) == 100 and len(val_ids) == 50
@@ -156,7 +156,7 @@ def test_training_improves_validation_and_keeps_the_best_checkpoint(aclsum, tmp_
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_rerun_skips_a_finished_model_and_overwrite_retrains(aclsum, tmp_path, capsys):
-    from workbench.embed.train import TrainConfig, finished_result, train_aspect_models, views_fingerprint
+    from workbench.embed.aspect_training import TrainConfig, finished_result, train_aspect_models, views_fingerprint
 
     small = aclsum.subset(ids=list(aclsum.docs.loc[aclsum.docs["split"] == "train", "doc_id"][:8])
                           + list(aclsum.docs.loc[aclsum.docs["split"] == "validation", "doc_id"][:6]))

@@ -64,7 +64,7 @@ def test_one_rule_picks_the_better_checkpoint_in_every_loop():
     """`Criterion` is the only "better checkpoint" rule: stage 02 by MRR or mean rank, stage 03's fine-tuned
     model by mean rank with MRR breaking ties, its frozen heads by agreement. Checked against the rule
     written out case by case."""
-    from workbench.embed import distill, headtrain
+    from workbench.embed import distill, head_training
     from workbench.embed.training import Criterion, selection
 
     nan = float("nan")
@@ -76,8 +76,8 @@ def test_one_rule_picks_the_better_checkpoint_in_every_loop():
     assert distill.BETTER.better({"mean_rank": 2.0, "mrr": 0.6}, {"mean_rank": 2.0, "mrr": 0.5})  # the tie-break
     assert not distill.BETTER.better({"mean_rank": 2.0, "mrr": 0.9}, {"mean_rank": 1.9, "mrr": 0.5})
     assert distill.BETTER.better({"mean_rank": 5.0, "mrr": 0.1}, {"mean_rank": nan, "mrr": nan})  # finite beats NaN
-    assert headtrain.AGREEMENT.better({"agreement": 0.1}, {"agreement": nan})
-    assert not headtrain.AGREEMENT.better({"agreement": nan}, {"agreement": 0.1})
+    assert head_training.AGREEMENT.better({"agreement": 0.1}, {"agreement": nan})
+    assert not head_training.AGREEMENT.better({"agreement": nan}, {"agreement": 0.1})
 
     def by_hand(new, old, higher, tie):  # the rule spelled out, on random pairs
         if new[0] != new[0]:

@@ -36,7 +36,7 @@ import numpy as np
 import pandas as pd
 
 from .soft_prompt import CONFIG_NAME, HISTORY_NAME, DecodeSampling, DecoderConfig, EmbeddingDecoder
-from .decodertrain import DecoderItems, DecoderTrainResult, train_decoder
+from .soft_prompt_training import DecoderItems, DecoderTrainResult, train_decoder
 from .faithfulness import round_trip, save_confidence
 from ..core.rundir import RunDir, aspect_model_dir, read_split
 from ..core.files import write_json

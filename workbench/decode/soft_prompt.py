@@ -29,7 +29,7 @@ Differences from the authors' setup (REFERENCE_FACTS.md), on purpose:
 * validation loss is the token-weighted mean NLL over every summary of every
   validation item (deterministic, so checkpoints compare fairly).
 
-Training (`train_decoder`, the validation loss, early stopping) is in `decodertrain.py`.
+Training (`train_decoder`, the validation loss, early stopping) is in `soft_prompt_training.py`.
 """
 
 from __future__ import annotations

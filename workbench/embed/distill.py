@@ -42,7 +42,7 @@ from ..core.accel import ConfigDict, adamw, make_accelerator
 from .features import FeatureCache, frozen_backbone
 from ..core.files import strict, write_json
 from .encoders import POOLINGS, AspectEncoder
-from .headtrain import resolve_mode, train_unified_heads, MODES
+from .head_training import resolve_mode, train_unified_heads, MODES
 from .losses import info_nce, masked_mse
 from ..measures.metrics import mean_rank, mrr, retrieval_ranks
 from ..core.progress import close_bar, progress_bar
@@ -87,7 +87,7 @@ class DistillConfig(ConfigDict):
     dim: int = 150
     temperature: float = 0.07
     # "frozen": sentence-pooling heads on a frozen encoder, trained on cached vectors (CPU-first,
-    # `headtrain.train_unified_heads`); "finetune": the paper's recipe above; "auto": frozen on a CPU.
+    # `head_training.train_unified_heads`); "finetune": the paper's recipe above; "auto": frozen on a CPU.
     mode: str = "auto"
     head_lr: float = 0.05
     head_steps: int = 400
@@ -303,9 +303,9 @@ def train_unified_model(
     Two modes (`config.mode`; "auto" picks frozen on a CPU, finetune on a GPU):
 
     * frozen (CPU-first): sentence-pooling heads on the frozen encoder, trained in seconds on
-      vectors cached in `run_dir` (`headtrain.train_unified_heads`), from the targets and
+      vectors cached in `run_dir` (`head_training.train_unified_heads`), from the targets and
       from `sentence_labels` ({aspect: {doc_id: [label per sentence]}},
-      `headtrain.sentence_supervision`); selected by agreement with the teacher's similarities;
+      `head_training.sentence_supervision`); selected by agreement with the teacher's similarities;
     * finetune (the paper): described below.
 
     `split`: the run's (train ids, validation ids), as `RunDir.split()` reads them.

@@ -79,7 +79,7 @@ class SentencePooling(nn.Module):
     where the floor says so a stating sentence read through its phrases.
 
     The sigmoid weights (rather than a softmax) let several sentences share an aspect without competing, and
-    are the probabilities of the per-sentence classifier that the sentence labels train (`headtrain.py`). The
+    are the probabilities of the per-sentence classifier that the sentence labels train (`head_training.py`). The
     buffers are empty or zero unless the guard's floor sets them (`floor.floor_state`)."""
 
     def __init__(self, hidden: int):

@@ -1,7 +1,7 @@
 """What stages 02 and 03 share between their two training modes: result records, their files, selection and data.
 
-Each of the two stages trains in one of two modes: by fine-tuning the paper's way (`train.py`,
-`distill.py`) or as pooling heads on a frozen encoder (`headtrain.py`, the CPU-first mode).
+Each of the two stages trains in one of two modes: by fine-tuning the paper's way (`aspect_training.py`,
+`distill.py`) or as pooling heads on a frozen encoder (`head_training.py`, the CPU-first mode).
 Both modes of a stage write the same files and return the same result, so the later stages
 and the notebooks need not know which one ran. What they share lives here, and the
 modules of the two modes import it rather than each other:

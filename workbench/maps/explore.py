@@ -32,7 +32,7 @@ from ..embed.embeddings import embed_corpus
 from .labels import question_labels, term_labels
 from .mapview import MapRegions, by_cluster, region_count, region_order
 from .page import PageOptions, PresetDetails, export_html
-from ..questions.report import compare_html
+from ..questions.overview import compare_html
 from .saved import reopen_map, save_map
 from .selection import Selection
 from .options import MapLayout, PaneCallbacks, PaneState, PaneView

@@ -238,7 +238,7 @@ def corpus_sentence_aspects(corpus, aspects: Sequence[str], run_dir=None) -> lis
     for row, (doc_id, abstract) in enumerate(zip(corpus.ids, corpus.texts())):
         sentences, marks = split_sentences(abstract), {}
         for a in aspects:
-            # As headtrain.human_sentence_labels (without its test-split exclusion): highlights that all
+            # As head_training.human_sentence_labels (without its test-split exclusion): highlights that all
             # lie outside the abstract give all-zero marks, since a human read it and marked none.
             column = f"highlights_{a}"
             value = docs.at[row, column] if column in docs else None

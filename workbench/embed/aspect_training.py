@@ -48,7 +48,7 @@ from ..core.accel import ConfigDict, adamw, make_accelerator
 from .features import FeatureCache, frozen_backbone
 from ..core.files import strict, write_json
 from .grounding import grounded_views
-from .headtrain import resolve_mode, train_view_head, sentence_supervision, MODES
+from .head_training import resolve_mode, train_view_head, sentence_supervision, MODES
 from .losses import info_nce
 from ..measures.metrics import retrieval_report
 from ..core.progress import close_bar, progress_bar
@@ -97,7 +97,7 @@ class TrainConfig(ConfigDict):
     mixed_precision: str = "no"  # Accelerate's choice: "no", "bf16", "fp16"
     device: str | None = None
     # "frozen": a residual projection on a frozen encoder, trained on cached vectors (CPU-first,
-    # `headtrain.train_view_head`); "finetune": the paper's recipe above; "auto": frozen on a CPU.
+    # `head_training.train_view_head`); "finetune": the paper's recipe above; "auto": frozen on a CPU.
     mode: str = "auto"
     head_lr: float = 1e-3
     head_steps: int = 300
