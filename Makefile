@@ -6,6 +6,9 @@ PY := $(VENV)/bin/python
 export HF_HUB_OFFLINE ?= 1
 export TRANSFORMERS_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
+# Python writes its bytecode (under __pycache__/, ignored by git) even where the environment says not to:
+# otherwise every test worker, kernel and script the suite starts compiles the package and the tests again.
+export PYTHONDONTWRITEBYTECODE :=
 
 .PHONY: setup demo test test-fast bench clean-runs
 
@@ -22,7 +25,8 @@ test: setup
 	$(PY) -m pytest -q -n auto -m "not alone" $(PYTEST_ARGS)
 	$(PY) -m pytest -q -m alone $(PYTEST_ARGS)
 
-# The inner loop: every test not marked slow (no packaged LM, server, pipeline or browser).
+# The inner loop: every test not marked slow. A test is marked slow where it loads a packaged LM, starts a
+# server, kernel, pipeline or browser, or takes a second or more with its fixtures (`--durations` shows it).
 test-fast: setup
 	$(PY) -m pytest -q -n auto -m "not slow" $(PYTEST_ARGS)
 

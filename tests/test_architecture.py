@@ -18,6 +18,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 MAX_LINES = 600
 PACKAGE = ROOT / "workbench"
@@ -164,6 +166,7 @@ def test_the_checks_find_what_they_look_for(tmp_path, monkeypatch):
                                    "probe.py:5: generate.llm._b"]
 
 
+@pytest.mark.slow
 def test_no_import_cycles_in_the_package():
     graph = import_graph()
     found = cycles(graph)
@@ -172,6 +175,7 @@ def test_no_import_cycles_in_the_package():
     assert not found, "import cycles among workbench modules:\n" + "\n".join(detail)
 
 
+@pytest.mark.slow
 def test_no_import_cycles_among_the_subpackages():
     """The subpackages form layers (docs/architecture.md): none imports one that imports it back, even through
     a third, so each can be read, tested and replaced from the layers below it."""
@@ -206,6 +210,7 @@ def test_no_module_re_exports_another_s_names():
     assert not found, "names imported but not used (re-exports):\n" + "\n".join(found)
 
 
+@pytest.mark.slow
 def test_no_private_name_of_another_module_is_used():
     found = [use for path in python_files() for use in private_uses(path)]
     assert not found, "private names of other workbench modules:\n" + "\n".join(found)
@@ -268,6 +273,7 @@ def test_function_sizes_are_counted_as_the_rule_says(tmp_path, monkeypatch):
     assert sorted(function_sizes([probe])) == [("probe.py:long", 2, 81), ("probe.py:m", 5, 2)]
 
 
+@pytest.mark.slow
 def test_no_function_takes_over_8_parameters_or_runs_over_80_lines():
     over = [f"{where}: {n} parameters, {lines} lines" for where, n, lines in function_sizes(python_files(["workbench"]))
             if (n > MAX_PARAMETERS or lines > MAX_FUNCTION_LINES) and where not in FUNCTION_EXCEPTIONS]
@@ -303,6 +309,7 @@ def _pulls_heavy(module: str, seen=()) -> bool:
     return any(_pulls_heavy(t, seen + (module,)) for t in targets if t not in seen and t != module)
 
 
+@pytest.mark.slow
 def test_imports_stand_at_the_top_unless_they_are_heavy():
     """An import inside a function is of a heavy library, or of a workbench module that pulls one in while the
     importing module does not: the dependency graph reads off each module's first lines."""

@@ -673,6 +673,7 @@ def test_the_words_share_reads_how_much_the_aspects_share():
     assert aspectfile.word_shares({"a": 0.1, "b": 0.25, "c": 0.6}) == {"a": 1.0, "b": 0.75, "c": 0.0}
 
 
+@pytest.mark.slow
 def test_a_head_that_pools_phrases_is_the_aspect_files_computation_and_keeps_it_in_its_checkpoint(tmp_path):
     """Weights from the sentences, pooled vectors from the sentences with a share taken from their phrases:
     the head (torch, through the model's cache) against aspectfile's numpy computation, then saved and loaded,

@@ -61,6 +61,7 @@ class _FixedTokens(nn.Module):
         return self.rows.expand(x.shape[0], -1)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("chat", [True, False])
 def test_soft_tokens_match_plain_token_input(lm, chat):
     dec = _decoder(lm, chat=chat)
@@ -93,6 +94,7 @@ def test_soft_tokens_match_plain_token_input(lm, chat):
         assert "Describe the content" in text and "assistant" in text
 
 
+@pytest.mark.slow
 def test_loss_masking(lm):
     dec = _decoder(lm)
     texts = ["Frogs sing at night.", "Corals form large reefs in warm and shallow seas."]
@@ -132,6 +134,7 @@ def test_loss_masking(lm):
     assert labels0.shape[1] == P - dec.config.n_soft + T
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("chat", [True, False])
 def test_only_mapping_and_learned_tokens_train(lm, chat):
     dec = _decoder(lm, chat=chat).train()
@@ -180,6 +183,7 @@ def test_tiny_training_prefers_matching_embeddings(trained):
     assert history[0]["train_loss"] is None and history[-1]["val_loss"] < history[0]["val_loss"]
 
 
+@pytest.mark.slow
 def test_save_load_round_trip(checkpoint, lm, tmp_path):
     result, emb = checkpoint
     texts = SENTENCES[:4]
@@ -212,6 +216,7 @@ def test_save_load_round_trip(checkpoint, lm, tmp_path):
     assert (tmp_path / "bad_dim" / WEIGHTS_NAME).is_file()
 
 
+@pytest.mark.slow
 def test_generate_shapes(checkpoint):
     result, emb = checkpoint
     dec = result.decoder
@@ -225,6 +230,7 @@ def test_generate_shapes(checkpoint):
 # --------------------------------------------------------------------------- shared decoder
 
 
+@pytest.mark.slow
 def test_shared_decoder_aspect_token(lm, tmp_path):
     model, tokenizer = lm
     torch.manual_seed(0)
@@ -268,6 +274,7 @@ def _data(aspect, emb):
                        val_idx=list(range(N_TRAIN, len(SENTENCES))))
 
 
+@pytest.mark.slow
 def test_train_decoders_resume_and_load(lm, tmp_path):
     from workbench.decode.decoding import DONE_NAME, load_decoders, train_decoders
 
@@ -299,6 +306,7 @@ def test_train_decoders_resume_and_load(lm, tmp_path):
         load_decoders(tmp_path / "nothing")
 
 
+@pytest.mark.slow
 def test_bertscore_prefers_the_matching_text():
     from workbench.decode.faithfulness import bertscore
 
@@ -358,6 +366,7 @@ def test_decoding_report_on_tiny_decoder(trained):
     assert list(table.columns[:4]) == ["document", "aspect", "summary", "reconstruction"] and len(table) == 2
 
 
+@pytest.mark.slow
 def test_input_standardisation_separates_nearby_embeddings(lm, tmp_path):
     dec = _decoder(lm)
     rng = np.random.default_rng(0)

@@ -74,6 +74,7 @@ def distilled(tmp_path_factory, teachers, aclsum_small):
 # --------------------------------------------------------------------------- targets
 
 
+@pytest.mark.slow
 def test_targets_are_the_mean_of_unit_teacher_embeddings(tmp_path, teachers, monkeypatch):
     run = _run_dir(tmp_path, teachers)
     views = {
@@ -109,6 +110,7 @@ def test_targets_are_the_mean_of_unit_teacher_embeddings(tmp_path, teachers, mon
         compute_targets(run, views, ["challenge", "outcome"], progress=False)
 
 
+@pytest.mark.slow
 def test_missing_teachers_and_mismatched_sizes_fail_clearly(tmp_path, teachers):
     run = tmp_path / "run"
     run.mkdir()
@@ -167,6 +169,7 @@ def test_masked_documents_and_absent_aspects_give_no_gradient():
 # --------------------------------------------------------------------------- training and checkpoints
 
 
+@pytest.mark.slow
 def test_tiny_distillation_learns_the_held_out_targets(distilled):
     run, targets, result = distilled
     history = result.history
@@ -188,6 +191,7 @@ def test_tiny_distillation_learns_the_held_out_targets(distilled):
         DistillConfig.from_dict({**record["config"], "learning_rate": 1e-3})
 
 
+@pytest.mark.slow
 def test_checkpoint_round_trip(distilled, aclsum_small):
     run, targets, result = distilled
     corpus, _, _, val = aclsum_small
@@ -209,6 +213,7 @@ def test_checkpoint_round_trip(distilled, aclsum_small):
         AspectEncoder.from_pretrained(result.out_dir, aspects=["challenge", "method"])
 
 
+@pytest.mark.slow
 def test_embed_cache_hit_and_miss(distilled, aclsum_small, monkeypatch):
     run, _, result = distilled
     corpus = aclsum_small[0].subset(ids=aclsum_small[3][:4])
@@ -230,6 +235,7 @@ def test_embed_cache_hit_and_miss(distilled, aclsum_small, monkeypatch):
         embed_corpus(result.out_dir, changed, run, progress=False)
 
 
+@pytest.mark.slow
 def test_unified_baseline_trains_every_head(tmp_path, aclsum_small):
     corpus, views, train, val = aclsum_small
     config = DistillConfig(max_length=32, batch_size=3, max_steps=2, eval_every=2, dim=DIM, device="cpu")
@@ -290,6 +296,7 @@ def test_distill_notebook_without_aspect_models_says_run_02(tmp_path, notebook_k
     assert "aspect_models does not exist" in str(err.value) and "02_train" in str(err.value)
 
 
+@pytest.mark.slow
 def test_distill_curves_put_the_validation_mse_on_its_own_axis():
     import matplotlib
 

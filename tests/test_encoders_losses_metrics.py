@@ -223,6 +223,7 @@ def test_batches_pad_from_token_ids_like_tokenize_and_cap_long_texts(encoder):
     assert list(encoder.batches([], 4)) == []
 
 
+@pytest.mark.slow
 def test_save_and_load_round_trip(encoder, saved):
     files = {p.name for p in saved.iterdir()}
     assert {"model.safetensors", "config.json", "workbench_config.json"} <= files
@@ -249,6 +250,7 @@ def _copy(saved, tmp_path):
     return shutil.copytree(saved, tmp_path / "copy")
 
 
+@pytest.mark.slow
 def test_checkpoint_errors_name_the_problem(saved, tmp_path):
     with pytest.raises(CheckpointError, match="does not exist"):
         AspectEncoder.from_pretrained(tmp_path / "nowhere")

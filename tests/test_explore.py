@@ -35,6 +35,7 @@ def explorer_run(tmp_path_factory):
     return run, docs, Explorer(run, docs, ASPECTS, decode=False, layout=MapLayout(perplexity=5.0))
 
 
+@pytest.mark.slow
 def test_tap_escapes_paper_text(explorer_run):
     _, _, explorer = explorer_run
     html = explorer.on_tap(0.0, 0.0, 0)
@@ -42,6 +43,7 @@ def test_tap_escapes_paper_text(explorer_run):
     assert "No decoders" in html  # decode=False: the map works, without words
 
 
+@pytest.mark.slow
 def test_search_with_a_negative_weight_matches_brute_force(explorer_run):
     from workbench.embed.encoders import AspectEncoder
 
@@ -62,6 +64,7 @@ def test_search_with_a_negative_weight_matches_brute_force(explorer_run):
         explorer.search({"approach": ("  ", 1.0)})
 
 
+@pytest.mark.slow
 def test_place_leaves_the_map_alone_and_reweight_moves_it(explorer_run):
     _, docs, explorer = explorer_run
     before = explorer.coords.copy()
@@ -161,6 +164,7 @@ def _pane_arguments(explorer, monkeypatch, **options) -> dict:
     return seen
 
 
+@pytest.mark.slow
 def test_no_question_axes_changes_nothing(explorer_run, monkeypatch):
     _, _, explorer = explorer_run
     assert explorer.question_axes() == {}
@@ -178,6 +182,7 @@ def test_no_question_axes_changes_nothing(explorer_run, monkeypatch):
         explorer.region_labels(3, by="titles")
 
 
+@pytest.mark.slow
 def test_explorer_compares_papers_and_a_tapped_spot(axes_explorer, monkeypatch):
     from workbench.questions.overview import compare_html
 
@@ -201,6 +206,7 @@ def test_explorer_compares_papers_and_a_tapped_spot(axes_explorer, monkeypatch):
     assert _pane_arguments(ex, monkeypatch, labels=False)["on_compare"] == ex.on_compare
 
 
+@pytest.mark.slow
 def test_region_question_labels_and_hover_questions_come_from_the_papers(axes_explorer, tmp_path,
                                                                           monkeypatch):
     from workbench.maps.mapview import cluster_labels
@@ -260,6 +266,7 @@ def test_the_empty_spot_is_between_regions_and_away_from_every_paper():
     assert empty_spot(coords[:5], np.zeros(5, dtype=int)).shape == (2,)  # one region: its centre
 
 
+@pytest.mark.slow
 def test_the_selection_and_marks_survive_a_kernel_restart_and_export_as_csv_and_ris(explorer_run, tmp_path):
     """Lasso in the pane -> explorer.selection; marks too; a new Explorer on the same run (a restarted kernel)
     has both; the selection written as CSV and RIS reads back through load_corpus with the same papers."""
@@ -329,6 +336,7 @@ return out;
 """
 
 
+@pytest.mark.slow
 def test_the_exported_map_explains_itself_in_a_1280_by_800_window(explorer_run, tmp_path):
     """05_map.html as Explorer.export writes it, in headless Chromium at 1,280 x 800: the caption follows the
     preset; labels are short, name their aspect, and differ; hover, colours and legend number regions alike;
@@ -407,6 +415,7 @@ def test_the_exported_map_explains_itself_in_a_1280_by_800_window(explorer_run, 
         browser.close()
 
 
+@pytest.mark.slow
 def test_papers_added_later_are_embedded_and_placed_without_moving_the_rest(explorer_run, monkeypatch, tmp_path):
     """A corpus that grew by 6 papers (and came back in another order): only the 6 go through the model, the
     24 mapped before keep their positions, the 6 land where the frozen map places them."""

@@ -127,6 +127,7 @@ def test_two_runs_at_once_one_refuses_and_changes_nothing(tmp_path):
             first.kill()
 
 
+@pytest.mark.slow
 def test_a_notice_of_a_stage_reaches_the_terminal_and_the_closing_summary(tmp_path, capsys):
     """What a stage did not do (decoding off, a table skipped) is not found only inside its report."""
     code = {"01_note": "from workbench.core.progress import notice\nnotice('decoding off: no decoders in this run')\n"
@@ -142,6 +143,7 @@ def test_a_notice_of_a_stage_reaches_the_terminal_and_the_closing_summary(tmp_pa
     assert "notice: decoding off: no decoders in this run" in logged[-1]  # the closing summary
 
 
+@pytest.mark.slow
 def test_reports_show_results_without_code_unless_asked(tmp_path, monkeypatch):
     """A report is for a reader: no code, no counters, one parameters table, provenance at the end."""
     code = {"01_show": "print('the result ' + 'is 42')"}

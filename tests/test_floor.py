@@ -47,6 +47,7 @@ def reference_prior(feats, scorer, l2: float) -> np.ndarray:
     return np.stack(out)
 
 
+@pytest.mark.slow
 def test_position_prior_is_the_maximum_of_its_objective():
     feats, protos = ordered_corpus()
     theta = aspectfile.position_prior(feats, protos)

@@ -167,6 +167,7 @@ def backend_for(server, **options) -> OpenAIBackend:
     return OpenAIBackend(model="fake-model", base_url=server.base_url, retry=RetryPolicy(**retry), **options)
 
 
+@pytest.mark.slow
 def test_timeout_gives_an_error_completion(serve):
     server = serve(lambda n, req: (server.stop.wait(10), (200, chat_reply("too late")))[1])
     backend = backend_for(server, timeout=0.5, retries=1)

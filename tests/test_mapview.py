@@ -159,6 +159,7 @@ def test_sliders_relayout_with_normalised_weights(pane, presets):
     assert "zero" in pane.detail.value
 
 
+@pytest.mark.slow
 def test_tap_event_on_a_point_and_on_an_empty_spot(pane, presets):
     from bokeh.events import Tap
 
@@ -174,6 +175,7 @@ def test_tap_event_on_a_point_and_on_an_empty_spot(pane, presets):
     assert pane.tap_source.data == {"x": [500.0], "y": [-500.0]}  # one marker, moved
 
 
+@pytest.mark.slow
 def test_two_tapped_papers_and_a_paper_then_a_spot_are_compared(meta, presets):
     coords = presets["balanced"]
     rec = Recorder(coords)
@@ -397,6 +399,7 @@ def test_exported_page_is_standalone(pages):
     assert "<script>alert(1)</script>" not in text
 
 
+@pytest.mark.slow
 def test_exported_page_draws_the_map(pages, tmp_path):
     out, full, empty = pages
     _run_chromium(tmp_path, full.as_uri(), f"--screenshot={tmp_path / 'map.png'}")
@@ -447,6 +450,7 @@ const pause = () => new Promise(resolve => setTimeout(resolve, 300));
 """
 
 
+@pytest.mark.slow
 def test_exported_page_escapes_text_and_runs_its_widgets(pages, tmp_path, presets):
     _, full, _ = pages
     # The probe drives the page's own widgets through BokehJS, as a user's clicks would.
@@ -541,6 +545,7 @@ window.Blob = function (parts, options) { made.push(parts.join("")); return new 
 """
 
 
+@pytest.mark.slow
 def test_exported_page_filters_by_year_and_metadata_and_downloads_the_selection(meta, presets, tmp_path):
     from workbench.data.corpus import load_corpus
 

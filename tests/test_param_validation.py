@@ -115,6 +115,7 @@ def test_an_alias_bomb_in_a_parameters_file_is_refused_at_once(tmp_path):
     assert time.perf_counter() - start < 2
 
 
+@pytest.mark.slow
 def test_the_command_line_refuses_a_bad_value_before_any_notebook_runs(tmp_path):
     run_dir = tmp_path / "run"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}

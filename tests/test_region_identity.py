@@ -178,6 +178,7 @@ def continuing(old: np.ndarray, new_ids: np.ndarray) -> np.ndarray:
     return mask
 
 
+@pytest.mark.slow
 def test_a_weight_step_of_005_on_4000_papers_keeps_regions_numbers_and_colours(weight_change):
     from workbench.maps.mapview import cluster_labels
 
@@ -255,6 +256,7 @@ def test_the_hover_shows_only_the_fields_a_corpus_and_a_paper_have():
     assert data["year"] == ["2001"] * 5 + [""] * (n - 5)  # the page's CSV still reads every paper's year
 
 
+@pytest.mark.slow
 def test_the_hover_leaves_the_tapped_point_and_most_of_the_map_in_view(tmp_path):
     """In headless Chromium: the tooltip of a paper with every field sits beside the paper, not on it, and covers
     under a tenth of a 480 x 420 map (the pane's size); a paper without the fields gets no rows for them."""

@@ -276,6 +276,7 @@ os.write(2, b'straight to the kernel process stderr')
 """
 
 
+@pytest.mark.slow
 def test_a_tiny_notebook_through_the_engine_shows_progress_and_sums_up(tmp_path, monkeypatch, capsys):
     """One kernel, one tiny notebook: the engine feeds cells and the widget bar to the progress line, a
     relative corpus path arrives absolute, and the summary lists what the stage wrote and its report."""
@@ -342,6 +343,7 @@ def _alive(pid: int) -> bool:
     return True
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("per_stage", [False, True], ids=["shared", "per stage"])
 def test_stages_share_one_kernel_each_from_an_empty_namespace(tmp_path, per_stage):
     """Shared (the default): one kernel process, yet a name the first stage left is gone in the second,
@@ -359,6 +361,7 @@ def test_stages_share_one_kernel_each_from_an_empty_namespace(tmp_path, per_stag
     assert logs == (["01_first.kernel.log", "02_second.kernel.log"] if per_stage else ["kernel.log"])
 
 
+@pytest.mark.slow
 def test_a_kernel_passed_in_serves_two_runs_and_stays_up(tmp_path):
     """run_pipeline(kernel=...): the second run's stages run in the same process, in its own run
     directory (the kernel started in the first) and from an empty namespace; the caller closes it."""

@@ -111,6 +111,7 @@ def shown_run(tmp_path_factory):
     return run, corpus, {"grounded": grounded, "bad": bad}, explorer
 
 
+@pytest.mark.slow
 def test_every_text_the_run_can_show_is_a_statement_worth_showing(shown_run):
     from workbench.decode.artefacts import marker_reason
     from workbench.decode.retrieval import grounding_verdicts
@@ -139,6 +140,7 @@ def test_every_text_the_run_can_show_is_a_statement_worth_showing(shown_run):
             assert found is not None and marker_reason(found[1]) is None
 
 
+@pytest.mark.slow
 def test_no_text_joins_sentences_of_two_papers(shown_run, monkeypatch):
     from workbench.data.sentences import split_sentences
     from workbench.decode.retrieval import RetrievalDecoder, StatementMemory
@@ -166,6 +168,7 @@ def test_no_text_joins_sentences_of_two_papers(shown_run, monkeypatch):
     assert all(f["kind"] == "nearest known statement" for f in found)
 
 
+@pytest.mark.slow
 def test_each_shown_text_says_what_it_is(shown_run):
     from workbench.decode.decoding import AspectDecoder
     from workbench.decode.faithfulness import describe_with_confidence
@@ -239,6 +242,7 @@ def test_the_level_is_ordered_by_the_rank_of_the_tapped_paper():
     assert rank_thresholds(4205) == (10, 50) and rank_level(265, 4205) == "low"  # issue 42: 264 nearer
 
 
+@pytest.mark.slow
 def test_stage_04_records_the_levels_by_rank_and_an_older_calibration_still_loads(shown_run, tmp_path, capsys):
     from workbench.decode.faithfulness import (confidence_label, held_out_line, load_confidence, rank_level,
                                                save_confidence)

@@ -44,6 +44,7 @@ def test_early_stopping_matches_the_hand_written_loop(max_steps, eval_every, pat
     assert (stopper.step, evals, stopper.stopped_early) == reference(max_steps, eval_every, patience, pattern)
 
 
+@pytest.mark.slow
 def test_every_training_loop_of_the_package_uses_it():
     """No hand-written `for step in range(...)` / `while step < ...` loop is left (llm.py's token loop aside)."""
     hand_written = []

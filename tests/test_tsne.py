@@ -161,6 +161,7 @@ def test_kl_divergence_and_gradient_match_torch_and_sklearn():
 # ---------------------------------------------------------------- fitting
 
 
+@pytest.mark.slow
 def test_exact_fit_keeps_clusters_is_deterministic_and_matches_sklearn_kl():
     from sklearn.manifold import TSNE
     from sklearn.neighbors import KNeighborsClassifier
@@ -268,6 +269,7 @@ def test_annoy_neighbours_never_name_the_row_itself_even_among_duplicates(monkey
     assert np.all(np.diff(dist, axis=1) >= -1e-9)
 
 
+@pytest.mark.slow
 def test_kernel_sum_is_the_float64_pair_sum():
     from workbench.maps.reweight import kernel_sum
 
@@ -301,6 +303,7 @@ def test_an_opentsne_map_keeps_its_neighbours_for_placing_and_inverting(monkeypa
     assert len(calls) == 2  # only the two maps built from coordinates searched
 
 
+@pytest.mark.slow
 def test_a_weight_change_on_an_opentsne_map_draws_a_first_frame_then_settles(monkeypatch):
     emb, labels = _manifold(400, seed=11)
     monkeypatch.setattr(tsne, "EXAGGERATION_ITER", 50)
@@ -345,6 +348,7 @@ def _independent_clusters(n, seed=0, dim=24, clusters=10):
     return emb
 
 
+@pytest.mark.slow
 def test_a_large_weight_change_is_laid_out_again_and_keeps_a_fresh_fit_s_neighbours():
     """From task-led to outcome-led weights most neighbours change: warm iterations leave the new clusters in
     pieces across the old ones, the re-layout gathers them (benchmarks/maps.py: 0.45 against warm 0.40 and a
@@ -377,6 +381,7 @@ def test_a_large_weight_change_is_laid_out_again_and_keeps_a_fresh_fit_s_neighbo
         relaid.coords - old.coords, axis=1).mean()
 
 
+@pytest.mark.slow
 def test_where_the_search_is_slow_the_first_frame_comes_from_the_old_neighbours_before_it(monkeypatch):
     """Above EXACT_SEARCH_MAX papers (Annoy: 7 to 8 s at 100,000) the pane's first frame does not wait for the
     search: the old neighbour lists, ranked by their new distances, give it; the search then settles the map."""
@@ -405,6 +410,7 @@ def test_where_the_search_is_slow_the_first_frame_comes_from_the_old_neighbours_
     assert knn10(moved.coords) >= knn10(old.with_weights(new_weights).coords) - 0.03  # no frame asked: no preview
 
 
+@pytest.mark.slow
 def test_a_warm_start_on_the_fft_gradient_runs_its_coarse_grid_then_its_fine_one(monkeypatch):
     """The FFT gradient (weight changes above 50,000 papers) takes openTSNE's coarser grid for the first frame
     and all but reweight.FINE_ITER iterations: each call reaches openTSNE with the grid it should have."""
