@@ -81,7 +81,7 @@ from workbench.core.vectors import unit_rows  # noqa: E402
 from workbench.data.aspects import load_aspects  # noqa: E402
 from workbench.data.corpus import load_corpus  # noqa: E402
 from workbench.data.sentences import match_highlights  # noqa: E402
-from workbench.embed.aspectfile import (EXCLUDE_WEIGHT, TEMPERATURE, AspectPrototypes, CalibratedScorer,  # noqa: E402
+from workbench.embed.aspectfile import (EXCLUDE_WEIGHT, TEMPERATURE, AspectPrototypes,  # noqa: E402
                                         aspect_directions, aspect_prototypes, calibrate, corpus_blends,
                                         corpus_word_shares, marked_means, pooled_words, sentence_marks,
                                         sentence_weights, stating_sentences, with_position_prior)
@@ -284,7 +284,7 @@ def mixture_weights(features, scorer, temperature: float = TEMPERATURE, boilerpl
     keep = [keep_mask(s, boilerplate) for s in sents]
     flat = np.concatenate([s[k] for s, k in zip(sents, keep) if len(s)] + [np.zeros((0, features.whole.shape[1]),
                                                                                      np.float32)])
-    if isinstance(scorer, CalibratedScorer):
+    if scorer.calibrated:
         emission = np.log(np.maximum(scorer.probabilities(flat), 1e-30))
     else:
         emission = scorer.scores(flat) / temperature

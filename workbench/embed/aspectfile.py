@@ -96,9 +96,26 @@ class AspectPrototypes:
     excluded: np.ndarray | None = None    # [A, H] the mean of each aspect's exclude vectors (zero: none)
     position: np.ndarray | None = None    # [A, N_POSITION] log-prior of a sentence's position (`position_prior`)
 
+    calibrated = False  # what each scorer says of itself, so that no caller asks for its class
+    description = "zero-shot sentence scores"
+
     def scores(self, sentences: np.ndarray) -> np.ndarray:
         """[n, A] scores of n sentence vectors (see the module docstring)."""
         return unit_rows(np.asarray(sentences, dtype=np.float32)) @ self.queries.T
+
+    def directions(self) -> np.ndarray:
+        """[A, H]: the direction along which each aspect's score grows (its query)."""
+        return self.queries
+
+    def pool_weights(self, sentences: np.ndarray, positions: np.ndarray | None = None,
+                     temperature: float = TEMPERATURE) -> np.ndarray:
+        """[n, A]: an abstract's n sentences weighted for each aspect, each column summing to 1: the softmax of
+        the scores at `temperature`, with the position log-prior (in temperature units, as a head holds it)
+        added where the scorer has one and `positions` are given."""
+        score = self.scores(sentences)
+        if self.position is not None and positions is not None:
+            score = score + temperature * (positions @ self.position.T)
+        return np.stack([softmax(score[:, j], temperature) for j in range(len(self.aspects))], axis=1)
 
 
 @dataclass
@@ -116,6 +133,20 @@ class CalibratedScorer:
         if self.position is not None and positions is not None:
             z = z + np.asarray(positions, np.float32) @ self.position.T
         return 1.0 / (1.0 + np.exp(-np.clip(z, -60, 60)))
+
+    calibrated = True
+    description = "calibrated to the corpus"
+
+    def directions(self) -> np.ndarray:
+        """[A, H]: the direction along which each aspect's score grows (its classifier's weights)."""
+        return self.weights
+
+    def pool_weights(self, sentences: np.ndarray, positions: np.ndarray | None = None,
+                     temperature: float = TEMPERATURE) -> np.ndarray:
+        """[n, A]: the probabilities normalised over the abstract's n sentences (`temperature` is not used: the
+        calibration set the scale)."""
+        p = self.probabilities(sentences, positions)
+        return p / np.maximum(p.sum(axis=0, keepdims=True), 1e-30)
 
 
 def aspect_texts(aspect) -> list[str]:
@@ -170,14 +201,7 @@ def sentence_weights(features, prototypes: AspectPrototypes | CalibratedScorer, 
         keep = keep_mask(sents, boilerplate)
         kept = np.asarray(sents)[keep]
         positions = position_features(len(sents))[keep] if prototypes.position is not None else None
-        if isinstance(prototypes, CalibratedScorer):
-            p = prototypes.probabilities(kept, positions)
-            p = p / np.maximum(p.sum(axis=0, keepdims=True), 1e-30)
-        else:
-            score = prototypes.scores(kept)
-            if prototypes.position is not None:  # a log-prior: in temperature units, as a head holds it
-                score = score + temperature * (positions @ prototypes.position.T)
-            p = np.stack([softmax(score[:, j], temperature) for j in range(len(prototypes.aspects))], axis=1)
+        p = prototypes.pool_weights(kept, positions, temperature)
         for j, a in enumerate(prototypes.aspects):
             weights[a][keep] = p[:, j]
     return out
@@ -324,8 +348,7 @@ def aspect_directions(scorer: AspectPrototypes | CalibratedScorer,
     query, or the calibrated classifier's weights), as a unit row, less EXCLUDE_WEIGHT x the mean of what the
     aspect excludes where `prototypes` (or the scorer itself) holds it: the form of the zero-shot query, so a
     word such as a medicine's name, which an aspect excludes, weighs less."""
-    direction = unit_rows(np.asarray(scorer.weights if isinstance(scorer, CalibratedScorer) else scorer.queries,
-                                     dtype=np.float32))
+    direction = unit_rows(np.asarray(scorer.directions(), dtype=np.float32))
     source = prototypes if prototypes is not None else scorer
     excluded = getattr(source, "excluded", None)
     return direction - EXCLUDE_WEIGHT * excluded if excluded is not None else direction

@@ -55,7 +55,7 @@ class AspectFileFloor:
 
     @property
     def calibrated(self) -> bool:
-        return isinstance(self.scorer, CalibratedScorer)
+        return self.scorer.calibrated
 
     def head_state(self, head, aspect: str) -> dict:
         """The state of `head` (a pooling `SentencePoolingHead`) that computes this floor for `aspect`."""
@@ -115,7 +115,7 @@ def fit_floor(features, prototypes: AspectPrototypes, word_vectors: Callable | N
         frequencies = piece_frequencies(features.sentence_texts)  # frames such as "was assessed in" weigh less
         means = corpus_word_means(features, aspects, directions, shares, word_vectors, frequencies,
                                   stating_sentences(features, scorer, boiler))
-    biases = {} if isinstance(scorer, CalibratedScorer) else \
+    biases = {} if scorer.calibrated else \
         {a: floor_bias(features, q, position=None if scorer.position is None else scorer.position[j])
          for j, (a, q) in enumerate(zip(aspects, prototypes.queries))}
     return AspectFileFloor(prototypes, scorer, boiler, blends, shares, directions, frequencies, means, biases)

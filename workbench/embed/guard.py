@@ -69,7 +69,7 @@ from ..core.vectors import unit_rows
 from ..generate.views import held_out_ids, sample_in_order
 from ..measures.evaluation import label_similarity, rowwise_spearman
 from ..measures.health import corpus_sentence_aspects, hard_negative_probe
-from .aspectfile import CalibratedScorer, aspect_prototypes, sentence_marks
+from .aspectfile import aspect_prototypes, sentence_marks
 from .checkpoints import load_model
 from .features import FeatureCache, FrozenBackbone
 from .floor import fit_floor
@@ -125,8 +125,7 @@ def aspect_sentences(corpus, aspects: Sequence[str], run_dir, features, prototyp
         marks = []
     if sum(1 for m in marks if all(m.get(a) for a in aspects)) >= 4:
         return marks, INDEPENDENT_MARKS
-    how = "calibrated to the corpus" if isinstance(prototypes, CalibratedScorer) else "zero-shot sentence scores"
-    return sentence_marks(features, prototypes, boilerplate=boilerplate), f"the aspect file ({how})"
+    return sentence_marks(features, prototypes, boilerplate=boilerplate), f"the aspect file ({prototypes.description})"
 
 
 def probe_sentences(run_dir, corpus, aspect_set, aspects: Sequence[str]) -> tuple[list[dict], str]:
