@@ -3,9 +3,11 @@
 * Their code is clean by pyflakes: no name used before it is defined, no import left unused
   (the names of the parameters cell count as defined, as papermill injects them there).
 * They write no file themselves and define no function or class: a stage's results are
-  written by the package (`RunMetrics`, `evaluate_decoders`, `questionreport.write_summary`),
+  written by the package (`RunMetrics`, `evaluate_decoders`, `questions.overview.write_summary`),
   where they are tested.
 * The first code cell is tagged `parameters` and every stage reads its paths from `RunDir`.
+* Every name they import from `workbench` is there, read from the package's files without importing it: a
+  module renamed in the package fails here, in the fast tier, not in a pipeline run minutes into the suite.
 """
 
 import ast
@@ -67,6 +69,65 @@ def test_notebook_takes_its_paths_from_the_run_directory(path):
     assert "run_dir = RunDir(run_dir)" in body
     assert not re.search(r"run_dir\s*/\s*[\"'](aspect_models|unified_model|decoders|embeddings|features|maps|"
                          r"questions|summaries\.jsonl|metrics\.json)", body)
+
+
+def _module_file(dotted: str) -> Path | None:
+    """The file of a `workbench` module or package, or None where the package has none."""
+    base = ROOT.joinpath(*dotted.split("."))
+    for path in (base.with_suffix(".py"), base / "__init__.py"):
+        if path.is_file():
+            return path
+    return None
+
+
+def _top_level_names(path: Path) -> set[str]:
+    """What a module defines at its top level (functions, classes, assignments, imports, inside if and try too)."""
+    names, todo = set(), list(ast.parse(path.read_text(encoding="utf-8")).body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names |= {(a.asname or a.name).split(".")[0] for a in node.names}
+        elif isinstance(node, (ast.If, ast.Try)):
+            todo += node.body + node.orelse + getattr(node, "finalbody", []) + \
+                [s for h in getattr(node, "handlers", []) for s in h.body]
+    return names
+
+
+def missing_workbench_imports(code: str) -> list[str]:
+    """The `workbench` modules and names that `code` imports and the package does not have."""
+    missing = []
+    for node in ast.walk(ast.parse(code)):
+        if isinstance(node, ast.Import):
+            missing += [a.name for a in node.names if a.name.startswith("workbench") and not _module_file(a.name)]
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("workbench"):
+            module = _module_file(node.module)
+            if module is None:
+                missing.append(node.module)
+                continue
+            defined = _top_level_names(module)
+            missing += [f"{node.module}.{a.name}" for a in node.names
+                        if a.name not in defined and not _module_file(f"{node.module}.{a.name}")]
+    return missing
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_imports_only_what_the_package_has(path):
+    _, body = code_of(path)
+    assert not missing_workbench_imports(body), f"{path.name} imports {missing_workbench_imports(body)}"
+
+
+def test_the_import_check_sees_a_renamed_module_and_a_missing_name():
+    assert missing_workbench_imports("from workbench.questions import overview as QR\n"
+                                     "from workbench.evaluate.report import register_table") == []
+    assert missing_workbench_imports("from workbench.questions import report as QR\n"
+                                     "from workbench.evaluate.report import no_such_name\n"
+                                     "import workbench.embed.headtrain") == \
+        ["workbench.questions.report", "workbench.evaluate.report.no_such_name", "workbench.embed.headtrain"]
 
 
 def test_the_lint_sees_a_broken_notebook():
