@@ -123,8 +123,8 @@ def minilm_whole(texts) -> np.ndarray:
 def floor_heads(features, protos, cache: FeatureCache) -> tuple[dict, dict]:
     """({kind: {aspect: vectors}} for KINDS, stage 03's blends and the phrases' shares): each kind adds one step to
     the one before; "stage 03" (`floor.fit_floor` without phrases) also leaves boilerplate sentences out
-    (`boilerplate.py`) and adds the position prior, and "phrases" (the guard's floor, every step) gives each aspect
-    its own sentence vectors, its phrases pooled (`aspectfile.word_pooled_sentences`)."""
+    (`boilerplate.py`) and takes the position mixture where it applies, and "phrases" (the guard's floor, every
+    step) gives each aspect its own sentence vectors, its phrases pooled (`aspectfile.word_pooled_sentences`)."""
     scorer = calibrate(features, protos) or protos
     lean = fit_floor(features, protos, cache.word_vectors, steps=[s for s in STEPS if s != "phrases"])
     full = fit_floor(features, protos, cache.word_vectors)

@@ -21,7 +21,8 @@ against "same value": floor, base) and the probe's selectivities (floor, base) w
 * ``half``: a held-out half of the aspect file. Each aspect's include items and examples are dealt
   alternately into two halves; the floor compared is fitted on half A (with the description), the marks
   come from half B's zero-shot prototypes, which that floor never read;
-* ``half, fitted``: the same, the marks from a floor fitted on half B (calibrated, with its position prior).
+* ``half, fitted``: the same, the marks from a floor fitted on half B (calibrated, with its position mixture where
+  the floor takes one).
 
 The last column counts, over the corpora, the aspects where a kind of marks ranks the floor above the base
 while the labels rank it below. The floor here is stage 03's (`floor.fit_floor`); no trained head takes

@@ -31,19 +31,18 @@ removed and the lean floor with each step added.
 Steps: `scale` (today's query, prototype less the mean of the *other* aspects': a 1.5x sharper
 softmax with three aspects), `exclude` (less `EXCLUDE_WEIGHT` x the mean of the exclude items),
 `calibrate` (self-training), `boilerplate` (near-copied sentences left out), `blend` (with the whole
-abstract, 1 - s / 2), `phrases` (sentences read through their phrases, `word_shares`) and `centring`
-(of the phrases, part of `phrases`). Label-free candidates: `prior` (a position prior read from the
-corpus: per aspect, the density of the floor's own soft weights over relative sentence position,
-PRIOR_BINS bins, re-estimated PRIOR_ITERATIONS times, multiplied into the weights, i.e. added as a
-log-prior to the scores before the softmax; flat where position carries nothing), `mixture` (each
-sentence's posterior over the aspects, its scores plus each aspect's position density read by EM
-from the corpus, pooled per aspect; a second form of the same idea, at most one of the two kept) and
-`centred` (each aspect's vectors less their corpus mean).
+abstract, 1 - s / 2), `phrases` (sentences read through their phrases, `word_shares`), `centring`
+(of the phrases, part of `phrases`), `prior` (the position prior, `aspectfile.position_prior`) and
+`mixture` (`mixture.py`: each sentence's posterior over the aspects, its scores plus each aspect's
+density over PRIOR_BINS bins of relative position read by EM from the corpus, pooled per aspect; in its
+place in the weights where no aspect's phrases' share is above 0, as stage 03 takes it). A label-free
+candidate: `centred` (each aspect's vectors less their corpus mean).
 
 Then leave one family out, twice: from the lean floor (forward) and from today's floor (backward),
 the two other families' choosing splits pick the temperature, keep each step that, switched alone,
-adds to the mean on both, and pick the constants; the held-out family's reporting split says what
-each step adds there, and a step holds where it does in every fold. Last, the sentence marks
+adds to the mean on both (on each where it acts: a gated step that stays off changes nothing), and pick
+the constants; the held-out family's reporting split says what each step adds there, and a step holds
+where it is kept in every fold and adds on every held-out family where it acts. Last, the sentence marks
 against the human ones (micro precision, recall, F1) on the real families and issue 39's bars.
 
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/families.py --cache /tmp/fc [--seeds 0 1 2 3] [--synthetic-docs 150]
@@ -87,10 +86,11 @@ from workbench.embed.aspectfile import (EXCLUDE_WEIGHT, TEMPERATURE, AspectProto
                                         sentence_weights, stating_sentences, with_position_prior)
 from workbench.embed.boilerplate import find_boilerplate, keep_mask  # noqa: E402
 from workbench.embed.features import FeatureCache, FrozenBackbone, blend_documents, position_features  # noqa: E402
+from workbench.embed.mixture import POSITION_BINS, fit_mixture  # noqa: E402
 from workbench.embed.phrases import stating  # noqa: E402
 from workbench.measures.evaluation import permutation_test, rowwise_spearman, summary_similarity  # noqa: E402
 
-PRIOR_BINS = 5        # relative-position bins of the mixture's position densities
+PRIOR_BINS = POSITION_BINS  # relative-position bins of the mixture's position densities (stage 03's)
 TEMPERATURES = (0.03, 0.05, 0.08, 0.12, 0.2)  # the lean floor's softmax temperatures a fold chooses from
 MIXTURE_BINS = (3, 5, 10)  # the mixture's bins a fold chooses from, where it keeps the mixture
 POSITION = (0.4, 0.75)  # position rule: challenge before 40% of the abstract, outcome from 75%
@@ -118,11 +118,10 @@ class Floor:
 
 
 LEAN = Floor()
-TODAY = Floor(scale=True, exclude=True, calibrate=True, boilerplate=True, blend=True, phrases=True, prior=True)
-STEPS = ("scale", "exclude", "calibrate", "boilerplate", "prior", "blend", "phrases", "centring")
-NEW_STEPS = ("mixture", "centred")
-ALTERNATIVES = ("prior", "mixture")  # two forms of one new step (the position read from the corpus): at most one kept
-MIXTURE_ITERATIONS = 10  # EM rounds of the mixture's position prior
+TODAY = Floor(scale=True, exclude=True, calibrate=True, boilerplate=True, blend=True, phrases=True, mixture=True)
+STEPS = ("scale", "exclude", "calibrate", "boilerplate", "prior", "blend", "phrases", "centring", "mixture")
+NEW_STEPS = ("centred",)
+SILENT = 1e-9  # a step's gain this small: the step did not act on that family (its gate was off)
 WHOLE, POSITIONAL = "MiniLM whole abstract", "position pooling"
 
 
@@ -226,15 +225,26 @@ class Builder:
         return self._get(("phrases", f.scale, f.exclude, f.calibrate, f.boilerplate, f.prior, f.temperature,
                           f.centring), make)
 
+    def mixture(self, f: Floor):
+        """Stage 03's position mixture of this floor (`mixture.fit_mixture`, of its scorer without the prior), where
+        stage 03 takes it (no aspect's phrases' share above 0) and it can be fitted; else None."""
+        if not f.mixture or any(v > 0 for v in self.shares(f).values()):
+            return None
+        return self._get(("mixture", f.scale, f.exclude, f.calibrate, f.boilerplate, f.temperature, f.prior_bins),
+                         lambda: fit_mixture(self.features, self.scorer(replace(f, prior=False)), f.temperature,
+                                             self.boiler(f), f.prior_bins))
+
+    def pooling_scorer(self, f: Floor):
+        """The scorer whose weights pool the sentences: the mixture where the floor takes it, else `scorer`."""
+        return self.mixture(f) or self.scorer(f)
+
     def weights(self, f: Floor) -> list[dict]:
-        """Per document {aspect: pooling weights over its sentences} (`sentence_weights`, with the scorer's position
-        prior; or the mixture's)."""
-        if f.mixture:
-            return self._get(("mixture", f.scale, f.exclude, f.calibrate, f.boilerplate, f.temperature, f.prior_bins),
-                             lambda: mixture_weights(self.features, self.scorer(replace(f, prior=False)),
-                                                     f.temperature, self.boiler(f), f.prior_bins)[0])
-        return self._get(("weights", f.scale, f.exclude, f.calibrate, f.boilerplate, f.prior, f.temperature),
-                         lambda: sentence_weights(self.features, self.scorer(f), f.temperature, self.boiler(f)))
+        """Per document {aspect: pooling weights over its sentences} (`sentence_weights` of `pooling_scorer`)."""
+        mixed = self.mixture(f) is not None
+        return self._get(("weights", f.scale, f.exclude, f.calibrate, f.boilerplate, f.prior and not mixed,
+                          f.temperature, mixed and f.prior_bins),
+                         lambda: sentence_weights(self.features, self.pooling_scorer(f), f.temperature,
+                                                  self.boiler(f)))
 
     def embed(self, spec) -> dict[str, np.ndarray]:
         """{aspect: [N, H] unit rows} of a floor or a baseline (WHOLE, POSITIONAL) over the whole corpus."""
@@ -267,51 +277,21 @@ def pool(features, weights, blends: dict, sentences=None) -> dict[str, np.ndarra
     return {a: unit_rows(v) for a, v in out.items()}
 
 
-def relative_bins(n: int, bins: int) -> np.ndarray:
-    """The relative-position bin of each of an abstract's n sentences ((j + 0.5) / n cut into `bins`)."""
-    return np.minimum((((np.arange(n) + 0.5) / max(n, 1)) * bins).astype(int), bins - 1)
-
-
-def mixture_weights(features, scorer, temperature: float = TEMPERATURE, boilerplate=None, bins: int = PRIOR_BINS,
-                    iterations: int = MIXTURE_ITERATIONS):
-    """(per document {aspect: weights}, the prior [A, bins], per document its posteriors [n, A]): each sentence
-    assigned to the aspects by its posterior, a softmax over aspects of score / temperature (a calibrated scorer:
-    its log-probabilities) + log prior, the prior each aspect's density over relative-position bins (1: flat; the
-    aspects' shares kept equal) read from the posteriors over the corpus, re-estimated by EM from a flat start; an
-    aspect's weights are its posteriors over the abstract's sentences, normalised (boilerplate 0). Label-free."""
-    A = len(scorer.aspects)
-    sents = [np.asarray(s, np.float32) for s in features.sentences]
-    keep = [keep_mask(s, boilerplate) for s in sents]
-    flat = np.concatenate([s[k] for s, k in zip(sents, keep) if len(s)] + [np.zeros((0, features.whole.shape[1]),
-                                                                                     np.float32)])
-    if scorer.calibrated:
-        emission = np.log(np.maximum(scorer.probabilities(flat), 1e-30))
-    else:
-        emission = scorer.scores(flat) / temperature
-    b = np.concatenate([relative_bins(len(s), bins)[k] for s, k in zip(sents, keep) if len(s)] + [np.zeros(0, int)])
-    prior = np.ones((A, bins))
-    share = (np.bincount(b, minlength=bins) + 1.0) / (len(b) + bins)  # the sentences' share of each bin
-    for _ in range(iterations):
-        z = emission + np.log(prior[:, b].T)
-        post = np.exp(z - z.max(axis=1, keepdims=True))
-        post /= post.sum(axis=1, keepdims=True)
-        # Each aspect's density over the bins, relative to the sentences' (1: flat): where an aspect sits, not how
-        # many sentences it takes (a prior on the shares would let the aspect the prototypes favour take all).
-        prior = np.stack([(np.bincount(b, weights=post[:, j], minlength=bins) + 1.0) / (post[:, j].sum() + bins)
-                          for j in range(A)]) / share
-    out, posteriors, start = [], [], 0
-    for s, k in zip(sents, keep):
-        w = {a: np.zeros(len(s), np.float32) for a in scorer.aspects}
-        n = int(k.sum()) if len(s) else 0
-        p = np.zeros((len(s), A))
-        p[k] = post[start:start + n]
-        for j, a in enumerate(scorer.aspects):
-            v = post[start:start + n, j]
-            w[a][k] = v / v.sum() if v.sum() > 0 else 1.0 / max(n, 1)
-        start += n
-        out.append(w)
+def mixture_posteriors(features, scorer, temperature: float = TEMPERATURE, boilerplate=None,
+                       bins: int = PRIOR_BINS):
+    """(the densities [A, bins], per document its posteriors [n, A]) of stage 03's position mixture
+    (`mixture.fit_mixture`) of this scorer, whatever the gate; None where it cannot be fitted. Label-free."""
+    mixture = fit_mixture(features, scorer, temperature, boilerplate, bins)
+    if mixture is None:
+        return None
+    posteriors = []
+    for s in features.sentences:
+        p = np.zeros((len(s), len(scorer.aspects)))
+        if len(s):
+            k = keep_mask(s, boilerplate)
+            p[k] = mixture.posteriors(np.asarray(s, np.float32)[k], position_features(len(s))[k])
         posteriors.append(p)
-    return out, prior, posteriors
+    return np.exp(mixture.log_density), posteriors
 
 
 def position_pooling(features, aspects) -> dict[str, np.ndarray]:
@@ -517,7 +497,7 @@ def mark_sets(family: RealFamily, split: str, chosen: Floor) -> dict:
     """{method: {aspect: per paper its marked sentences}} on a split's papers."""
     b, rows, A = family.builder, family.splits[split], family.aspects
     feats = b.features.subset(rows)
-    today = sentence_marks(feats, b.scorer(TODAY), boilerplate=b.boiler(TODAY))
+    today = sentence_marks(feats, b.pooling_scorer(TODAY), boilerplate=b.boiler(TODAY))
     out = {"aspect file's marks (today's floor, stage 03)": {a: [np.asarray(d[a]) > 0 for d in today] for a in A}}
     lean_w = [b.weights(LEAN)[i] for i in rows]
     out["lean floor's stating sentences"] = {a: [stating(w[a]) for w in lean_w] for a in A}
@@ -547,7 +527,10 @@ def mark_sets(family: RealFamily, split: str, chosen: Floor) -> dict:
     out["prototype + prior argmax"] = prior_argmax
     for spec in dict.fromkeys([replace(LEAN, mixture=True), replace(LEAN, mixture=True, temperature=chosen.temperature,
                                                                     prior_bins=chosen.prior_bins)]):
-        post = mixture_weights(b.features, b.scorer(spec), spec.temperature, b.boiler(spec), spec.prior_bins)[2]
+        fitted = mixture_posteriors(b.features, b.scorer(spec), spec.temperature, b.boiler(spec), spec.prior_bins)
+        if fitted is None:
+            continue
+        post = fitted[1]
         out[f"{name_of(spec)}: argmax of the posterior"] = {
             a: [(post[i].argmax(1) == j) if len(post[i]) else np.zeros(0, bool) for i in rows]
             for j, a in enumerate(A)}
@@ -573,14 +556,8 @@ def step_names(spec: Floor) -> list[str]:
 
 
 def toggled(spec: Floor, step: str) -> Floor:
-    """The floor with the step switched: taken away where it has it, added where it has not (of the
-    ALTERNATIVES, adding one takes the other away)."""
-    if getattr(spec, step):
-        return spec.with_step(step, False)
-    out = spec.with_step(step)
-    if step in ALTERNATIVES:
-        out = replace(out, **{a: False for a in ALTERNATIVES if a != step})
-    return out
+    """The floor with the step switched: taken away where it has it, added where it has not."""
+    return spec.with_step(step, not getattr(spec, step))
 
 
 def step_gain(family, split: str, spec: Floor, step: str) -> float:
@@ -590,20 +567,23 @@ def step_gain(family, split: str, spec: Floor, step: str) -> float:
     return family.mean(family.score(split, with_)) - family.mean(family.score(split, without))
 
 
+def adds(gains) -> bool:
+    """Whether a step adds: on every family where it acts, and it acts somewhere. A step gated by what it reads
+    from the corpus (phrases, mixture) changes nothing, to the last digit, where its gate is off."""
+    acting = [g for g in gains if abs(g) > SILENT]
+    return bool(acting) and all(g > 0 for g in acting)
+
+
 def choose(families: list, start: Floor, split: str = "choose") -> tuple[Floor, dict]:
     """What the `families`' choosing splits pick, from `start` (the lean floor: forward; today's: backward): first
     the temperature (the largest summed mean), then every step is kept where it adds on every family given (from
-    `start`, switched alone) and left out elsewhere (of the ALTERNATIVES, the one with the larger summed gain), then
+    `start`, switched alone) and left out elsewhere, then
     the constants of the floor that gives (temperature; the prior's bins and estimates) by its summed mean."""
     total = lambda spec: sum(f.mean(f.score(split, spec)) for f in families)  # noqa: E731
     base = max((replace(start, temperature=t) for t in TEMPERATURES),
                key=lambda spec: (round(total(spec), 6), spec.temperature == start.temperature))
     deltas = {s: {f.name: step_gain(f, split, base, s) for f in families} for s in step_names(base)}
-    passed = [s for s, d in deltas.items() if all(v > 0 for v in d.values())]
-    alternatives = [s for s in passed if s in ALTERNATIVES]
-    if len(alternatives) > 1:
-        best = max(alternatives, key=lambda s: sum(deltas[s].values()))
-        passed = [s for s in passed if s not in ALTERNATIVES or s == best]
+    passed = [s for s, d in deltas.items() if adds(d.values())]
     kept = replace(base, **{s: s in passed for s in deltas})
     grid = [replace(kept, temperature=x) for x in TEMPERATURES]
     if kept.mixture:
@@ -625,8 +605,8 @@ def leave_one_out(families: list, start: Floor, title: str) -> tuple[Floor, dict
     one, each fold), with the constants every fold chose, and the verdicts."""
     print(f"\n## Leave one family out, {title}\n")
     print(f"From {name_of(start)}, chosen on the other two families' choosing splits: the temperature first (the "
-          "largest summed mean), then each step kept where, switched alone, it adds to the mean on both, then the "
-          "constants; reported on the held-out family's reporting split (mean over its columns). Gains on the two "
+          "largest summed mean), then each step kept where, switched alone, it adds to the mean on both (where it "
+          "acts), then the constants; reported on the held-out family's reporting split (mean over its columns). Gains on the two "
           "choosing families in brackets.\n")
     print("| held out | constants | steps kept | steps left out | MiniLM whole | lean | chosen floor | today's floor |")
     print("|---|---|---|---|---:|---:|---:|---:|")
@@ -656,7 +636,8 @@ def leave_one_out(families: list, start: Floor, title: str) -> tuple[Floor, dict
             v = verdicts[n]
             d = v["on_held"].get(s)
             cells.append("n/a" if d is None else f"{'kept' if s in v['kept'] else 'left out'}, {d:+.2f}")
-            holds &= d is not None and s in v["kept"] and d > 0
+            holds &= d is not None and s in v["kept"]
+        holds = holds and adds(v["on_held"][s] for v in verdicts.values())
         if holds:
             holding.append(s)
         print(f"| {s} | " + " | ".join(cells) + f" | {'yes' if holds else 'no'} |")
@@ -760,14 +741,16 @@ def main(argv=None) -> None:
             [(c[0], f" (generator {k[0]}, seed {k[1]})") for k, c in family.corpora.items()
              if k[1] == family.splits["choose"][0]]
         for b, where in corpora:
-            for name, spec in (("lean floor", replace(LEAN, prior=True)), ("today's floor", TODAY)):
+            for name, spec in (("lean floor", replace(LEAN, prior=True)), ("today's floor", TODAY.with_step("prior"))):
                 theta = b.scorer(spec).position
                 print(f"\nposition prior read from the corpus{where} by the {name} (relative position, first, "
                       "last): " + ("none" if theta is None else "; ".join(
                           f"{a} " + " ".join(f"{x:+.2f}" for x in theta[j]) for j, a in enumerate(b.aspects))))
-            _, prior, _ = mixture_weights(b.features, b.scorer(LEAN), LEAN.temperature, None, PRIOR_BINS)
-            print(f"the mixture's position densities, {PRIOR_BINS} bins: " + "; ".join(
-                f"{a} " + " ".join(f"{r:.2f}" for r in prior[j]) for j, a in enumerate(b.aspects)))
+            mixture = b.mixture(TODAY)
+            print(f"today's floor's position mixture, its densities over {PRIOR_BINS} bins: " + (
+                "not taken" if mixture is None else "; ".join(
+                    f"{a} " + " ".join(f"{r:.2f}" for r in np.exp(mixture.log_density[j]))
+                    for j, a in enumerate(b.aspects))))
         print("today's floor's blends: " + ", ".join(f"{a} {v:.2f}" for a, v in b.blends(TODAY).items())
               + "; phrases' shares: " + ", ".join(f"{a} {v:.2f}" for a, v in b.shares(TODAY).items()))
 
@@ -778,8 +761,8 @@ def main(argv=None) -> None:
         print(f"\n## {family.name}: sentence marks against the human ones (reporting split, micro)\n")
         print_marks(family, "report", forward)
     heads = list(dict.fromkeys([LEAN, TODAY, forward, backward, replace(LEAN, prior=True),
-                                replace(LEAN, mixture=True, temperature=0.12), TODAY.with_step("prior", False),
-                                TODAY.with_step("mixture")]))
+                                replace(LEAN, mixture=True, temperature=0.12), TODAY.with_step("prior"),
+                                TODAY.with_step("mixture", False)]))
     print_bars(csab, aclsum, synthetic, heads, args.permutations)
     print(f"\nmatrix product at the end: {matmul_gflops():.0f} GFLOP/s; {time.perf_counter() - start:.0f} s in all")
 

@@ -74,28 +74,31 @@ def test_the_prior_moves_the_weights_towards_the_aspects_place():
         assert all(abs(float(v.sum()) - 1) < 1e-5 for v in w.values())
 
 
-@pytest.mark.parametrize("steps", [[s for s in STEPS if s != "phrases"], ("position prior", "blend"), ()])
-def test_a_head_holds_the_fitted_floor_exactly(steps):
-    """The head `fit_floor` gives computes the floor's numpy vectors, position prior included, calibrated or not
-    (phrases, which need an encoder, are checked with the guard in test_aspect_supervision.py)."""
+@pytest.mark.parametrize("steps, prior", [([s for s in STEPS if s != "phrases"], False),
+                                          ([s for s in STEPS if s != "phrases"], True), (("blend",), True), ((), False)])
+def test_a_head_holds_the_fitted_floor_exactly(steps, prior):
+    """The head `fit_floor` gives computes the floor's numpy vectors, calibrated or not, with a position prior where
+    its scorer has one (phrases, which need an encoder, are checked with the guard in test_aspect_supervision.py;
+    the position mixture in test_mixture.py)."""
     import torch
     from workbench.embed.heads import SentencePoolingHead
 
     feats, protos = ordered_corpus()
     floor = fit_floor(feats, protos, steps=steps)
-    assert floor.calibrated == ("calibrate" in steps)
-    assert (floor.scorer.position is not None) == ("position prior" in steps)
+    assert floor.calibrated == ("calibrate" in steps) and not floor.mixed  # aspects that vary independently
+    if prior:
+        floor.scorer = aspectfile.with_position_prior(feats, floor.scorer)
+        assert floor.scorer.position is not None
     expected = floor.embeddings(feats)
     for a in floor.aspects:
         head = SentencePoolingHead(24)
-        head.load_state_dict(floor.head_state(head, a))
+        floor.place(head, a)
         with torch.no_grad():
             out, _, _ = head(*feats.padded())
         # the zero-shot head's sigmoid is exp to 3 parts in 10,000 (`floor_bias`)
         np.testing.assert_allclose(unit(out.numpy()), expected[a], atol=1e-5 if floor.calibrated else 1e-3)
     summary = floor.summary()
-    assert set(summary["blends"]) == set(floor.aspects)
-    assert (summary["position_prior"] is None) == ("position prior" not in steps)
+    assert set(summary["blends"]) == set(floor.aspects) and summary["position_mixture"] is None
 
 
 def test_fit_floor_names_an_unknown_step():

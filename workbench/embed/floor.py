@@ -6,11 +6,14 @@ read from the aspect file and the corpus alone, no label, in named steps (`STEPS
 
 * ``boilerplate``: sentences the corpus repeats nearly word for word are never pooled (`boilerplate.py`);
 * ``calibrate``: the aspect file's sentence scores self-trained on the corpus's own sentences;
-* ``position prior``: where in an abstract the scores put each aspect, read from the corpus and added to
-  every sentence's logit by its position (`aspectfile.position_prior`);
 * ``blend``: the whole abstract's share, from how much the aspects' pooled sentences share (`corpus_blends`);
 * ``phrases``: where the aspects vary independently, a stating sentence is read through its phrases
-  (`word_pooled_sentences`).
+  (`word_pooled_sentences`);
+* ``mixture``: where they do not (no aspect read through its phrases), each sentence is shared out among the
+  aspects by its posterior, the scores times where each aspect sits in an abstract (`mixture.py`).
+
+A linear position prior (`aspectfile.position_prior`) is not a step: beside the mixture it moved no family by
+more than 0.1 (`benchmarks/families.py`).
 
 `benchmarks/families.py` measures each step on three families of corpora, choosing on two and reporting on the
 third; a step is here because it adds on the family that did not choose it (see `docs/results.md`).
@@ -28,19 +31,22 @@ import numpy as np
 
 from .aspectfile import (BLEND, TEMPERATURE, AspectPrototypes, CalibratedScorer, aspect_directions, calibrate,
                          corpus_blends, corpus_word_means, corpus_word_shares, pooled_words, stating_sentences,
-                         with_position_prior, zero_shot_embeddings)
+                         zero_shot_embeddings)
 from .boilerplate import find_boilerplate
 from .features import blend_documents, position_features
+from .heads import LinearScorer
+from .mixture import PositionMixture, fit_mixture
 from .phrases import piece_frequencies
 
-STEPS = ("boilerplate", "calibrate", "position prior", "blend", "phrases")
+STEPS = ("boilerplate", "calibrate", "blend", "phrases", "mixture")
 
 
 @dataclass
 class AspectFileFloor:
     """The aspect-file floor fitted to one corpus (`fit_floor`): what each step read from it."""
     prototypes: AspectPrototypes          # the aspect file's prototypes and zero-shot queries
-    scorer: AspectPrototypes | CalibratedScorer  # calibrated where it could be, with its position prior
+    # calibrated where it could be, or its position mixture where the floor took one
+    scorer: AspectPrototypes | CalibratedScorer | PositionMixture
     boilerplate: np.ndarray               # [B, H] the corpus's near-copied sentences (0 rows: none)
     blends: dict[str, float]              # the sentences' share of each aspect's vector
     word_shares: dict[str, float]         # the phrases' share of a stating sentence's vector
@@ -57,15 +63,33 @@ class AspectFileFloor:
     def calibrated(self) -> bool:
         return self.scorer.calibrated
 
+    def place(self, head, aspect: str) -> None:
+        """Make `head` (a pooling `SentencePoolingHead`) compute this floor for `aspect`: the floor's kind of
+        scorer in it (the position mixture's, or a linear one), then its state."""
+        head.scorer = self.scorer.head_scorer(head.hidden, aspect) if self.mixed else LinearScorer(head.hidden)
+        head.load_state_dict(self.head_state(head, aspect))
+
+    @property
+    def mixed(self) -> bool:
+        """Whether the floor took the position mixture (its scorer a `mixture.PositionMixture`)."""
+        return isinstance(self.scorer, PositionMixture)
+
     def head_state(self, head, aspect: str) -> dict:
-        """The state of `head` (a pooling `SentencePoolingHead`) that computes this floor for `aspect`."""
+        """The state of `head` (a pooling `SentencePoolingHead` with the floor's kind of scorer, see `place`) that
+        computes this floor for `aspect`."""
         j = self.aspects.index(aspect)
+        phrases = PhraseReading(self.word_shares[aspect], self.directions[j], self.word_means.get(aspect))
+        if self.mixed:
+            state = floor_state(head, None, 0.0, blend=self.blends[aspect], boilerplate=self.boilerplate,
+                                phrases=phrases)
+            state.update({f"scorer.{k}": v.to(state["blend.gate"].dtype)
+                          for k, v in self.scorer.head_scorer(head.hidden, aspect).state_dict().items()})
+            return state
         position = None if self.scorer.position is None else self.scorer.position[j]
         if self.calibrated:
             query, bias, temperature = self.scorer.weights[j], float(self.scorer.biases[j]), 1.0
         else:
             query, bias, temperature = self.scorer.queries[j], self.biases[aspect], TEMPERATURE
-        phrases = PhraseReading(self.word_shares[aspect], self.directions[j], self.word_means.get(aspect))
         return floor_state(head, query, bias, temperature=temperature, blend=self.blends[aspect],
                            boilerplate=self.boilerplate, phrases=phrases, position=position)
 
@@ -85,11 +109,11 @@ class AspectFileFloor:
 
     def summary(self) -> dict:
         """What stage 03 writes of the floor into guard.json (JSON-ready)."""
-        prior = self.scorer.position
         return {"blends": self.blends, "word_shares": self.word_shares, "boilerplate": len(self.boilerplate),
                 "calibrated": self.calibrated,
-                "position_prior": None if prior is None else
-                {a: [round(float(x), 3) for x in prior[j]] for j, a in enumerate(self.aspects)}}
+                "position_mixture": None if not self.mixed else
+                {a: [round(float(x), 3) for x in np.exp(self.scorer.log_density[j])]
+                 for j, a in enumerate(self.aspects)}}
 
 
 def fit_floor(features, prototypes: AspectPrototypes, word_vectors: Callable | None = None, seed: int = 0,
@@ -104,8 +128,6 @@ def fit_floor(features, prototypes: AspectPrototypes, word_vectors: Callable | N
     boiler = find_boilerplate(features, seed) if "boilerplate" in steps else np.zeros((0, H), np.float32)
     scorer = (calibrate(features, prototypes, seed=seed, boilerplate=boiler) or prototypes) \
         if "calibrate" in steps else prototypes
-    if "position prior" in steps:
-        scorer = with_position_prior(features, scorer, boilerplate=boiler)
     aspects = list(scorer.aspects)
     blends = corpus_blends(features, scorer, seed, boiler) if "blend" in steps else {a: 1.0 for a in aspects}
     shares = corpus_word_shares(features, scorer, seed, boiler) if "phrases" in steps else {a: 0.0 for a in aspects}
@@ -118,6 +140,11 @@ def fit_floor(features, prototypes: AspectPrototypes, word_vectors: Callable | N
     biases = {} if scorer.calibrated else \
         {a: floor_bias(features, q, position=None if scorer.position is None else scorer.position[j])
          for j, (a, q) in enumerate(zip(aspects, prototypes.queries))}
+    if "mixture" in steps:
+        # One aspect per sentence holds where no sentence is read through its phrases (see `mixture.py`).
+        read = shares if "phrases" in steps else corpus_word_shares(features, scorer, seed, boiler)
+        mixture = None if any(v > 0 for v in read.values()) else fit_mixture(features, scorer, boilerplate=boiler)
+        scorer = mixture if mixture is not None else scorer
     return AspectFileFloor(prototypes, scorer, boiler, blends, shares, directions, frequencies, means, biases)
 
 
@@ -160,11 +187,12 @@ def floor_state(head, query: np.ndarray, bias: float, temperature: float = TEMPE
     import torch
 
     state = {k: v.detach().clone() for k, v in head.state_dict().items()}
-    dtype = state["scorer.query"].dtype
-    state["scorer.query"] = torch.as_tensor(query / temperature, dtype=dtype)
-    state["scorer.position"] = torch.zeros_like(state["scorer.position"]) if position is None else \
-        torch.as_tensor(np.asarray(position), dtype=dtype)
-    state["scorer.bias"] = torch.tensor(float(bias), dtype=dtype)
+    dtype = state["blend.gate"].dtype
+    if query is not None:  # None: the head's scorer is not a linear one (`AspectFileFloor.head_state` sets it)
+        state["scorer.query"] = torch.as_tensor(query / temperature, dtype=dtype)
+        state["scorer.position"] = torch.zeros_like(state["scorer.position"]) if position is None else \
+            torch.as_tensor(np.asarray(position), dtype=dtype)
+        state["scorer.bias"] = torch.tensor(float(bias), dtype=dtype)
     whole = float(np.clip(1.0 - blend, 1e-13, 1 - 1e-13))  # sigmoid(+-30) is within 1e-13 of 1 and 0
     state["blend.gate"] = torch.tensor(float(np.log(whole / (1.0 - whole))), dtype=dtype)
     if boilerplate is not None:

@@ -216,7 +216,7 @@ def check_heads(run_dir, corpus, aspect_set, aspects: Sequence[str], doc_ids: Se
     model.cache = floor.cache = cache
     floor.phrase_frequencies = fitted.frequencies
     for a in aspects:
-        floor.heads[a].load_state_dict(fitted.head_state(floor.heads[a], a))
+        fitted.place(floor.heads[a], a)
 
     def encode(batch):
         out = dict(model.encode(batch, aspects=aspects))
@@ -263,9 +263,11 @@ def save_decisions(model, floor, results: dict, run: RunDir) -> None:
     if "aspect file" in kept.values():
         model.phrase_frequencies = floor.phrase_frequencies
     for a, what in kept.items():
-        if what != "head":
-            model.heads[a].load_state_dict(floor.heads[a].state_dict() if what == "aspect file" else
-                                           base_state(model.heads[a]))
+        if what == "aspect file":  # the floor's head, its kind of scorer included (`floor.AspectFileFloor.place`)
+            model.heads[a].scorer = copy.deepcopy(floor.heads[a].scorer)
+            model.heads[a].load_state_dict(floor.heads[a].state_dict())
+        elif what == "base":
+            model.heads[a].load_state_dict(base_state(model.heads[a]))
     model.save_pretrained(run.unified_model, extra={"guard": kept})
 
 

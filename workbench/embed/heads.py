@@ -42,6 +42,7 @@ from .boilerplate import NEAR as BOILERPLATE_NEAR
 from .encoders import AspectModel, CheckpointError, read_config, valid_aspects
 from .features import (N_POSITION, DocumentFeatures, FeatureCache, FrozenBackbone, blend_documents,
                        marked_word_vectors)
+from .mixture import MixtureScorer
 from .phrases import stating
 from ..core.files import write_json, write_tensors
 from ..core.devices import best_device
@@ -60,6 +61,8 @@ class LinearScorer(nn.Module):
     module with the same call, sentences [B, M, H] and positions [B, M, N_POSITION] to logits [B, M], can take
     its place in a head (`SentencePoolingHead(..., scorer=...)`); training and the floor need this one."""
 
+    kind = "linear"
+
     def __init__(self, hidden: int, n_position: int = N_POSITION):
         super().__init__()
         self.query = nn.Parameter(torch.zeros(int(hidden)))
@@ -72,6 +75,26 @@ class LinearScorer(nn.Module):
     def penalty(self) -> torch.Tensor:
         """The squared distance from the untrained scorer's weights (training's L2 prior: uniform weights)."""
         return self.query.pow(2).sum() + self.position.pow(2).sum()
+
+    def config(self) -> dict:
+        return {"kind": self.kind}
+
+
+def scorer_config(scorer: nn.Module) -> dict:
+    """What a checkpoint's config says of a head's scorer: its own `config()`, else its class's name (a plug-in
+    scorer a checkpoint cannot rebuild: loading it names the class)."""
+    return scorer.config() if hasattr(scorer, "config") else {"kind": type(scorer).__name__}
+
+
+def scorer_from_config(hidden: int, config: dict) -> nn.Module:
+    """The (untrained) scorer a checkpoint's config names: `LinearScorer` or `mixture.MixtureScorer`."""
+    config = dict(config)
+    kind = config.pop("kind", "linear")
+    if kind == "linear":
+        return LinearScorer(hidden)
+    if kind == MixtureScorer.kind:
+        return MixtureScorer(hidden, **config)
+    raise CheckpointError(f"unknown sentence scorer {kind!r} in the checkpoint's config (known: linear, mixture)")
 
 
 class SentencePooling(nn.Module):
@@ -360,7 +383,14 @@ class PooledAspectModel(AspectModel):
         return {"format": FORMAT, "version": VERSION, "base_model": self.base_model, "pooling": self.pooling,
                 "max_length": self.max_length, "dim": self.dim, "aspects": self.aspects, "pool": self.pool,
                 "rank": self.rank, "frozen_backbone": True, "extra": self.extra,
-                "phrase_frequencies": self.phrase_frequencies}
+                "phrase_frequencies": self.phrase_frequencies, **self.scorer_configs()}
+
+    def scorer_configs(self) -> dict:
+        """{"scorers": {aspect: its scorer's config}} for the heads whose scorer is not the linear one (the floor's
+        position mixture), else nothing: a checkpoint of trained heads reads as it always has."""
+        configs = {a: scorer_config(h.scorer) for a, h in self.heads.items()}
+        other = {a: c for a, c in configs.items() if c["kind"] != LinearScorer.kind}
+        return {"scorers": other} if other else {}
 
     def save_pretrained(self, folder: str | os.PathLike, extra: dict | None = None) -> Path:
         """Write `model.safetensors` (the heads) and `workbench_config.json` (last: a folder without it is unfinished)."""
@@ -397,6 +427,9 @@ class PooledAspectModel(AspectModel):
         model = cls(config["base_model"], available, hidden=config["dim"], pooling=config["pooling"],
                     max_length=config["max_length"], pool=config["pool"], rank=config.get("rank", 0))
         model.extra = dict(config.get("extra") or {})
+        for a, scorer in (config.get("scorers") or {}).items():
+            if a in model.heads:
+                model.heads[a].scorer = scorer_from_config(config["dim"], scorer)
         model.phrase_frequencies = dict(config.get("phrase_frequencies") or {})
         try:
             state = load_file(str(folder / WEIGHTS_NAME), device="cpu")
