@@ -446,7 +446,7 @@ class SyntheticFamily:
 def ablation_rows(family) -> list:
     """The rows of a family's ablation table."""
     rows = [WHOLE] + ([POSITIONAL] if isinstance(family, RealFamily) else []) + [LEAN, TODAY]
-    rows += [TODAY.with_step(s, False) for s in STEPS if s != "centring"] + [replace(TODAY, centring=False)]
+    rows += [toggled(TODAY, s) for s in STEPS if s != "centring"] + [replace(TODAY, centring=False)]
     rows += [TODAY.with_step(s) for s in NEW_STEPS]
     rows += [replace(LEAN, temperature=t) for t in TEMPERATURES if t != LEAN.temperature]
     rows += [LEAN.with_step(s) for s in STEPS if s != "centring"] + [LEAN.with_step(s) for s in NEW_STEPS]
@@ -459,8 +459,8 @@ def row_label(spec) -> str:
     if spec in (WHOLE, POSITIONAL, LEAN, TODAY):
         return f"**{name_of(spec)}**"
     for s in STEPS:
-        if s != "centring" and spec == TODAY.with_step(s, False):
-            return f"today's - {s}"
+        if s != "centring" and spec == toggled(TODAY, s):
+            return f"today's {'+' if getattr(spec, s) else '-'} {s}"
     if spec == replace(TODAY, centring=False):
         return "today's - centring (of the phrases)"
     return name_of(spec)
