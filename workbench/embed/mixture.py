@@ -27,7 +27,7 @@ every floor function takes it; `MixtureScorer` is the same in a `heads.SentenceP
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -115,8 +115,6 @@ def fit_mixture(features, scorer: AspectPrototypes | CalibratedScorer, temperatu
                 rounds: int = EM_ROUNDS) -> PositionMixture | None:
     """The mixture of `scorer` (its position prior, if any, set aside) fitted to a corpus by EM; None with fewer
     than two aspects or MIN_BLEND_DOCUMENTS abstracts of two sentences or more (no positions to read)."""
-    from dataclasses import replace
-
     scorer = replace(scorer, position=None)
     docs = [(np.asarray(s, np.float32)[k], position_features(len(s))[k])
             for s in features.sentences if len(s) and (k := keep_mask(s, boilerplate)).any()]
