@@ -138,3 +138,20 @@ def test_an_aspect_file_that_does_not_load_is_refused_before_any_stage(tmp_path)
     with pytest.raises(RunConfigError, match=r"parameter aspects: .*aspects\[0\]\.name.*300"):
         check_inputs({"corpus": "aclsum", "aspects": str(bad)}, "")
     check_inputs({"corpus": "aclsum", "aspects": "acl"}, "")  # a preset loads
+
+
+def test_reading_the_notebooks_skips_jsonschemas_iri_checker_and_still_rejects_a_broken_notebook(tmp_path):
+    """The runner's process reads notebooks without importing `rfc3987_syntax` (a Lark grammar built on import,
+    1.4 s of every run's start; no notebook schema uses the IRI format), and nbformat still validates."""
+    broken = tmp_path / "broken.ipynb"
+    broken.write_text('{"cells": [{"cell_type": "code"}], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}')
+    code = ("import sys\n"
+            "from workbench.run.runconfig import NOTEBOOKS, declared_parameters\n"
+            "assert 'seed' in declared_parameters(NOTEBOOKS / '02_train.ipynb')\n"
+            "print('rfc3987_syntax' in sys.modules and sys.modules['rfc3987_syntax'] is not None)\n"
+            "import nbformat\n"
+            f"try:\n    nbformat.validate(nbformat.read({str(broken)!r}, as_version=4))\n"
+            "except nbformat.ValidationError:\n    print('rejected')\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["False", "rejected"]

@@ -25,7 +25,7 @@ from importlib import metadata
 from pathlib import Path
 
 from ..core.files import write_json, write_text
-from .runconfig import RunConfigError
+from .runconfig import RunConfigError, without_iri_format_checker
 
 REPORTS_MARKER = ".workbench-reports.json"
 REPORTS_KIND = "workbench reports"  # what the marker's "kind" says: a stray JSON file of that name is not one
@@ -100,6 +100,7 @@ def export_html(notebook: Path, html_path: Path, code: bool = False) -> Path:
     corpus file's hash, the parameters). code=True (`workbench run --report-code`) keeps the code.
     Widgets are shown as text (`static_widgets`); the file opens the same offline.
     """
+    without_iri_format_checker()
     import nbformat
     from nbconvert import HTMLExporter
 

@@ -44,6 +44,7 @@ import difflib
 import json
 import os
 import re
+import sys
 import warnings
 from pathlib import Path
 
@@ -330,9 +331,19 @@ def check_inputs(params: dict, where: str) -> None:
 # --------------------------------------------------------------------------- the stages
 
 
+def without_iri_format_checker() -> None:
+    """Call before importing papermill or nbformat: their notebook checks then skip jsonschema's IRI format checker.
+
+    jsonschema imports `rfc3987_syntax` where it is installed (jupyter-events pulls it in) for that checker, and
+    the module builds a Lark grammar as it is imported: 1.4 s of every run's start on two cores. No notebook
+    schema uses the IRI format. jsonschema leaves a checker out whose module is missing, as here."""
+    sys.modules.setdefault("rfc3987_syntax", None)
+
+
 def declared_parameters(notebook: Path) -> dict[str, str | None]:
     """The parameters a notebook declares in its cell tagged `parameters` (papermill's reading of it):
     {name: its default as written there}."""
+    without_iri_format_checker()
     import papermill
 
     with warnings.catch_warnings():  # nbformat's note that the cells have no ids: noise on every run

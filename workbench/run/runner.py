@@ -34,7 +34,8 @@ from .record import record_stage
 from .reports import claim_report_dir, export_html
 from ..core.rundir import RunDir
 from .runconfig import (NOTEBOOKS, OPTIONAL_STAGES, available_stages, check_parameters, check_run_dir,
-                        declared_parameters, load_params, resolve_stage, resolve_stage_keys, stage_values)
+                        declared_parameters, load_params, resolve_stage, resolve_stage_keys, stage_values,
+                        without_iri_format_checker)
 
 # --------------------------------------------------------------------------- progress
 
@@ -368,6 +369,7 @@ def _keep_stage(stage: str, entry: dict, params: dict, run_path: Path, report_pa
 
 def _run_locked(checked: _CheckedRun, report: bool, log, progress: bool, execution: ExecutionOptions) -> dict:
     """`run_pipeline` once its checks have passed and it holds the run directory's lock."""
+    without_iri_format_checker()
     import papermill
     from nbclient.exceptions import DeadKernelError
 
