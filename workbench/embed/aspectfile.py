@@ -97,6 +97,7 @@ class AspectPrototypes:
 
     calibrated = False  # what each scorer says of itself, so that no caller asks for its class
     description = "zero-shot sentence scores"
+    kind = "linear"  # its logit is linear in the sentence vector (a head holds it in a `heads.LinearScorer`)
 
     def scores(self, sentences: np.ndarray) -> np.ndarray:
         """[n, A] scores of n sentence vectors (see the module docstring)."""
@@ -135,6 +136,7 @@ class CalibratedScorer:
 
     calibrated = True
     description = "calibrated to the corpus"
+    kind = "linear"
 
     def directions(self) -> np.ndarray:
         """[A, H]: the direction along which each aspect's score grows (its classifier's weights)."""

@@ -72,7 +72,7 @@ class AspectFileFloor:
     @property
     def mixed(self) -> bool:
         """Whether the floor took the position mixture (its scorer a `mixture.PositionMixture`)."""
-        return isinstance(self.scorer, PositionMixture)
+        return self.scorer.kind == PositionMixture.kind
 
     def head_state(self, head, aspect: str) -> dict:
         """The state of `head` (a pooling `SentencePoolingHead` with the floor's kind of scorer, see `place`) that
@@ -137,14 +137,16 @@ def fit_floor(features, prototypes: AspectPrototypes, word_vectors: Callable | N
         frequencies = piece_frequencies(features.sentence_texts)  # frames such as "was assessed in" weigh less
         means = corpus_word_means(features, aspects, directions, shares, word_vectors, frequencies,
                                   stating_sentences(features, scorer, boiler))
-    biases = {} if scorer.calibrated else \
-        {a: floor_bias(features, q, position=None if scorer.position is None else scorer.position[j])
-         for j, (a, q) in enumerate(zip(aspects, prototypes.queries))}
+    mixture = None
     if "mixture" in steps:
         # One aspect per sentence holds where no sentence is read through its phrases (see `mixture.py`).
         read = shares if "phrases" in steps else corpus_word_shares(features, scorer, seed, boiler)
         mixture = None if any(v > 0 for v in read.values()) else fit_mixture(features, scorer, boilerplate=boiler)
         scorer = mixture if mixture is not None else scorer
+    # The zero-shot linear head's softmax regime; a calibrated or mixture scorer is held exactly without one.
+    biases = {} if scorer.calibrated or mixture is not None else \
+        {a: floor_bias(features, q, position=None if scorer.position is None else scorer.position[j])
+         for j, (a, q) in enumerate(zip(aspects, prototypes.queries))}
     return AspectFileFloor(prototypes, scorer, boiler, blends, shares, directions, frequencies, means, biases)
 
 

@@ -58,7 +58,8 @@ class PositionMixture:
     base: AspectPrototypes | CalibratedScorer
     log_density: np.ndarray
     temperature: float = TEMPERATURE  # the scale of an uncalibrated base's scores
-    position = None  # no linear position prior: the densities take its place
+
+    kind = "mixture"  # what each scorer says of itself, as the heads' scorers do (`MixtureScorer.kind`)
 
     @property
     def aspects(self) -> list[str]:
