@@ -76,6 +76,7 @@ def launcher(tmp_path_factory):
     started.close()
 
 
+@pytest.mark.slow  # the launcher imports torch and transformers: 4 s before its first script
 def test_the_launcher_runs_a_script_as_python_does(tmp_path, launcher):
     """argv, __name__, the script's folder on sys.path, the working directory, the environment, exit codes and
     output, and a timeout that stops the script, as `subprocess.run([python, script, ...])` has them."""
