@@ -20,10 +20,12 @@ demo: setup
 
 # -n auto: one pytest-xdist worker per free core and at least two on two cores, each computing
 # on one thread (tests/conftest.py). PYTEST_ARGS="-n 0" runs it in-process. Tests marked `alone`
-# hold a wall-clock bar, so they run afterwards, in-process, on the then quiet machine.
+# hold a wall-clock bar, so they run afterwards, in-process, on the then quiet machine: only the files
+# that mark some (ALONE), since collecting every test module imports them all (about 10 s, on one core).
+ALONE = $(shell grep -l "mark.alone" tests/test_*.py)
 test: setup
 	$(PY) -m pytest -q -n auto -m "not alone" $(PYTEST_ARGS)
-	$(PY) -m pytest -q -m alone $(PYTEST_ARGS)
+	$(PY) -m pytest -q -m alone $(PYTEST_ARGS) $(ALONE)
 
 # The inner loop: every test not marked slow. A test is marked slow where it loads a packaged LM, starts a
 # server, kernel, pipeline or browser, or takes a second or more with its fixtures (`--durations` shows it).
