@@ -92,7 +92,10 @@ class ScriptLauncher:
                "stderr": str(err)}
         self.process.stdin.write(json.dumps(job) + "\n")
         self.process.stdin.flush()
-        pid = json.loads(self.process.stdout.readline())["pid"]
+        started = self.process.stdout.readline()
+        if not started:
+            raise RuntimeError(f"the script launcher is gone (exit code {self.process.poll()}); {script} did not start")
+        pid = json.loads(started)["pid"]
         timer = threading.Timer(timeout, lambda: _kill_group(pid))
         timer.start()
         try:
