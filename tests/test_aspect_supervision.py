@@ -344,21 +344,28 @@ def test_calibrated_heads_follow_each_aspect_more_on_both_generators():
             assert per_paper_spearman(floor[a], frame[a]) > per_paper_spearman(floor[a], frame[NUISANCE]), (style, a)
 
 
+def frozen_run(folder, corpus: Corpus, names, train: int = 20):
+    """(a run directory whose unified model is untrained frozen MiniLM heads, the model loaded): the corpus's first
+    `train` papers are stage 02's training split, the rest its validation split."""
+    from workbench.embed.checkpoints import load_model
+    from workbench.embed.heads import PooledAspectModel
+
+    run = RunDir(folder)
+    run.write_split(corpus.ids[:train], corpus.ids[train:])
+    PooledAspectModel("minilm", names, hidden=384, pool=True).save_pretrained(
+        run.unified_model, extra={"stage": "distill", "mode": "frozen"})
+    return run, load_model(run.unified_model, run_dir=run)
+
+
 @pytest.fixture(scope="module")
 def guarded_run(tmp_path_factory):
     """A run whose unified model has one head that follows the wrong aspect (method reads disease sentences)."""
-    from workbench.embed.checkpoints import load_model
     from workbench.embed.floor import floor_bias, floor_state
-    from workbench.embed.heads import PooledAspectModel
 
     frame = synthetic_frame(n_train=0, n_val=0, n_test=70, seed=0)
     corpus = Corpus(frame.drop(columns=[c for c in frame if c.startswith(("summary_", "highlights_"))
                                         or c == "sentences"]))
-    run = RunDir(tmp_path_factory.mktemp("guard"))
-    run.write_split(corpus.ids[:30], corpus.ids[30:])
-    PooledAspectModel("minilm", ASPECTS, hidden=384, pool=True).save_pretrained(
-        run.unified_model, extra={"stage": "distill", "mode": "frozen"})
-    model = load_model(run.unified_model, run_dir=run)
+    run, model = frozen_run(tmp_path_factory.mktemp("guard"), corpus, ASPECTS, train=30)
     aspects = load_aspects(ASPECT_FILE)
     protos = aspectfile.aspect_prototypes(aspects, ASPECTS, model.cache.vectors)
     feats = model.features(corpus.subset(ids=corpus.ids[30:]).texts())
@@ -436,7 +443,6 @@ def test_swapped_descriptions_are_caught_by_label_columns_and_the_base_is_kept(t
     from workbench.embed.checkpoints import load_model
     from workbench.embed.floor import floor_bias, floor_state
     from workbench.embed.guard import check_heads, load_guard
-    from workbench.embed.heads import PooledAspectModel
 
     corpus = user_corpus(seed=4, n=60)
     corpus = Corpus(corpus.docs.assign(**{f"label_{a}": corpus.docs[a] for a in ASPECTS}))
@@ -447,11 +453,7 @@ def test_swapped_descriptions_are_caught_by_label_columns_and_the_base_is_kept(t
                                                         **{f: getattr(right["method"], f) for f in fields}}),
                "method": right["method"].__class__(**{**right["method"].__dict__,
                                                       **{f: getattr(right["disease"], f) for f in fields}})}
-    run = RunDir(tmp_path)
-    run.write_split(corpus.ids[:20], corpus.ids[20:])
-    PooledAspectModel("minilm", ASPECTS, hidden=384, pool=True).save_pretrained(
-        run.unified_model, extra={"stage": "distill", "mode": "frozen"})
-    model = load_model(run.unified_model, run_dir=run)
+    run, model = frozen_run(tmp_path, corpus, ASPECTS)
     protos = aspectfile.aspect_prototypes(swapped, ASPECTS, model.cache.vectors)
     feats = model.features(corpus.subset(ids=corpus.ids[20:]).texts())
     for j, a in enumerate(ASPECTS):  # what supervision from the swapped file teaches: its own zero-shot head
@@ -498,20 +500,14 @@ def test_on_generator_c_the_probe_speaks_of_selectivity_and_the_labels_decide_ev
     column by more than the margin, by labels the test scores itself."""
     import generator_c as gc
 
-    from workbench.embed.checkpoints import load_model
     from workbench.embed.floor import fit_floor
     from workbench.embed.guard import LABEL_MARGIN, check_heads
-    from workbench.embed.heads import PooledAspectModel
 
     frame = gc.generator_c_frame(60, 2)
     names = list(gc.ASPECTS)
     corpus = Corpus(frame[["doc_id", "title", "abstract"]])
     medicine = load_aspects("medicine")
-    run = RunDir(tmp_path / "plain")
-    run.write_split(corpus.ids[:20], corpus.ids[20:])
-    PooledAspectModel("minilm", names, hidden=384, pool=True).save_pretrained(
-        run.unified_model, extra={"stage": "distill", "mode": "frozen"})
-    model = load_model(run.unified_model, run_dir=run)
+    run, model = frozen_run(tmp_path / "plain", corpus, names)
     floor = fit_floor(model.features(corpus.texts()), aspectfile.aspect_prototypes(medicine, names, model.cache.vectors),
                       model.cache.word_vectors)
     for a in names:  # the head supervision from the preset alone would give
@@ -584,15 +580,10 @@ def test_on_real_text_what_the_check_keeps_is_never_below_the_encoder_by_the_hum
     from workbench.embed.checkpoints import load_model
     from workbench.embed.floor import fit_floor
     from workbench.embed.guard import INDEPENDENT_MARKS, check_heads
-    from workbench.embed.heads import PooledAspectModel
 
     corpus, acl = real_corpus(family, 80), load_aspects("acl")
     names = list(acl.names)
-    run = RunDir(tmp_path / "marked")
-    run.write_split(corpus.ids[:20], corpus.ids[20:])
-    PooledAspectModel("minilm", names, hidden=384, pool=True).save_pretrained(
-        run.unified_model, extra={"stage": "distill", "mode": "frozen"})
-    model = load_model(run.unified_model, run_dir=run)
+    run, model = frozen_run(tmp_path / "marked", corpus, names)
     floor = fit_floor(model.features(corpus.texts()), aspectfile.aspect_prototypes(acl, names, model.cache.vectors),
                       model.cache.word_vectors)
     for a in names:
