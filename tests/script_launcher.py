@@ -32,13 +32,13 @@ for line in sys.stdin:
     if pid == 0:
         code = 1
         try:
+            os.setsid()  # first: its own process group, so that a timeout kills the script and whatever it started
             out = os.open(job["stdout"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
             err = os.open(job["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
             os.dup2(os.open(os.devnull, os.O_RDONLY), 0)  # the launcher's stdin carries the jobs
             sys.stdin = open(0, closefd=False)
             os.dup2(out, 1)
             os.dup2(err, 2)
-            os.setsid()  # its own process group: a timeout kills the script and whatever it started
             os.chdir(job["cwd"])
             os.environ.clear()
             os.environ.update(job["env"])
