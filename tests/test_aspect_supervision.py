@@ -59,12 +59,15 @@ def user_corpus(seed: int, n: int) -> Corpus:
                                       or c == "sentences"]))
 
 
+def row_spearman(sim: np.ndarray, truth: np.ndarray) -> float:
+    """Mean over papers of the Spearman x100 between a paper's similarities and the truth's, itself left out."""
+    keep = ~np.eye(len(sim), dtype=bool)
+    return 100 * float(np.mean([spearmanr(sim[i][keep[i]], truth[i][keep[i]]).statistic for i in range(len(sim))]))
+
+
 def per_paper_spearman(emb: np.ndarray, values) -> float:
     values = np.asarray(values, dtype=object)
-    sim = emb @ emb.T
-    same = (values[:, None] == values[None, :]).astype(float)
-    keep = ~np.eye(len(values), dtype=bool)
-    return 100 * float(np.mean([spearmanr(sim[i][keep[i]], same[i][keep[i]]).statistic for i in range(len(values))]))
+    return row_spearman(emb @ emb.T, (values[:, None] == values[None, :]).astype(float))
 
 
 def test_the_aspect_file_names_no_value_of_the_generator():
@@ -549,8 +552,7 @@ def truth_spearman(emb: np.ndarray, truth: np.ndarray, has: np.ndarray) -> float
     """Mean per-paper Spearman x100 of the cosine similarities against the truth's, over the papers that have it."""
     idx = np.flatnonzero(has)
     emb = emb[idx] / np.linalg.norm(emb[idx], axis=1, keepdims=True)
-    sim, t, keep = emb @ emb.T, truth[np.ix_(idx, idx)], ~np.eye(len(idx), dtype=bool)
-    return 100 * float(np.mean([spearmanr(sim[i][keep[i]], t[i][keep[i]]).statistic for i in range(len(idx))]))
+    return row_spearman(emb @ emb.T, truth[np.ix_(idx, idx)])
 
 
 def real_corpus(family: str, n: int) -> Corpus:
