@@ -240,6 +240,39 @@ def test_unified_heads_learn_where_each_aspect_is_stated(tmp_path):
     assert all(v.shape == (2, 48) and np.all(np.isfinite(v)) for v in out.values())
 
 
+def test_the_refit_never_learns_the_validation_papers_sentence_labels(tmp_path):
+    """Stage 03's check swaps the validation papers' marked sentences: the refit heads must not have learnt them.
+    Scrambling those papers' labels leaves the saved heads as they were; scrambling a training paper's does not."""
+    from workbench.embed.distill import DistillConfig
+    from workbench.embed.head_training import sentence_supervision, train_unified_heads
+
+    corpus = _toy_corpus()
+    cache = FeatureCache(None, BagOfWords())
+    docs = corpus.docs
+    targets = {a: {d: cache.vectors([s])[0] for d, s in zip(docs["doc_id"], docs[f"summary_{a}"])}
+               for a in ("disease", "method")}
+    train = list(docs.loc[docs["split"] == "train", "doc_id"])
+    val = list(docs.loc[docs["split"] == "validation", "doc_id"])
+    labels = sentence_supervision(corpus, ["disease", "method"])
+
+    def heads(labelled, name):
+        config = DistillConfig(mode="frozen", head_steps=30, eval_every=10, patience=20)
+        result = train_unified_heads(corpus, targets, (train, val), tmp_path / name, config, cache,
+                                     sentence_labels=labelled, progress=False)
+        assert result.best_step > 0  # the refit ran
+        return result.load(device="cpu").state_dict()
+
+    def scrambled(ids):  # every marked sentence of these papers moved to the next sentence
+        return {a: {d: (list(np.roll(lab, 1)) if d in ids else lab) for d, lab in per.items()}
+                for a, per in labels.items()}
+
+    plain = heads(labels, "plain")
+    same = heads(scrambled(set(val)), "validation")
+    other = heads(scrambled(set(train[:8])), "train")
+    assert all(torch.equal(plain[k], same[k]) for k in plain)
+    assert any(not torch.equal(plain[k], other[k]) for k in plain)
+
+
 def test_targets_alone_teach_the_heads_through_distant_labels(tmp_path):
     """No sentence labels at all (a user's corpus with LLM summaries only): the targets still teach the heads."""
     from workbench.embed.distill import DistillConfig

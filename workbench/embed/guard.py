@@ -33,7 +33,9 @@ Evidence the floor did not use, or none. Where the swapped sentences come from t
 chosen by the same descriptions that built the floor: a floor wrong about which sentences state an aspect
 passes that probe all the same. Such a verdict is *unverified* (`"verified": false`): the decision stands,
 said as what it is, with what to add to verify it. Human highlights, stage 01's LLM sentence labels and the
-user's `label_<aspect>` columns are evidence of their own: their verdicts are verified.
+user's `label_<aspect>` columns are evidence of their own: their verdicts are verified. They stay so because no
+head learnt them on the papers checked: those are the validation papers, whose sentence labels stage 03's refit
+leaves out (`head_training.train_unified_heads`), and papers no stage trained on.
 
 What selectivity can say. It says where a vector reads (a head pooling the marked sentences moves for them
 and little else; the whole abstract moves for every swap), not whether it ranks papers by the aspect better

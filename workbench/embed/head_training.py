@@ -30,7 +30,8 @@ among the validation documents ("agreement", the number stage 06 computes agains
 ground truth), plus the retrieval rank of each document's own target. The checkpoint
 of each head with its best agreement is kept (heads share no parameter, so each aspect
 stops where its own validation peaks), then retrained on train + validation for that
-many steps (`head_refit`).
+many steps (`head_refit`), the validation documents' sentence labels left out: stage 03's check swaps
+those sentences, so they must not have taught the heads it checks.
 """
 
 from __future__ import annotations
@@ -331,9 +332,11 @@ def train_unified_heads(corpus, targets: Mapping[str, Mapping[str, np.ndarray]],
         model.heads[a].load_state_dict(kept[a][1])
     refit = bool(config.head_refit and best_step > 0)
     if refit:
-        # The step counts are chosen; now every labelled document teaches the final heads, the
-        # validation documents included (on small corpora they are a third of the data).
-        data_all = _supervision(train + val, features, targets, sentence_labels, aspects, dim)
+        # The step counts are chosen; now every document with a target teaches the final heads, the
+        # validation documents included (on small corpora they are a third of the data). Their sentence
+        # labels do not: stage 03's check swaps exactly those sentences (`guard.check_heads`), and a head
+        # trained on them would pass a check that grades its own evidence.
+        data_all = _supervision(train + val, features, targets, _only(sentence_labels, train), aspects, dim)
         model = _refit_heads(cache, aspects, config, data_all, best_steps)
     out_dir = Path(out_dir)
     model.save_pretrained(out_dir, extra=strict({
@@ -417,6 +420,12 @@ def _train_heads(model, data: dict, val_data: tuple, baseline: dict, config, pro
                 window = []
     close_bar(bar)
     return kept, history, stopper
+
+
+def _only(sentence_labels: Mapping[str, Mapping[str, Sequence[float]]], doc_ids: Sequence[str]) -> dict:
+    """The sentence labels of `doc_ids` alone, per aspect."""
+    keep = set(doc_ids)
+    return {a: {d: lab for d, lab in labels.items() if d in keep} for a, labels in sentence_labels.items()}
 
 
 def _refit_heads(cache: FeatureCache, aspects, config, data_all: dict, best_steps: dict):
