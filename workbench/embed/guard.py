@@ -21,7 +21,7 @@ config, and stage 03 and 06 say it in words.
 Where the sentences come from the aspect file itself, the floor is measured on its own
 choice of sentences and has the advantage; the factor of 2 leaves a trained head its place
 unless the floor reads the aspect far more selectively. On ACLSum (human highlights) every head is
-kept: 1.73, 5.26 and 2.75 against the floor's 0.75, 3.13 and 1.68.
+kept: 1.59, 4.53 and 2.24 against the floor's 1.27, 3.38 and 2.16 and the base's 0.65, 2.32 and 0.56.
 
 The sentences that state each aspect come from the corpus's human highlights or stage 01's
 LLM sentence labels where there are some (`health.corpus_sentence_aspects`), else from the
