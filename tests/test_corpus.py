@@ -72,6 +72,33 @@ def test_csv_empty_and_na_cells(tmp_path):
     assert issue(report, "missing_title")["row"].tolist() == [4]
 
 
+def test_a_spreadsheets_marked_sentences_become_sentence_marks(tmp_path):
+    """A `highlights_<aspect>` cell of a CSV holds the sentences that state the aspect, copied from the abstract (or
+    a JSON list of them): they mark the same sentences as the list a JSON-lines export carries. A blank cell marks
+    nothing and is not "marked none"."""
+    from workbench.embed.head_training import human_sentence_labels
+    from workbench.measures.health import corpus_sentence_aspects
+
+    abstract = "Parsing is hard. We propose a parser, e.g. a fast one. It wins by 3.5 points."
+    path = write(tmp_path, "p.csv",
+                 "id,abstract,highlights_approach,highlights_outcome\n"
+                 f'a,"{abstract}","We propose a parser, e.g. a fast one.","[""It wins by 3.5 points.""]"\n'
+                 f'b,"{abstract}",,"Parsing is hard. It wins by 3.5 points."\n')
+    corpus = load_corpus(path)
+    assert corpus.docs["highlights_approach"].tolist() == [["We propose a parser, e.g. a fast one."], None]
+    assert corpus.docs["highlights_outcome"].tolist() == [["It wins by 3.5 points."],
+                                                         ["Parsing is hard.", "It wins by 3.5 points."]]
+    listed = Corpus(pd.DataFrame({"doc_id": ["a"], "title": [""], "abstract": [abstract],
+                                  "highlights_approach": [["We propose a parser, e.g. a fast one."]],
+                                  "highlights_outcome": [["It wins by 3.5 points."]]}))
+    names = ["approach", "outcome"]
+    assert corpus_sentence_aspects(corpus, names)[0] == corpus_sentence_aspects(listed, names)[0] == \
+        {"approach": [0, 1, 0], "outcome": [0, 0, 1]}
+    assert corpus_sentence_aspects(corpus, names)[1] == {"outcome": [1, 0, 1]}
+    labels = human_sentence_labels(corpus, names)
+    assert set(labels["approach"]) == {"a"} and labels["outcome"]["b"] == [1, 0, 1]
+
+
 def test_tsv(tmp_path):
     path = write(tmp_path, "p.tsv", "paper_id\tTitle\tAbstract\tYear\nP1\tT1\tA one.\t2001\nP2\tT2\tA two.\t\n")
     corpus = load_corpus(path)

@@ -3,13 +3,15 @@
 A reader hands over what it found in the file (`Raw`); `standardise` picks the source column
 of each standard column (by the names exports use, or the one the user named), derives ids
 from the text where the file has none (`content_ids`), reads years and labels, and keeps
-every other column as metadata. What it finds wrong (a year that is not a year) becomes an
+every other column as metadata, a `highlights_<aspect>` column as lists of sentences (`to_sentences`: a
+spreadsheet holds the marked sentences as text in one cell). What it finds wrong (a year that is not a year) becomes an
 issue row, as the readers' findings do.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import unicodedata
 from collections.abc import Iterable, Sequence
@@ -19,6 +21,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from .sentences import split_sentences
 from .validation import CorpusError, is_missing, make_issue, option_hint, short
 
 # Candidate column names, compared after `_norm` (lower case, letters and digits only), in
@@ -132,6 +135,8 @@ def standardise(raw: Raw, label: str, *, id_column, title_column, abstract_colum
     if year_src is not None and "date" not in _norm(year_src):
         used.add(year_src)  # a date says more than its year, so it stays
     rest = frame[[c for c in columns if c not in used]].reset_index(drop=True)
+    for column in [c for c in rest.columns if str(c).startswith("highlights_")]:
+        rest[column] = pd.Series([to_sentences(v) for v in rest[column]], dtype=object)
     # A leftover column that happens to carry a standard name must not be overwritten.
     rest = rest.rename(columns={c: f"{c}_original" for c in rest.columns if c in _STANDARD})
     return pd.concat([pd.DataFrame(standard), rest], axis=1), issues, notes
@@ -227,6 +232,28 @@ def _years(values: Iterable[Any], where: list[str], column: Any) -> tuple[list[A
             year = None
         years.append(pd.NA if year is None else year)
     return years, issues
+
+
+def to_sentences(value: Any) -> list[str] | None:
+    """A `highlights_<aspect>` cell as the list of sentences it marks; None where nothing was marked.
+
+    A list stays a list (JSON lines, Parquet, ACLSum). A spreadsheet cell holds the sentences that state the aspect,
+    copied from the abstract one after the other, or a JSON list of them; both become a list. An empty cell is
+    "not marked", not "marked none": a blank cell cannot say that someone read the abstract and found nothing.
+    """
+    if isinstance(value, (list, tuple, np.ndarray)):
+        return [str(v) for v in value if not is_missing(v)]
+    if is_missing(value) or not str(value).strip():
+        return None
+    text = str(value).strip()
+    if text.startswith("["):
+        try:
+            parsed = json.loads(text)
+        except ValueError:
+            parsed = None
+        if isinstance(parsed, list):
+            return [str(v) for v in parsed if not is_missing(v)]
+    return split_sentences(text)
 
 
 def _to_labels(value: Any) -> list[str]:

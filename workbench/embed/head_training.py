@@ -336,7 +336,9 @@ def train_unified_heads(corpus, targets: Mapping[str, Mapping[str, np.ndarray]],
         # validation documents included (on small corpora they are a third of the data). Their sentence
         # labels do not: stage 03's check swaps exactly those sentences (`guard.check_heads`), and a head
         # trained on them would pass a check that grades its own evidence.
-        data_all = _supervision(train + val, features, targets, _only(sentence_labels, train), aspects, dim)
+        held = set(val)
+        labels = {a: {d: lab for d, lab in per.items() if d not in held} for a, per in sentence_labels.items()}
+        data_all = _supervision(train + val, features, targets, labels, aspects, dim)
         model = _refit_heads(cache, aspects, config, data_all, best_steps)
     out_dir = Path(out_dir)
     model.save_pretrained(out_dir, extra=strict({
@@ -420,12 +422,6 @@ def _train_heads(model, data: dict, val_data: tuple, baseline: dict, config, pro
                 window = []
     close_bar(bar)
     return kept, history, stopper
-
-
-def _only(sentence_labels: Mapping[str, Mapping[str, Sequence[float]]], doc_ids: Sequence[str]) -> dict:
-    """The sentence labels of `doc_ids` alone, per aspect."""
-    keep = set(doc_ids)
-    return {a: {d: lab for d, lab in labels.items() if d in keep} for a, labels in sentence_labels.items()}
 
 
 def _refit_heads(cache: FeatureCache, aspects, config, data_all: dict, best_steps: dict):
