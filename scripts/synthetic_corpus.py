@@ -27,7 +27,8 @@ them; both leave out the test split by themselves.
 
     python scripts/synthetic_corpus.py data/synthetic.jsonl [--train 120 --val 40 --test 60 --seed 0]
 
-A CSV file stores the list columns (highlights_*, sentences) as JSON strings; JSONL keeps them lists.
+A CSV file stores the list columns (highlights_*, sentences) as JSON strings; `load_corpus` reads a highlights_* cell back
+as its list (a `sentences` cell stays text). JSONL keeps them lists.
 """
 
 from __future__ import annotations
