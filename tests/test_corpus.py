@@ -83,11 +83,16 @@ def test_a_spreadsheets_marked_sentences_become_sentence_marks(tmp_path):
     path = write(tmp_path, "p.csv",
                  "id,abstract,highlights_approach,highlights_outcome\n"
                  f'a,"{abstract}","We propose a parser, e.g. a fast one.","[""It wins by 3.5 points.""]"\n'
-                 f'b,"{abstract}",,"Parsing is hard. It wins by 3.5 points."\n')
+                 f'b,"{abstract}",,"Parsing is hard. It wins by 3.5 points."\n'
+                 f'c,"{abstract}",A parser is proposed.,\n')
     corpus = load_corpus(path)
-    assert corpus.docs["highlights_approach"].tolist() == [["We propose a parser, e.g. a fast one."], None]
+    assert corpus.docs["highlights_approach"].tolist() == [["We propose a parser, e.g. a fast one."], None, None]
     assert corpus.docs["highlights_outcome"].tolist() == [["It wins by 3.5 points."],
-                                                         ["Parsing is hard.", "It wins by 3.5 points."]]
+                                                         ["Parsing is hard.", "It wins by 3.5 points."], None]
+    # A paraphrase marks no sentence: not marked (rather than "marked none"), and the user is told where.
+    warned = issue(corpus.validate(), "unmatched_highlights")
+    assert warned[["row", "doc_id", "field"]].values.tolist() == [[2, "c", "highlights_approach"]]
+    assert "line 4" in warned["detail"].iloc[0] and "copy the sentences" in warned["detail"].iloc[0]
     listed = Corpus(pd.DataFrame({"doc_id": ["a"], "title": [""], "abstract": [abstract],
                                   "highlights_approach": [["We propose a parser, e.g. a fast one."]],
                                   "highlights_outcome": [["It wins by 3.5 points."]]}))

@@ -242,7 +242,8 @@ def test_unified_heads_learn_where_each_aspect_is_stated(tmp_path):
 
 def test_the_refit_never_learns_the_validation_papers_sentence_labels(tmp_path):
     """Stage 03's check swaps the validation papers' marked sentences: the refit heads must not have learnt them.
-    Scrambling those papers' labels leaves the saved heads as they were; scrambling a training paper's does not."""
+    Scrambling those papers' labels leaves the saved heads as they were; scrambling a training paper's does not.
+    (Nor do distant labels stand in for the withheld ones: a validation paper teaches through its target alone.)"""
     from workbench.embed.distill import DistillConfig
     from workbench.embed.head_training import sentence_supervision, train_unified_heads
 
@@ -267,6 +268,9 @@ def test_the_refit_never_learns_the_validation_papers_sentence_labels(tmp_path):
                 for a, per in labels.items()}
 
     plain = heads(labels, "plain")
+    record = json.loads((tmp_path / "plain" / "distill_config.json").read_text())
+    refit = record["refit_docs_per_aspect"]["disease"]
+    assert refit == {"with target": len(train) + len(val), "labelled docs": len(train), "distant-labelled docs": 0}
     same = heads(scrambled(set(val)), "validation")
     other = heads(scrambled(set(train[:8])), "train")
     assert all(torch.equal(plain[k], same[k]) for k in plain)

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .sentences import split_sentences
+from .sentences import match_highlights, split_sentences
 from .validation import CorpusError, is_missing, make_issue, option_hint, short
 
 # Candidate column names, compared after `_norm` (lower case, letters and digits only), in
@@ -136,7 +136,8 @@ def standardise(raw: Raw, label: str, *, id_column, title_column, abstract_colum
         used.add(year_src)  # a date says more than its year, so it stays
     rest = frame[[c for c in columns if c not in used]].reset_index(drop=True)
     for column in [c for c in rest.columns if str(c).startswith("highlights_")]:
-        rest[column] = pd.Series([to_sentences(v) for v in rest[column]], dtype=object)
+        rest[column], found = _highlights(rest[column], abstracts, ids, raw.where, column)
+        issues += found
     # A leftover column that happens to carry a standard name must not be overwritten.
     rest = rest.rename(columns={c: f"{c}_original" for c in rest.columns if c in _STANDARD})
     return pd.concat([pd.DataFrame(standard), rest], axis=1), issues, notes
@@ -232,6 +233,27 @@ def _years(values: Iterable[Any], where: list[str], column: Any) -> tuple[list[A
             year = None
         years.append(pd.NA if year is None else year)
     return years, issues
+
+
+def _highlights(values: pd.Series, abstracts: list, ids: list[str], where: list[str],
+                column: str) -> tuple[pd.Series, list[dict]]:
+    """A `highlights_<aspect>` column as lists of sentences, and an unmatched_highlights warning per cell of text
+    that marks no sentence of its abstract: that cell is read as not marked, not as "marked none", since a
+    paraphrase in a spreadsheet would otherwise tell stage 03 that the paper states nothing of the aspect."""
+    cells, issues = [], []
+    for row, value in enumerate(values):
+        marked = to_sentences(value)
+        text = abstracts[row]
+        if marked and isinstance(value, str) and isinstance(text, str) and \
+                not any(match_highlights(split_sentences(text), marked)):
+            at = f"{where[row]}: " if where else ""
+            issues.append(make_issue(row, column, "warning", "unmatched_highlights",
+                                     f"{at}{column} {short(value)} is no sentence of the abstract, so the paper counts "
+                                     "as not marked; copy the sentences that state the aspect as the abstract has "
+                                     "them", doc_id=ids[row]))
+            marked = None
+        cells.append(marked)
+    return pd.Series(cells, dtype=object, index=values.index), issues
 
 
 def to_sentences(value: Any) -> list[str] | None:

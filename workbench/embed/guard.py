@@ -21,7 +21,7 @@ config, and stage 03 and 06 say it in words.
 Where the sentences come from the aspect file itself, the floor is measured on its own
 choice of sentences and has the advantage; the factor of 2 leaves a trained head its place
 unless the floor reads the aspect far more selectively. On ACLSum (human highlights) every head is
-kept: 1.59, 4.53 and 2.24 against the floor's 1.27, 3.38 and 2.16 and the base's 0.65, 2.32 and 0.56.
+kept: 1.67, 4.77 and 2.45 against the floor's 1.27, 3.38 and 2.16 and the base's 0.65, 2.32 and 0.56.
 
 The sentences that state each aspect come from the corpus's human highlights or stage 01's
 LLM sentence labels where there are some (`health.corpus_sentence_aspects`), else from the
@@ -34,8 +34,8 @@ chosen by the same descriptions that built the floor: a floor wrong about which 
 passes that probe all the same. Such a verdict is *unverified* (`"verified": false`): the decision stands,
 said as what it is, with what to add to verify it. Human highlights, stage 01's LLM sentence labels and the
 user's `label_<aspect>` columns are evidence of their own: their verdicts are verified. They stay so because no
-head learnt them on the papers checked: those are the validation papers, whose sentence labels stage 03's refit
-leaves out (`head_training.train_unified_heads`), and papers no stage trained on.
+head learnt them on the papers checked: those are the validation papers, which teach stage 03's refit through
+their targets alone, with no sentence label (`head_training.train_unified_heads`), and papers no stage trained on.
 
 What selectivity can say. It says where a vector reads (a head pooling the marked sentences moves for them
 and little else; the whole abstract moves for every swap), not whether it ranks papers by the aspect better

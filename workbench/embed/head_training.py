@@ -30,8 +30,8 @@ among the validation documents ("agreement", the number stage 06 computes agains
 ground truth), plus the retrieval rank of each document's own target. The checkpoint
 of each head with its best agreement is kept (heads share no parameter, so each aspect
 stops where its own validation peaks), then retrained on train + validation for that
-many steps (`head_refit`), the validation documents' sentence labels left out: stage 03's check swaps
-those sentences, so they must not have taught the heads it checks.
+many steps (`head_refit`), the validation documents teaching through their targets alone, with no sentence
+label: stage 03's check swaps their marked sentences, so those must not have taught the heads it checks.
 """
 
 from __future__ import annotations
@@ -330,16 +330,15 @@ def train_unified_heads(corpus, targets: Mapping[str, Mapping[str, np.ndarray]],
     best_step = max(best_steps.values())
     for a in aspects:
         model.heads[a].load_state_dict(kept[a][1])
-    refit = bool(config.head_refit and best_step > 0)
+    refit, refit_counts = bool(config.head_refit and best_step > 0), None
     if refit:
         # The step counts are chosen; now every document with a target teaches the final heads, the
-        # validation documents included (on small corpora they are a third of the data). Their sentence
-        # labels do not: stage 03's check swaps exactly those sentences (`guard.check_heads`), and a head
-        # trained on them would pass a check that grades its own evidence.
-        held = set(val)
-        labels = {a: {d: lab for d, lab in per.items() if d not in held} for a, per in sentence_labels.items()}
-        data_all = _supervision(train + val, features, targets, labels, aspects, dim)
-        model = _refit_heads(cache, aspects, config, data_all, best_steps)
+        # validation documents included (on small corpora they are a third of the data). Not which of their
+        # sentences state an aspect: stage 03's check swaps exactly those sentences (`guard.check_heads`), and
+        # a head trained on them, or on distant labels from targets built of the very sentences (highlights
+        # are views), would pass a check that grades its own evidence.
+        data_all = _supervision(train + val, features, targets, sentence_labels, aspects, dim, unmarked=set(val))
+        model, refit_counts = _refit_heads(cache, aspects, config, data_all, best_steps), data_all["counts"]
     out_dir = Path(out_dir)
     model.save_pretrained(out_dir, extra=strict({
         "stage": "distill", "mode": "frozen", "step": best_step, "refit_on_train_and_validation": refit,
@@ -347,7 +346,8 @@ def train_unified_heads(corpus, targets: Mapping[str, Mapping[str, np.ndarray]],
         "val_mrr": best["mrr"], "distill_config": config.to_dict()}))
     seconds = time.perf_counter() - t0
     meta = {"n_train": len(train), "n_val": len(val), "aspects": aspects, "dim": dim, "docs_per_aspect": data["counts"],
-            "refit_on_train_and_validation": refit, "best_step_per_aspect": best_steps,
+            "refit_on_train_and_validation": refit, "refit_docs_per_aspect": refit_counts,
+            "best_step_per_aspect": best_steps,
             "base_model": cache.backbone.name, "corpus": getattr(corpus, "name", ""),
             "corpus_fingerprint": corpus.fingerprint() if hasattr(corpus, "fingerprint") else None}
     write_json(out_dir / "history.json", history, indent=1)
@@ -476,8 +476,9 @@ def _new_unified(cache: FeatureCache, aspects, config) -> PooledAspectModel:
 
 
 def _supervision(doc_ids: Sequence[str], features: DocumentFeatures, targets, sentence_labels, aspects,
-                 dim: int) -> dict:
-    """The training tensors of the given documents (features in the same order): inputs, labels, targets."""
+                 dim: int, unmarked: set = frozenset()) -> dict:
+    """The training tensors of the given documents (features in the same order): inputs, labels, targets.
+    Documents in `unmarked` teach through their targets only, with no sentence label, given or distant."""
     whole, sents, mask, pos = features.padded()
     m = sents.shape[1]
     dense, present = stack_targets(targets, doc_ids, dim)
@@ -485,10 +486,10 @@ def _supervision(doc_ids: Sequence[str], features: DocumentFeatures, targets, se
             "labels": {}, "distant": {}, "target": {}, "has_target": {}}
     for a in aspects:
         # Given labels where they exist and cover this split of the abstract, else distant ones.
-        given = [_matching(sentence_labels.get(a, {}).get(d), len(s))
+        given = [None if d in unmarked else _matching(sentence_labels.get(a, {}).get(d), len(s))
                  for d, s in zip(doc_ids, features.sentence_texts)]
         safe = np.where(present[a][:, None], dense[a], 0.0)
-        distant = [None if g is not None or not present[a][i] else lab
+        distant = [None if g is not None or not present[a][i] or doc_ids[i] in unmarked else lab
                    for i, (g, lab) in enumerate(zip(given, distant_labels(features, safe)))]
         data["labels"][a] = _label_matrix(given, m)
         data["distant"][a] = _label_matrix(distant, m)
