@@ -108,6 +108,11 @@ def test_the_check_reads_validation_papers_then_papers_no_stage_trained_on():
     assert check_papers(corpus, train, val, seed=3, n=8) == ids and check_papers(corpus, train, val, seed=4, n=8) != ids
     assert check_papers(corpus, train, val, n=100)[2:] == [f"p{i}" for i in range(11, 30) if i != 12]  # all there are
     assert check_papers(corpus, train, val, n=2) == ["p12", "p10"]
+    # Papers the user marked sentences of come first among those no stage trained on (a blank cell marks nothing).
+    frame["highlights_method"] = [["Abstract number 27."] if i in (25, 27) else ([] if i == 14 else None)
+                                  for i in range(40)]
+    marked = check_papers(Corpus(frame), train, val, seed=3, n=5)
+    assert marked[:4] == ["p12", "p10", "p25", "p27"] and 10 < int(marked[4][1:]) < 30
 
 
 def test_pairs_are_two_different_views_of_one_document(tmp_path):

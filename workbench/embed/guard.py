@@ -155,10 +155,22 @@ def check_papers(corpus, train_ids: Sequence[str], val_ids: Sequence[str], seed:
     Stage 01 summarises a sample (150 abstracts by default), so on a large corpus the validation papers are
     some 20: 13 to 19 pairs to swap per aspect, and selectivities a few hundredths apart decide. Papers
     outside the sample need no summary to be swapped; stage 06 leaves them out of its own sample
-    (`report.evaluation_corpus`), since they chose the heads."""
+    (`report.evaluation_corpus`), since they chose the heads. Of those, the papers with sentences marked in a
+    `highlights_<aspect>` column come first: the user marked them so that a check could read them."""
     taken = {str(d) for d in train_ids} | {str(d) for d in val_ids} | held_out_ids(corpus)
     ids = [str(d) for d in val_ids]
-    return ids + sample_in_order([d for d in map(str, corpus.ids) if d not in taken], n - len(ids), seed)
+    rest = [d for d in map(str, corpus.ids) if d not in taken]
+    marked = marked_ids(corpus)
+    first = sample_in_order([d for d in rest if d in marked], n - len(ids), seed)
+    return ids + first + sample_in_order([d for d in rest if d not in marked], n - len(ids) - len(first), seed)
+
+
+def marked_ids(corpus) -> set[str]:
+    """The papers with at least one sentence given in a `highlights_<aspect>` column."""
+    docs = corpus.docs
+    columns = [c for c in docs.columns if str(c).startswith("highlights_")]
+    return {str(d) for d, *cells in zip(docs["doc_id"], *(docs[c] for c in columns))
+            if any(isinstance(v, (list, tuple, np.ndarray)) and len(v) for v in cells)}
 
 
 def floor_papers(run, corpus, check_ids: Sequence[str], seed: int = 0, n: int = FLOOR_PAPERS) -> list[str]:
