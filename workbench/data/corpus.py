@@ -234,7 +234,8 @@ class Corpus:
         warning (with the original length) is among the loader's findings.
         The loader's findings (`load_issues`) come first for each row, e.g. the error
         malformed_row (a CSV row with the wrong number of fields) and the warnings
-        missing_er, truncated_record, missing_ty, repeated_tag (RIS) and unparseable_year.
+        missing_er, truncated_record, missing_ty, repeated_tag (RIS), unparseable_year and unmatched_highlights
+        (a `highlights_<aspect>` cell of text that is no sentence of its abstract).
         """
         found = pd.DataFrame(validate_docs(self.docs, max_chars), columns=ISSUE_COLUMNS)
         loaded = self.load_issues[self.load_issues["row"] < len(self)]  # docs replaced by hand

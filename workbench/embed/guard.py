@@ -295,7 +295,9 @@ def unverified(result: dict, aspect: str) -> dict:
     return {**result, "verified": False, "checked by": "the aspect file's own sentences",
             "verdict": (f"unverified: {result['verdict']}. The swapped sentences were chosen by the aspect file that "
                         f"also built its head, so this cannot confirm either; to verify, add a label_{aspect} column "
-                        "(your categories for some papers) or run stage 01 with an LLM that labels sentences")}
+                        f"(your categories for some papers), a highlights_{aspect} column (the sentences of some "
+                        "abstracts that state it, copied into the cell), or run stage 01 with an LLM that labels "
+                        "sentences")}
 
 
 def said_ratio(value: float) -> str:
