@@ -15,7 +15,7 @@ ratio, and whether the two runs wrote the same metrics.json (but for its "writte
 
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/runner.py [--docs 8] [--repeats 1] [--smoke]
 
---smoke (or WORKBENCH_BENCH_SMOKE=1): one round of 3 abstracts through stage 01 only: every line of the script
+--smoke (or WORKBENCH_BENCH_SMOKE=1): one round of 1 abstract through stage 01 only: every line of the script
 runs, but one stage cannot show what a shared kernel saves (tests/test_own_corpus.py runs all six stages
 in one). 8 abstracts and one round are the defaults: the quick settings are the smallest that run every cell,
 and stages 02 and 03 need two validation papers, which fewer than 8 abstracts do not leave (the six stages
@@ -76,7 +76,7 @@ def main(argv=None) -> None:
     parser.add_argument("--docs", type=int, default=8, help="abstracts in the own corpus (default 8)")
     parser.add_argument("--repeats", type=int, default=1, help="rounds of both ways, alternating the order")
     parser.add_argument("--stages", default=None, help="comma-separated stages to run (default: all six)")
-    add_smoke(parser, argv, docs=3, repeats=1, stages="01_generate")
+    add_smoke(parser, argv, docs=1, repeats=1, stages="01_generate")
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
