@@ -730,6 +730,25 @@ def test_llm_answers_must_find_their_abstract_and_not_copy_it(tmp_path, monkeypa
     assert table.loc["disease"].to_dict() == {"llm views": 3, "kept": 1, "generic": 1, "copy": 1}
 
 
+def test_human_views_alone_are_not_judged_and_nothing_is_encoded(tmp_path, monkeypatch):
+    """Grounding judges LLM answers only: with the corpus's human views alone (a launcher's run with no stage 01)
+    every view is kept as it is, and not one text of the corpus is encoded for a verdict nobody needs."""
+    from stand_ins import BagOfWords
+    from workbench.embed import grounding
+
+    from workbench.generate.views import collect_views
+
+    encoder = BagOfWords()
+    frame = synthetic_frame(n_train=12, n_val=4, n_test=4, seed=4)
+    corpus = Corpus(frame.drop(columns=["sentences"]))
+    monkeypatch.setattr(grounding, "FrozenBackbone", lambda name: encoder)
+    views = grounding.grounded_views(["disease"], tmp_path, corpus)
+    assert views["disease"].views == collect_views(["disease"], tmp_path, corpus)["disease"].views
+    assert len(views["disease"].views) == 16 and encoder.texts == 0
+    assert grounding.grounding_table(tmp_path).loc["disease"].to_dict() == \
+        {"llm views": 0, "kept": 0, "generic": 0, "copy": 0}
+
+
 def test_the_guard_table_shows_each_aspect_file_head_s_blend():
     from workbench.embed.guard import guard_table
 

@@ -39,15 +39,17 @@ def judge_views(views: dict[str, AspectViews], corpus, cache: FeatureCache) -> d
     """{aspect: {(doc_id, view index): "kept" | "generic" | "copy"}} for every LLM view of a corpus paper."""
     ids = [str(d) for d in corpus.ids]
     row = {d: i for i, d in enumerate(ids)}
+    llm = {aspect: [(d, k, text) for d, texts in v.views.items() if d in row
+                    for k, (text, source) in enumerate(zip(texts, v.sources[d])) if source == "llm"]
+           for aspect, v in views.items()}
+    verdicts = {aspect: {} for aspect in views}
+    if not any(llm.values()):  # human views only: nothing to judge, and no corpus to encode for it
+        return verdicts
     # Every abstract and sentence of the corpus: minutes on 5,000 abstracts, cached for stage 03 after it.
     docs = cache.documents(corpus.texts(), progress=True)
     abstracts = unit_rows(docs.whole)
     top = max(TOP_MIN, math.ceil(TOP_SHARE * len(ids)))
-    verdicts = {}
-    for aspect, v in views.items():
-        items = [(d, k, text) for d, texts in v.views.items() if d in row
-                 for k, (text, source) in enumerate(zip(texts, v.sources[d])) if source == "llm"]
-        verdicts[aspect] = {}
+    for aspect, items in llm.items():
         if not items:
             continue
         vectors = unit_rows(cache.vectors([t for _, _, t in items]))
