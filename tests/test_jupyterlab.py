@@ -121,21 +121,29 @@ def lab(tmp_path_factory):
             pytest.fail("chromium, chromium-driver and selenium are required in CI (scripts/setup.sh installs them)")
         pytest.skip("chromium, chromium-driver or selenium missing: run scripts/setup.sh as root")
     base = tmp_path_factory.mktemp("lab")
-    run = tiny_map_run(base / "run")
     root = base / "root"
     root.mkdir()
-    notebook(root / "pane.ipynb", _pane_cells(run))
-    notebook(root / "pane_notebook7.ipynb", _pane_cells(run))  # never opened by Lab: no stale widget outputs
-    notebook(root / "no_bokehjs.ipynb", _pane_cells(run, load_bokehjs=False))
     notebook(root / "pane_10k.ipynb", [PANE_10K, "pane"])
     notebook(root / "pane_real.ipynb", [PANE_REAL, "pane"])
-    _notebook_05(root / "05_visualize.ipynb", run, base / "reports")
     with JupyterLab(root, base / "home") as server:
         browser = Browser(base / "profile")
         try:
-            yield server, browser, run
+            yield server, browser, base
         finally:
             browser.close()
+
+
+@pytest.fixture(scope="module")
+def pane_lab(lab):
+    """The lab with a tiny run and the notebooks that read it, made only for the tests that open them (the timed
+    tests, run on their own after the rest, need neither)."""
+    server, browser, base = lab
+    run = tiny_map_run(base / "run")
+    notebook(server.root / "pane.ipynb", _pane_cells(run))
+    notebook(server.root / "pane_notebook7.ipynb", _pane_cells(run))  # never opened by Lab: no stale widget outputs
+    notebook(server.root / "no_bokehjs.ipynb", _pane_cells(run, load_bokehjs=False))
+    _notebook_05(server.root / "05_visualize.ipynb", run, base / "reports")
+    return server, browser, run
 
 
 def _has_selenium() -> bool:
@@ -260,14 +268,14 @@ def _no_sideways_scroll(browser: Browser) -> None:
     assert widths[0] <= widths[1] + 1, f"the notebook scrolls sideways: {widths}"
 
 
-def test_the_pane_draws_and_every_interaction_works_in_jupyterlab(lab):
-    server, browser, run = lab
+def test_the_pane_draws_and_every_interaction_works_in_jupyterlab(pane_lab):
+    server, browser, run = pane_lab
     _drive_the_pane(server, browser, "lab", "pane.ipynb", run)
 
 
-def test_the_pane_works_in_jupyter_notebook_7(lab, tmp_path):
+def test_the_pane_works_in_jupyter_notebook_7(pane_lab, tmp_path):
     """The same pane, the same gestures, in Jupyter Notebook 7 (its own server on the same notebooks)."""
-    server, browser, run = lab
+    server, browser, run = pane_lab
     browser.driver.get("about:blank")
     browser.drain_console()
     browser.console.clear()
@@ -474,9 +482,9 @@ def test_a_map_of_real_abstracts_moves_in_two_updates_and_answers_taps_in_time(l
     browser.command("kernelmenu:shutdown")
 
 
-def test_without_bokehjs_the_test_sees_jupyter_bokehs_error(lab):
+def test_without_bokehjs_the_test_sees_jupyter_bokehs_error(pane_lab):
     """The negative control: with the loader switched off the same page shows the error the issue saw."""
-    server, browser, _ = lab
+    server, browser, _ = pane_lab
     _run_notebook(server, browser, "no_bokehjs.ipynb")
     # ipywidgets' error view where the map should be, and the failed view in the console: what a user saw.
     browser.wait(lambda: browser.js("return !!document.querySelector('.jupyter-widgets-error-widget')"), 120,
@@ -489,8 +497,8 @@ def test_without_bokehjs_the_test_sees_jupyter_bokehs_error(lab):
     browser.command("kernelmenu:shutdown")
 
 
-def test_notebook_05_run_all_shows_the_map(lab):
-    server, browser, _ = lab
+def test_notebook_05_run_all_shows_the_map(pane_lab):
+    server, browser, _ = pane_lab
     _run_notebook(server, browser, "05_visualize.ipynb", timeout=600)
     errors = browser.js("return [...document.querySelectorAll('.jp-OutputArea-output[data-mime-type="
                         "\"application/vnd.jupyter.stderr\"]')].map(e => e.innerText).filter(t => /Error/.test(t))")
