@@ -201,16 +201,21 @@ def _toy_corpus(n: int = 48, seed: int = 0) -> Corpus:
     return Corpus(pd.DataFrame(rows), name="toy")
 
 
+def _toy_targets(corpus, cache):
+    """(each paper's summary vector as its target per aspect, the train ids, the validation ids) of a toy corpus."""
+    docs = corpus.docs
+    targets = {a: {d: cache.vectors([s])[0] for d, s in zip(docs["doc_id"], docs[f"summary_{a}"])}
+               for a in ("disease", "method")}
+    return (targets, list(docs.loc[docs["split"] == "train", "doc_id"]),
+            list(docs.loc[docs["split"] == "validation", "doc_id"]))
+
+
 def _train_toy(tmp_path, corpus, **overrides):
     from workbench.embed.distill import DistillConfig
     from workbench.embed.head_training import sentence_supervision, train_unified_heads
 
     cache = FeatureCache(tmp_path / "features", BagOfWords())
-    docs = corpus.docs
-    targets = {a: {d: cache.vectors([s])[0] for d, s in zip(docs["doc_id"], docs[f"summary_{a}"])}
-               for a in ("disease", "method")}
-    train = list(docs.loc[docs["split"] == "train", "doc_id"])
-    val = list(docs.loc[docs["split"] == "validation", "doc_id"])
+    targets, train, val = _toy_targets(corpus, cache)
     labels = sentence_supervision(corpus, ["disease", "method"])
     config = DistillConfig(mode="frozen", head_steps=60, eval_every=10, patience=20, **overrides)
     return train_unified_heads(corpus, targets, (train, val), RunDir(tmp_path).unified_model, config, cache,
@@ -249,11 +254,7 @@ def test_the_refit_never_learns_the_validation_papers_sentence_labels(tmp_path):
 
     corpus = _toy_corpus()
     cache = FeatureCache(None, BagOfWords())
-    docs = corpus.docs
-    targets = {a: {d: cache.vectors([s])[0] for d, s in zip(docs["doc_id"], docs[f"summary_{a}"])}
-               for a in ("disease", "method")}
-    train = list(docs.loc[docs["split"] == "train", "doc_id"])
-    val = list(docs.loc[docs["split"] == "validation", "doc_id"])
+    targets, train, val = _toy_targets(corpus, cache)
     labels = sentence_supervision(corpus, ["disease", "method"])
 
     def heads(labelled, name):
@@ -284,11 +285,7 @@ def test_targets_alone_teach_the_heads_through_distant_labels(tmp_path):
 
     corpus = _toy_corpus(seed=1)
     cache = FeatureCache(None, BagOfWords())
-    docs = corpus.docs
-    targets = {a: {d: cache.vectors([s])[0] for d, s in zip(docs["doc_id"], docs[f"summary_{a}"])}
-               for a in ("disease", "method")}
-    train = list(docs.loc[docs["split"] == "train", "doc_id"])
-    val = list(docs.loc[docs["split"] == "validation", "doc_id"])
+    targets, train, val = _toy_targets(corpus, cache)
     result = train_unified_heads(corpus, targets, (train, val), tmp_path / "u",
                                  DistillConfig(mode="frozen", head_steps=60, eval_every=10, patience=20), cache,
                                  progress=False)
