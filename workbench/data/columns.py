@@ -4,8 +4,8 @@ A reader hands over what it found in the file (`Raw`); `standardise` picks the s
 of each standard column (by the names exports use, or the one the user named), derives ids
 from the text where the file has none (`content_ids`), reads years and labels, and keeps
 every other column as metadata, a `highlights_<aspect>` column as lists of sentences (`to_sentences`: a
-spreadsheet holds the marked sentences as text in one cell). What it finds wrong (a year that is not a year) becomes an
-issue row, as the readers' findings do.
+spreadsheet holds the marked sentences as text in one cell). What it finds wrong (a year that is not a
+year, marked sentences that are not in the abstract) becomes an issue row, as the readers' findings do.
 """
 
 from __future__ import annotations
