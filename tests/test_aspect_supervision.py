@@ -541,6 +541,7 @@ def test_on_generator_c_the_probe_speaks_of_selectivity_and_the_labels_decide_ev
 def human_truth(cache, groups) -> tuple[np.ndarray, np.ndarray]:
     """(the cosine similarities of each paper's human-marked sentences pooled by MiniLM, which papers have any)."""
     pooled = np.zeros((len(groups), 384), np.float32)
+    cache.vectors([s for g in groups for s in g])  # the sentences not yet cached, encoded in one go
     for i, g in enumerate(groups):
         if g:
             v = cache.vectors(list(g)).mean(axis=0)

@@ -39,6 +39,31 @@ def test_summaries_are_stored_with_provenance_and_resume(tiny_corpus, smollm, sh
     assert (shares.sum(axis=1).round(6) == 1).all()
 
 
+def test_a_resumed_run_with_nothing_left_to_ask_never_loads_the_model(tiny_corpus, smollm, short_aspects, tmp_path,
+                                                                      monkeypatch):
+    """Rerunning stage 01 after a kill in a later stage finds every answer stored: the LM's weights (minutes
+    for an 8B model on a GPU) are not loaded. A request left to ask loads them once."""
+    import workbench.generate.llm as llm
+
+    aspects = short_aspects.subset(["challenge"])
+    sampling = Sampling(max_new_tokens=4, seed=0)
+    generate_summaries(tiny_corpus.subset(ids=["a"]), aspects, smollm, tmp_path, k=1, sampling=sampling,
+                       progress=False)
+    loads = []
+    monkeypatch.setattr(llm, "load_causal_lm", lambda *a, **k: loads.append(a) or (smollm.model, smollm.tokenizer))
+    fresh = llm.TransformersBackend("smollm2-135m-instruct", batch_size=8, device="cpu")
+    again = generate_summaries(tiny_corpus.subset(ids=["a"]), aspects, fresh, tmp_path, k=1, sampling=sampling,
+                               progress=False)
+    assert (again.written, again.skipped, loads) == (0, 1, [])
+    more = generate_summaries(tiny_corpus.subset(ids=["a", "b"]), aspects, fresh, tmp_path, k=1, sampling=sampling,
+                              progress=False)
+    assert (more.written, len(loads)) == (1, 1)
+    fresh.model, fresh.tokenizer  # noqa: B018 (loaded once, kept)
+    assert len(loads) == 1
+    with pytest.raises(Exception, match="not installed|not found|offline|hub"):
+        llm.TransformersBackend("no-such-org/no-such-model-anywhere")  # a name that cannot be found: at once
+
+
 def test_invalid_corpus_is_refused(smollm, tmp_path):
     bad = Corpus(pd.DataFrame({"doc_id": ["a", "a"], "title": ["", ""], "abstract": ["x y z", ""]}))
     with pytest.raises(ValueError, match="drop_invalid"):

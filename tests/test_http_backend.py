@@ -36,7 +36,8 @@ import pytest
 from workbench.data.aspects import load_aspects
 from workbench.data.corpus import Corpus
 from workbench.generate.summaries import SUMMARY_STOP, GenerationError, generate_summaries, summary_store
-from workbench.generate.llm import BackendError, Completion, OpenAIBackend, Sampling
+from workbench.generate.http_backend import OpenAIBackend
+from workbench.generate.sampling import BackendError, Completion, Sampling
 from workbench.generate.sampling import RetryPolicy
 
 try:

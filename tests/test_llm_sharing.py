@@ -209,7 +209,7 @@ def test_llama_cpp_backend_samples_differ_and_end_like_transformers(tiny_corpus,
 
 def test_credentials_in_a_server_url_never_reach_messages():
     from workbench.core.redaction import without_credentials
-    from workbench.generate.llm import OpenAIBackend
+    from workbench.generate.http_backend import OpenAIBackend
     from workbench.generate.sampling import RetryPolicy
 
     assert without_credentials("http://user:sk-secret123@host:8000/v1") == "http://***@host:8000/v1"

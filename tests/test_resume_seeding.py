@@ -12,7 +12,9 @@ import pytest
 import torch
 
 from workbench.generate.summaries import generate_summaries, summary_store
-from workbench.generate.llm import Completion, LlamaCppBackend, OpenAIBackend, Sampling, TransformersBackend, draw
+from workbench.generate.http_backend import OpenAIBackend
+from workbench.generate.llm import LlamaCppBackend, TransformersBackend
+from workbench.generate.sampling import Completion, Sampling, draw
 from workbench.generate.sampling import RetryPolicy
 from workbench.generate.sampling import request_seed
 

@@ -34,7 +34,8 @@ from workbench.core.redaction import redact
 from workbench.data.aspect_names import MAX_ASPECT_NAME
 from workbench.data.aspects import AspectConfigError, load_aspects
 from workbench.data.corpus import Corpus
-from workbench.generate.llm import BackendError, OpenAIBackend, Sampling
+from workbench.generate.http_backend import OpenAIBackend
+from workbench.generate.sampling import BackendError, Sampling
 from workbench.generate.sampling import RetryPolicy
 from workbench.generate.summaries import (GenerationError, JudgeConfig, generate_summaries, judge_pairs,
                                           judgement_store, summary_store)

@@ -2,7 +2,7 @@
 
 A server (a test server, a misconfigured proxy, an error page) may echo the request's
 `Authorization` header in its reply; `redact` removes every run of 8 or more characters of
-the key in whatever way it was written. `OpenAIBackend` (`workbench.generate.llm`) passes
+the key in whatever way it was written. `OpenAIBackend` (`workbench.generate.http_backend`) passes
 everything it receives through it, so no answer, record, error message or notebook holds it.
 `without_credentials` shows a URL without its user:password part.
 """

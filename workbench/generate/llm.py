@@ -9,42 +9,35 @@ Three backends, one interface (`complete`):
   fastest generator for stage 01 (`benchmarks/generate.py`);
 * `LlamaCppBackend`: llama.cpp in process on a GGUF file (optional extra,
   `pip install llama-cpp-python`);
-* `OpenAIBackend`: any OpenAI-compatible HTTP server (vLLM, llama.cpp's server,
-  Ollama, TGI, `transformers serve`), with concurrent requests, timeouts and retries
-  with exponential backoff. The API key is read from an environment variable only, and
-  scrubbed from everything the server sends back (`workbench.core.redaction`).
+* `OpenAIBackend` (`http_backend.py`): any OpenAI-compatible HTTP server (vLLM,
+  llama.cpp's server, Ollama, TGI, `transformers serve`), with concurrent requests,
+  timeouts and retries.
+
+`make_backend` builds one by name; `register_backend` adds one.
 
 `complete` yields `(index, Completion)` pairs as answers arrive, so the caller can save
 each batch as soon as it is done (the stores are resumable; see `workbench.core.store`).
 
-What a request asks and gets (`Sampling`, `Completion`, seeds, drawing a token) is in
-`sampling.py`; how the local backend groups prompts into batches, in `batching.py`.
+What a request asks and gets (`Messages`, `Sampling`, `Completion` or `BackendError`, seeds,
+drawing a token) is in `sampling.py`; how the local backend groups prompts into batches, in `batching.py`.
 """
 
 from __future__ import annotations
 
 import copy
 import contextlib
-import os
 import random
 import time
-from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Iterator, Sequence
 
 from .batching import pack_groups, plan_batches, shared_start
 from ..core.models import cache_keyword, load_causal_lm, gguf_cache_folder, resolve_model
-from .sampling import Completion, RetryPolicy, Sampling, call_seeds, cut_at_stop, draw, filtered_probs
-from ..core.redaction import redact, url_secrets, without_credentials
+from .http_backend import OpenAIBackend
+from .sampling import (BackendError, Completion, Messages, Sampling, call_seeds, cut_at_stop, draw,
+                       filtered_probs)
 
-from ..core.devices import use_free_cores, free_threads
-
-Messages = list[dict]
-
-
-class BackendError(RuntimeError):
-    """The backend could not answer (server unreachable, timed out after retries, bad reply)."""
-
+from ..core.devices import best_device, free_threads, use_free_cores
 
 # tokens of a prompt read at once (attention while reading costs chunk x prompt length).
 KV_BUDGET_BYTES = 2_000_000_000
@@ -64,13 +57,32 @@ class TransformersBackend:
                  dtype=None, trust_remote_code: bool = False):
         self.model_id = str(model)
         self.batch_size = batch_size
-        self.model, self.tokenizer = load_causal_lm(model, device=device, dtype=dtype,
-                                                    trust_remote_code=trust_remote_code)
-        self.device = str(self.model.device)
-        if not self.tokenizer.chat_template:
-            raise BackendError(
-                f"{self.model_id} has no chat template; the generator needs a chat (instruct) model."
-            )
+        resolve_model(model)  # a name that cannot be found fails here, before any work
+        # The weights load on first use: a resumed stage with nothing left to ask (every answer
+        # already stored) never loads them, which for an 8B model on a GPU is most of its time.
+        self.device = best_device(device)
+        self._options = dict(dtype=dtype, trust_remote_code=trust_remote_code)
+        self._loaded = None
+
+    def _load(self):
+        if self._loaded is None:
+            model, tokenizer = load_causal_lm(self.model_id, device=self.device, **self._options)
+            if not tokenizer.chat_template:
+                raise BackendError(
+                    f"{self.model_id} has no chat template; the generator needs a chat (instruct) model."
+                )
+            self._loaded = model, tokenizer
+        return self._loaded
+
+    @property
+    def model(self):
+        """The causal LM, loaded on first use."""
+        return self._load()[0]
+
+    @property
+    def tokenizer(self):
+        """Its tokenizer (left padding), loaded with the model on first use."""
+        return self._load()[1]
 
     def _prompt(self, messages: Messages, prefill: str | None) -> str:
         text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
@@ -111,8 +123,6 @@ class TransformersBackend:
         also *held* once: each row keeps only its own end and answer, so a decoding step
         costs about the same for 48 rows as the plain cache's for 16.
         """
-        import torch
-
         from . import cascade
 
         if not conversations:  # a resumed run with nothing left to ask
@@ -396,177 +406,6 @@ class LlamaCppBackend:
                 answer += sampling.stop[0]
             yield index, Completion((prefill or "") + answer, int(out["usage"]["completion_tokens"]),
                                     time.perf_counter() - t0)
-
-
-class OpenAIBackend:
-    """Any OpenAI-compatible chat-completions server, with concurrency, timeouts and retries.
-
-    The API key is taken from the environment variable named by `api_key_env`
-    (default OPENAI_API_KEY); it is never logged or stored, and every reply is scrubbed of it (`_clean`).
-    Timeouts and retries: `retry` (a `RetryPolicy`).
-    """
-
-    kind = "openai"
-
-    def __init__(self, model: str, base_url: str = "http://127.0.0.1:8000/v1", api_key_env: str = "OPENAI_API_KEY",
-                 concurrency: int = 8, json_mode: bool = False, extra_body: dict | None = None,
-                 retry: RetryPolicy = RetryPolicy()):
-        import httpx
-
-        self.model_id = model
-        self.base_url = base_url.rstrip("/")
-        self.shown_url = without_credentials(self.base_url)  # for messages: never the user:password part
-        self.concurrency = max(1, int(concurrency))
-        self.retries = int(retry.retries)
-        self.backoff = float(retry.backoff)
-        self.json_mode = json_mode
-        self.extra_body = dict(extra_body or {})
-        # top_k is not in the OpenAI schema: vLLM, llama.cpp and TGI read it, but strict servers
-        # (OpenAI itself, `transformers serve`) reject the request; then we stop sending it.
-        self._send_top_k = True
-        headers = {"Content-Type": "application/json"}
-        key = os.environ.get(api_key_env) if api_key_env else None
-        if key:
-            headers["Authorization"] = f"Bearer {key}"
-        # What a server may echo back (a test server, a proxy's error page): scrubbed from all it sends.
-        self._secrets = tuple(s for s in (key, *url_secrets(self.base_url)) if s)
-        self._client = httpx.Client(base_url=self.base_url, headers=headers, timeout=retry.timeout,
-                                    limits=httpx.Limits(max_connections=self.concurrency))
-
-    def __repr__(self) -> str:  # never show headers (they hold the key)
-        return f"OpenAIBackend(model={self.model_id!r}, base_url={self.shown_url!r}, concurrency={self.concurrency})"
-
-    def close(self) -> None:
-        """Close the HTTP connection pool."""
-        self._client.close()
-
-    def _body(self, messages: Messages, sampling: Sampling, seed: int | None = None) -> dict:
-        body = {"model": self.model_id, "messages": messages, "max_tokens": sampling.max_new_tokens,
-                "temperature": max(sampling.temperature, 0.0), "top_p": sampling.top_p, "n": 1}
-        if sampling.top_k and not sampling.greedy and self._send_top_k:
-            body["top_k"] = sampling.top_k  # vLLM, llama.cpp and TGI read it; strict servers reject it
-        seed = seed if seed is not None else sampling.seed
-        if seed is not None:
-            body["seed"] = seed  # vLLM, llama.cpp's server, TGI and OpenAI read it
-        if sampling.stop:
-            body["stop"] = list(sampling.stop)
-        if self.json_mode:
-            body["response_format"] = {"type": "json_object"}
-        body.update(self.extra_body)
-        return body
-
-    def request(self, messages: Messages, sampling: Sampling, seed: int | None = None) -> Completion:
-        """One chat completion with retries and exponential backoff (with jitter).
-
-        `seed` (this request's own; default `sampling.seed`) is sent as the body's "seed".
-
-        Retries on connection errors, timeouts, 429 and 5xx; a 4xx answer other than
-        429 is a mistake in the request and fails at once.
-        What the server sends (answer, error page, httpx's error text) passes `_clean` first.
-        """
-        import httpx
-
-        body = self._body(messages, sampling, seed)
-        last = ""
-        for attempt in range(self.retries + 1):
-            if attempt:
-                time.sleep(self.backoff * 2 ** (attempt - 1) * (1 + random.random()) / 2)
-            t0 = time.perf_counter()
-            try:
-                resp = self._post(body)
-            except httpx.TimeoutException:
-                last = f"timed out after {self._client.timeout.read}s"
-                continue
-            except httpx.TransportError as exc:
-                last = f"connection failed ({type(exc).__name__}: {self._clean(str(exc))})"
-                continue
-            except httpx.HTTPError as exc:  # e.g. a body that cannot be decoded: its text may quote the server
-                raise BackendError(f"{self.shown_url}/chat/completions failed ({type(exc).__name__}: "
-                                   f"{self._clean(str(exc))})") from None
-            if resp.status_code == 429 or resp.status_code >= 500:
-                last = f"HTTP {resp.status_code}: {self._clean(resp.text, 200)}"
-                continue
-            if resp.status_code >= 400:
-                raise BackendError(f"{self.shown_url}/chat/completions answered HTTP {resp.status_code}: "
-                                   f"{self._clean(resp.text, 300)}")
-            try:
-                data = resp.json()
-                text = data["choices"][0]["message"]["content"] or ""
-            except (ValueError, KeyError, IndexError, TypeError):
-                last = f"reply is not a chat completion: {self._clean(resp.text, 200)}"
-                continue
-            tokens = int((data.get("usage") or {}).get("completion_tokens") or 0)
-            return Completion(self._clean(str(text)), tokens, time.perf_counter() - t0)
-        return Completion("", 0, 0.0, error=f"{self.shown_url}: {last} ({self.retries + 1} attempts)")
-
-    def _post(self, body: dict):
-        """POST the request; a strict server that rejects top_k is asked again without it, and from now on."""
-        resp = self._client.post("/chat/completions", json=body)
-        if resp.status_code in (400, 422) and "top_k" in body and "top_k" in resp.text:
-            self._send_top_k = False
-            del body["top_k"]
-            resp = self._client.post("/chat/completions", json=body)
-        return resp
-
-    def _clean(self, text: str, limit: int | None = None) -> str:
-        """`text` from the server with the key (and URL credentials) redacted, then cut to `limit` characters."""
-        # Redacted before the cut: a cut first could leave a key's start too short to recognise.
-        head = text if limit is None else text[:limit + 4096]  # an error page can be megabytes
-        clean = redact(head, self._secrets)
-        return clean if limit is None else clean[:limit]
-
-    def complete(self, conversations: Sequence[Messages], sampling: Sampling,
-                 prefill: str | None = None, seeds: Sequence[int] | None = None) -> Iterator[tuple[int, Completion]]:
-        """Yield (index, Completion) as requests finish, `concurrency` at a time.
-
-        `prefill` is ignored: chat servers do not share one way to start the answer;
-        use `json_mode=True` where the server supports it. `seeds` (one per conversation)
-        go out as each request's "seed"; without them every request sends `sampling.seed`.
-        """
-        if seeds is not None and len(seeds) != len(conversations):
-            raise ValueError(f"{len(seeds)} seeds for {len(conversations)} conversations")
-        pool = ThreadPoolExecutor(max_workers=self.concurrency)
-        todo = iter((index, (messages, None if seeds is None else int(seeds[index])))
-                    for index, messages in enumerate(conversations))
-        running = {}
-        try:
-            for _ in range(self.concurrency):
-                self._submit(pool, todo, running, sampling)
-            while running:
-                done, _ = wait(running, return_when=FIRST_COMPLETED)
-                for fut in done:
-                    index = running.pop(fut)
-                    yield index, fut.result()
-                    self._submit(pool, todo, running, sampling)
-        finally:
-            for fut in running:
-                fut.cancel()
-            pool.shutdown(wait=True, cancel_futures=True)
-
-    def _submit(self, pool, todo, running, sampling) -> None:
-        item = next(todo, None)
-        if item is not None:
-            index, (messages, seed) = item
-            running[pool.submit(self.request, messages, sampling, seed)] = index
-
-    def health(self) -> bool:
-        """True when the server lists models at /models, or else answers /health at its root.
-
-        (`transformers serve` answers /v1/models with HTTP 500 when the machine has no hub cache.)
-        """
-        import httpx
-
-        try:
-            if self._client.get("/models").status_code == 200:
-                return True
-        except Exception:
-            pass
-        root = self.base_url[:-3] if self.base_url.endswith("/v1") else self.base_url
-        try:  # on a new connection: uvicorn closes its connection after an error
-            return httpx.get(f"{root}/health", headers=self._client.headers,
-                             timeout=self._client.timeout).status_code == 200
-        except Exception:
-            return False
 
 
 # Backend name (and its aliases) -> class taking (model, **options). `register_backend` adds one.

@@ -1,6 +1,7 @@
-"""What one LLM request asks and gets back: `Sampling`, `Completion`, its seed, and how each token is drawn.
+"""What one LLM request asks and gets back: `Messages`, `Sampling`, `Completion` or a `BackendError`, its seed,
+and how each token is drawn.
 
-Every backend of `llm.py` takes a `Sampling` and answers with `Completion`s; a request's seed
+Every backend (`llm.py`, `http_backend.py`) takes a `Sampling` and answers with `Completion`s; a request's seed
 comes from what names it (`request_seed`), so an answer depends on its request only. The
 local backend draws each token with `filtered_probs` (temperature, top-k, top-p) and `draw`.
 How long an HTTP backend waits for a request and how often it asks again: `RetryPolicy`.
@@ -12,6 +13,12 @@ import hashlib
 import random
 from dataclasses import asdict, dataclass
 from typing import Sequence
+
+Messages = list[dict]  # one conversation: {"role": ..., "content": ...} dicts, as chat templates take them
+
+
+class BackendError(RuntimeError):
+    """The backend could not answer (server unreachable, timed out after retries, bad reply)."""
 
 
 @dataclass

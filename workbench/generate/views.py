@@ -18,7 +18,6 @@ import json
 import random
 import warnings
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Iterable
 
 import numpy as np
