@@ -8,18 +8,23 @@ in the environment that must not reach any notebook or report. A messy RIS expor
 record without ER, an abstract over two AB tags) goes through `workbench validate` and
 stage 01's generation. The numbers are meaningless at this size; the tests check that
 every stage runs on a corpus with no splits and no human summaries, that ids are derived
-from the content and survive a re-export in another order, and that nothing is generated
-twice.
+from the content and survive a re-export in another order, that nothing is generated
+twice, and that the same command, killed in stages 01, 03 and 05 and started again, ends
+with what the uninterrupted run stored.
 """
 
 import csv
 import json
+import math
 import os
+import shutil
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 from workbench.core.rundir import RunDir
@@ -62,10 +67,19 @@ def _write_latin1(path: Path, rows: list[list[str]]) -> None:
         csv.writer(fh).writerows(rows)
 
 
+def _env() -> dict:
+    # One thread per process, in and out of xdist: the kill-and-resume test compares its run with this one.
+    return {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "OPENAI_API_KEY": SECRET,
+            "WORKBENCH_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+
+
 def _workbench(cwd: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "OPENAI_API_KEY": SECRET}
-    return subprocess.run([sys.executable, "-m", "workbench", *args], cwd=cwd, env=env, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "workbench", *args], cwd=cwd, env=_env(), capture_output=True,
                           text=True)
+
+
+# The user's command for the export (relative paths, from the folder the files are in), less the stages to run.
+RUN = ["run", "--params", "params.yaml", "-p", "encoding=latin-1", "-p", f"abstract_column={ABSTRACT_COLUMN}"]
 
 
 @pytest.fixture(scope="module")
@@ -87,8 +101,7 @@ def own_run(tmp_path_factory):
             "n_clusters": 2, "per_cluster": 2, "samples": 1, "question_tokens": 24, "pairs": 12,
             "truth_encoders": ["minilm"], "n_regions": 2, "region_top": 1, "time_encoder": False}},
     }))
-    result = _workbench(home, "run", "--params", "params.yaml", "-p", "encoding=latin-1",
-                        "-p", f"abstract_column={ABSTRACT_COLUMN}", "--stages", "01,02,03,04,05,06,07")
+    result = _workbench(home, *RUN, "--stages", "01,02,03,04,05,06,07")
     return home, result
 
 
@@ -142,7 +155,99 @@ def test_every_stage_runs_on_an_own_corpus_from_relative_paths(own_run):
     assert "against its encoder" in report
 
 
-def test_a_reordered_reexport_with_one_more_paper_generates_only_that_paper(own_run, smollm):
+TOLERANCE = 1e-5  # checkpoint tensors and metrics of a resumed run (see the test below)
+
+
+def _run_until_killed(home: Path, command: list[str], reached) -> None:
+    """Start the run and SIGKILL its whole process group (runner and kernel) once `reached()` holds."""
+    proc = subprocess.Popen(command, cwd=home, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    try:
+        deadline = time.time() + 300
+        while not reached():
+            assert proc.poll() is None, "the run ended before the kill point"
+            assert time.time() < deadline, "the kill point was not reached"
+            time.sleep(0.1)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def _summaries(run: Path) -> dict:
+    out = {}
+    for line in (run / "summaries.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        out[(record["doc_id"], record["key"], record["sample"])] = (record["status"], record["text"])
+    return out
+
+
+def _numbers(value, prefix=""):
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield from _numbers(v, f"{prefix}/{k}")
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from _numbers(v, f"{prefix}[{i}]")
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        yield prefix, float(value)
+    else:
+        yield prefix, value
+
+
+def test_kills_in_stages_01_03_and_05_resume_to_what_an_uninterrupted_run_stores(own_run):
+    """The same command killed with SIGKILL (the runner and its kernel, as the OOM killer or a closed laptop
+    does) in stages 01, 03 and 05, and started again each time, ends with what the uninterrupted run
+    (`own_run`) stores: the same summaries, checkpoints and metrics.
+
+    Both runs pin one thread per process and use the same batch sizes. Summaries are compared exactly;
+    checkpoint tensors and metrics within 1e-5, since a resumed run encodes some texts in other batches than
+    the uninterrupted one (the feature cache keeps what was encoded before the kill), which may change the
+    last float bits.
+    """
+    from safetensors.numpy import load_file
+
+    home, result = own_run
+    assert result.returncode == 0
+    clean, resumed = home / "run", home / "resumed"
+    command = [sys.executable, "-m", "workbench", *RUN, "--stages", "01,02,03,04,05,06", "--run-dir", "resumed",
+               "--no-report"]
+
+    def lines() -> int:
+        path = resumed / "summaries.jsonl"
+        return len(path.read_text().splitlines()) if path.exists() else 0
+
+    _run_until_killed(home, command, lambda: lines() >= 5)  # in stage 01, a few summaries stored
+    assert 5 <= lines() < len(_summaries(clean))
+    _run_until_killed(home, command, lambda: (resumed / ".03_distill.running.ipynb").exists())
+    _run_until_killed(home, command, lambda: (resumed / ".05_visualize.running.ipynb").exists())
+    done = subprocess.run(command, cwd=home, env=_env(), capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+
+    assert _summaries(resumed) == _summaries(clean)  # exactly: per-request seeds, whatever the kill left
+    stored = {"aspect_models", "unified_model", "decoders", "maps"}
+    checkpoints = sorted(p.relative_to(clean) for p in clean.rglob("*.safetensors")
+                         if p.parts[len(clean.parts)] in stored)
+    assert checkpoints and checkpoints == sorted(p.relative_to(resumed) for p in resumed.rglob("*.safetensors")
+                                                 if p.parts[len(resumed.parts)] in stored)
+    for name in checkpoints:
+        a, b = load_file(str(clean / name)), load_file(str(resumed / name))
+        assert a.keys() == b.keys(), name
+        for key in a:
+            np.testing.assert_allclose(a[key], b[key], atol=TOLERANCE, rtol=TOLERANCE, err_msg=f"{name}:{key}")
+    metrics_a = dict(_numbers(json.loads((clean / "metrics.json").read_text())))
+    metrics_b = dict(_numbers(json.loads((resumed / "metrics.json").read_text())))
+    assert metrics_a.keys() == metrics_b.keys()
+    for key, value in metrics_a.items():
+        if key.startswith("/written"):
+            continue
+        other = metrics_b[key]
+        if isinstance(value, float) and not math.isnan(value):
+            assert abs(value - other) <= TOLERANCE * max(1.0, abs(value)), (key, value, other)
+        else:
+            assert value == other or (value != value and other != other), (key, value, other)
+
+
+def test_a_reordered_reexport_with_one_more_paper_generates_only_that_paper(own_run, smollm, tmp_path):
     """Ids survive a re-export: a new record at the top does not file summaries under the wrong papers.
 
     Stage 01's resume, in process (the runner's path is the fixture's): the same aspect file
@@ -160,7 +265,11 @@ def test_a_reordered_reexport_with_one_more_paper_generates_only_that_paper(own_
     extra = list(csv.reader((home / "more.csv").open(newline="", encoding="utf-8")))[9]
     _write_latin1(home / "papers2.csv", [rows[0], extra] + rows[1:][::-1])
     docs, _ = load_corpus(home / "papers2.csv", encoding="latin-1", abstract_column=ABSTRACT_COLUMN).drop_invalid()
-    again = generate_summaries(docs, load_aspects(home / "aspects.yaml"), smollm, home / "run", k=2,
+    store = tmp_path / "run"  # a copy of the run's store: the run itself stays as its command left it
+    store.mkdir()
+    for name in ("summaries.jsonl", "summaries.current.json"):
+        shutil.copy(home / "run" / name, store / name)
+    again = generate_summaries(docs, load_aspects(home / "aspects.yaml"), smollm, store, k=2,
                                sampling=Sampling(max_new_tokens=16, seed=0, stop=SUMMARY_STOP), progress=False)
     assert "4 written" in str(again) and "32 reused from the store" in str(again)
 
