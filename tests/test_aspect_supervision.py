@@ -584,7 +584,7 @@ def test_on_real_text_what_the_check_keeps_is_never_below_the_encoder_by_the_hum
     from workbench.embed.floor import fit_floor
     from workbench.embed.guard import INDEPENDENT_MARKS, check_heads
 
-    corpus, acl = real_corpus(family, 80), load_aspects("acl")
+    corpus, acl = real_corpus(family, 56), load_aspects("acl")  # 36 papers checked: each margin 6 or more
     names = list(acl.names)
     run, model = frozen_run(tmp_path / "marked", corpus, names)
     floor = fit_floor(model.features(corpus.texts()), aspectfile.aspect_prototypes(acl, names, model.cache.vectors),
