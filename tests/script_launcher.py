@@ -1,7 +1,8 @@
 """Run Python scripts as `python script.py args` does, each in a fresh process, without paying the imports each time.
 
-A script of this project spends its first 4 to 5 s importing torch, transformers, pandas and scikit-learn. The
-launcher is one process that imports them once, computes nothing, and forks a child per script: the child has
+A script of this project spends its first 6 to 8 s importing torch, transformers (and, on its first model load,
+transformers' modelling code), pandas, scikit-learn, matplotlib, Bokeh and the workbench. The launcher is one
+process that imports them once, computes nothing, and forks a child per script: the child has
 them in memory as a fresh interpreter would after its own imports, and runs the script as `__main__` with its
 argv, its folder first on sys.path, the working directory and the environment given, its output in files. A
 script's failure, `sys.exit`, or crash stays in its child; the launcher only reports the exit code.
@@ -25,6 +26,9 @@ from pathlib import Path
 PROGRAM = r"""
 import json, os, runpy, sys, traceback
 import numpy, pandas, scipy.stats, sklearn.linear_model, torch, transformers  # imported, nothing computed
+# What transformers imports on a first model load (1.8 s), and the plotting and workbench modules the scripts use.
+import transformers.modeling_utils, transformers.models.bert.modeling_bert, matplotlib.pyplot, bokeh.plotting
+import workbench.decode.decoding, workbench.embed.heads, workbench.maps.tsne, workbench.run.runner
 
 for line in sys.stdin:
     job = json.loads(line)

@@ -2,7 +2,8 @@
 
 Each script runs as a user runs it, `python benchmarks/<name>.py --smoke`, in a process of its own
 from the repository root, offline and on one thread: a child forked from a launcher that has imported
-torch, transformers, pandas and scikit-learn once (`script_launcher.py`; about 4 s less per script),
+torch, transformers (its modelling code too), pandas, scikit-learn, the plotting libraries and the workbench
+once (`script_launcher.py`; about 6 s less per script),
 running the script as `__main__`. The numbers mean nothing at these sizes; the test checks that the
 script finishes and prints its table or its ratios.
 """
@@ -76,7 +77,7 @@ def launcher(tmp_path_factory):
     started.close()
 
 
-@pytest.mark.slow  # the launcher imports torch and transformers: 4 s before its first script
+@pytest.mark.slow  # the launcher imports torch, transformers and the workbench: 7 s before its first script
 def test_the_launcher_runs_a_script_as_python_does(tmp_path, launcher):
     """argv, __name__, the script's folder on sys.path, the working directory, the environment, exit codes and
     output, and a timeout that stops the script, as `subprocess.run([python, script, ...])` has them."""
