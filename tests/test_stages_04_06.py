@@ -119,3 +119,35 @@ def test_evaluate_stage_writes_metrics_and_compare_works(tiny_run, capsys):
     assert main(["compare", str(run), str(run)]) == 0
     assert "spearman" in capsys.readouterr().out
 
+
+
+def test_a_rerun_of_stages_04_and_06_reads_their_decoding_reports_and_a_change_decodes_again(tiny_run, tmp_path,
+                                                                                             notebook_kernel):
+    """A copy of the finished run (another folder: the reports' keys name files relative to their folder), rerun:
+    stages 04 and 06 write what they wrote, without decoding again (the store is not rewritten: a miss writes it).
+    A new setting of stage 04 (the decoded texts' length) decodes again and adds its reports."""
+    from workbench.decode.report_cache import REPORTS_NAME
+    from workbench.run.runner import ExecutionOptions, run_pipeline
+
+    run, reports, _ = tiny_run
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy)
+    store = RunDir(copy).decoders / "retrieval" / REPORTS_NAME
+    kept = json.loads(store.read_text())
+    assert len(kept) == 2 * 2  # per aspect: stage 04's pass and stage 06's Table 3 of the retrieval decoder
+    before = store.stat().st_mtime_ns, (RunDir(copy).decoder_metrics).read_text(), json.loads(
+        (copy / "metrics.json").read_text().replace(str(run), str(copy)))  # a warning names the run's folder
+    params = yaml.safe_load((run.parent / "tiny.yaml").read_text())
+    params["report_dir"] = str(tmp_path / "reports")
+    (tmp_path / "tiny.yaml").write_text(yaml.safe_dump(params))
+    run_pipeline(tmp_path / "tiny.yaml", run_dir=str(copy), stages=["04_decode", "06_evaluate"], log=lambda *a: None,
+                 execution=ExecutionOptions(kernel=notebook_kernel))
+    metrics = json.loads((copy / "metrics.json").read_text())
+    assert store.stat().st_mtime_ns == before[0] and (RunDir(copy).decoder_metrics).read_text() == before[1]
+    assert {k: v for k, v in metrics.items() if k != "written"} == {k: v for k, v in before[2].items() if k != "written"}
+
+    params["stage_parameters"]["04_decode"]["max_new_tokens"] = 6
+    (tmp_path / "tiny.yaml").write_text(yaml.safe_dump(params))
+    run_pipeline(tmp_path / "tiny.yaml", run_dir=str(copy), stages=["04_decode"], log=lambda *a: None,
+                 execution=ExecutionOptions(kernel=notebook_kernel))
+    assert set(kept) < set(json.loads(store.read_text()))  # decoded again under the new setting; the old kept

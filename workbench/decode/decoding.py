@@ -304,6 +304,7 @@ class AspectDecoder:
 
     aspect: str
     decoder: EmbeddingDecoder = field(repr=False)
+    source_files: tuple = ()  # the folder it was loaded from (`report_cache.py` keys its reports by the files)
 
     @property
     def shared(self) -> bool:
@@ -414,9 +415,9 @@ def load_decoders(run_dir, aspects: Sequence[str] | None = None, device: str | N
             shared = shared or EmbeddingDecoder.from_pretrained(folder, lm=lm)
             if aspect not in shared.aspects:
                 raise FileNotFoundError(f"the shared decoder in {folder} knows {shared.aspects}, not {aspect!r}")
-            out[aspect] = AspectDecoder(aspect, shared)
+            out[aspect] = AspectDecoder(aspect, shared, source_files=(folder,))
         else:
-            out[aspect] = AspectDecoder(aspect, EmbeddingDecoder.from_pretrained(folder, lm=lm))
+            out[aspect] = AspectDecoder(aspect, EmbeddingDecoder.from_pretrained(folder, lm=lm), source_files=(folder,))
     return out
 
 

@@ -27,6 +27,7 @@ from ..core.progress import notice
 from ..core.rundir import RunDir
 from ..core.vectors import unit_rows
 from ..embed.checkpoints import is_model, load_model
+from .report_cache import ReportStore
 from .retrieval import KIND_GENERATED, KIND_NEAREST
 
 BERTSCORE_MODEL = "mpnet"  # the fixed reference encoder the workbench never trains
@@ -145,6 +146,15 @@ def decoding_report(decoder, embeddings, references: Sequence[Sequence[str]], ro
     n = len(emb)
     if len(references) != n or any(not r for r in references):
         raise ValueError("each embedding needs a non-empty list of reference summaries")
+    # A rerun with the same decoder files, papers and settings reads the report it wrote (`report_cache.py`).
+    store = ReportStore.of(decoder, round_trip)
+    key = None if store is None else store.key(
+        emb, [list(r) for r in references], None if names is None else [str(x) for x in names],
+        exclude, reconstructed, config,
+        None if round_trip is None else round_trip.corpus_embeddings)
+    found = None if key is None else store.get(key)
+    if found is not None:
+        return found
     perm = derangement(n, config.seed)
     metrics = {"documents": n, "summaries": sum(len(r) for r in references),
                **_perplexities(decoder, emb, references, exclude, reconstructed, config, perm)}
@@ -167,6 +177,8 @@ def decoding_report(decoder, embeddings, references: Sequence[Sequence[str]], ro
         examples["from paper"] = sources
     if round_trip is not None:
         _add_round_trip(examples, metrics, decoder, decoded, emb, round_trip)
+    if key is not None:
+        store.put(key, metrics, examples)
     return metrics, examples
 
 

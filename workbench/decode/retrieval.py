@@ -125,6 +125,7 @@ class RetrievalDecoder:
 
     reports_unconditioned = True  # Table 3's unconditioned control: the LM reads the instruction alone
     names_sources = True  # each text is a known statement of a named paper (or, rewritten, None)
+    source_files: tuple = ()  # the folders it was loaded from (`report_cache.py` keys its reports by the files)
 
     def __init__(self, memory: StatementMemory, encoder=None, lm="smollm2-135m-instruct", k: int = 8,
                  context: int = 3, device: str | None = None):
@@ -561,6 +562,8 @@ def load_retrieval_decoders(folder, aspects: Sequence[str] | None = None, lm=Non
         model_dir = RunDir(run_dir).aspect_model(a)
         out[a] = RetrievalDecoder(memory, model_dir if model_dir.is_dir() else None, lm=lm,
                                   k=settings.get("k", 8), context=settings.get("context", 3), device=device)
+        # What defines it on disk, for the reports kept beside it (`report_cache.py`).
+        out[a].source_files = (folder, model_dir) if model_dir.is_dir() else (folder,)
     return out
 
 
