@@ -82,3 +82,10 @@ def test_what_is_not_known_by_its_files_is_never_kept(run):
     assert ReportStore.of(decoder, None) is not None
     gone = SimpleNamespace(source_files=(run / "decoders" / "nowhere",))
     assert ReportStore.of(gone, None) is None
+
+
+def test_a_folder_one_may_not_write_keeps_nothing_and_fails_nothing(run):
+    store = _store(run)
+    store.path.mkdir()  # where the store's file would go, something that cannot be written as a file
+    store.put("k", {"documents": 1}, pd.DataFrame({"document": ["p1"]}))
+    assert store.get("k") is None

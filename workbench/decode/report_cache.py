@@ -127,7 +127,10 @@ class ReportStore:
         stored[key] = {"metrics": _plain(metrics), "columns": list(examples.columns),
                        "examples": {str(c): _plain(examples[c].tolist()) for c in examples.columns}}
         # Python's JSON, NaN kept as NaN (strict JSON would turn it into null): read back by `get` alone.
-        write_text(self.path, json.dumps(dict(list(stored.items())[-KEEP:])))
+        try:
+            write_text(self.path, json.dumps(dict(list(stored.items())[-KEEP:])))
+        except OSError:  # a run one may read but not write (another user's): the report is simply not kept
+            pass
 
 
 def _plain(value):
