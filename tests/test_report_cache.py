@@ -89,3 +89,10 @@ def test_a_folder_one_may_not_write_keeps_nothing_and_fails_nothing(run):
     store.path.mkdir()  # where the store's file would go, something that cannot be written as a file
     store.put("k", {"documents": 1}, pd.DataFrame({"document": ["p1"]}))
     assert store.get("k") is None
+
+
+def test_a_report_json_would_not_give_back_is_not_kept(run):
+    store = _store(run)
+    store.put("k", {"documents": 1, "ids": {"p1"}}, pd.DataFrame({"document": ["p1"]}))  # a set: not JSON
+    store.put("j", {"documents": 1}, pd.DataFrame({"document": [object()]}))
+    assert store.get("k") is None and store.get("j") is None

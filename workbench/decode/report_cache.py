@@ -122,10 +122,15 @@ class ReportStore:
         return dict(entry["metrics"]), pd.DataFrame(entry["examples"], columns=entry["columns"])
 
     def put(self, key: str, metrics: dict, examples: pd.DataFrame) -> None:
+        """Keep (metrics, examples) under `key`: only what JSON gives back as it went in (else nothing)."""
+        try:
+            entry = {"metrics": _plain(metrics), "columns": list(examples.columns),
+                     "examples": {str(c): _plain(examples[c].tolist()) for c in examples.columns}}
+        except TypeError:
+            return
         stored = self._read()
         stored.pop(key, None)
-        stored[key] = {"metrics": _plain(metrics), "columns": list(examples.columns),
-                       "examples": {str(c): _plain(examples[c].tolist()) for c in examples.columns}}
+        stored[key] = entry
         # Python's JSON, NaN kept as NaN (strict JSON would turn it into null): read back by `get` alone.
         try:
             write_text(self.path, json.dumps(dict(list(stored.items())[-KEEP:])))
@@ -134,5 +139,10 @@ class ReportStore:
 
 
 def _plain(value):
-    """numpy scalars as Python numbers, for JSON."""
-    return json.loads(json.dumps(value, default=lambda o: o.item() if hasattr(o, "item") else str(o)))
+    """numpy scalars as Python numbers, for JSON; TypeError for anything JSON would not give back."""
+    def scalar(o):
+        if isinstance(o, np.generic):
+            return o.item()
+        raise TypeError(f"{type(o).__name__} does not come back from JSON")
+
+    return json.loads(json.dumps(value, default=scalar))
