@@ -35,8 +35,9 @@ abstract, 1 - s / 2), `phrases` (sentences read through their phrases, `word_sha
 (of the phrases, part of `phrases`), `prior` (the position prior, `aspectfile.position_prior`) and
 `mixture` (`mixture.py`: each sentence's posterior over the aspects, its scores plus each aspect's
 density over PRIOR_BINS bins of relative position read by EM from the corpus, pooled per aspect; in its
-place in the weights where no aspect's phrases' share is above 0, as stage 03 takes it). A label-free
-candidate: `centred` (each aspect's vectors less their corpus mean).
+place in the weights where no aspect's phrases' share is above 0, as stage 03 takes it) with its `sharpness`
+(part of `mixture`: its emissions' exponent read from the corpus, else 1). A label-free candidate: `centred`
+(each aspect's vectors less their corpus mean).
 
 Then leave one family out, twice: from the lean floor (forward) and from today's floor (backward),
 the two other families' choosing splits pick the temperature, keep each step that, switched alone,
@@ -107,6 +108,7 @@ class Floor:
     blend: bool = False
     phrases: bool = False
     centring: bool = True   # only read with phrases
+    sharpness: bool = True  # only read with mixture: its emissions' sharpness read from the corpus (else 1)
     prior: bool = False
     mixture: bool = False
     centred: bool = False
@@ -119,7 +121,9 @@ class Floor:
 
 LEAN = Floor()
 TODAY = Floor(scale=True, exclude=True, calibrate=True, boilerplate=True, blend=True, phrases=True, mixture=True)
-STEPS = ("scale", "exclude", "calibrate", "boilerplate", "prior", "blend", "phrases", "centring", "mixture")
+STEPS = ("scale", "exclude", "calibrate", "boilerplate", "prior", "blend", "phrases", "centring", "mixture",
+         "sharpness")
+PARTS = {"centring": "phrases", "sharpness": "mixture"}  # a step that is part of another, read only with it
 NEW_STEPS = ("centred",)
 SILENT = 1e-9  # a step's gain this small: the step did not act on that family (its gate was off)
 WHOLE, POSITIONAL = "MiniLM whole abstract", "position pooling"
@@ -136,8 +140,9 @@ def name_of(spec) -> str:
     if {s: getattr(spec, s) for s in STEPS} == {s: getattr(TODAY, s) for s in STEPS}:
         words = "today's floor"
     else:
-        words = "lean" + "".join(f" + {s}" for s in STEPS if s != "centring" and getattr(spec, s))
-        words += " (phrases not centred)" if spec.phrases and not spec.centring else ""
+        words = "lean" + "".join(f" + {s}" for s in STEPS if s not in PARTS and getattr(spec, s))
+    words += " (phrases not centred)" if spec.phrases and not spec.centring else ""
+    words += " (mixture not sharpened)" if spec.mixture and not spec.sharpness else ""
     words += "".join(f" + {s}" for s in NEW_STEPS if getattr(spec, s))
     consts = [f"t {spec.temperature:g}"] if spec.temperature != TEMPERATURE else []
     if spec.mixture and spec.prior_bins != PRIOR_BINS:
@@ -230,9 +235,10 @@ class Builder:
         stage 03 takes it (no aspect's phrases' share above 0) and it can be fitted; else None."""
         if not f.mixture or any(v > 0 for v in self.shares(f).values()):
             return None
-        return self._get(("mixture", f.scale, f.exclude, f.calibrate, f.boilerplate, f.temperature, f.prior_bins),
+        return self._get(("mixture", f.scale, f.exclude, f.calibrate, f.boilerplate, f.temperature, f.prior_bins,
+                          f.sharpness),
                          lambda: fit_mixture(self.features, self.scorer(replace(f, prior=False)), f.temperature,
-                                             self.boiler(f), f.prior_bins))
+                                             self.boiler(f), f.prior_bins, sharpness=None if f.sharpness else 1.0))
 
     def pooling_scorer(self, f: Floor):
         """The scorer whose weights pool the sentences: the mixture where the floor takes it, else `scorer`."""
@@ -242,7 +248,7 @@ class Builder:
         """Per document {aspect: pooling weights over its sentences} (`sentence_weights` of `pooling_scorer`)."""
         mixed = self.mixture(f) is not None
         return self._get(("weights", f.scale, f.exclude, f.calibrate, f.boilerplate, f.prior and not mixed,
-                          f.temperature, mixed and f.prior_bins),
+                          f.temperature, mixed and f.prior_bins, mixed and f.sharpness),
                          lambda: sentence_weights(self.features, self.pooling_scorer(f), f.temperature,
                                                   self.boiler(f)))
 
@@ -446,10 +452,10 @@ class SyntheticFamily:
 def ablation_rows(family) -> list:
     """The rows of a family's ablation table."""
     rows = [WHOLE] + ([POSITIONAL] if isinstance(family, RealFamily) else []) + [LEAN, TODAY]
-    rows += [toggled(TODAY, s) for s in STEPS if s != "centring"] + [replace(TODAY, centring=False)]
+    rows += [toggled(TODAY, s) for s in STEPS if s not in PARTS] + [replace(TODAY, **{s: False}) for s in PARTS]
     rows += [TODAY.with_step(s) for s in NEW_STEPS]
     rows += [replace(LEAN, temperature=t) for t in TEMPERATURES if t != LEAN.temperature]
-    rows += [LEAN.with_step(s) for s in STEPS if s != "centring"] + [LEAN.with_step(s) for s in NEW_STEPS]
+    rows += [LEAN.with_step(s) for s in STEPS if s not in PARTS] + [LEAN.with_step(s) for s in NEW_STEPS]
     rows += [replace(LEAN, mixture=True, prior_bins=1), replace(LEAN, mixture=True, prior_bins=10)]
     rows += [replace(LEAN, mixture=True, temperature=t) for t in TEMPERATURES if t != LEAN.temperature]
     return rows
@@ -459,10 +465,11 @@ def row_label(spec) -> str:
     if spec in (WHOLE, POSITIONAL, LEAN, TODAY):
         return f"**{name_of(spec)}**"
     for s in STEPS:
-        if s != "centring" and spec == toggled(TODAY, s):
+        if s not in PARTS and spec == toggled(TODAY, s):
             return f"today's {'+' if getattr(spec, s) else '-'} {s}"
-    if spec == replace(TODAY, centring=False):
-        return "today's - centring (of the phrases)"
+    for part, whole in PARTS.items():
+        if spec == replace(TODAY, **{part: False}):
+            return f"today's - {part} (of the {whole})"
     return name_of(spec)
 
 
@@ -551,8 +558,8 @@ def print_marks(family: RealFamily, split: str, chosen: Floor) -> None:
 
 
 def step_names(spec: Floor) -> list[str]:
-    """The steps a floor can take or leave: every step, `centring` only where it reads phrases."""
-    return [s for s in STEPS + NEW_STEPS if s != "centring" or spec.phrases]
+    """The steps a floor can take or leave: every step, a part (`PARTS`) only where the floor takes its whole."""
+    return [s for s in STEPS + NEW_STEPS if s not in PARTS or getattr(spec, PARTS[s])]
 
 
 def toggled(spec: Floor, step: str) -> Floor:
@@ -641,9 +648,10 @@ def leave_one_out(families: list, start: Floor, title: str) -> tuple[Floor, dict
         if holds:
             holding.append(s)
         print(f"| {s} | " + " | ".join(cells) + f" | {'yes' if holds else 'no'} |")
-    final = replace(LEAN, **{s: s in holding for s in STEPS + NEW_STEPS if s != "centring"})
-    if final.phrases:
-        final = replace(final, centring="centring" in holding)
+    final = replace(LEAN, **{s: s in holding for s in STEPS + NEW_STEPS if s not in PARTS})
+    for part, whole in PARTS.items():
+        if getattr(final, whole):
+            final = replace(final, **{part: part in holding})
     for const in ("temperature", "prior_bins"):  # a constant every fold chose
         values = {getattr(v["chosen"], const) for v in verdicts.values()}
         if len(values) == 1:

@@ -134,3 +134,52 @@ def test_a_checkpoint_naming_an_unknown_scorer_says_so(tmp_path):
         PooledAspectModel.from_pretrained(folder, device="cpu")
     assert "scorers" not in model.config()  # trained heads' checkpoints read as they always have
     assert isinstance(SentencePoolingHead(8).scorer.config(), dict)
+
+
+def bin_likelihood(mixture: PositionMixture, feats) -> float:
+    """The mean log-likelihood of the sentences' position bins under a mixture, written out from its definition:
+    log sum_a softmax(beta e)_a d_a(bin)."""
+    from scipy.special import log_softmax, logsumexp
+
+    total, n = 0.0, 0
+    for s in feats.sentences:
+        pos = position_features(len(s))
+        bins = np.minimum((np.arange(len(s)) / max(len(s) - 1, 1) * 5 + 1e-9).astype(int), 4)
+        total += logsumexp(log_softmax(mixture.emissions(s), axis=1) + mixture.log_density[:, bins].T, axis=1).sum()
+        n += len(s)
+        assert len(pos) == len(s)
+    return total / n
+
+
+def test_the_sharpness_is_where_the_positions_are_likeliest_and_undoes_a_rescaled_scorer():
+    feats, protos = topical_corpus(signal=0.5)
+    fitted = fit_mixture(feats, protos, temperature=0.05)
+    assert 0.1 < fitted.sharpness < 3.0 and abs(fitted.sharpness - 1.0) > 0.05
+    best = bin_likelihood(fitted, feats)
+    for beta in (0.5 * fitted.sharpness, 0.8 * fitted.sharpness, 1.25 * fitted.sharpness, 2 * fitted.sharpness):
+        other = fit_mixture(feats, protos, temperature=0.05, sharpness=beta)
+        assert bin_likelihood(other, feats) < best
+    # Scores twice as sharp (half the temperature): half the sharpness, and the same posteriors.
+    sharper = fit_mixture(feats, protos, temperature=0.025)
+    assert sharper.sharpness == pytest.approx(fitted.sharpness / 2, rel=0.03)
+    s, pos = feats.sentences[3], position_features(len(feats.sentences[3]))
+    np.testing.assert_allclose(sharper.posteriors(s, pos), fitted.posteriors(s, pos), atol=0.02)
+    assert fit_mixture(feats, protos, temperature=0.05, sharpness=1.0).sharpness == 1.0
+
+
+def test_a_checkpoint_written_before_the_sharpness_was_read_loads_with_the_scorers_own(tmp_path):
+    import json
+
+    feats, protos = topical_corpus()
+    floor = fit_floor(feats, protos)
+    assert floor.mixed and floor.summary()["mixture_sharpness"] == round(floor.scorer.sharpness, 3)
+    model = PooledAspectModel("no-backbone-needed", floor.aspects, hidden=32)
+    for a in floor.aspects:
+        floor.place(model.heads[a], a)
+    folder = model.save_pretrained(tmp_path / "m")
+    config = json.loads((folder / "workbench_config.json").read_text())
+    assert config["scorers"]["a"]["sharpness"] == pytest.approx(floor.scorer.sharpness)
+    for scorer in config["scorers"].values():
+        del scorer["sharpness"]
+    (folder / "workbench_config.json").write_text(json.dumps(config))
+    assert PooledAspectModel.from_pretrained(folder, device="cpu").heads["a"].scorer.sharpness == 1.0

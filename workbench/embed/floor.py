@@ -113,7 +113,8 @@ class AspectFileFloor:
                 "calibrated": self.calibrated,
                 "position_mixture": None if not self.mixed else
                 {a: [round(float(x), 3) for x in np.exp(self.scorer.log_density[j])]
-                 for j, a in enumerate(self.aspects)}}
+                 for j, a in enumerate(self.aspects)},
+                "mixture_sharpness": None if not self.mixed else round(float(self.scorer.sharpness), 3)}
 
 
 def fit_floor(features, prototypes: AspectPrototypes, word_vectors: Callable | None = None, seed: int = 0,

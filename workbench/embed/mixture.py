@@ -12,6 +12,13 @@ d_a is aspect a's density over POSITION_BINS bins of relative position, relative
 a prior on how many sentences an aspect takes would let the aspect the prototypes favour take them all. No
 label is read.
 
+The emissions carry one more constant read from the corpus, their sharpness beta (e = beta x the scorer's): the
+mixture is a model of where a sentence sits, p(bin | sentence) = sum_a softmax(beta e)_a d_a(bin) x the bin's
+share, and beta and the densities are the values under which the corpus's sentences' positions are likeliest.
+A scorer fitted to the aspect file's words alone is as sure of itself as its training made it; how well its
+readings predict where each sentence sits, a quantity it never read, says how sure it may be. On CSAbstruct
+this put beta near 0.6 (+0.5 to +1.5 over beta = 1), on ACLSum near 1 (`benchmarks/families.py`).
+
 Why: the linear position prior (`aspectfile.position_prior`) moves each aspect's scores on its own, so two
 aspects can still claim one sentence and a sentence that neither states well can go to both. The posterior
 makes the aspects share each sentence out, the way the roles of a real abstract do (background, then method,
@@ -40,6 +47,7 @@ from .features import position_features
 POSITION_BINS = 5       # bins of relative position (CSAbstruct and ACLSum chose 5 of 3, 5 and 10; 10 within 0.3)
 EM_ROUNDS = 10          # rounds of EM for the densities (the shares of each bin settle in 4 to 6)
 EDGE = 1e-4             # a relative position a hair below a bin's edge is in the bin above, in numpy and torch alike
+SHARPNESS = (0.1, 3.0)  # the range the emissions' sharpness is read from (1: the scorer's own)
 
 
 def position_bins(positions, bins: int = POSITION_BINS):
@@ -58,6 +66,7 @@ class PositionMixture:
     base: AspectPrototypes | CalibratedScorer
     log_density: np.ndarray
     temperature: float = TEMPERATURE  # the scale of an uncalibrated base's scores
+    sharpness: float = 1.0            # beta: the emissions' exponent read from the corpus (see module doc)
 
     kind = "mixture"  # what each scorer says of itself, as the heads' scorers do (`MixtureScorer.kind`)
 
@@ -77,10 +86,11 @@ class PositionMixture:
         return self.base.directions()
 
     def emissions(self, sentences: np.ndarray) -> np.ndarray:
-        """[n, A]: the base's log-probabilities (calibrated) or its scores over the temperature."""
+        """[n, A]: the base's log-probabilities (calibrated) or its scores over the temperature, times the
+        sharpness."""
         if self.base.calibrated:
-            return np.log(np.maximum(self.base.probabilities(sentences), 1e-30))
-        return self.base.scores(sentences) / self.temperature
+            return self.sharpness * np.log(np.maximum(self.base.probabilities(sentences), 1e-30))
+        return self.sharpness * self.base.scores(sentences) / self.temperature
 
     def posteriors(self, sentences: np.ndarray, positions: np.ndarray) -> np.ndarray:
         """[n, A]: each sentence's posterior over the aspects (rows sum to 1)."""
@@ -100,7 +110,7 @@ class PositionMixture:
     def head_scorer(self, hidden: int, aspect: str) -> "MixtureScorer":
         """A `MixtureScorer` holding this mixture for one aspect (its state set)."""
         A, bins = self.log_density.shape
-        scorer = MixtureScorer(hidden, A, bins, self.aspects.index(aspect), self.calibrated)
+        scorer = MixtureScorer(hidden, A, bins, self.aspects.index(aspect), self.calibrated, self.sharpness)
         if self.calibrated:
             weights, biases = self.base.weights, self.base.biases
         else:
@@ -112,39 +122,60 @@ class PositionMixture:
 
 
 def fit_mixture(features, scorer: AspectPrototypes | CalibratedScorer, temperature: float = TEMPERATURE,
-                boilerplate: np.ndarray | None = None, bins: int = POSITION_BINS,
-                rounds: int = EM_ROUNDS) -> PositionMixture | None:
-    """The mixture of `scorer` (its position prior, if any, set aside) fitted to a corpus by EM; None with fewer
-    than two aspects or MIN_BLEND_DOCUMENTS abstracts of two sentences or more (no positions to read)."""
+                boilerplate: np.ndarray | None = None, bins: int = POSITION_BINS, rounds: int = EM_ROUNDS,
+                sharpness: float | None = None) -> PositionMixture | None:
+    """The mixture of `scorer` (its position prior, if any, set aside) fitted to a corpus: its densities by EM and
+    its sharpness (`sharpness` None) by the likelihood of where the sentences sit; None with fewer than two aspects
+    or MIN_BLEND_DOCUMENTS abstracts of two sentences or more (no positions to read)."""
     scorer = replace(scorer, position=None)
     docs = [(np.asarray(s, np.float32)[k], position_features(len(s))[k])
             for s in features.sentences if len(s) and (k := keep_mask(s, boilerplate)).any()]
     if len(scorer.aspects) < 2 or sum(1 for s, _ in docs if len(s) >= 2) < MIN_BLEND_DOCUMENTS:
         return None
-    mixture = PositionMixture(scorer, np.zeros((len(scorer.aspects), bins)), temperature)
-    emission = mixture.emissions(np.concatenate([s for s, _ in docs]))
+    emission = PositionMixture(scorer, np.zeros((len(scorer.aspects), bins)), temperature).emissions(
+        np.concatenate([s for s, _ in docs]))
     b = position_bins(np.concatenate([p for _, p in docs]), bins)
+    if sharpness is None:
+        from scipy.optimize import minimize_scalar
+
+        # The likelihood is smooth and, in every corpus measured, has one peak in beta; on a log scale the
+        # bounded search treats a halving and a doubling alike.
+        found = minimize_scalar(lambda x: -position_density(emission * np.exp(x), b, bins, rounds)[1],
+                                bounds=np.log(SHARPNESS), method="bounded", options={"xatol": 0.01})
+        sharpness = float(np.exp(found.x))
+    log_density, _ = position_density(emission * sharpness, b, bins, rounds)
+    return PositionMixture(scorer, log_density, temperature, float(sharpness))
+
+
+def position_density(emission: np.ndarray, b: np.ndarray, bins: int = POSITION_BINS,
+                     rounds: int = EM_ROUNDS) -> tuple[np.ndarray, float]:
+    """(log d [A, bins], the mean log-likelihood of the sentences' bins, less that of their own shares): EM from
+    flat densities, `emission` [n, A] each sentence's log-scores, `b` [n] its bin."""
     share = (np.bincount(b, minlength=bins) + 1.0) / (len(b) + bins)  # the sentences' own share of each bin
+    log_density = np.zeros((emission.shape[1], bins))
+    prior = np.exp(emission - emission.max(axis=1, keepdims=True))
+    prior /= prior.sum(axis=1, keepdims=True)  # softmax_a(e): what the scores alone say each sentence states
     for _ in range(int(rounds)):
-        z = emission + mixture.log_density[:, b].T
-        post = np.exp(z - z.max(axis=1, keepdims=True))
+        post = prior * np.exp(log_density[:, b].T)
         post /= post.sum(axis=1, keepdims=True)
         density = np.stack([(np.bincount(b, weights=post[:, j], minlength=bins) + 1.0) / (post[:, j].sum() + bins)
                             for j in range(post.shape[1])]) / share
-        mixture.log_density = np.log(density)
-    return mixture
+        log_density = np.log(density)
+    return log_density, float(np.log((prior * np.exp(log_density[:, b].T)).sum(axis=1)).mean())
 
 
 class MixtureScorer(nn.Module):
     """The mixture in a head: the logit of aspect `index`'s posterior, so that the head's sigmoid is the posterior
     and its normalised weights are `PositionMixture.pool_weights`. Holds every aspect's scorer, since a posterior
-    weighs them all; `calibrated`: log-sigmoid emissions, else linear ones (the queries over the temperature)."""
+    weighs them all; `calibrated`: log-sigmoid emissions, else linear ones (the queries over the temperature);
+    `sharpness`: their exponent (a checkpoint written before it was read from the corpus holds 1)."""
 
     kind = "mixture"
 
-    def __init__(self, hidden: int, n_aspects: int, bins: int, index: int, calibrated: bool):
+    def __init__(self, hidden: int, n_aspects: int, bins: int, index: int, calibrated: bool, sharpness: float = 1.0):
         super().__init__()
         self.n_aspects, self.bins, self.index, self.calibrated = int(n_aspects), int(bins), int(index), bool(calibrated)
+        self.sharpness = float(sharpness)
         self.register_buffer("weights", torch.zeros(self.n_aspects, int(hidden)))
         self.register_buffer("biases", torch.zeros(self.n_aspects))
         self.register_buffer("log_density", torch.zeros(self.n_aspects, self.bins))
@@ -152,11 +183,11 @@ class MixtureScorer(nn.Module):
     def config(self) -> dict:
         """What a checkpoint's config holds to rebuild this scorer (`heads.scorer_from_config`)."""
         return {"kind": self.kind, "n_aspects": self.n_aspects, "bins": self.bins, "index": self.index,
-                "calibrated": self.calibrated}
+                "calibrated": self.calibrated, "sharpness": self.sharpness}
 
     def forward(self, sentences: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         z = sentences @ self.weights.to(sentences.dtype).T + self.biases.to(sentences.dtype)
-        e = nn.functional.logsigmoid(z) if self.calibrated else z
+        e = self.sharpness * (nn.functional.logsigmoid(z) if self.calibrated else z)
         e = e + self.log_density.to(e.dtype).T[position_bins(positions, self.bins)]
         others = torch.cat([e[..., :self.index], e[..., self.index + 1:]], dim=-1)
         return e[..., self.index] - torch.logsumexp(others, dim=-1)
