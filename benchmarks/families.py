@@ -108,7 +108,7 @@ class Floor:
     blend: bool = False
     phrases: bool = False
     centring: bool = True   # only read with phrases
-    sharpness: bool = True  # only read with mixture: its emissions' sharpness read from the corpus (else 1)
+    sharpness: bool = False  # only read with mixture: its emissions' sharpness read from the corpus (else 1)
     prior: bool = False
     mixture: bool = False
     centred: bool = False
@@ -120,7 +120,8 @@ class Floor:
 
 
 LEAN = Floor()
-TODAY = Floor(scale=True, exclude=True, calibrate=True, boilerplate=True, blend=True, phrases=True, mixture=True)
+TODAY = Floor(scale=True, exclude=True, calibrate=True, boilerplate=True, blend=True, phrases=True, mixture=True,
+              sharpness=True)
 STEPS = ("scale", "exclude", "calibrate", "boilerplate", "prior", "blend", "phrases", "centring", "mixture",
          "sharpness")
 PARTS = {"centring": "phrases", "sharpness": "mixture"}  # a step that is part of another, read only with it
@@ -142,7 +143,7 @@ def name_of(spec) -> str:
     else:
         words = "lean" + "".join(f" + {s}" for s in STEPS if s not in PARTS and getattr(spec, s))
     words += " (phrases not centred)" if spec.phrases and not spec.centring else ""
-    words += " (mixture not sharpened)" if spec.mixture and not spec.sharpness else ""
+    words += " + sharpness" if spec.mixture and spec.sharpness and words != "today's floor" else ""
     words += "".join(f" + {s}" for s in NEW_STEPS if getattr(spec, s))
     consts = [f"t {spec.temperature:g}"] if spec.temperature != TEMPERATURE else []
     if spec.mixture and spec.prior_bins != PRIOR_BINS:
@@ -284,10 +285,10 @@ def pool(features, weights, blends: dict, sentences=None) -> dict[str, np.ndarra
 
 
 def mixture_posteriors(features, scorer, temperature: float = TEMPERATURE, boilerplate=None,
-                       bins: int = PRIOR_BINS):
+                       bins: int = PRIOR_BINS, sharpness: bool = False):
     """(the densities [A, bins], per document its posteriors [n, A]) of stage 03's position mixture
     (`mixture.fit_mixture`) of this scorer, whatever the gate; None where it cannot be fitted. Label-free."""
-    mixture = fit_mixture(features, scorer, temperature, boilerplate, bins)
+    mixture = fit_mixture(features, scorer, temperature, boilerplate, bins, sharpness=None if sharpness else 1.0)
     if mixture is None:
         return None
     posteriors = []
@@ -456,7 +457,8 @@ def ablation_rows(family) -> list:
     rows += [TODAY.with_step(s) for s in NEW_STEPS]
     rows += [replace(LEAN, temperature=t) for t in TEMPERATURES if t != LEAN.temperature]
     rows += [LEAN.with_step(s) for s in STEPS if s not in PARTS] + [LEAN.with_step(s) for s in NEW_STEPS]
-    rows += [replace(LEAN, mixture=True, prior_bins=1), replace(LEAN, mixture=True, prior_bins=10)]
+    rows += [replace(LEAN, mixture=True, prior_bins=1), replace(LEAN, mixture=True, prior_bins=10),
+             replace(LEAN, mixture=True, sharpness=True)]
     rows += [replace(LEAN, mixture=True, temperature=t) for t in TEMPERATURES if t != LEAN.temperature]
     return rows
 
@@ -534,7 +536,8 @@ def mark_sets(family: RealFamily, split: str, chosen: Floor) -> dict:
     out["prototype + prior argmax"] = prior_argmax
     for spec in dict.fromkeys([replace(LEAN, mixture=True), replace(LEAN, mixture=True, temperature=chosen.temperature,
                                                                     prior_bins=chosen.prior_bins)]):
-        fitted = mixture_posteriors(b.features, b.scorer(spec), spec.temperature, b.boiler(spec), spec.prior_bins)
+        fitted = mixture_posteriors(b.features, b.scorer(spec), spec.temperature, b.boiler(spec), spec.prior_bins,
+                                    spec.sharpness)
         if fitted is None:
             continue
         post = fitted[1]

@@ -17,7 +17,8 @@ mixture is a model of where a sentence sits, p(bin | sentence) = sum_a softmax(b
 share, and beta and the densities are the values under which the corpus's sentences' positions are likeliest.
 A scorer fitted to the aspect file's words alone is as sure of itself as its training made it; how well its
 readings predict where each sentence sits, a quantity it never read, says how sure it may be. On CSAbstruct
-this put beta near 0.6 (+0.5 to +1.5 over beta = 1), on ACLSum near 1 (`benchmarks/families.py`).
+it read 0.65 (+0.5 and +1.1 over beta = 1 on its two splits), on ACLSum 0.96 (+0.05), and it holds in every
+fold of `benchmarks/families.py`'s leave-one-family-out.
 
 Why: the linear position prior (`aspectfile.position_prior`) moves each aspect's scores on its own, so two
 aspects can still claim one sentence and a sentence that neither states well can go to both. The posterior
