@@ -183,3 +183,22 @@ def test_a_checkpoint_written_before_the_sharpness_was_read_loads_with_the_score
         del scorer["sharpness"]
     (folder / "workbench_config.json").write_text(json.dumps(config))
     assert PooledAspectModel.from_pretrained(folder, device="cpu").heads["a"].scorer.sharpness == 1.0
+
+
+def test_the_mixtures_marks_are_each_sentences_most_likely_aspect_and_boilerplate_is_never_marked():
+    feats, protos = topical_corpus()
+    floor = fit_floor(feats, protos)
+    assert floor.mixed
+    boiler = feats.sentences[0][:1]  # one sentence taken as the corpus's boilerplate
+    marks = aspectfile.sentence_marks(feats, floor.scorer, boilerplate=boiler)
+    for i in (0, 7):
+        s, pos = feats.sentences[i], position_features(len(feats.sentences[i]))
+        p = floor.scorer.base.probabilities(s) ** floor.scorer.sharpness  # Bayes' rule written out
+        bins = np.minimum((np.arange(len(s)) / (len(s) - 1) * 5 + 1e-9).astype(int), 4)
+        top = (p * np.exp(floor.scorer.log_density[:, bins].T)).argmax(axis=1)
+        got = np.array([marks[i][a] for a in floor.aspects]).T
+        kept = np.ones(len(s), bool) if i else np.arange(len(s)) > 0
+        assert (got[~kept] == 0).all() and (got[kept].sum(axis=1) == 1).all()
+        np.testing.assert_array_equal(got[kept].argmax(axis=1), top[kept])
+    with pytest.raises(ValueError, match="position features"):
+        floor.scorer.stated(feats.sentences[0])

@@ -117,6 +117,11 @@ class AspectPrototypes:
             score = score + temperature * (positions @ self.position.T)
         return np.stack([softmax(score[:, j], temperature) for j in range(len(self.aspects))], axis=1)
 
+    def stated(self, sentences: np.ndarray, positions: np.ndarray | None = None,
+               temperature: float = TEMPERATURE) -> np.ndarray:
+        """[n, A] bool: the sentences that state each aspect (`stating_columns` of the pooling weights)."""
+        return stating_columns(self.pool_weights(sentences, positions, temperature))
+
 
 @dataclass
 class CalibratedScorer:
@@ -148,6 +153,19 @@ class CalibratedScorer:
         calibration set the scale)."""
         p = self.probabilities(sentences, positions)
         return p / np.maximum(p.sum(axis=0, keepdims=True), 1e-30)
+
+    def stated(self, sentences: np.ndarray, positions: np.ndarray | None = None,
+               temperature: float = TEMPERATURE) -> np.ndarray:
+        """[n, A] bool: the sentences that state each aspect (`stating_columns` of the pooling weights)."""
+        return stating_columns(self.pool_weights(sentences, positions, temperature))
+
+
+def stating_columns(weights: np.ndarray) -> np.ndarray:
+    """[n, A] bool: per aspect (column of an abstract's pooling weights [n, A]), its stating sentences
+    (`phrases.stating`: at least 0.3 of its weight, or the most)."""
+    weights = np.asarray(weights)
+    return np.stack([stating(weights[:, j]) for j in range(weights.shape[1])], axis=1) if len(weights) else \
+        np.zeros(weights.shape, bool)
 
 
 def aspect_texts(aspect) -> list[str]:
@@ -441,14 +459,21 @@ def corpus_word_means(features, aspects: Sequence[str], directions: np.ndarray, 
                         marks)
 
 
-def sentence_marks(features, prototypes: AspectPrototypes | CalibratedScorer, temperature: float = TEMPERATURE,
+def sentence_marks(features, scorer, temperature: float = TEMPERATURE,
                    boilerplate: np.ndarray | None = None) -> list[dict[str, list[float]]]:
-    """Per document, {aspect: [1.0 or 0.0 per sentence]}: the sentences that state the aspect (`phrases.stating`:
-    at least 0.3 of its softmax weight in the abstract, or the most). The format of
-    `health.corpus_sentence_aspects`, so the swap probe can read a corpus without highlights.
+    """Per document, {aspect: [1.0 or 0.0 per sentence]}: the sentences that state the aspect, as the scorer
+    reads them (its `stated`: the stating sentences of its pooling weights, `phrases.stating`, or the position
+    mixture's most likely aspect per sentence); boilerplate never. The format of `health.corpus_sentence_aspects`,
+    so the swap probe can read a corpus without highlights.
 
     Why not only the sentences holding half the weight: on ACLSum without its highlights, calibrated weights
     spread over the abstract, and 22 validation papers then gave no pair to swap for two aspects of three (3
     for the third); with the stating sentences, 13 to 18 pairs each."""
-    return [{a: [float(x) for x in stating(w[a])] for a in prototypes.aspects}
-            for w in sentence_weights(features, prototypes, temperature, boilerplate)]
+    out = []
+    for sents in features.sentences:
+        marks = np.zeros((len(sents), len(scorer.aspects)), bool)
+        if len(sents):
+            keep = keep_mask(sents, boilerplate)
+            marks[keep] = scorer.stated(np.asarray(sents)[keep], position_features(len(sents))[keep], temperature)
+        out.append({a: [float(x) for x in marks[:, j]] for j, a in enumerate(scorer.aspects)})
+    return out

@@ -108,6 +108,16 @@ class PositionMixture:
         p = self.posteriors(sentences, positions)
         return p / np.maximum(p.sum(axis=0, keepdims=True), 1e-30)
 
+    def stated(self, sentences: np.ndarray, positions: np.ndarray | None = None,
+               temperature: float = TEMPERATURE) -> np.ndarray:
+        """[n, A] bool: each sentence marked for the aspect its posterior puts first, the mixture's own model (one
+        aspect per sentence). Against the sentences people marked it finds more of each aspect's than the
+        sentences holding 0.3 of the aspect's weight do (`benchmarks/families.py`)."""
+        if positions is None:
+            raise ValueError("the position mixture needs the sentences' position features")
+        post = self.posteriors(sentences, positions)
+        return post.argmax(axis=1)[:, None] == np.arange(post.shape[1])[None, :]
+
     def head_scorer(self, hidden: int, aspect: str) -> "MixtureScorer":
         """A `MixtureScorer` holding this mixture for one aspect (its state set)."""
         A, bins = self.log_density.shape
