@@ -111,8 +111,9 @@ class PositionMixture:
     def stated(self, sentences: np.ndarray, positions: np.ndarray | None = None,
                temperature: float = TEMPERATURE) -> np.ndarray:
         """[n, A] bool: each sentence marked for the aspect its posterior puts first, the mixture's own model (one
-        aspect per sentence). Against the sentences people marked it finds more of each aspect's than the
-        sentences holding 0.3 of the aspect's weight do (`benchmarks/families.py`)."""
+        aspect per sentence). Against the sentences people marked (`benchmarks/families.py`) it recalls more of
+        each aspect's than the sentences holding 0.3 of the aspect's weight do, at a higher mean F1 on CSAbstruct
+        and on ACLSum."""
         if positions is None:
             raise ValueError("the position mixture needs the sentences' position features")
         post = self.posteriors(sentences, positions)
