@@ -762,8 +762,11 @@ def test_the_guard_table_shows_each_aspect_file_head_s_blend():
     older = guard_table({"aspects": {"disease": row}}).columns  # reports written before blends and words
     assert "aspect file: sentences' share" not in older and "aspect file: phrases' share" not in older
     assert "aspect file: where it sits" not in table.columns  # no position mixture taken
-    mixed = guard_table({"aspects": {"disease": row}, "position_mixture": {"disease": [1.96, 1.0, 0.04]}})
+    mixed = guard_table({"aspects": {"disease": row}, "position_mixture": {"disease": [1.96, 1.0, 0.04]},
+                         "mixture_sharpness": 0.65})
     assert mixed.loc["disease", "aspect file: where it sits"] == "2.0 1.0 0.0"
+    assert mixed.loc["disease", "aspect file: sharpness"] == 0.65
+    assert "aspect file: sharpness" not in guard_table({"aspects": {"disease": row}, "mixture_sharpness": None}).columns
 
 
 def test_the_words_share_reads_how_much_the_aspects_share():

@@ -375,8 +375,8 @@ def guard_table(report: dict):
     """The guard's report as a DataFrame: one row per aspect, the swap probe's selectivities, the label scores
     where a label column decided (`labels: head`, ...), the aspect-file head's share of pooled sentences
     (`aspectfile.corpus_blends`) and of each sentence's words (`aspectfile.corpus_word_shares`), where in an
-    abstract it sits (the position mixture's densities, `mixture.py`, where the floor took it), and what was
-    kept."""
+    abstract it sits and how sure its sentence scores may be (the position mixture's densities and sharpness,
+    `mixture.py`, where the floor took it), and what was kept."""
     import pandas as pd
 
     rows = {}
@@ -389,5 +389,7 @@ def guard_table(report: dict):
             row["aspect file: phrases' share"] = report["word_shares"].get(a)
         if report.get("position_mixture"):  # where the aspect sits, first bin to last (1: as any sentence)
             row["aspect file: where it sits"] = " ".join(f"{x:.1f}" for x in report["position_mixture"][a])
+        if report.get("mixture_sharpness") is not None:  # how sure the sentence scores may be, read from the corpus
+            row["aspect file: sharpness"] = report["mixture_sharpness"]
         rows[a] = {**row, "kept": r["kept"], "verified": r.get("verified")}
     return pd.DataFrame.from_dict(rows, orient="index")
