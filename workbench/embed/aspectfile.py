@@ -86,8 +86,17 @@ PRIOR_NEWTON_STEPS = 25  # the prior's fit converges in 4 to 6 on a corpus (conc
 WORD_SHARE = 1.5  # x (1 - 2 s), at most 1: the aspect's phrases' share of a sentence's vector (all of it for s <= 1/6)
 
 
+class PooledMarks:
+    """What a scorer that pools by weights says states an aspect: the stating sentences of its weights."""
+
+    def stated(self, sentences: np.ndarray, positions: np.ndarray | None = None,
+               temperature: float = TEMPERATURE) -> np.ndarray:
+        """[n, A] bool: the sentences that state each aspect (`stating_columns` of the pooling weights)."""
+        return stating_columns(self.pool_weights(sentences, positions, temperature))
+
+
 @dataclass
-class AspectPrototypes:
+class AspectPrototypes(PooledMarks):
     """Per aspect: its prototype (the unit mean of its text vectors) and the query a sentence is scored with."""
     aspects: list[str]
     prototypes: np.ndarray                # [A, H] unit rows
@@ -117,14 +126,9 @@ class AspectPrototypes:
             score = score + temperature * (positions @ self.position.T)
         return np.stack([softmax(score[:, j], temperature) for j in range(len(self.aspects))], axis=1)
 
-    def stated(self, sentences: np.ndarray, positions: np.ndarray | None = None,
-               temperature: float = TEMPERATURE) -> np.ndarray:
-        """[n, A] bool: the sentences that state each aspect (`stating_columns` of the pooling weights)."""
-        return stating_columns(self.pool_weights(sentences, positions, temperature))
-
 
 @dataclass
-class CalibratedScorer:
+class CalibratedScorer(PooledMarks):
     """Per aspect, a logistic "this sentence states the aspect": p = sigmoid(s . weights[a] + biases[a])."""
     aspects: list[str]
     weights: np.ndarray                   # [A, H]
@@ -153,11 +157,6 @@ class CalibratedScorer:
         calibration set the scale)."""
         p = self.probabilities(sentences, positions)
         return p / np.maximum(p.sum(axis=0, keepdims=True), 1e-30)
-
-    def stated(self, sentences: np.ndarray, positions: np.ndarray | None = None,
-               temperature: float = TEMPERATURE) -> np.ndarray:
-        """[n, A] bool: the sentences that state each aspect (`stating_columns` of the pooling weights)."""
-        return stating_columns(self.pool_weights(sentences, positions, temperature))
 
 
 def stating_columns(weights: np.ndarray) -> np.ndarray:

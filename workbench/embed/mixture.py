@@ -181,7 +181,9 @@ def position_density(emission: np.ndarray, b: np.ndarray, bins: int = POSITION_B
         density = np.stack([(np.bincount(b, weights=post[:, j], minlength=bins) + 1.0) / (post[:, j].sum() + bins)
                             for j in range(post.shape[1])]) / share
         log_density = np.log(density)
-    return log_density, float(np.log((prior * np.exp(log_density[:, b].T)).sum(axis=1)).mean())
+    else:  # every round taken: the last densities are not yet scored
+        likelihood = float(np.log((prior * np.exp(log_density[:, b].T)).sum(axis=1)).mean())
+    return log_density, likelihood
 
 
 class MixtureScorer(nn.Module):
