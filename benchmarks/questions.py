@@ -69,7 +69,7 @@ def main() -> None:
     parser.add_argument("--encode-docs", type=int, default=16,
                         help="test abstracts the unified model's encoder is timed on (default 16)")
     add_smoke(parser, run_dir=None, corpus="aclsum:validation[:8],test[:4]", aspects=["challenge"], k=2,
-              per_cluster=2, samples=1, pairs=24, gen_tokens=40, encode_docs=2)
+              per_cluster=2, samples=1, pairs=24, gen_tokens=24, encode_docs=2)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-questions-") as tmp:
         if args.run_dir is None:  # smoke mode

@@ -13,6 +13,7 @@
 """
 
 import ast
+import functools
 import subprocess
 import sys
 import time
@@ -35,6 +36,12 @@ def module_name(path: Path) -> str:
 MODULES = {module_name(p) for p in PACKAGE.rglob("*.py")} - {""}
 
 
+@functools.lru_cache(maxsize=None)
+def parsed(path: Path) -> ast.Module:
+    """A file's syntax tree, parsed once per test run: the checks below walk the same files many times."""
+    return ast.parse(path.read_text(encoding="utf-8"))
+
+
 def python_files(folders=FOLDERS) -> list[Path]:
     """The .py files under the given folders of the repository."""
     return sorted(p for folder in folders for p in (ROOT / folder).rglob("*.py"))
@@ -49,14 +56,15 @@ def _resolve(module: str, names) -> list[tuple[str, str | None]]:
     return [(m, n) for m, n in out if m in MODULES]
 
 
-def workbench_imports(path: Path) -> list[tuple[str, str | None, int]]:
+@functools.lru_cache(maxsize=None)
+def workbench_imports(path: Path) -> tuple[tuple[str, str | None, int], ...]:
     """(module, imported name or None, line) for every import of a workbench module in a file, wherever it stands."""
     in_package = PACKAGE in path.parents
     package = module_name(path).split(".") if in_package else []
     if in_package and path.name != "__init__.py":
         package = package[:-1]  # a module's relative imports start from the package that holds it
     found = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(parsed(path)):
         if isinstance(node, ast.Import):
             found += [(a.name[len("workbench."):], None, node.lineno) for a in node.names
                       if a.name.startswith("workbench.") and a.name[len("workbench."):] in MODULES]
@@ -69,7 +77,7 @@ def workbench_imports(path: Path) -> list[tuple[str, str | None, int]]:
             else:
                 continue
             found += [(m, n, node.lineno) for m, n in _resolve(module, [a.name for a in node.names])]
-    return found
+    return tuple(found)
 
 
 SUBPACKAGES = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()}
@@ -127,7 +135,7 @@ def private_uses(path: Path) -> list[str]:
     """Each use of another workbench module's private name in a file, as "path:line: what"."""
     own = module_name(path) if PACKAGE in path.parents else None
     where = path.relative_to(ROOT)
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tree = parsed(path)
     imports = workbench_imports(path)  # parsed once: by statement line below
     found = [f"{where}:{line}: from {module} import {name}" for module, name, line in imports
              if name and name.startswith("_") and not name.startswith("__") and module != own]
@@ -201,7 +209,7 @@ def test_no_module_re_exports_another_s_names():
     name only to use it (an `__all__` entry is no use)."""
     found = []
     for path in python_files(["workbench"]):
-        tree = ast.parse(path.read_text(encoding="utf-8"))
+        tree = parsed(path)
         used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
         for node in tree.body:
             if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("workbench")):
@@ -252,7 +260,7 @@ def function_sizes(paths) -> list[tuple[str, int, int]]:
     keyword-only, *args and **kwargs one, less `self` or `cls`."""
     out = []
     for path in paths:
-        tree = ast.parse(path.read_text(encoding="utf-8"))
+        tree = parsed(path)
         for node in ast.walk(tree):
             if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 continue
@@ -298,7 +306,7 @@ def _pulls_heavy(module: str, seen=()) -> bool:
     path = PACKAGE / (module.replace(".", "/") + ".py")
     if not path.is_file():
         path = PACKAGE / module.replace(".", "/") / "__init__.py"
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tree = parsed(path)
     for node in tree.body:
         if isinstance(node, ast.Import) and {a.name.split(".")[0] for a in node.names} & LAZY_LIBRARIES:
             return True
@@ -317,7 +325,7 @@ def test_imports_stand_at_the_top_unless_they_are_heavy():
     for path in python_files(["workbench"]):
         me = module_name(path)
         heavy_me = bool(me) and _pulls_heavy(me)
-        tree = ast.parse(path.read_text(encoding="utf-8"))
+        tree = parsed(path)
         for fn in ast.walk(tree):
             if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 continue
