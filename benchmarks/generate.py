@@ -4,7 +4,7 @@ The prompts are those of `workbench.generate.summaries.generate_summaries` (ACLS
 the "acl" aspect set's prompt keys, the summary prefill and stop strings, k samples
 each), generated in one process, one run, with the same sampling:
 
-    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/generate.py [--docs 4] [--k 4]
+    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/generate.py [--docs 4] [--k 4] [--aspects 3]
         [--max-new-tokens 64] [--batch-size 96] [--generate-batch-size 24] [--no-llama-cpp] [--smoke]
 
 Rows:
@@ -22,7 +22,7 @@ Rows:
 
 llama-cpp-python is an optional extra that compiles llama.cpp; when it is missing this
 script installs it first (about 4 minutes on 2 cores; pip keeps the wheel), unless
-`--no-llama-cpp`. `--smoke` (or WORKBENCH_BENCH_SMOKE=1): 1 abstract, k = 1, 4 new tokens,
+`--no-llama-cpp`. `--smoke` (or WORKBENCH_BENCH_SMOKE=1): 1 abstract, 1 aspect, k = 2, 4 new tokens,
 batches of 2, to check that every row still runs; it uses llama.cpp only where it is already
 installed (it never installs it).
 """
@@ -50,12 +50,13 @@ from _smoke import add_smoke  # noqa: E402
 LLAMA_CPP = "llama-cpp-python==0.3.36"
 
 
-def build_prompts(docs: int, k: int) -> list[list[dict]]:
-    """k copies of each (abstract, prompt key) conversation for the first `docs` train abstracts."""
+def build_prompts(docs: int, k: int, aspects: int | None = None) -> list[list[dict]]:
+    """k copies of each (abstract, prompt key) conversation for the first `docs` train abstracts and the first
+    `aspects` prompt keys of the acl preset (None: all)."""
     corpus = load_corpus("aclsum:train")
-    aspects = load_aspects("acl")
-    return [aspects.messages(key, abstract) for abstract in corpus.texts()[:docs]
-            for _, key in aspects.prompt_keys() for _ in range(k)]
+    preset = load_aspects("acl")
+    return [preset.messages(key, abstract) for abstract in corpus.texts()[:docs]
+            for _, key in preset.prompt_keys()[:aspects] for _ in range(k)]
 
 
 def ensure_llama_cpp(install: bool = True) -> bool:
@@ -134,18 +135,19 @@ def main(argv=None) -> None:
     parser.add_argument("--batch-size", type=int, default=96, help="answers per batch, workbench (default 96)")
     parser.add_argument("--generate-batch-size", type=int, default=24,
                         help="answers per batch, transformers generate and the plain cache (default 24)")
+    parser.add_argument("--aspects", type=int, default=None, help="the first N aspects of the acl preset (default: all 3)")
     parser.add_argument("--no-llama-cpp", action="store_true", help="skip llama.cpp (do not install it)")
-    add_smoke(parser, argv, docs=1, k=1, max_new_tokens=4, batch_size=2, generate_batch_size=2)
+    add_smoke(parser, argv, docs=1, k=2, aspects=1, max_new_tokens=4, batch_size=2, generate_batch_size=2)
     args = parser.parse_args(argv)
 
     import torch
 
     from workbench.core.devices import free_threads
 
-    prompts = build_prompts(args.docs, args.k)
+    prompts = build_prompts(args.docs, args.k, args.aspects)
     groups = len(prompts) // args.k
     sampling = Sampling(stop=SUMMARY_STOP, max_new_tokens=args.max_new_tokens, seed=0)
-    print(f"{args.docs} ACLSum abstracts x 3 aspects x k={args.k}: {len(prompts)} answers, "
+    print(f"{args.docs} ACLSum abstracts x {groups // args.docs} aspects x k={args.k}: {len(prompts)} answers, "
           f"max_new_tokens={args.max_new_tokens}")
     print(f"machine: {platform.machine()}, {os.cpu_count()} CPU cores, torch {torch.__version__} "
           f"({torch.get_num_threads()} threads), free threads now {free_threads()}, load {os.getloadavg()[0]:.2f}, "
