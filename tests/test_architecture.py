@@ -224,6 +224,43 @@ def test_no_private_name_of_another_module_is_used():
     assert not found, "private names of other workbench modules:\n" + "\n".join(found)
 
 
+RUNDIR = PACKAGE / "core" / "rundir.py"
+
+
+def artifact_file_names() -> set[str]:
+    """The file names `core/rundir.py` gives the run's artifacts: its module-level string constants with a suffix
+    ("summaries.jsonl", "guard.json", ...; folder names such as "maps" are common words, so only files count)."""
+    names = set()
+    for node in parsed(RUNDIR).body:
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
+            if "." in node.value.value.lstrip(".") and " " not in node.value.value:
+                names.add(node.value.value)
+    return names
+
+
+def spelled_artifacts(path: Path, names: set[str]) -> list[str]:
+    """Each string in a file (docstrings aside) that is an artifact's file name or a path ending in one."""
+    tree = parsed(path)
+    docstrings = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)}
+    where = path.relative_to(ROOT) if ROOT in path.parents else path.name
+    return [f"{where}:{n.lineno}: {n.value!r}" for n in ast.walk(tree)
+            if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docstrings
+            and any(n.value == name or n.value.endswith("/" + name) for name in names)]
+
+
+def test_each_artifact_file_is_named_in_the_run_directory_module_only(tmp_path):
+    """A stage reads another stage's files through `RunDir`, never by spelling their names: the layout is stated
+    once, and no import loop is avoided by reading a file by hand."""
+    names = artifact_file_names()
+    assert {"summaries.jsonl", "guard.json", "metrics.json", "run.json", "params.yaml", "split.json"} <= names
+    probe = tmp_path / "probe.py"  # the check finds what it looks for
+    probe.write_text('"""A docstring may say run.json."""\nPATH = "unified_model/guard.json"\nNAME = "run.json"\n')
+    assert [line.split(": ", 1)[1] for line in spelled_artifacts(probe, names)] == ["'unified_model/guard.json'",
+                                                                                       "'run.json'"]
+    found = [hit for path in python_files(["workbench"]) if path != RUNDIR for hit in spelled_artifacts(path, names)]
+    assert not found, "artifact file names spelled outside core/rundir.py:\n" + "\n".join(found)
+
+
 def test_import_workbench_is_fast():
     """`import workbench` in a fresh interpreter, best of three, takes under a second."""
     best = float("inf")

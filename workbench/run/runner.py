@@ -354,12 +354,12 @@ def _keep_stage(stage: str, entry: dict, params: dict, run_path: Path, report_pa
                 report_code: bool) -> dict:
     """A stage that ran: its report exported (report_path None: none) and the stage added to run.json at once,
     keeping every stage completed before (record.py); returns the entry. A write that fails names its file."""
-    written = run_path / "run.json"
+    written = RunDir(run_path).run_record
     try:
         if report_path is not None:
             written = report_path / f"{stage}.html"
             entry["html"] = str(export_html(Path(entry["notebook"]), written, code=report_code))
-            written = run_path / "run.json"
+            written = RunDir(run_path).run_record
         record_stage(run_path, stage, entry, params)
     except OSError as exc:
         raise RuntimeError(f"stage {stage} ran, but {exc.filename or written} could not be written: "
@@ -377,7 +377,7 @@ def _run_locked(checked: _CheckedRun, report: bool, log, progress: bool, executi
     resolved, declared, kernel = checked.resolved, checked.declared, execution.kernel
 
     RunDir(run_path).mark()  # with the first artifact: this folder is a run, and its caches are ours to clean
-    write_text(run_path / "params.yaml", yaml.safe_dump({**config, "run_dir": str(run_path)}, sort_keys=False))
+    write_text(RunDir(run_path).params, yaml.safe_dump({**config, "run_dir": str(run_path)}, sort_keys=False))
     engine = _register_engine()
     own_kernel = kernel is None
     if own_kernel:

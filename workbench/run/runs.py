@@ -161,7 +161,7 @@ def mark_run(run) -> list[str]:
 def _stages(folder: Path) -> list[str]:
     """The stages a run's record names (its executed notebooks when it has no readable record)."""
     try:
-        record = json.loads((folder / "run.json").read_text())
+        record = json.loads(RunDir(folder).run_record.read_text())
     except (OSError, ValueError):
         record = None
     if isinstance(record, dict):
