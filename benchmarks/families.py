@@ -83,9 +83,10 @@ from workbench.data.corpus import load_corpus  # noqa: E402
 from workbench.data.sentences import match_highlights  # noqa: E402
 from workbench.embed.aspectfile import (EXCLUDE_WEIGHT, TEMPERATURE, AspectPrototypes,  # noqa: E402
                                         aspect_directions, aspect_prototypes, calibrate, corpus_blends,
-                                        corpus_word_shares, marked_means, pooled_words, sentence_marks,
-                                        sentence_weights, stating_sentences, with_position_prior)
-from workbench.embed.boilerplate import find_boilerplate, keep_mask  # noqa: E402
+                                        corpus_word_shares, kept_sentence_rows, marked_means, pooled_words,
+                                        sentence_marks, sentence_weights, stating_sentences,
+                                        with_position_prior)
+from workbench.embed.boilerplate import find_boilerplate  # noqa: E402
 from workbench.embed.features import FeatureCache, FrozenBackbone, blend_documents, position_features  # noqa: E402
 from workbench.embed.mixture import POSITION_BINS, fit_mixture  # noqa: E402
 from workbench.embed.phrases import stating  # noqa: E402
@@ -291,14 +292,8 @@ def mixture_posteriors(features, scorer, temperature: float = TEMPERATURE, boile
     mixture = fit_mixture(features, scorer, temperature, boilerplate, bins, sharpness=None if sharpness else 1.0)
     if mixture is None:
         return None
-    posteriors = []
-    for s in features.sentences:
-        p = np.zeros((len(s), len(scorer.aspects)))
-        if len(s):
-            k = keep_mask(s, boilerplate)
-            p[k] = mixture.posteriors(np.asarray(s, np.float32)[k], position_features(len(s))[k])
-        posteriors.append(p)
-    return np.exp(mixture.log_density), posteriors
+    return np.exp(mixture.log_density), kept_sentence_rows(features, mixture.posteriors, len(scorer.aspects),
+                                                           boilerplate)
 
 
 def position_pooling(features, aspects) -> dict[str, np.ndarray]:

@@ -210,17 +210,23 @@ def sentence_weights(features, prototypes: AspectPrototypes | CalibratedScorer, 
     the softmax of the zero-shot scores, or a `CalibratedScorer`'s probabilities normalised over the abstract,
     with the scorer's position prior (`position_prior`) added to the logits where it has one.
     Sentences matching `boilerplate` (`boilerplate.find_boilerplate`) get weight 0, unless all of them do."""
+    rows = kept_sentence_rows(features, lambda s, pos: prototypes.pool_weights(s, pos, temperature),
+                              len(prototypes.aspects), boilerplate, np.float32)
+    return [{a: r[:, j].copy() for j, a in enumerate(prototypes.aspects)} for r in rows]
+
+
+def kept_sentence_rows(features, read, columns: int, boilerplate: np.ndarray | None = None,
+                       dtype=np.float64) -> list[np.ndarray]:
+    """Per document [n, columns]: `read(sentences, position features)` of the sentences that are not
+    boilerplate (`boilerplate.keep_mask`), zeros for the others; what every per-sentence reading of a scorer
+    (weights, marks, posteriors) goes through."""
     out = []
     for sents in features.sentences:
-        weights = {a: np.zeros(len(sents), np.float32) for a in prototypes.aspects}
-        out.append(weights)
-        if not len(sents):
-            continue
-        keep = keep_mask(sents, boilerplate)
-        kept = np.asarray(sents)[keep]
-        p = prototypes.pool_weights(kept, position_features(len(sents))[keep], temperature)
-        for j, a in enumerate(prototypes.aspects):
-            weights[a][keep] = p[:, j]
+        rows = np.zeros((len(sents), columns), dtype)
+        if len(sents):
+            keep = keep_mask(sents, boilerplate)
+            rows[keep] = read(np.asarray(sents)[keep], position_features(len(sents))[keep])
+        out.append(rows)
     return out
 
 
@@ -468,11 +474,6 @@ def sentence_marks(features, scorer, temperature: float = TEMPERATURE,
     Why not only the sentences holding half the weight: on ACLSum without its highlights, calibrated weights
     spread over the abstract, and 22 validation papers then gave no pair to swap for two aspects of three (3
     for the third); with the stating sentences, 13 to 18 pairs each."""
-    out = []
-    for sents in features.sentences:
-        marks = np.zeros((len(sents), len(scorer.aspects)), bool)
-        if len(sents):
-            keep = keep_mask(sents, boilerplate)
-            marks[keep] = scorer.stated(np.asarray(sents)[keep], position_features(len(sents))[keep], temperature)
-        out.append({a: [float(x) for x in marks[:, j]] for j, a in enumerate(scorer.aspects)})
-    return out
+    rows = kept_sentence_rows(features, lambda s, pos: scorer.stated(s, pos, temperature), len(scorer.aspects),
+                              boilerplate, bool)
+    return [{a: [float(x) for x in marks[:, j]] for j, a in enumerate(scorer.aspects)} for marks in rows]
