@@ -143,11 +143,9 @@ def bin_likelihood(mixture: PositionMixture, feats) -> float:
 
     total, n = 0.0, 0
     for s in feats.sentences:
-        pos = position_features(len(s))
         bins = np.minimum((np.arange(len(s)) / max(len(s) - 1, 1) * 5 + 1e-9).astype(int), 4)
         total += logsumexp(log_softmax(mixture.emissions(s), axis=1) + mixture.log_density[:, bins].T, axis=1).sum()
         n += len(s)
-        assert len(pos) == len(s)
     return total / n
 
 
@@ -192,7 +190,7 @@ def test_the_mixtures_marks_are_each_sentences_most_likely_aspect_and_boilerplat
     boiler = feats.sentences[0][:1]  # one sentence taken as the corpus's boilerplate
     marks = aspectfile.sentence_marks(feats, floor.scorer, boilerplate=boiler)
     for i in (0, 7):
-        s, pos = feats.sentences[i], position_features(len(feats.sentences[i]))
+        s = feats.sentences[i]
         p = floor.scorer.base.probabilities(s) ** floor.scorer.sharpness  # Bayes' rule written out
         bins = np.minimum((np.arange(len(s)) / (len(s) - 1) * 5 + 1e-9).astype(int), 4)
         top = (p * np.exp(floor.scorer.log_density[:, bins].T)).argmax(axis=1)
