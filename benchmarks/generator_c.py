@@ -19,6 +19,10 @@ against "same value" (1/0) for each factor and the drug, with its ceiling (a per
   (t = 0.05) over the abstract's sentences pools their MiniLM vectors; no blend, no boilerplate rule,
   no training.
 
+Each of the floor's steps on a family that never chose it: per seed, the floor with every step and without each
+one in turn (`floor.fit_floor(..., steps=...)`), each head on its own aspect and on the drug; at the end, each
+step's gain per aspect and seed, and whether it adds on every seed.
+
 Also per seed: the share of papers whose sentence stating an aspect recurs word for word in another
 paper (a section label such as "METHODS: " aside), the sentences stage 03 leaves out as boilerplate
 and how many of them state an aspect, and the weight the probe puts on the stating sentences. At the
@@ -57,11 +61,13 @@ from workbench.data.aspects import load_aspects  # noqa: E402
 from workbench.embed.aspectfile import aspect_prototypes, aspect_texts, softmax  # noqa: E402
 from workbench.embed.boilerplate import find_boilerplate, keep_mask  # noqa: E402
 from workbench.embed.features import FeatureCache, FrozenBackbone  # noqa: E402
+from workbench.embed.floor import STEPS, fit_floor  # noqa: E402
 
 PRESET = "medicine"
 PROBE = "prototype probe"
 PROBE_TEMPERATURE = 0.05  # as issue 39 states the probe; not chosen on this corpus
 FLOOR = ("stage 03", "phrases")
+FULL = "every step"  # stage 03's floor ("phrases" above), the base of the ablation
 
 
 def probe_weights(features, aspect_set, cache: FeatureCache) -> list[dict[str, np.ndarray]]:
@@ -104,13 +110,21 @@ def seed_table(seed: int, docs: int, cache: FeatureCache) -> dict:
             rows[f"{kind}: {a}"] = {t: spearman100(emb[a], truths[t]) for t in FACTORS}
     for a in ASPECTS:
         rows[f"{PROBE}: {a}"] = {t: spearman100(probe[a], truths[t]) for t in FACTORS}
+    ablation = {}
+    for name, steps in ((FULL, STEPS), *((f"- {s}", [x for x in STEPS if x != s]) for s in STEPS)):
+        floor = fit_floor(features, aspect_prototypes(aspect_set, ASPECTS, cache.vectors), cache.word_vectors,
+                          steps=steps)
+        emb = floor.embeddings(features, cache.word_vectors)
+        ablation[name] = {a: (spearman100(emb[a], truths[a]), spearman100(emb[a], truths[NUISANCE])) for a in ASPECTS}
+    # The ablation's base is stage 03's floor, the table's "phrases" rows, to the last digit.
+    assert all(ablation[FULL][a][0] == rows[f"phrases: {a}"][a] for a in ASPECTS)
     highlights = frame[[f"highlights_{a}" for a in ASPECTS]].itertuples(index=False)
     stating = [{s for h in row for s in h} for row in highlights]
     boiler = find_boilerplate(features)
     left_out = [(i, j) for i, s in enumerate(features.sentences) for j in np.flatnonzero(~keep_mask(s, boiler))]
     on_true = {a: float(np.mean([w[a][np.isin(st, list(h))].sum() for w, st, h in
                                  zip(weights, features.sentence_texts, frame[f"highlights_{a}"])])) for a in ASPECTS}
-    return {"rows": rows, "ceiling": {f: ceiling(frame[f], seed) for f in FACTORS}, "blends": blends,
+    return {"rows": rows, "ablation": ablation, "ceiling": {f: ceiling(frame[f], seed) for f in FACTORS}, "blends": blends,
             "repeated": repeated_shares(frame), "on_true": on_true,
             "boilerplate": (len(left_out), sum(features.sentence_texts[i][j] in stating[i] for i, j in left_out),
                             sum(len(s) for s in features.sentence_texts))}
@@ -140,6 +154,11 @@ def main(argv=None) -> None:
               + "; the probe's weight on the stating sentences " + ", ".join(
                   f"{a} {v:.2f}" for a, v in table["on_true"].items()))
         print_table(table["rows"], FACTORS, table["ceiling"])
+        print("\nthe floor's steps: each head on its own aspect (on the drug)")
+        print("| floor | " + " | ".join(ASPECTS) + " |")
+        print("|---|" + "---|" * len(ASPECTS))
+        for name, row in table["ablation"].items():
+            print(f"| {name} | " + " | ".join(f"{own:.1f} ({drug:.1f})" for own, drug in row.values()) + " |")
 
     # Worst seed per row on its own aspect (the lowest), the most it follows the drug over the seeds.
     print(f"\nWorst of {len(args.seeds)} seeds: each head on its own aspect (lowest), {MINILM} on each factor "
@@ -158,6 +177,21 @@ def main(argv=None) -> None:
     repeated = {a: min(t["repeated"][a] for t in tables.values()) for a in ASPECTS}
     print("| stating sentence repeated in another paper, % of papers (lowest) | "
           + " | ".join(f"{100 * v:.1f}" for v in repeated.values()) + " | |")
+
+    # Each step's gain: the floor with every step less the floor without it, per aspect and seed.
+    print(f"\nEach step of the floor on generator c (never chose one): its gain on each head's own aspect, seeds "
+          f"{', '.join(map(str, args.seeds))}; the drug's change in brackets (worst seed: the most)")
+    print("| step | " + " | ".join(ASPECTS) + " | adds on every aspect and seed |")
+    print("|---|" + "---|" * (len(ASPECTS) + 1))
+    for step in STEPS:
+        gains = {a: [t["ablation"][FULL][a][0] - t["ablation"][f"- {step}"][a][0] for t in tables.values()]
+                 for a in ASPECTS}
+        drug = {a: max(t["ablation"][FULL][a][1] - t["ablation"][f"- {step}"][a][1] for t in tables.values())
+                for a in ASPECTS}
+        acts = any(g != 0 for v in gains.values() for g in v)
+        verdict = "acts nowhere" if not acts else ("yes" if all(g > 0 for v in gains.values() for g in v) else "no")
+        print(f"| {step} | " + " | ".join(" / ".join(f"{g:+.1f}" for g in gains[a]) + f" ({drug[a]:+.1f})"
+                                          for a in ASPECTS) + f" | {verdict} |")
 
     # What issue 39 asks today's figures to show, on every seed.
     above = {(seed, kind, a): t["rows"][f"{kind}: {a}"][a] - t["rows"][MINILM][a]
