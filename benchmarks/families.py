@@ -2,7 +2,7 @@
 
 Stage 03's floor (`workbench.embed.aspectfile`, built step by step as `benchmarks/aspect_file.py`'s
 `floor_heads` builds it) was developed on the project's own synthetic corpora. This script measures
-each of its steps, and three label-free candidates, on three families of corpora, choosing on one split
+each of its steps, and label-free candidates, on three families of corpora, choosing on one split
 of a family and reporting on another:
 
 * **CSAbstruct** (`scripts/csabstruct.py`, 2,155 real computer-science abstracts, every sentence's
@@ -36,8 +36,10 @@ abstract, 1 - s / 2), `phrases` (sentences read through their phrases, `word_sha
 `mixture` (`mixture.py`: each sentence's posterior over the aspects, its scores plus each aspect's
 density over PRIOR_BINS bins of relative position read by EM from the corpus, pooled per aspect; in its
 place in the weights where no aspect's phrases' share is above 0, as stage 03 takes it) with its `sharpness`
-(part of `mixture`: its emissions' exponent read from the corpus, else 1). A label-free candidate: `centred`
-(each aspect's vectors less their corpus mean).
+(part of `mixture`: its emissions' exponent read from the corpus, else 1). Label-free candidates: `centred`
+(each aspect's vectors less their corpus mean) and `sentence_blend` (the blend takes the mean of the abstract's
+sentence vectors in place of its one pass; it acts only with `blend`). A baseline beside them: the mean of the
+abstract's sentence vectors, no aspect file.
 
 Then leave one family out, twice: from the lean floor (forward) and from today's floor (backward),
 the two other families' choosing splits pick the temperature, keep each step that, switched alone,
@@ -113,6 +115,7 @@ class Floor:
     prior: bool = False
     mixture: bool = False
     centred: bool = False
+    sentence_blend: bool = False  # only acts with blend: the sentences' mean in place of the whole abstract's pass
     temperature: float = TEMPERATURE
     prior_bins: int = PRIOR_BINS
 
@@ -126,9 +129,11 @@ TODAY = Floor(scale=True, exclude=True, calibrate=True, boilerplate=True, blend=
 STEPS = ("scale", "exclude", "calibrate", "boilerplate", "prior", "blend", "phrases", "centring", "mixture",
          "sharpness")
 PARTS = {"centring": "phrases", "sharpness": "mixture"}  # a step that is part of another, read only with it
-NEW_STEPS = ("centred",)
+NEW_STEPS = ("centred", "sentence_blend")
+ACTS_ONLY_WITH = {"sentence_blend": "blend"}  # a candidate that changes nothing without that step
 SILENT = 1e-9  # a step's gain this small: the step did not act on that family (its gate was off)
 WHOLE, POSITIONAL = "MiniLM whole abstract", "position pooling"
+SENTENCE_MEAN = "mean of the sentences"  # each abstract's unit sentence vectors averaged, no aspect file
 
 
 def name_of(spec) -> str:
@@ -254,8 +259,15 @@ class Builder:
                          lambda: sentence_weights(self.features, self.pooling_scorer(f), f.temperature,
                                                   self.boiler(f)))
 
+    def sentence_mean(self) -> np.ndarray:
+        """[N, H] unit rows: the mean of each abstract's unit sentence vectors (its whole vector where it has none)."""
+        return self._get("sentence mean", lambda: unit_rows(np.stack([
+            unit_rows(np.asarray(s, np.float32)).mean(axis=0) if len(s) else self.features.whole[i]
+            for i, s in enumerate(self.features.sentences)])))
+
     def embed(self, spec) -> dict[str, np.ndarray]:
-        """{aspect: [N, H] unit rows} of a floor or a baseline (WHOLE, POSITIONAL) over the whole corpus."""
+        """{aspect: [N, H] unit rows} of a floor or a baseline (WHOLE, POSITIONAL, SENTENCE_MEAN) over the whole
+        corpus."""
         return self._get(("embed", spec), lambda: self._embed(spec))
 
     def _embed(self, spec) -> dict[str, np.ndarray]:
@@ -263,17 +275,20 @@ class Builder:
             return {a: unit_rows(self.features.whole) for a in self.aspects}
         if spec == POSITIONAL:
             return position_pooling(self.features, self.aspects)
-        out = pool(self.features, self.weights(spec), self.blends(spec), self.sentences(spec))
+        if spec == SENTENCE_MEAN:
+            return {a: self.sentence_mean() for a in self.aspects}
+        whole = self.sentence_mean() if spec.sentence_blend else None
+        out = pool(self.features, self.weights(spec), self.blends(spec), self.sentences(spec), whole)
         if spec.centred:
             out = {a: unit_rows(v - v.mean(axis=0, keepdims=True)) for a, v in out.items()}
         return out
 
 
-def pool(features, weights, blends: dict, sentences=None) -> dict[str, np.ndarray]:
+def pool(features, weights, blends: dict, sentences=None, whole=None) -> dict[str, np.ndarray]:
     """`aspectfile.zero_shot_embeddings` with the weights given: the weighted mean of each abstract's sentence
     vectors (an aspect's own where `sentences` holds them), blended with the whole abstract (`blends`: the
-    sentences' share)."""
-    whole = unit_rows(np.asarray(features.whole, dtype=np.float32))
+    sentences' share; `whole`: what stands for the whole abstract, None: its one pass)."""
+    whole = unit_rows(np.asarray(features.whole if whole is None else whole, dtype=np.float32))
     out = {a: whole.copy() for a in blends}
     for i, (sents, w) in enumerate(zip(features.sentences, weights)):
         if not len(sents):
@@ -341,10 +356,12 @@ def pooled_truth(cache: FeatureCache, groups: list[list[str]]) -> tuple[np.ndarr
 class RealFamily:
     """One real corpus, fitted once as a whole, judged on its choosing and reporting papers."""
 
-    def __init__(self, name: str, texts, human: dict, splits: dict, aspect_set, caches: dict, summaries=None):
+    def __init__(self, name: str, texts, human: dict, splits: dict, aspect_set, caches: dict, summaries=None,
+                 roles: dict | None = None):
         """`human`: {aspect: per paper the list of its human-marked sentence texts}; `splits`: {"choose": rows,
-        "report": rows}; `summaries`: {aspect: per paper its human summary or None} (ACLSum)."""
-        self.name, self.aspects, self.splits = name, list(aspect_set.names), splits
+        "report": rows}; `summaries`: {aspect: per paper its human summary or None} (ACLSum); `roles`: {role: per
+        paper the sentences people gave that role} (CSAbstruct), for `print_role_weights`."""
+        self.name, self.aspects, self.splits, self.roles = name, list(aspect_set.names), splits, roles
         cache = caches["minilm"]
         self.features = cache.documents(list(texts))
         self.builder = Builder(self.features, aspect_prototypes(aspect_set, self.aspects, cache.vectors), cache)
@@ -447,11 +464,12 @@ class SyntheticFamily:
 
 def ablation_rows(family) -> list:
     """The rows of a family's ablation table."""
-    rows = [WHOLE] + ([POSITIONAL] if isinstance(family, RealFamily) else []) + [LEAN, TODAY]
+    rows = [WHOLE] + ([POSITIONAL] if isinstance(family, RealFamily) else []) + [SENTENCE_MEAN, LEAN, TODAY]
     rows += [toggled(TODAY, s) for s in STEPS if s not in PARTS] + [replace(TODAY, **{s: False}) for s in PARTS]
     rows += [TODAY.with_step(s) for s in NEW_STEPS]
     rows += [replace(LEAN, temperature=t) for t in TEMPERATURES if t != LEAN.temperature]
-    rows += [LEAN.with_step(s) for s in STEPS if s not in PARTS] + [LEAN.with_step(s) for s in NEW_STEPS]
+    rows += [LEAN.with_step(s) for s in STEPS if s not in PARTS]
+    rows += [LEAN.with_step(s) for s in NEW_STEPS if getattr(LEAN, ACTS_ONLY_WITH.get(s, s), True)]
     rows += [replace(LEAN, mixture=True, prior_bins=1), replace(LEAN, mixture=True, prior_bins=10),
              replace(LEAN, mixture=True, sharpness=True)]
     rows += [replace(LEAN, mixture=True, temperature=t) for t in TEMPERATURES if t != LEAN.temperature]
@@ -459,7 +477,7 @@ def ablation_rows(family) -> list:
 
 
 def row_label(spec) -> str:
-    if spec in (WHOLE, POSITIONAL, LEAN, TODAY):
+    if spec in (WHOLE, POSITIONAL, SENTENCE_MEAN, LEAN, TODAY):
         return f"**{name_of(spec)}**"
     for s in STEPS:
         if s not in PARTS and spec == toggled(TODAY, s):
@@ -541,6 +559,42 @@ def mark_sets(family: RealFamily, split: str, chosen: Floor) -> dict:
             for j, a in enumerate(A)}
     out["every sentence"] = {a: [np.ones(k, bool) for k in n] for a in A}
     return out
+
+
+def print_role_weights(family: RealFamily, split: str, specs: dict) -> None:
+    """Where each head puts its pooling weight, by the role people gave the sentence (`family.roles`), on a split's
+    papers: per head the mean over papers of the weight's share on each role (sentences no role matched aside), beside
+    the matched sentences' own shares."""
+    rows, feats = family.splits[split], family.builder.features
+    names = list(family.roles)
+    role_of = []  # per paper, each of the workbench's sentences' role index (-1: none matched)
+    for i in rows:
+        which = np.full(len(feats.sentence_texts[i]), -1)
+        for k, r in enumerate(names):
+            if family.roles[r][i]:
+                hit = np.asarray(match_highlights(feats.sentence_texts[i], family.roles[r][i])) >= 0.5
+                which[hit & (which < 0)] = k
+        role_of.append(which)
+    shares = np.bincount(np.concatenate(role_of + [np.zeros(0, int)]) + 1, minlength=len(names) + 1)[1:]
+    print("| pooling weight on | " + " | ".join(names) + " |")
+    print("|---|" + "---:|" * len(names))
+    print("| the sentences' own shares | " + " | ".join(f"{v:.2f}" for v in shares / max(shares.sum(), 1)) + " |")
+    for label, spec in specs.items():
+        weights = family.builder.weights(spec)
+        for a in family.aspects:
+            total = np.zeros(len(names))
+            for i, which in zip(rows, role_of):
+                w = np.asarray(weights[i][a], np.float64)
+                if w.sum() > 0:
+                    total += [w[which == k].sum() / w.sum() for k in range(len(names))]
+            print(f"| {label}, {a} | " + " | ".join(f"{v:.2f}" for v in total / len(rows)) + " |")
+
+
+def weight_spread(family: RealFamily, spec: Floor) -> dict[str, float]:
+    """{aspect: the mean over the corpus's abstracts (two sentences or more) of 1 / the sum of the squared shares of
+    the head's pooling weights, as a share of the abstract's sentences}: 1 is the sentences' plain mean. No label."""
+    return {a: float(np.mean([1 / np.sum((w[a] / w[a].sum()) ** 2) / len(w[a]) for w in family.builder.weights(spec)
+                              if len(w[a]) > 1 and w[a].sum() > 0])) for a in family.aspects}
 
 
 def print_marks(family: RealFamily, split: str, chosen: Floor) -> None:
@@ -667,7 +721,9 @@ def load_families(args, caches) -> list:
     human = {a: [[s for s, r in zip(ss, rr) if r in csabstruct.ASPECT_ROLES[a]]
                  for ss, rr in zip(frame["sentences"], frame["roles"])] for a in acl.names}
     rows = {"choose": np.flatnonzero(frame["split"] == "dev"), "report": np.flatnonzero(frame["split"] == "test")}
-    csab = RealFamily("CSAbstruct", frame["abstract"].tolist(), human, rows, acl, caches)
+    roles = {r: [[s for s, x in zip(ss, rr) if x == r] for ss, rr in zip(frame["sentences"], frame["roles"])]
+             for r in ("background", "objective", "method", "result", "other")}
+    csab = RealFamily("CSAbstruct", frame["abstract"].tolist(), human, rows, acl, caches, roles=roles)
     print(f"CSAbstruct: {len(frame)} abstracts the corpus, {len(rows['choose'])} dev papers choose, "
           f"{len(rows['report'])} test papers report ({time.perf_counter() - t0:.0f} s)")
     t0 = time.perf_counter()
@@ -766,9 +822,15 @@ def main(argv=None) -> None:
     for family in (csab, aclsum):
         print(f"\n## {family.name}: sentence marks against the human ones (reporting split, micro)\n")
         print_marks(family, "report", forward)
+    print(f"\n## {csab.name}: where the heads put their weight, by the sentence's human role (reporting split)\n")
+    print_role_weights(csab, "report", {"today's floor": TODAY, "prototype probe": LEAN})
+    for family in (csab, aclsum):
+        print(f"\n{family.name}, today's floor: each head's weights spread over (1 / the sum of their squared shares, "
+              "a share of the abstract's sentences, mean over the corpus) "
+              + ", ".join(f"{a} {v:.2f}" for a, v in weight_spread(family, TODAY).items()))
     heads = list(dict.fromkeys([LEAN, TODAY, forward, backward, replace(LEAN, prior=True),
                                 replace(LEAN, mixture=True, temperature=0.12), TODAY.with_step("prior"),
-                                TODAY.with_step("mixture", False)]))
+                                TODAY.with_step("mixture", False), TODAY.with_step("sentence_blend")]))
     print_bars(csab, aclsum, synthetic, heads, args.permutations)
     print(f"\nmatrix product at the end: {matmul_gflops():.0f} GFLOP/s; {time.perf_counter() - start:.0f} s in all")
 
