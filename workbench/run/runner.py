@@ -354,12 +354,12 @@ def _keep_stage(stage: str, entry: dict, params: dict, run_path: Path, report_pa
                 report_code: bool) -> dict:
     """A stage that ran: its report exported (report_path None: none) and the stage added to run.json at once,
     keeping every stage completed before (record.py); returns the entry. A write that fails names its file."""
-    written = RunDir(run_path).run_record
+    record = written = RunDir(run_path).run_record  # the file a failed write names
     try:
         if report_path is not None:
             written = report_path / f"{stage}.html"
             entry["html"] = str(export_html(Path(entry["notebook"]), written, code=report_code))
-            written = RunDir(run_path).run_record
+            written = record
         record_stage(run_path, stage, entry, params)
     except OSError as exc:
         raise RuntimeError(f"stage {stage} ran, but {exc.filename or written} could not be written: "
