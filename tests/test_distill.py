@@ -221,6 +221,8 @@ def test_embed_cache_hit_and_miss(distilled, aclsum_small, monkeypatch):
     assert set(first) == set(ASPECTS) and first["outcome"].shape == (4, DIM)
     np.testing.assert_allclose(np.linalg.norm(first["approach"], axis=1), 1.0, rtol=1e-5)
     assert len(list((run / "embeddings").glob("*.safetensors"))) == 1
+    records = RunDir(run).cache_records()  # each file recorded as written: `workbench runs --clean` may delete it
+    assert all(p.stat().st_size in records[f"embeddings/{p.name}"] for p in (run / "embeddings").iterdir())
 
     def no_model(*args, **kwargs):
         raise AssertionError("the model was loaded: cache miss")

@@ -50,16 +50,23 @@ def _hand_made(tmp_path: Path) -> tuple[Path, Path]:
     return proj, proj2
 
 
+def _cache_file(run: Path, name: str, size: int) -> Path:
+    """A cache file as a cache writer leaves it: in place, whole, then recorded in the run's ledger."""
+    path = run / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"1" * size)
+    RunDir(run).record_cache(path)
+    return path
+
+
 def _marked_run(folder: Path) -> Path:
-    """A run as the runner leaves it: results, both caches, and the marker."""
-    (folder / "features" / "minilm").mkdir(parents=True)
-    (folder / "features" / "minilm" / "shard.safetensors").write_bytes(b"1" * 5000)
-    (folder / "embeddings").mkdir()
-    (folder / "embeddings" / "e.safetensors").write_bytes(b"1" * 1000)
+    """A run as the runner leaves it: results, both caches with their files recorded, and the marker."""
+    (folder / "aspect_models").mkdir(parents=True)
     (folder / "summaries.jsonl").write_text("{}\n")
-    (folder / "aspect_models").mkdir()
     (folder / "aspect_models" / "split.json").write_text('{"train": [], "validation": []}')
     RunDir(folder).mark()
+    _cache_file(folder, "features/minilm/shard-00001.safetensors", 5000)
+    _cache_file(folder, "embeddings/e.safetensors", 1000)
     return folder
 
 
@@ -93,7 +100,8 @@ def test_a_marked_run_is_cleaned_only_after_listing_and_with_yes(tmp_path, capsy
     assert main(["runs", "--clean", str(run)]) == 2  # pytest's stdin is no terminal: nobody to confirm
     captured = capsys.readouterr()
     assert "add --yes" in captured.err and "nothing was deleted" in captured.err
-    assert f"{run}/features/  5.0 kB" in captured.out and f"{run}/embeddings/  1.0 kB" in captured.out
+    assert f"{run}/features/minilm/  1 file, 5.0 kB" in captured.out and f"{run}/embeddings/  1 file, 1.0 kB" in \
+        captured.out
     assert (run / "features").is_dir() and (run / "embeddings").is_dir()
     monkeypatch.setattr(sys.stdin, "isatty", lambda: True, raising=False)
     monkeypatch.setattr("builtins.input", lambda prompt: "n")
@@ -108,8 +116,9 @@ def test_a_marked_run_is_cleaned_only_after_listing_and_with_yes(tmp_path, capsy
     assert "demo" in listing and "notes" not in listing and "unmarked" not in listing
 
 
-def test_a_symbolic_link_is_removed_as_a_link_and_errors_delete_nothing(tmp_path, capsys):
-    """An `embeddings/` link made --clean delete features/, then stop naming no path."""
+def test_a_symbolic_link_or_a_fifo_among_the_caches_stays(tmp_path, capsys):
+    """An `embeddings/` link made --clean delete features/, then stop naming no path. A link or a FIFO is not
+    a file the run wrote: it stays, named, with what it points to, and the run's own files go."""
     run = _marked_run(tmp_path / "run")
     elsewhere = tmp_path / "my_embeddings"
     elsewhere.mkdir()
@@ -120,14 +129,12 @@ def test_a_symbolic_link_is_removed_as_a_link_and_errors_delete_nothing(tmp_path
     _marked_run(fifo)
     shutil.rmtree(fifo / "embeddings")
     os.mkfifo(fifo / "embeddings")
-    before = _snapshot(fifo)
-    with pytest.raises(RefusedError, match=f"{fifo / 'embeddings'} is neither.*nothing was deleted"):
-        clean_caches(fifo)  # checked whole first: features/, listed before it, is still there
-    assert _snapshot(fifo) == before
+    assert plan_clean(fifo).kept == [(fifo / "embeddings", "neither a file nor a folder")]
+    assert clean_caches(fifo) == 5000 and (fifo / "embeddings").exists() and not (fifo / "features").exists()
     assert main(["runs", "--clean", str(run), "--yes"]) == 0
     out = capsys.readouterr().out
-    assert f"{run / 'embeddings'}  symbolic link to {elsewhere}: the link only" in out
-    assert not os.path.lexists(run / "embeddings") and not (run / "features").exists()
+    assert f"{run / 'embeddings'}  a symbolic link (to {elsewhere}): kept, and what it points to" in out
+    assert (run / "embeddings").is_symlink() and not (run / "features").exists()
     assert (elsewhere / "precious.npy").read_bytes() == b"keep me"
 
 
@@ -149,15 +156,18 @@ def test_an_old_run_is_marked_then_cleaned(tmp_path, capsys):
     old = tmp_path / "runs" / "old"
     shutil.copytree(OLD_RUN, old)
     (old / "embeddings").mkdir()
-    (old / "embeddings" / "e.safetensors").write_bytes(b"1" * 2000)
+    (old / "embeddings" / "0123456789abcdef.safetensors").write_bytes(b"1" * 2000)  # named as stage 03 names it
+    (old / "embeddings" / "NOTES.md").write_text("mine\n")
     assert main(["runs", str(tmp_path / "runs")]) == 0
     assert "unmarked" in capsys.readouterr().out
     assert main(["runs", "--clean", str(old), "--yes"]) == 2
     assert f"workbench runs --mark {old}" in capsys.readouterr().err and (old / "embeddings").is_dir()
     assert main(["runs", "--mark", str(old)]) == 0
-    assert "embeddings/" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "embeddings/" in out and "adopted 1 cache file" in out  # the note is not adopted
     assert main(["runs", "--clean", str(old), "--yes"]) == 0
-    assert not (old / "embeddings").exists() and (old / "unified_model" / "model.safetensors").is_file()
+    assert "NOTES.md  not written by this run" in capsys.readouterr().out
+    assert os.listdir(old / "embeddings") == ["NOTES.md"] and (old / "unified_model" / "model.safetensors").is_file()
     assert [r["marked"] for r in run_table(tmp_path / "runs")] == [True]
 
 
@@ -196,4 +206,82 @@ def test_the_runner_marks_a_run_but_not_what_was_there_before(tmp_path, monkeypa
     (tmp_path / "fresh").mkdir()
     RunDir(tmp_path / "fresh").mark()  # a new run's folder: every cache in it will be ours
     assert RunDir(tmp_path / "fresh").marked_caches() == ["features", "embeddings"]
-    assert plan_clean(proj) == [] and _snapshot(proj / "embeddings") == mine
+    assert plan_clean(proj).delete == [] and _snapshot(proj / "embeddings") == mine
+
+
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=True,
+                          timeout=30).stdout
+
+
+def test_a_run_under_git_loses_only_the_files_it_wrote_and_only_when_asked(tmp_path, capsys):
+    """A run folder committed to git, with the user's features/NOTES.md: --clean deleted the tracked caches, the note
+    included, and rewrote the tracked .workbench.lock, saying neither."""
+    import numpy as np
+
+    from workbench.core.files import RunLock
+    from workbench.embed.features import FeatureCache, FrozenBackbone
+
+    repo = tmp_path / "project"
+    run = repo / "run"
+    run.mkdir(parents=True)
+    _git(repo, "init", "-q")
+    (run / "summaries.jsonl").write_text("{}\n")
+    RunDir(run).mark()
+    with RunLock(run, "workbench run"):  # the lock file a run leaves behind
+        cache = FeatureCache.for_run(run, FrozenBackbone("minilm"))  # the real writer: shards and their records
+        cache.add(["a text", "another text"], np.ones((2, 8), dtype=np.float32))
+    _cache_file(run, "embeddings/0123456789abcdef.safetensors", 3000)
+    (run / "features" / "NOTES.md").write_text("what I learnt from these vectors\n")
+    _git(repo, "add", "-A")
+    _git(repo, "-c", "user.name=u", "-c", "user.email=u@example.org", "commit", "-q", "-m", "my run")
+    before = _snapshot(run)
+
+    done = subprocess.run([sys.executable, "-m", "workbench", "runs", "--clean", str(run), "--yes"],
+                          capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "git tracks 4 of the files" in done.stderr and "--include-tracked" in done.stderr
+    assert str(run / "embeddings" / "0123456789abcdef.safetensors") in done.stderr and "NOTES" not in done.stderr
+    assert _snapshot(run) == before and _git(repo, "status", "--porcelain") == ""
+
+    assert main(["runs", "--clean", str(run), "--yes", "--include-tracked"]) == 0
+    out = capsys.readouterr().out
+    assert f"{run / 'features' / 'NOTES.md'}  not written by this run" in out and "4 cache files" in out
+    shards = f"run/features/{FrozenBackbone('minilm').key}/"
+    assert sorted(_git(repo, "status", "--porcelain").splitlines()) == sorted(
+        f" D {name}" for name in ["run/embeddings/0123456789abcdef.safetensors", shards + ".workbench.lock",
+                                  shards + "shard-00001.json", shards + "shard-00001.safetensors"])
+    assert not (run / "embeddings").exists() and os.listdir(run / "features") == ["NOTES.md"]  # emptied folders go
+
+
+def test_a_forged_ledger_deletes_nothing_and_a_changed_file_stays(tmp_path):
+    """The ledger names what --clean deletes: a line naming a path out of the caches refuses the clean; a
+    recorded file reached through a link, or overwritten since, stays and is named."""
+    run = _marked_run(tmp_path / "run")
+    victim = tmp_path / "victim.txt"
+    victim.write_bytes(b"1" * 7)
+    (tmp_path / "result.json").write_text("{}")
+    ledger = RunDir(run).cache_ledger.read_text()
+    for forged in ["../victim.txt", str(victim), "aspect_models/split.json", "features/../../victim.txt",
+                   "features", "features/./minilm/shard-00001.safetensors"]:
+        RunDir(run).cache_ledger.write_text(ledger + json.dumps({"path": forged, "bytes": 7}) + "\n")
+        before = _snapshot(tmp_path)
+        with pytest.raises(RefusedError, match="not a ledger workbench wrote"):
+            clean_caches(run)
+        assert _snapshot(tmp_path) == before
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "v.npy").write_bytes(b"1" * 7)
+    (run / "features" / "linked").symlink_to(elsewhere, target_is_directory=True)
+    (run / "embeddings" / "e.safetensors").write_bytes(b"mine now")  # overwritten by the user
+    RunDir(run).cache_ledger.write_text(ledger + json.dumps({"path": "features/linked/v.npy", "bytes": 7}) + "\n"
+                                        + '{"path": "features/min')  # and a torn last line: passed over
+    plan = plan_clean(run)
+    assert [e.path for e in plan.delete] == [run / "features" / "minilm" / "shard-00001.safetensors"]
+    assert dict(plan.kept) == {run / "features" / "linked": f"a symbolic link (to {elsewhere}): kept, and what it "
+                                                            f"points to",
+                               run / "embeddings" / "e.safetensors": "changed since the run wrote it (8 B now, "
+                                                                     "1.0 kB written)"}
+    assert clean_caches(run) == 5000
+    assert (elsewhere / "v.npy").is_file() and (run / "embeddings" / "e.safetensors").read_bytes() == b"mine now"
+

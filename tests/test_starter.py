@@ -65,6 +65,8 @@ def test_runs_lists_run_directories_and_cleans_only_their_caches(tmp_path, capsy
     (run / "features" / "x" / "shard.safetensors").write_bytes(b"1" * 5000)
     (run / "embeddings").mkdir()
     (run / "embeddings" / "e.safetensors").write_bytes(b"1" * 1000)
+    for cache_file in (run / "features" / "x" / "shard.safetensors", run / "embeddings" / "e.safetensors"):
+        RunDir(run).record_cache(cache_file)  # as the cache writers record what they write
     (run / "summaries.jsonl").write_text("{}\n")
     (run / "run.json").write_text('{"01_generate": {}}')
     RunDir(run).mark()  # what the runner writes with a run's first artifact: only then are its caches ours

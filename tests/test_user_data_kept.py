@@ -22,6 +22,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from workbench.core.rundir import RunDir
+
 ASPECTS = ["challenge", "approach"]
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -166,7 +168,7 @@ WRITER = textwrap.dedent('''
 
         folder, first, last, start = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), Path(sys.argv[4])
         texts = [f"text number {i}" for i in range(first, last)]
-        cache = FeatureCache(folder, HashEncoder())
+        cache = FeatureCache(folder, HashEncoder(), run=sys.argv[5])  # the run's ledger records each file
         while not start.exists():
             time.sleep(0.002)
         for at in range(0, len(texts), 4):
@@ -185,7 +187,7 @@ def test_two_processes_writing_one_feature_cache_give_every_text_its_own_vector(
     script.write_text(WRITER)
     folder, start = tmp_path / "features" / "hash", tmp_path / "start"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    writers = [subprocess.Popen([sys.executable, str(script), str(folder), lo, hi, str(start)], env=env,
+    writers = [subprocess.Popen([sys.executable, str(script), str(folder), lo, hi, str(start), str(tmp_path)], env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
                for lo, hi in (("0", "300"), ("100", "400"))]
     start.touch()  # both start writing at the same moment
@@ -208,6 +210,11 @@ def test_two_processes_writing_one_feature_cache_give_every_text_its_own_vector(
     assert not [p for p in folder.iterdir() if p.name.endswith(".tmp")]
     reader = FeatureCache(folder, writer["HashEncoder"]())
     assert len(reader) == 400 and reader.missing(list(texts.values())) == []
+    # Both processes appended to one ledger: every line whole, every file there recorded at its size.
+    lines = [json.loads(line) for line in RunDir(tmp_path).cache_ledger.read_text().splitlines()]
+    assert {line["path"] for line in lines} == {f"features/hash/{p.name}" for p in folder.iterdir()}
+    assert all(line["bytes"] == (folder / Path(line["path"]).name).stat().st_size
+               for line in lines if not line["path"].endswith(".lock"))
 
 
 def test_an_export_without_titles_or_summaries_still_gives_a_search_to_try(open_explorer):

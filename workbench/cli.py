@@ -12,7 +12,7 @@ from .core.rundir import MARKER_NAME, MarkerError, RunDir
 from .core.safeyaml import AliasError, StrictLoader
 from .data.aspects import list_presets, load_aspects
 from .run.runner import ExecutionOptions, run_pipeline
-from .run.runs import RefusedError, clean_caches, human, mark_run, plan_clean, run_table
+from .run.runs import RefusedError, clean_caches, human, mark_run, plan_clean, run_table, tracked_refusal
 
 
 def _overrides(pairs: list[str]) -> dict:
@@ -148,20 +148,27 @@ def cmd_compare(args) -> int:
 
 
 def _clean_run(args) -> int:
-    """`workbench runs --clean RUN`: name what will be deleted, ask (unless --yes), then delete it."""
-    listed = plan_clean(args.clean)
-    if not listed:
+    """`workbench runs --clean RUN`: name what will be deleted and what stays, ask (unless --yes), then delete."""
+    plan = plan_clean(args.clean)
+    if plan.tracked and not args.include_tracked:
+        raise RefusedError(tracked_refusal(plan))
+    if plan.delete:
+        print(f"workbench runs --clean deletes these files {args.clean} wrote into its caches (the stages that need "
+              f"them encode again; results stay):")
+        for line in plan.folders():
+            print("  " + line)
+    if plan.kept:
+        print("These stay in its caches (the run did not write them, or not as they are now):")
+        for path, why in plan.kept:
+            print(f"  {path}  {why}")
+    if not plan.delete:
         listed_names = ", ".join(c + "/" for c in RunDir(args.clean).marked_caches()) or "no cache"
-        print(f"{args.clean}: nothing to remove (its marker lists {listed_names}, and none is there); "
-              f"nothing was deleted")
+        print(f"{args.clean}: nothing to remove (its marker lists {listed_names}, and no file the run wrote is there "
+              f"as it wrote it); nothing was deleted")
         return 0
-    print(f"workbench runs --clean deletes these caches of {args.clean} (the stages that need them encode "
-          f"again; results stay):")
-    for entry in listed:
-        print("  " + entry.describe())
     if not args.yes:
         if not sys.stdin.isatty():
-            print("workbench runs: nothing was deleted: no terminal to confirm on; add --yes to delete the caches "
+            print("workbench runs: nothing was deleted: no terminal to confirm on; add --yes to delete the files "
                   "listed above", file=sys.stderr)
             return 2
         try:
@@ -171,19 +178,24 @@ def _clean_run(args) -> int:
         if answer.strip().lower() not in ("y", "yes"):
             print("nothing was deleted")
             return 1
-    freed = clean_caches(args.clean, listed)
-    print(f"{args.clean}: removed {', '.join(e.path.name + ('/' if e.kind == 'folder' else ' (link)') for e in listed)}"
-          f", {human(freed)} freed; the stages that need them encode again")
+    freed = clean_caches(args.clean, plan, include_tracked=args.include_tracked)
+    kept = f"; the {len(plan.kept)} other entries named above stay" if len(plan.kept) > 1 else \
+        "; the other entry named above stays" if plan.kept else ""
+    print(f"{args.clean}: removed {len(plan.delete)} cache file{'s' * (len(plan.delete) != 1)}, {human(freed)} freed"
+          f"{kept}; the stages that need them encode again")
     return 0
 
 
 def _mark_run(args) -> int:
     """`workbench runs --mark RUN`: mark a run made before the marker, so that --clean may clean it."""
     already = RunDir(args.mark).is_marked()
-    caches = mark_run(args.mark)
+    caches, adopted = mark_run(args.mark)
     print(f"{args.mark}: {'already marked' if already else 'marked'} as a workbench run ({MARKER_NAME}); "
-          f"`workbench runs --clean {args.mark}` may delete its caches {', '.join(c + '/' for c in caches) or '(none)'}"
-          f" and nothing else")
+          f"`workbench runs --clean {args.mark}` may delete, in its caches {', '.join(c + '/' for c in caches) or '(none)'}"
+          f", the files the run wrote and nothing else")
+    if adopted:
+        print(f"  adopted {len(adopted)} cache file{'s' * (len(adopted) != 1)} already there, named as the run names "
+              f"them, as written by this run ({human(sum(p.stat().st_size for p in adopted))})")
     return 0
 
 
@@ -247,9 +259,11 @@ def main(argv: list[str] | None = None) -> int:
 
     runs = sub.add_parser("runs", help="list run directories with their disk use; --clean RUN removes its caches")
     runs.add_argument("root", nargs="?", default="runs", help="the folder holding run directories (default runs)")
-    runs.add_argument("--clean", metavar="RUN", help="remove the caches this run's marker lists (features/, "
-                                                     "embeddings/), after listing them")
+    runs.add_argument("--clean", metavar="RUN", help="remove the files this run wrote into its caches (features/, "
+                                                     "embeddings/), after listing them; other files there stay")
     runs.add_argument("--yes", action="store_true", help="with --clean: delete without asking")
+    runs.add_argument("--include-tracked", action="store_true",
+                      help="with --clean: also delete cache files git tracks (refused without it)")
     runs.add_argument("--mark", metavar="RUN", help="mark a run made before runs carried a marker, so that "
                                                     "--clean may clean it")
     runs.set_defaults(func=cmd_runs)

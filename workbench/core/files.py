@@ -122,19 +122,24 @@ class RunLock:
     Raises RunLockedError at once when another process holds it, with that process's
     PID, host, start time and command, and writes nothing in that case. With `wait`, it waits
     for the holder instead (writers of a shared cache folder take turns: `FeatureCache`).
+    With `note=False` a lock file already there is only read, never rewritten (`workbench runs
+    --clean` changes no file it did not write, and the lock file may be tracked by git).
     """
 
-    def __init__(self, run_dir, what: str = "workbench run", wait: bool = False):
+    def __init__(self, run_dir, what: str = "workbench run", wait: bool = False, note: bool = True):
         self.path = Path(run_dir) / LOCK_NAME
         self.what = what
         self.wait = wait
+        self.note = note
         self._file = None
 
     def __enter__(self):
         import fcntl
 
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        handle = open(self.path, "a+", encoding="utf-8")  # "a+": opening never truncates the holder's note
+        # "a+": opening never truncates the holder's note; "r": an flock needs no write access to the file
+        keep = not self.note and self.path.is_file() and not self.path.is_symlink()
+        handle = open(self.path, "r" if keep else "a+", encoding="utf-8")
         try:
             fcntl.flock(handle.fileno(), fcntl.LOCK_EX | (0 if self.wait else fcntl.LOCK_NB))
         except OSError:
@@ -143,11 +148,12 @@ class RunLock:
             handle.close()
             raise RunLockedError(f"{self.path.parent} is in use by {holder}; wait for that run to finish (or stop "
                                  f"it), or give this run another run directory. Nothing was written.") from None
-        handle.seek(0)
-        handle.truncate()
-        handle.write(f"pid {os.getpid()} on {socket.gethostname()} since "
-                     f"{time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime())} UTC ({self.what})\n")
-        handle.flush()
+        if not keep:
+            handle.seek(0)
+            handle.truncate()
+            handle.write(f"pid {os.getpid()} on {socket.gethostname()} since "
+                         f"{time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime())} UTC ({self.what})\n")
+            handle.flush()
         self._file = handle
         return self
 

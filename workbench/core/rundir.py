@@ -18,10 +18,13 @@
     questions/<aspect>/                   07 questions: the question axes of an aspect
     .workbench-run.json                   the marker: this folder is a workbench run, and which of its
                                           caches `workbench runs --clean` may delete (`RunDir.mark`)
+    .workbench-caches.jsonl               the ledger: each cache file the run wrote, with its size
+                                          (`RunDir.record_cache`)
 
 A folder is ours only if it says so: `workbench runs --clean` deletes nothing in a folder without
-the marker, and only the caches the marker lists. The runner writes it with a run's first artifact;
-`workbench runs --mark RUN` writes it for a run made before the marker existed.
+the marker, and in the caches the marker lists only the files the ledger says the run wrote, at
+the size it wrote them. The runner writes the marker with a run's first artifact; `workbench runs
+--mark RUN` writes it for a run made before the marker existed.
 
 Every stage, notebook, benchmark and test takes its paths from here, so the layout is stated
 once. `RunDir` is a path (`os.PathLike`, and it answers what a `Path` answers): functions that
@@ -32,13 +35,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import time
 from functools import cache
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from .. import __version__
-from .files import write_json
+from .files import LOCK_NAME, write_json
 
 # The folder and file names, for code that needs the name rather than the path.
 MODELS_DIR = "aspect_models"
@@ -62,6 +66,18 @@ RUN_FILE = "run.json"
 # Folders that can be deleted and are rebuilt when needed (`workbench runs --clean`).
 CACHES = (FEATURES_DIR, EMBEDDINGS_DIR)
 MARKER_NAME = ".workbench-run.json"
+# The ledger of cache files written, beside the marker: one JSON line per file, appended (`record_cache`).
+CACHE_LEDGER = ".workbench-caches.jsonl"
+# The names the cache writers give their files, and their temporaries (`core/files.py`): stage 03's
+# `embed/embeddings.py` writes embeddings/<key>.safetensors and .json, `embed/features.py`
+# features/<backbone key>/shard-NNNNN.safetensors and .json under its lock. `workbench runs --mark`
+# adopts the files of these names that a run made before the ledger left (`fullmatch` a path in the run).
+_KEY16, _KEY12, _SHARD = "[0-9a-f]{16}", "[0-9a-f]{12}", r"shard-[0-9]{5,}\.(safetensors|json)"
+CACHE_FILE_NAMES = re.compile("|".join([
+    rf"{EMBEDDINGS_DIR}/{_KEY16}\.(safetensors|json)",
+    rf"{EMBEDDINGS_DIR}/({_KEY16}\.safetensors\.tmp|\.{_KEY16}\.json\.[0-9]+\.tmp)",
+    rf"{FEATURES_DIR}/{_KEY12}/({_SHARD}|\.{_SHARD}\.[0-9]+\.tmp|{re.escape(LOCK_NAME)})",
+]))
 # What the marker's "kind" says: a stray JSON file of that name is not a marker.
 MARKER_KIND = "workbench run directory"
 # Files only workbench writes. A folder holding one is a run (one made before the marker, maybe);
@@ -288,6 +304,69 @@ class RunDir(os.PathLike):
                                         "created": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()) + " UTC",
                                         "caches": caches})
 
+    # the ledger: which cache files the run wrote
+    @property
+    def cache_ledger(self) -> Path:
+        return self.path / CACHE_LEDGER
+
+    def record_cache(self, path) -> None:
+        """Note in the ledger that the run wrote the cache file `path`, with its size; call it once the file is in place.
+
+        One JSON line, appended with a single write to a file opened O_APPEND: lines of several
+        processes (Accelerate ranks, two notebooks on one run) never interleave, and a writer killed
+        half-way leaves at most a torn last line, which `cache_records` passes over. A file written
+        but not recorded (a kill between the two) is only ever kept by `--clean`, never deleted
+        wrongly. A lock file is recorded without a size: each writer rewrites its note.
+        """
+        path = Path(path)
+        size = None if path.name == LOCK_NAME else os.lstat(path).st_size
+        line = json.dumps({"path": Path(os.path.relpath(path, self.path)).as_posix(), "bytes": size},
+                          ensure_ascii=False) + "\n"
+        handle = os.open(self.cache_ledger, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(handle, line.encode("utf-8"))
+        finally:
+            os.close(handle)
+
+    def cache_records(self) -> dict[str, set]:
+        """{path in the run: the sizes recorded for it} from the ledger ({None} for a lock file); {} without one.
+
+        A line that is not JSON is a torn last write and is passed over. MarkerError for a line that
+        names anything but a file inside one of CACHES (an absolute path, `..`, a result) or a size
+        that is not a count: the ledger was edited, and nothing it says is trusted.
+        """
+        try:
+            lines = self.cache_ledger.read_bytes().decode("utf-8", "replace").splitlines()
+        except FileNotFoundError:
+            return {}
+        except OSError as exc:
+            raise MarkerError(f"{self.cache_ledger} cannot be read ({exc.strerror or exc})") from None
+        records: dict[str, set] = {}
+        for number, line in enumerate(lines, 1):
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue
+            path = entry.get("path") if isinstance(entry, dict) else None
+            size = entry.get("bytes") if isinstance(entry, dict) else None
+            if not _a_cache_file(path) or not (
+                    (isinstance(size, int) and not isinstance(size, bool) and size >= 0)
+                    or (size is None and PurePosixPath(path).name == LOCK_NAME)):
+                raise MarkerError(f"{self.cache_ledger}, line {number}, names {line.strip()[:200]}, which is not a "
+                                  f"file inside the run's caches ({', '.join(CACHES)}) with its size: "
+                                  f"not a ledger workbench wrote")
+            records.setdefault(path, set()).add(size)
+        return records
+
+
+def _a_cache_file(path) -> bool:
+    """Whether `path` (from the ledger) is a plain relative path to a file inside one of CACHES."""
+    if not isinstance(path, str) or not path or "\\" in path or "\0" in path:
+        return False
+    parts = PurePosixPath(path).parts
+    return (len(parts) >= 2 and parts[0] in CACHES and os.path.normpath(path) == path
+            and not any(part in (".", "..") for part in parts))
+
 
 @cache
 def checkout_root() -> Path | None:
@@ -295,15 +374,20 @@ def checkout_root() -> Path | None:
     return next((folder for folder in PACKAGE.parents if (folder / ".git").exists()), None)
 
 
-def _tracked_file(checkout: Path, folder: Path) -> str | None:
-    """A file git tracks at or under `folder` in the checkout (its path there), or None; None without git too."""
+def tracked_files(folder, paths) -> list[str]:
+    """The files git tracks at or under `paths` (relative to `folder`), as paths relative to `folder`.
+
+    [] where `folder` is in no git work tree, git is not installed, or it does not answer in 20 s:
+    the check is for a folder under git, and costs nothing elsewhere.
+    """
     try:
-        listed = subprocess.run(["git", "-C", str(checkout), "ls-files", "-z", "--", str(folder.relative_to(checkout))],
-                                capture_output=True, timeout=20, check=True).stdout
+        done = subprocess.run(["git", "-C", str(folder), "ls-files", "-z", "--", *map(str, paths)],
+                              capture_output=True, timeout=20)
     except (OSError, subprocess.SubprocessError):
-        return None
-    first = listed.split(b"\0", 1)[0].decode("utf-8", "replace")
-    return first or None
+        return []
+    if done.returncode:
+        return []  # not a repository (or one git refuses to read): nothing is tracked
+    return [name for name in os.fsdecode(done.stdout).split("\0") if name]
 
 
 def why_not_a_run_dir(path) -> str | None:
@@ -322,9 +406,10 @@ def why_not_a_run_dir(path) -> str | None:
         return f"holds the workbench's checkout ({checkout})"
     if (path / ".git").exists():
         return "holds .git: it is the root of a git repository, and a run would mix its files with yours"
-    tracked = _tracked_file(checkout, path) if checkout is not None and checkout in path.parents else None
+    tracked = tracked_files(checkout, [path.relative_to(checkout)]) \
+        if checkout is not None and checkout in path.parents else []
     if tracked:
-        return f"is tracked by git in the workbench's checkout ({tracked} is committed there)"
+        return f"is tracked by git in the workbench's checkout ({tracked[0]} is committed there)"
     return None
 
 

@@ -117,6 +117,7 @@ def embed_corpus(model_dir: str | os.PathLike, corpus, run_dir: str | os.PathLik
     tmp = folder / f"{key}.safetensors.tmp"
     save_file({a: np.ascontiguousarray(v) for a, v in vectors.items()}, str(tmp))
     os.replace(tmp, tensor_path)
+    RunDir(run_dir).record_cache(tensor_path)  # the ledger: files `workbench runs --clean` may delete
     # The JSON is written last: a cache entry without it is incomplete and ignored.
     write_json(meta_path, {
         "model_dir": str(Path(model_dir).resolve()), "model_key": model_key(model_dir), "corpus": corpus.name,
@@ -124,6 +125,7 @@ def embed_corpus(model_dir: str | os.PathLike, corpus, run_dir: str | os.PathLik
         "dim": dim, "max_length": max_length, "normalized": True,
         "created": time.strftime("%Y-%m-%d %H:%M:%S"), "doc_ids": corpus.ids, "text_hashes": hashes,
     }, indent=1)
+    RunDir(run_dir).record_cache(meta_path)
     return vectors
 
 

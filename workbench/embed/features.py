@@ -22,7 +22,9 @@ writer holds the folder's lock (`RunLock(folder, wait=True)`, an flock) while it
 shards others wrote since, numbers its shard and writes it, so two shards never share a
 number and a text is stored once, with its own vector. The shard is written under a
 temporary name that carries the process id (`write_arrays`). Readers take no lock: a
-shard's JSON appears last and whole, so what they see is finished.
+shard's JSON appears last and whole, so what they see is finished. A run's cache records each
+file it put in place in the run's ledger (`RunDir.record_cache`): `workbench runs --clean`
+deletes those and nothing else.
 """
 
 from __future__ import annotations
@@ -206,12 +208,15 @@ def marked_word_vectors(word_vectors, texts: Sequence[str], marks: Sequence[np.n
 class FeatureCache:
     """Vectors of texts under one frozen backbone, kept in a folder of append-only shards.
 
-    `folder=None` keeps them in memory only (inference on a few new abstracts).
+    `folder=None` keeps them in memory only (inference on a few new abstracts). `run`: the run
+    directory whose cache this is (`for_run`), whose ledger records each file written.
     """
 
-    def __init__(self, folder: str | os.PathLike | None, backbone: FrozenBackbone, batch_size: int = 32):
+    def __init__(self, folder: str | os.PathLike | None, backbone: FrozenBackbone, batch_size: int = 32,
+                 run: str | os.PathLike | None = None):
         self.folder = Path(folder) if folder is not None else None
         self.backbone, self.batch_size = backbone, batch_size
+        self.run = RunDir(run) if run is not None else None
         self._vectors: dict[str, np.ndarray] = {}
         self._read_shards: set[str] = set()  # shard JSONs already read: another process's new ones are read later
         if self.folder is not None:
@@ -220,7 +225,7 @@ class FeatureCache:
     @classmethod
     def for_run(cls, run_dir: str | os.PathLike, backbone: FrozenBackbone, **kwargs) -> "FeatureCache":
         """The cache of `backbone` in a run directory: ``<run_dir>/features/<backbone.key>/``."""
-        return cls(RunDir(run_dir).features(backbone.key), backbone, **kwargs)
+        return cls(RunDir(run_dir).features(backbone.key), backbone, run=run_dir, **kwargs)
 
     def __len__(self) -> int:
         return len(self._vectors)
@@ -254,18 +259,25 @@ class FeatureCache:
 
     def _save(self, keys: list[str], vectors: np.ndarray) -> None:
         """Store the vectors of the keys that no process has stored yet, as one new shard, holding the lock."""
-        with RunLock(self.folder, f"feature cache writer of {self.backbone!r}", wait=True):
+        with RunLock(self.folder, f"feature cache writer of {self.backbone!r}", wait=True) as lock:
+            self._record(lock.path)  # the lock's file is the run's too: --clean may remove it with the shards
             self._load()  # what other processes stored since this cache was opened
             fresh = {k: v for k, v in zip(keys, vectors) if k not in self._vectors}
             if not fresh:
                 return
             stem = self._next_shard()
-            write_arrays(Path(f"{stem}.safetensors"),  # under a temporary name with the process id, then renamed
-                         {"vectors": np.asarray(np.stack(list(fresh.values())), dtype=np.float32)})
+            self._record(write_arrays(Path(f"{stem}.safetensors"),  # a temporary name with the pid, then renamed
+                                      {"vectors": np.asarray(np.stack(list(fresh.values())), dtype=np.float32)}))
             # The keys last: a shard whose JSON is missing was interrupted and is ignored on load.
-            write_json(Path(f"{stem}.json"), {"backbone": repr(self.backbone), "keys": list(fresh)}, indent=None)
+            self._record(write_json(Path(f"{stem}.json"), {"backbone": repr(self.backbone), "keys": list(fresh)},
+                                    indent=None))
             self._read_shards.add(f"{stem.name}.json")
             self._vectors.update(fresh)
+
+    def _record(self, *paths: Path) -> None:
+        """Note the files just put in place in the run's ledger (`RunDir.record_cache`); nothing outside a run."""
+        for path in paths if self.run is not None else ():
+            self.run.record_cache(path)
 
     def missing(self, texts: Sequence[str]) -> list[str]:
         """The texts not cached yet, each once, in order of first appearance."""

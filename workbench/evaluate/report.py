@@ -106,7 +106,8 @@ def encode_texts(model: str, texts: Sequence[str], pooling: str = "mean", max_le
         # run's vectors (they stay on disk in each run's features/ folder).
         for other in [k for k in TEXT_CACHES if k[0] != key[0]]:
             del TEXT_CACHES[other]
-        TEXT_CACHES[key] = FeatureCache(folder, backbone, batch_size=batch_size)
+        TEXT_CACHES[key] = FeatureCache(None, backbone, batch_size=batch_size) if run_dir is None else \
+            FeatureCache.for_run(run_dir, backbone, batch_size=batch_size)
     cache = TEXT_CACHES[key]
     if keep_layer is not None and pooling == "mean":
         from ..decode.bertscore import read

@@ -6,9 +6,12 @@ result, only the time to encode again. Everything else (summaries, models, decod
 is a result and is never touched here.
 
 A folder is ours only if it says so: cleaning needs the marker a run writes with its first
-artifact (`RunDir.mark`), deletes only the caches it lists, and checks every one of them before it
-deletes any. A symbolic link among them is removed as a link, never followed. A run made before
-the marker existed is marked with `mark_run` (`workbench runs --mark RUN`).
+artifact (`RunDir.mark`), and deletes, in the caches it lists, only the files the run's ledger says
+the run wrote, at the size it wrote them (`RunDir.record_cache`). Everything else in a cache folder
+(a note of the user's, a file overwritten since, a link) stays and is named. Files git tracks are
+deleted only when asked (`include_tracked`); the lock file is not rewritten. A run made before the
+marker or the ledger is marked with `mark_run` (`workbench runs --mark RUN`), which adopts the
+files bearing the names the cache writers give.
 """
 
 from __future__ import annotations
@@ -16,14 +19,14 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.files import RunLock
-from ..core.rundir import MARKER_NAME, RUN_EVIDENCE, MarkerError, RunDir, why_not_a_run_dir
+from ..core.rundir import (CACHE_FILE_NAMES, MARKER_NAME, RUN_EVIDENCE, MarkerError, RunDir, tracked_files,
+                           why_not_a_run_dir)
 
 
 class RefusedError(RuntimeError):
@@ -32,18 +35,37 @@ class RefusedError(RuntimeError):
 
 @dataclass(frozen=True)
 class CacheEntry:
-    """One cache `--clean` will delete: its path, what it is ("folder", "file" or "link") and its size."""
+    """One file `--clean` deletes: a file the run wrote into a cache, at the size it wrote it."""
 
     path: Path
-    kind: str
     bytes: int
-    target: str = ""  # where a link points: shown, never followed
 
-    def describe(self) -> str:
-        """One line for the list shown before deleting."""
-        if self.kind == "link":
-            return f"{self.path}  symbolic link to {self.target}: the link only, not what it points to"
-        return f"{self.path}{'/' if self.kind == 'folder' else ''}  {human(self.bytes)}"
+
+@dataclass(frozen=True)
+class CleanPlan:
+    """What `workbench runs --clean` would do in a run: the files it deletes, and what stays in its caches, and why.
+
+    delete: the files the run's ledger says it wrote, unchanged in size since. kept: (path, why)
+    for every other entry inside the caches (a file of the user's, one changed since, a link).
+    tracked: the files of `delete` that git tracks, where the run lies in a git work tree.
+    """
+
+    run: Path
+    delete: list[CacheEntry]
+    kept: list[tuple[Path, str]]
+    tracked: list[Path]
+
+    @property
+    def bytes(self) -> int:
+        return sum(e.bytes for e in self.delete)
+
+    def folders(self) -> list[str]:
+        """One line per folder that holds files to delete: the folder, how many files, how many bytes."""
+        by_folder: dict[Path, list[CacheEntry]] = {}
+        for entry in self.delete:
+            by_folder.setdefault(entry.path.parent, []).append(entry)
+        return [f"{folder}/  {len(entries)} file{'s' * (len(entries) != 1)}, {human(sum(e.bytes for e in entries))}"
+                for folder, entries in by_folder.items()]
 
 
 def _walk_size(path: Path) -> int:
@@ -68,20 +90,39 @@ def _unmarked(run: Path) -> str:
            f"{how} Nothing was deleted."
 
 
-def _cache_entry(path: Path) -> CacheEntry:
-    """What `path` is and what deleting it frees; RefusedError for what cannot be deleted whole."""
+def _why_kept(path: Path, name: str, records: dict[str, set]) -> str | None:
+    """Why `--clean` keeps the entry `path` (`name`: its path in the run), or None when the run wrote it as it is."""
     info = os.lstat(path)
     if stat.S_ISLNK(info.st_mode):
-        return CacheEntry(path, "link", info.st_size, os.readlink(path))
-    if stat.S_ISREG(info.st_mode):
-        return CacheEntry(path, "file", info.st_size)
-    if not stat.S_ISDIR(info.st_mode):
-        raise RefusedError(f"{path} is neither a folder, a file nor a symbolic link; nothing was deleted")
-    for folder, dirs, _ in os.walk(path):
-        # Checked before anything is deleted, so a folder we may not empty stops the clean before it starts.
-        if not os.access(folder, os.W_OK | os.X_OK):
-            raise RefusedError(f"{folder} cannot be emptied (no write permission); nothing was deleted")
-    return CacheEntry(path, "folder", _walk_size(path))
+        return f"a symbolic link (to {os.readlink(path)}): kept, and what it points to"
+    if not stat.S_ISREG(info.st_mode):
+        return "neither a file nor a folder"
+    sizes = records.get(name)
+    if sizes is None:
+        adopt = " (a cache file of a run made before the record; `workbench runs --mark` adopts it)" \
+            if CACHE_FILE_NAMES.fullmatch(name) else ""
+        return f"not written by this run{adopt}"
+    if None in sizes or info.st_size in sizes:
+        return None
+    return f"changed since the run wrote it ({human(info.st_size)} now, {human(max(sizes))} written)"
+
+
+def _cache_contents(run: Path, caches: list[str]):
+    """(path, path in the run) of every entry in the run's cache folders that is not a folder; links not followed.
+
+    A cache that is itself a link or no folder is one entry: nothing behind it is looked at.
+    """
+    for cache in caches:
+        top = run / cache
+        if not os.path.lexists(top):
+            continue
+        if top.is_symlink() or not top.is_dir():
+            yield top, cache
+            continue
+        for folder, dirs, files in os.walk(top):  # os.walk does not go into links to folders
+            for name in sorted(files) + sorted(d for d in dirs if os.path.islink(os.path.join(folder, d))):
+                path = Path(folder) / name
+                yield path, path.relative_to(run).as_posix()
 
 
 def _possible_run(run, nothing_done: str) -> Path:
@@ -95,56 +136,91 @@ def _possible_run(run, nothing_done: str) -> Path:
     return run
 
 
-def plan_clean(run) -> list[CacheEntry]:
-    """The caches `clean_caches` would delete in `run`, checked whole; RefusedError when it would delete nothing."""
+def plan_clean(run) -> CleanPlan:
+    """What `clean_caches` would delete in `run` and what it keeps, checked whole; RefusedError where it may not.
+
+    Only the files the run's ledger (`RunDir.cache_records`) says it wrote into the caches its
+    marker lists are deleted, and only at the size it wrote them: a file of the user's in a cache
+    folder, one overwritten since, a link, and the cache files of a run made before the ledger stay.
+    """
     run = _possible_run(run, "nothing was deleted")
     if not RunDir(run).is_marked():
         raise RefusedError(_unmarked(run))
     try:
-        names = RunDir(run).marked_caches()
+        caches, records = RunDir(run).marked_caches(), RunDir(run).cache_records()
     except MarkerError as exc:
-        raise RefusedError(f"{exc}. Nothing was deleted; if {run} is a run, delete the marker and mark it again "
+        raise RefusedError(f"{exc}. Nothing was deleted; if {run} is a run, delete that file and mark the run again "
                            f"with `workbench runs --mark {run}`.") from None
-    present = [run / name for name in names if os.path.lexists(run / name)]
-    if present and not os.access(run, os.W_OK | os.X_OK):
-        raise RefusedError(f"{run} is not writable, so its caches cannot be removed; nothing was deleted")
-    return [_cache_entry(path) for path in present]
+    delete, kept = [], []
+    for path, name in _cache_contents(run, caches):
+        why = _why_kept(path, name, records)
+        if why:
+            kept.append((path, why))
+        else:
+            delete.append(CacheEntry(path, os.lstat(path).st_size))
+    for folder in sorted({e.path.parent for e in delete}):
+        # Checked before anything is deleted, so a folder we may not empty stops the clean before it starts.
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise RefusedError(f"{folder} cannot be emptied (no write permission); nothing was deleted")
+    tracked = set(tracked_files(run, caches)) if delete else set()
+    return CleanPlan(run, delete, kept, [e.path for e in delete if e.path.relative_to(run).as_posix() in tracked])
 
 
-def _remove(entry: CacheEntry) -> None:
-    if entry.kind == "folder":
-        shutil.rmtree(entry.path)  # refuses a folder turned into a link since; removes links inside as links
-    else:
-        os.unlink(entry.path)  # a link: the link itself, never what it points to
+def _remove_empty_folders(run: Path, files: list[Path]) -> None:
+    """Remove the folders the deleted `files` leave empty, up to the cache folder; a folder holding anything stays."""
+    folders = {parent for f in files for parent in f.parents if run in parent.parents}
+    for folder in sorted(folders, key=lambda f: len(f.parts), reverse=True):
+        try:
+            os.rmdir(folder)  # fails on a folder that is not empty: it stays
+        except OSError:
+            pass
 
 
-def clean_caches(run, listed: list[CacheEntry] | None = None) -> int:
-    """Remove the caches a marked run's marker lists (see `plan_clean`); returns the bytes freed.
+def clean_caches(run, listed: CleanPlan | None = None, include_tracked: bool = False) -> int:
+    """Delete the files `plan_clean` lists (those the run wrote into its caches); returns the bytes freed.
 
-    listed: the entries shown to the user (`plan_clean`); when given, what is found under the lock
-    must be the same paths of the same kinds, or nothing is deleted. Refused while a run holds the
-    folder (RunLockedError). An unmarked folder is refused before anything is written into it.
+    listed: the plan shown to the user; when given, what is found under the lock must be the same
+    files, or nothing is deleted. Files git tracks are refused unless `include_tracked`. Refused
+    while a run holds the folder (RunLockedError); the lock file is not rewritten (`RunLock`'s
+    note=False). An unmarked folder is refused before anything is written into it.
     """
     run = Path(run)
     plan_clean(run)  # refuses an unmarked folder before the lock writes its file into it
-    with RunLock(run, "workbench runs --clean"):
-        entries = plan_clean(run)
-        if listed is not None and [(e.path, e.kind) for e in entries] != [(e.path, e.kind) for e in listed]:
+    with RunLock(run, "workbench runs --clean", note=False):
+        plan = plan_clean(run)
+        if listed is not None and [e.path for e in plan.delete] != [e.path for e in listed.delete]:
             raise RefusedError(f"the caches of {run} changed since they were listed; nothing was deleted. "
                                f"Run `workbench runs --clean {run}` again.")
-        for entry in entries:
+        if plan.tracked and not include_tracked:
+            raise RefusedError(tracked_refusal(plan))
+        for entry in plan.delete:
             try:
-                _remove(entry)
+                os.unlink(entry.path)
+            except FileNotFoundError:
+                pass  # gone already (another clean): nothing to free
             except OSError as exc:
                 raise RefusedError(f"could not delete {entry.path}: {exc.strerror or exc}") from None
-    return sum(e.bytes for e in entries)
+        _remove_empty_folders(run, [e.path for e in plan.delete])
+    return plan.bytes
 
 
-def mark_run(run) -> list[str]:
-    """Mark a run made before the marker (`workbench runs --mark`); returns the caches `--clean` may now delete.
+def tracked_refusal(plan: CleanPlan, shown: int = 10) -> str:
+    """The message of a clean refused because git tracks files it would delete, naming them."""
+    names = [f"  {path}" for path in plan.tracked[:shown]]
+    more = [f"  and {len(plan.tracked) - shown} more"] if len(plan.tracked) > shown else []
+    return "\n".join([f"git tracks {len(plan.tracked)} of the files --clean would delete in {plan.run}:"]
+                     + names + more + [f"Nothing was deleted. Deleting them would change your git work tree; add "
+                                       f"--include-tracked to delete them anyway."])
+
+
+def mark_run(run) -> tuple[list[str], list[Path]]:
+    """Mark a run made before the marker or the ledger (`workbench runs --mark`): (its caches, the files adopted).
 
     Refused for a folder that holds no file only a run writes (RUN_EVIDENCE), for the checkout's
-    root and the folders git tracks there, and for a folder holding `.git`.
+    root and the folders git tracks there, and for a folder holding `.git`. The files in its caches
+    that bear the names the cache writers give (CACHE_FILE_NAMES) and are not in its ledger yet are
+    recorded there at their present size, so that `--clean` may delete them; any other file stays
+    the user's.
     """
     run = _possible_run(run, "nothing was marked")
     if not RunDir(run).is_run():
@@ -153,9 +229,14 @@ def mark_run(run) -> list[str]:
     if not RunDir(run).is_marked():
         RunDir(run).mark(by="workbench runs --mark", claim_existing=True)
     try:
-        return RunDir(run).marked_caches()
+        caches, records = RunDir(run).marked_caches(), RunDir(run).cache_records()
     except MarkerError as exc:
         raise RefusedError(f"{exc}; delete it and mark again") from None
+    adopted = [path for path, name in _cache_contents(run, caches)
+               if name not in records and CACHE_FILE_NAMES.fullmatch(name) and path.is_file() and not path.is_symlink()]
+    for path in adopted:
+        RunDir(run).record_cache(path)
+    return caches, adopted
 
 
 def _stages(folder: Path) -> list[str]:
