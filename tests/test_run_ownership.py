@@ -285,3 +285,13 @@ def test_a_forged_ledger_deletes_nothing_and_a_changed_file_stays(tmp_path):
     assert clean_caches(run) == 5000
     assert (elsewhere / "v.npy").is_file() and (run / "embeddings" / "e.safetensors").read_bytes() == b"mine now"
 
+
+def test_a_run_reached_through_a_link_is_listed_once_under_its_real_path(tmp_path):
+    runs, outside = tmp_path / "runs", tmp_path / "elsewhere" / "big"
+    for run in (runs / "demo", outside):
+        run.mkdir(parents=True)
+        (run / "summaries.jsonl").write_text("{}\n")
+        RunDir(run).mark()
+    (runs / "alias").symlink_to(runs / "demo", target_is_directory=True)
+    (runs / "big").symlink_to(outside, target_is_directory=True)
+    assert [row["run"] for row in run_table(runs)] == sorted([str(runs / "demo"), str(outside)])

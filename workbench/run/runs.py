@@ -268,16 +268,25 @@ def _listed(folder: Path) -> bool:
     return RunDir(folder).is_marked() or RunDir(folder).is_run()
 
 
+def _once(folders: list[Path]) -> list[Path]:
+    """Each folder once: one reached through a link is named by its real path, and left out where that is listed."""
+    named = {}
+    for folder in sorted(folders, key=lambda f: f.is_symlink()):  # the folders themselves first, then the links
+        named.setdefault(folder.resolve(), folder if not folder.is_symlink() else folder.resolve())
+    return sorted(named.values())
+
+
 def run_table(root="runs") -> list[dict]:
     """One row per run directory under `root` (or `root` itself): name, stages, whether marked, sizes, last change.
 
     Marked folders are runs; an unmarked folder holding a file only a run writes is listed too,
-    with "marked": False (a run made before the marker). Other folders are not runs.
+    with "marked": False (a run made before the marker). Other folders are not runs. A run reached
+    through a link is listed once, under its real path.
     """
     root = Path(root)
     if not root.is_dir():
         return []
-    folders = [root] if _listed(root) else sorted(p for p in root.iterdir() if p.is_dir() and _listed(p))
+    folders = [root] if _listed(root) else _once([p for p in root.iterdir() if p.is_dir() and _listed(p)])
     return [_row(folder) for folder in folders]
 
 
