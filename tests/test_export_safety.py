@@ -102,6 +102,20 @@ def test_python_writers_read_back_every_break_and_formula_start(tmp_path, suffix
         assert [str(w.message) for w in caught if "RIS line cannot" in str(w.message)], "changed ids not said"
 
 
+def test_ris_export_says_it_drops_a_title_s_leading_tab_or_space(tmp_path):
+    """A title's leading tab or space was dropped from a RIS export without a word; CSV keeps it."""
+    records = pd.DataFrame({"doc_id": ["a", "b", "c"], "title": ["\tTabbed title", " Spaced title ", "Plain title"],
+                            "abstract": ["One claim.", "Two claims.", "Three claims."], "year": [2020, 2021, 2022]})
+    with pytest.warns(UserWarning, match=r"^2 title\(s\) will read back changed.*: 2 lose the whitespace at their "
+                                         r"start or end.*'\\tTabbed title'"):
+        path = write_records(records, tmp_path / "papers.ris")
+    assert load_corpus(path).docs["title"].tolist() == ["Tabbed title", "Spaced title", "Plain title"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        path = write_records(records, tmp_path / "papers.csv")
+    assert load_corpus(path).docs["title"].tolist() == records["title"].tolist()
+
+
 def test_the_formula_guard_round_trips_every_text():
     texts = ["=1+1", "+1", "-x", "@SUM(A1)", "\tx", "\rx", "'=x", "''=x", "'", "'plain", "plain", "", "-",
              "-1", "-0.25", "1e-05", "-.5", "+1"]

@@ -18,7 +18,8 @@ What comes back, and what cannot:
   that `str.splitlines` breaks on is folded, with the whitespace around it, into one space, and a
   value's leading and trailing whitespace is dropped (`ris_value`). Paragraphs of an abstract (a
   blank line between them) stay paragraphs: one ``AB`` tag each, joined by a blank line on reading.
-  An id with a line break therefore comes back changed (a warning says so); export CSV to keep it.
+  An id with a line break therefore comes back changed, and so does a title with a line break or
+  whitespace at either end; a warning counts them. Export CSV to keep them.
 """
 
 from __future__ import annotations
@@ -129,6 +130,7 @@ def records_ris(docs: pd.DataFrame) -> str:
         lines.append("ER  - ")
         records.append("\r\n".join(lines))
     _warn_changed_ids(docs)
+    _warn_changed_titles(docs)
     return "\r\n\r\n".join(records) + ("\r\n" if records else "")
 
 
@@ -142,6 +144,25 @@ def _warn_changed_ids(docs: pd.DataFrame) -> None:
         warnings.warn(f"{len(changed)} doc_id(s) hold a line break, which a RIS line cannot: they are written "
                       f"with a space instead and will read back changed ({shown}); export as .csv to keep them",
                       stacklevel=3)
+
+
+def _warn_changed_titles(docs: pd.DataFrame) -> None:
+    """Say how many titles RIS cannot hold as they are: a leading tab or space, a trailing one, a line break.
+
+    No RIS representation keeps them: the format has no escape, rispy, Zotero and EndNote strip each
+    value, and every stand-in (a no-break space, a visible mark) is either stripped as well or puts in
+    the title a character its author never wrote. So the value is written trimmed, and this says so.
+    """
+    if "title" not in docs.columns:
+        return
+    titles = [title for title in map(_text, docs["title"]) if ris_value(title) != title]
+    if titles:
+        ends = sum(title != title.strip(WHITESPACE) for title in titles)
+        how = [f"{ends} lose the whitespace at their start or end (a tab or a space)"] * bool(ends) + \
+            [f"{len(titles) - ends} have line breaks made spaces"] * bool(len(titles) - ends)
+        shown = ", ".join(repr(title[:40]) for title in titles[:3]) + (" ..." if len(titles) > 3 else "")
+        warnings.warn(f"{len(titles)} title(s) will read back changed, as a RIS line holds no line break and readers "
+                      f"trim each value: {' and '.join(how)} ({shown}); export as .csv to keep them", stacklevel=3)
 
 
 def write_records(docs: pd.DataFrame, path) -> Path:
