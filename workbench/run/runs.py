@@ -90,8 +90,9 @@ def _unmarked(run: Path) -> str:
            f"{how} Nothing was deleted."
 
 
-def _why_kept(path: Path, name: str, records: dict[str, set]) -> str | None:
-    """Why `--clean` keeps the entry `path` (`name`: its path in the run), or None when the run wrote it as it is."""
+def _why_kept(run: Path, name: str, records: dict[str, set]) -> str | None:
+    """Why `--clean` keeps the entry `name` (its path in `run`), or None when the run wrote it as it is now."""
+    path = run / name
     info = os.lstat(path)
     if stat.S_ISLNK(info.st_mode):
         return f"a symbolic link (to {os.readlink(path)}): kept, and what it points to"
@@ -99,7 +100,7 @@ def _why_kept(path: Path, name: str, records: dict[str, set]) -> str | None:
         return "neither a file nor a folder"
     sizes = records.get(name)
     if sizes is None:
-        adopt = " (a cache file of a run made before the record; `workbench runs --mark` adopts it)" \
+        adopt = f" (a cache file of a run made before the record; `workbench runs --mark {run}` adopts it)" \
             if CACHE_FILE_NAMES.fullmatch(name) else ""
         return f"not written by this run{adopt}"
     if None in sizes or info.st_size in sizes:
@@ -153,7 +154,7 @@ def plan_clean(run) -> CleanPlan:
                            f"with `workbench runs --mark {run}`.") from None
     delete, kept = [], []
     for path, name in _cache_contents(run, caches):
-        why = _why_kept(path, name, records)
+        why = _why_kept(run, name, records)
         if why:
             kept.append((path, why))
         else:
