@@ -302,14 +302,16 @@ def test_test_split_highlights_never_become_labels():
     assert set(labels["disease"]) == set(corpus.docs["doc_id"][4:])
 
 
-def test_an_aspect_without_any_supervision_is_named_before_training(tmp_path):
-    from workbench.embed.aspect_training import NoSupervisionError, TrainConfig, train_aspect_models
+def test_an_aspect_without_any_supervision_is_named_with_why():
+    """Stage 02 trains no model of it (`train_aspect_models` says so and records it; stage 03 gives it the floor)."""
+    from workbench.embed.aspect_training import prepare_views
+    from workbench.embed.untaught import without_supervision
 
     corpus = _toy_corpus(n=12)
-    with pytest.raises(NoSupervisionError, match=r"\['population'\]"):
-        train_aspect_models(["disease", "population"], tmp_path, corpus, TrainConfig(mode="frozen"),
-                            val_split="validation", progress=False)
-    assert not (RunDir(tmp_path).aspect_model("disease")).exists()  # nothing was trained first
+    views, _, _ = prepare_views(["disease", "population"], None, corpus, val_split="validation")
+    reasons = without_supervision(views, ["disease", "population"], corpus)
+    assert list(reasons) == ["population"]
+    assert reasons["population"].startswith("stage 01 wrote no answer of it; the corpus has no human summary")
 
 
 def test_view_head_keeps_step_zero_unless_validation_improves(tmp_path):

@@ -3,19 +3,22 @@
 Issue 41, item 3: a server on 127.0.0.1 that echoed the `Authorization` header in its 401, 500 and
 200 replies put the whole key into the CLI error and the executed `01_generate.ipynb`. Here real
 servers on loopback (`http.server` in a thread) echo the request headers as they are, JSON-escaped
-(as Python, PHP and Go write it), HTML-escaped, URL-encoded, as a bytes repr, and cut; the key is set
+(as Python, PHP and Go write it), HTML-escaped, URL-encoded, as a bytes repr, cut, and base64-encoded
+(a Basic credential, standard and URL-safe, and a JSON body); the key is set
 through the environment variable the backend reads, as a user sets it. Nothing the backend, stage 01's
 functions or the CLI leave behind (exception text, captured terminal, summaries.jsonl,
 judgements.jsonl, the run directory, the reports) may hold 8 consecutive characters of the key, in
-any of those forms.
+any of those forms, nor anything that decodes to them (`decoded_leaks`).
 """
 
 from __future__ import annotations
 
+import base64
 import html
 import json
 import os
 import random
+import re
 import socketserver
 import string
 import subprocess
@@ -24,7 +27,7 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 import pandas as pd
 import pytest
@@ -68,9 +71,28 @@ def written_forms(text: str) -> list[str]:
 
 
 def leaked(text: str, key: str = KEY, n: int = 8) -> list[str]:
-    """The runs of n characters of the key that `text` holds, in any written form (empty: no leak)."""
+    """The runs of n characters of the key that `text` holds, in any written form or base64-decoded (empty: no
+    leak)."""
     return [part for i in range(len(key) - n + 1) for part in [key[i:i + n]]
-            if any(form in text for form in written_forms(part))]
+            if any(form in text for form in written_forms(part))] + decoded_leaks(text, key, n)
+
+
+def decoded_leaks(text: str, key: str = KEY, n: int = 8) -> list[str]:
+    """The runs of n characters of the key (as is, or JSON-escaped) that any part of `text` decodes to as base64.
+
+    Computed apart from the redaction: every run of base64 characters (either alphabet, JSON's \\/ read as /)
+    is decoded from each of its first four characters, which covers every substring of it: a substring that
+    starts at character j decodes to a part of what the run decodes to from j mod 4."""
+    grams = {form[i:i + n].encode() for form in (key, json.dumps(key)[1:-1]) for i in range(len(form) - n + 1)}
+    found = set()
+    for run in re.findall(r"[A-Za-z0-9+/_-]{%d,}" % (4 * n // 3), text.replace("\\/", "/")):
+        run = run.replace("-", "+").replace("_", "/")
+        for start in range(4):
+            part = run[start:]
+            part = part[:-1] if len(part) % 4 == 1 else part + "=" * (-len(part) % 4)  # its last group too
+            data = base64.b64decode(part)
+            found.update(data[i:i + n] for i in range(len(data) - n + 1) if data[i:i + n] in grams)
+    return sorted(g.decode(errors="replace") for g in found)
 
 
 def echo(headers) -> str:
@@ -80,10 +102,13 @@ def echo(headers) -> str:
     key = auth.removeprefix("Bearer ")
     as_json = json.dumps(dict(headers))
     go_json = as_json.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")  # Go's encoder
+    # As a proxy echoes a Basic credential (base64 of "user:key"), URL-safe without padding, and a JSON body.
+    as_base64 = [base64.b64encode(auth.encode()).decode(), base64.urlsafe_b64encode(f"me:{key}".encode()).decode()
+                 .rstrip("="), base64.b64encode(as_json.encode()).decode()]
     # The header first: a server's message is cut (the backend shows its first 200 or 300 characters).
-    return "\n".join([f"Authorization: {auth}", html.escape(auth), lines, as_json, as_json.replace("/", "\\/"),
-                      go_json, html.escape(lines), quote(auth, safe=""), repr(auth.encode()),
-                      f"key starts {key[:12]}", f"key ends {key[-12:]}"])
+    return "\n".join([f"Authorization: {auth}", *as_base64[:2], html.escape(auth), lines, as_json,
+                      as_json.replace("/", "\\/"), go_json, html.escape(lines), quote(auth, safe=""),
+                      repr(auth.encode()), as_base64[2], f"key starts {key[:12]}", f"key ends {key[-12:]}"])
 
 
 def chat_reply(content: str) -> dict:
@@ -310,6 +335,46 @@ def test_redact_scrubs_the_key_in_every_form(form):
     clean = redact(text, [key])
     assert clean.startswith("before ") and clean.endswith(" after") and "***" in clean
     assert leaked(clean) == []
+
+
+BASE64_CUTS = {"whole": KEY, "first 8": KEY[:8], "middle 8": KEY[13:21], "last 8": KEY[-8:]}
+
+
+@pytest.mark.parametrize("cut", list(BASE64_CUTS))
+@pytest.mark.parametrize("alphabet", ["standard", "url-safe"])
+@pytest.mark.parametrize("padded", [True, False])
+def test_redact_scrubs_base64_of_any_text_holding_8_characters_of_the_key(cut, alphabet, padded):
+    """At the three alignments of the key's bytes in base64's groups of three: after "", "u:" and "me:"."""
+    encode = base64.b64encode if alphabet == "standard" else base64.urlsafe_b64encode
+    for prefix in ("", "me:", "u:"):
+        for tail in ("", "x", "!?"):  # what follows sets the padding: none, "==" or "="
+            encoded = encode(f"{prefix}{BASE64_CUTS[cut]}{tail}".encode()).decode()
+            encoded = encoded if padded else encoded.rstrip("=")
+            text = f"before Basic {encoded} after"
+            assert decoded_leaks(text), (prefix, tail)  # the test's own check: the key is there to find
+            clean = redact(text, [KEY])
+            assert clean == "before Basic *** after", (prefix, tail, clean)  # the whole run goes, padding too
+            assert leaked(clean) == []
+
+
+def test_redact_scrubs_a_json_body_holding_the_key_base64_encoded_and_escaped():
+    body = json.dumps({"model": "m", "api_key": KEY, "messages": []})
+    for encoded in (base64.b64encode(body.encode()).decode(), base64.urlsafe_b64encode(body.encode()).decode()):
+        for written in (encoded, json.dumps(encoded).replace("/", "\\/"), quote(encoded, safe="")):
+            assert decoded_leaks(unquote(written)) or decoded_leaks(written)
+            clean = redact(f"echo: {written} .", [KEY])
+            assert clean.startswith("echo: ") and clean.endswith(" .") and leaked(unquote(clean)) == []
+
+
+def test_base64_is_matched_case_sensitively_and_other_base64_is_left_alone():
+    """An upper- or lower-cased run decodes to other bytes: no leak, and left as it is (matching base64 without
+    case would take runs that are not the key for it)."""
+    encoded = base64.b64encode(f"me:{KEY}".encode()).decode()
+    for other in (encoded.swapcase(), encoded.lower()):
+        assert decoded_leaks(other) == [] and redact(other, [KEY]) == other
+    image = base64.b64encode(bytes(range(256)) * 4).decode()  # an inline image in an error page
+    text = f"<img src='data:image/png;base64,{image}'> token=eyJhbGciOiJIUzI1NiJ9 me:pw"
+    assert redact(text, [KEY]) == text
 
 
 def test_redact_leaves_other_text_and_short_runs_alone():

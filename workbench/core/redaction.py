@@ -29,15 +29,66 @@ def redact(text: str, secrets: Sequence[str]) -> str:
     A server may send the key back as it is ("Bearer sk-..."), JSON-escaped (``\\/``,
     ``\\u0026``, ``\\"``), HTML-escaped (``&amp;``, ``&#x27;``), URL-encoded (``%2F``), as a
     Python bytes repr (an httpx error quoting a malformed header), escaped twice over, or
-    cut; every one of these is matched, character by character, case-insensitively. A
-    secret shorter than 8 characters is replaced where it stands whole, as a token of its own.
+    cut; every one of these is matched, character by character, case-insensitively. Base64 of
+    any text holding 8 or more consecutive characters of it (a Basic credential "user:key", a
+    JSON body), standard or URL-safe, padded or not, is matched case-sensitively and goes as a
+    whole run (`_scrub_base64`). A secret shorter than 8 characters is replaced where it stands
+    whole, as a token of its own.
     """
     if not text:
         return text
     for secret in secrets:
         if secret:
-            text = _scrub(text, _secret_pattern(secret))
+            text = _scrub_base64(_scrub(text, _secret_pattern(secret)), secret)
     return text
+
+
+# A base64 run is read from its characters, as is or escaped (JSON's \/, URL's %2B %2F %3D), with its padding.
+_BASE64_RUN = re.compile(r"(?:[A-Za-z0-9+/_-]|\\/|%2[BbFf])+(?:=|%3[Dd])*")
+_BASE64_UNESCAPED = str.maketrans({"-": "+", "_": "/"})  # URL-safe to standard; mixed runs compare alike
+# The base64 characters that 8 bytes of a key fix by themselves, whatever the bytes before them (the three
+# alignments of a byte in base64's groups of 3): 10 at each alignment. 10 such characters hold 60 bits of
+# the key, so a match is a run of at least 7 of its bytes: the shortest a decoder could reveal as 8.
+_BASE64_GRAM = 10
+
+
+def _scrub_base64(text: str, secret: str) -> str:
+    """`text` with every base64 run (standard or URL-safe, padded or not) that decodes, at any alignment, to 8 or
+    more consecutive characters of `secret` (or of its JSON-escaped form) replaced whole by ***.
+
+    A proxy echoing a Basic credential sends base64("user:key"); a server may base64 a JSON body that holds
+    the key. The run goes whole, not only the characters that carry the key: no decodable part of it is left.
+    Matched case-sensitively, as base64 is: an upper-cased run decodes to other bytes, and ignoring case would
+    match 2 to the power 10 times as many runs that are not the key.
+    """
+    grams = _base64_grams(secret)
+    if not grams:
+        return text
+
+    def scrub(match: re.Match) -> str:
+        run = re.sub(r"%2[Bb]", "+", re.sub(r"%2[Ff]", "/", match.group(0))).replace("\\/", "/")
+        run = run.rstrip("=").translate(_BASE64_UNESCAPED)
+        found = any(run[i:i + _BASE64_GRAM] in grams for i in range(len(run) - _BASE64_GRAM + 1))
+        return REDACTED if found else match.group(0)
+
+    return _BASE64_RUN.sub(scrub, text)
+
+
+@functools.lru_cache(maxsize=32)
+def _base64_grams(secret: str) -> frozenset[str]:
+    """Every run of _BASE64_GRAM standard-base64 characters fixed by the bytes of `secret` alone (as UTF-8, and
+    JSON-escaped) at each of the three alignments; none for a secret under REDACT_RUN characters."""
+    if len(secret) < REDACT_RUN:
+        return frozenset()
+    grams = set()
+    for form in {secret, json.dumps(secret)[1:-1]}:
+        data = form.encode("utf-8")
+        for shift in range(3):  # the key's first byte at each place in a group of three
+            encoded = base64.b64encode(bytes(shift) + data + bytes(2)).decode("ascii")
+            # character k holds bits 6k..6k+5: those within the key's bits 8 shift .. 8 (shift + len) are fixed by it
+            fixed = encoded[-(-8 * shift // 6):8 * (shift + len(data)) // 6]
+            grams.update(fixed[i:i + _BASE64_GRAM] for i in range(len(fixed) - _BASE64_GRAM + 1))
+    return frozenset(grams)
 
 
 def _scrub(text: str, pattern: re.Pattern) -> str:

@@ -4,6 +4,7 @@
     summaries.jsonl, judgements.jsonl     01 generate: the views and the LLM's judgements
     aspect_models/split.json              02 train: {"val_split", "train": [doc ids], "validation": [doc ids]}
     aspect_models/<aspect>/               02 train: the model of each aspect
+    aspect_models/untrained.json          02 train: the aspects left without a model, and why
     grounding.json                        02 train: which LLM answers were kept as views, and why not
     features/<backbone>/                  02-03 frozen mode: the backbone's cached sentence vectors
     targets.json, targets.safetensors     03 distill: the aspect models' embeddings of the training views
@@ -47,6 +48,7 @@ from .files import LOCK_NAME, write_json
 # The folder and file names, for code that needs the name rather than the path.
 MODELS_DIR = "aspect_models"
 SPLIT_NAME = "split.json"
+UNTRAINED_NAME = "untrained.json"
 UNIFIED_DIR = "unified_model"
 EMBEDDINGS_DIR = "embeddings"
 FEATURES_DIR = "features"
@@ -156,6 +158,11 @@ class RunDir(os.PathLike):
         return self.path / MODELS_DIR / SPLIT_NAME
 
     @property
+    def untrained(self) -> Path:
+        """{"aspects": {aspect: why stage 02 trained no model of it}}: nothing to learn from (no usable view)."""
+        return self.path / MODELS_DIR / UNTRAINED_NAME
+
+    @property
     def grounding(self) -> Path:
         return self.path / GROUNDING_NAME
 
@@ -163,7 +170,13 @@ class RunDir(os.PathLike):
         """Folder of the stage-02 model of an aspect."""
         folder = self.aspect_models / aspect
         if must_exist and not folder.is_dir():
-            raise FileNotFoundError(f"{folder} is missing: run stage 02 (train) for aspect {aspect!r} first")
+            try:
+                why = json.loads(self.untrained.read_text())["aspects"][aspect]
+            except (OSError, ValueError, KeyError, TypeError):
+                raise FileNotFoundError(f"{folder} is missing: run stage 02 (train) for aspect {aspect!r} first") \
+                    from None
+            raise FileNotFoundError(f"{folder} is missing: stage 02 trained no model of {aspect!r}, since it had "
+                                    f"nothing to learn from ({why}); leave it out with aspect_names") from None
         return folder
 
     def split(self) -> tuple[list[str], list[str]]:

@@ -48,14 +48,15 @@ from ..core.accel import ConfigDict, adamw, make_accelerator
 from .features import FeatureCache, frozen_backbone
 from ..core.files import strict, write_json
 from .grounding import grounded_views
-from .head_training import resolve_mode, train_view_head, sentence_supervision, MODES
+from .head_training import resolve_mode, train_view_head, MODES
 from .losses import info_nce
 from ..measures.metrics import retrieval_report
-from ..core.progress import close_bar, progress_bar
+from ..core.progress import close_bar, notice, progress_bar
 from ..core.rundir import RunDir
 from .training import HISTORY_NAME, TRAIN_CONFIG_NAME, EarlyStopping, TrainResult, evaluate, selection
 from ..generate.views import AspectViews, eligible_docs, split_documents, validation_pairs, views_fingerprint
 from .checkpoints import load_model
+from .untaught import without_supervision
 from .encoders import AspectEncoder, CONFIG_NAME, WEIGHTS_NAME
 
 BASE_COLUMN = "base encoder"
@@ -369,29 +370,6 @@ def _stored_result(record: dict, history: list, **extra) -> TrainResult:
     return TrainResult(**{**stored, "history": history, **extra})
 
 
-class NoSupervisionError(ValueError):
-    """Some aspects have nothing to learn from (no views, no sentence labels); the message names them."""
-
-
-def check_supervision(views: dict[str, AspectViews], aspects: Sequence[str], corpus=None, run_dir=None,
-                      include_human: bool = True) -> None:
-    """Raise NoSupervisionError, naming every aspect that has neither views nor sentence labels, before any training.
-
-    Such an aspect would otherwise be skipped with a log line half-way through, or fail in
-    stage 03 long after the cause; it usually means the LLM answered "Not applicable."
-    for every abstract (see notebook 01's status table) or the aspect file's name does
-    not match the corpus's columns.
-    """
-    labels = sentence_supervision(corpus, aspects, run_dir, include_human) if corpus is not None else {}
-    empty = [a for a in aspects if not views[a].views and not labels.get(a)]
-    if empty:
-        raise NoSupervisionError(
-            f"aspect(s) {empty} have no supervision at all: no usable LLM summary (every answer was 'Not "
-            f"applicable.' or unparsed, or stage 01 did not run for them), no human summary or highlight column "
-            f"(summary_<aspect>, highlights_<aspect>) and no sentence labels. Run 01_generate for them, or leave them "
-            f"out with aspect_names.")
-
-
 def train_aspect_models(aspects: Sequence[str], run_dir, corpus=None, config: TrainConfig | None = None,
                         val_split: str | None = None, include_human: bool = True, overwrite: bool = False,
                         progress: bool = True) -> dict[str, TrainResult]:
@@ -404,6 +382,8 @@ def train_aspect_models(aspects: Sequence[str], run_dir, corpus=None, config: Tr
     An aspect whose folder
     already holds a finished model with the same settings and the same views is not
     retrained (its stored result is returned, with skipped=True) unless overwrite=True.
+    An aspect with nothing to learn from (`without_supervision`) is not trained: a notice says why, and
+    `<run_dir>/aspect_models/untrained.json` records it for stage 03, which reads it with the aspect-file floor.
     """
     config = config or TrainConfig()
     run_dir = Path(run_dir)
@@ -411,7 +391,14 @@ def train_aspect_models(aspects: Sequence[str], run_dir, corpus=None, config: Tr
                                               include_human=include_human, seed=config.seed)
     root = RunDir(run_dir).aspect_models
     RunDir(run_dir).write_split(train_ids, val_ids, val_split)
-    check_supervision(views, aspects, corpus, run_dir, include_human)
+    untrained = without_supervision(views, aspects, corpus, run_dir, include_human)
+    write_json(RunDir(run_dir).untrained, {"aspects": untrained})  # stage 03 gives these the aspect-file floor
+    for why in dict.fromkeys(untrained.values()):  # once per reason: "no answer was kept" holds for all at once
+        named = [a for a in untrained if untrained[a] == why]
+        notice(f"no aspect model trained for {', '.join(named)}: {why}. Stage 03 reads "
+               f"{'them' if len(named) > 1 else 'it'} with the aspect file's own head (the aspect-file floor), "
+               "which needs no LLM answer.")
+    aspects = [a for a in aspects if a not in untrained]
     frozen = resolve_mode(config.mode, config.device) == "frozen"
     cache = FeatureCache.for_run(run_dir, frozen_backbone(config.base_model, config.pooling)) if frozen else None
     results = {}
@@ -474,6 +461,9 @@ def cross_aspect_mrr(run_dir, views_by_aspect: dict[str, AspectViews], val_ids, 
             pairs[aspect] = (queries, candidates)
     model_aspects = [a for a in views_by_aspect if (root / a / "workbench_config.json").is_file()]
     table = pd.DataFrame(index=pd.Index(list(pairs), name="evaluated aspect"), dtype=float)
+    table.attrs["n_pairs"] = {a: len(q) for a, (q, _) in pairs.items()}
+    if not pairs:  # nothing to retrieve (no aspect has two validation papers with two views): load no model
+        return table
     max_length = 128
 
     def score(embed) -> dict:
@@ -495,7 +485,6 @@ def cross_aspect_mrr(run_dir, views_by_aspect: dict[str, AspectViews], val_ids, 
         table[BASE_COLUMN] = pd.Series(score(
             lambda texts: base.encode_pooled(texts, batch_size=batch_size, progress=progress)))
         del base
-    table.attrs["n_pairs"] = {a: len(q) for a, (q, _) in pairs.items()}
     return table
 
 
@@ -522,7 +511,8 @@ def plot_training_curves(results: dict[str, TrainResult], axes=None):
     axes[1].set(xlabel="step", ylabel="InfoNCE loss", title="Training loss (mean since last evaluation)")
     for ax in axes:
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+        if results:  # no aspect model (none had a view to learn from): empty axes, no empty legend
+            ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
 
@@ -535,6 +525,10 @@ def plot_cross_aspect(table, ax=None):
 
     if ax is None:
         _, ax = plt.subplots(figsize=(1.6 * len(table.columns) + 2.5, 0.7 * len(table) + 1.8))
+    if table.empty:  # no aspect has validation pairs: say it where the heatmap would be
+        ax.text(0.5, 0.5, "no validation pairs to retrieve", ha="center", va="center")
+        ax.set_axis_off()
+        return ax
     sns.heatmap(table.astype(float), annot=True, fmt=".2f", cmap="viridis", vmin=0, vmax=1, ax=ax,
                 cbar_kws={"label": "MRR"})
     for i, aspect in enumerate(table.index):
@@ -566,6 +560,7 @@ def load_results(run_dir, aspects: Sequence[str] | None = None) -> dict[str, Tra
 
 __all__ = [
     "TrainConfig", "TrainResult", "train_aspect_model", "train_aspect_models", "cross_aspect_mrr",
-    "sample_batch", "train_step", "prepare_training", "validation_pairs", "prepare_views", "views_table", "evaluate", "make_accelerator",
+    "sample_batch", "train_step", "prepare_training", "validation_pairs", "prepare_views", "views_table",
+ "evaluate", "make_accelerator",
     "plot_training_curves", "plot_cross_aspect", "load_results",
 ]

@@ -48,6 +48,7 @@ from ..measures.metrics import mean_rank, mrr, retrieval_ranks
 from ..core.progress import close_bar, progress_bar
 from .targets import views_of
 from .training import Criterion, DistillResult, EarlyStopping, abstracts_of, documents_with_targets, stack_targets
+from .untaught import untrained_heads
 
 BASELINE_DIR = "unified_baseline"
 
@@ -324,8 +325,15 @@ def train_unified_model(
         if run_dir is None:
             raise ValueError("the frozen mode keeps its feature cache in the run directory: pass run_dir")
         cache = FeatureCache.for_run(run_dir, frozen_backbone(config.base_model, config.pooling))
+        if not any(targets.values()) and not any((sentence_labels or {}).values()):  # no aspect has a usable view
+            return untrained_heads(corpus, list(targets), out_dir, config, cache)  # the guard puts the floor there
         return train_unified_heads(corpus, targets, split, out_dir, config, cache,
                                    sentence_labels=sentence_labels, progress=progress)
+    untaught = [a for a, t in targets.items() if not t]
+    if untaught:  # the aspect-file floor is a pooling head on the frozen encoder: the fine-tuned model has none
+        raise ValueError(f"no target for {untaught} (stage 02 trained no model of them: nothing to learn from); "
+                         "the fine-tuned model cannot learn them. Run stage 03 with mode=frozen, whose heads fall "
+                         "back to the aspect file, or leave them out with aspect_names.")
     return _train_finetuned(corpus, targets, split, out_dir, config, progress)
 
 

@@ -238,15 +238,17 @@ def check_heads(run_dir, corpus, aspect_set, aspects: Sequence[str], doc_ids: Se
         out[BASE] = model.base_vectors(batch)
         return out
 
-    try:
-        probe = hard_negative_probe(texts, marks, encode, n_pairs=n_pairs, seed=seed)
-    except ValueError as exc:
-        probe = {"matrix": {}, "n_pairs": 0, "error": f"the swap probe found nothing to swap ({exc})"}
+    untrained = {a: untrained_verdict(a) for a in aspects if a in (model.extra.get("untrained") or ())}  # floor
+    probe = swap_probe(texts, marks, encode, n_pairs, seed)
     results = {a: probe_verdict(probe["matrix"], a) for a in aspects}
-    labelled = label_verdicts(held, aspects, encode(texts))
+    labelled = label_verdicts(held, aspects, encode(texts)) if texts else {}
     if not labelled and "error" in probe:
-        notice(f"heads not checked: {probe['error']}")
-        report = {"checked": False, "reason": probe["error"], "marks": source}
+        if len(untrained) < len(aspects):
+            notice(f"heads not checked: {probe['error']}")
+        if apply and untrained:
+            save_decisions(model, floor, untrained, run)
+        report = {"checked": False, "reason": probe["error"], "marks": source, "aspects": untrained,
+                  "replaced": list(untrained)}
         write_json(run.guard, report)
         return report
     for a in aspects:
@@ -254,6 +256,7 @@ def check_heads(run_dir, corpus, aspect_set, aspects: Sequence[str], doc_ids: Se
                                    unverified(results[a], a))
     for a, verdict in labelled.items():  # the labels decide; the probe's selectivities stay beside them
         results[a] = {**results[a], **verdict, "verified": True}
+    results.update({a: {**results[a], **v} for a, v in untrained.items()})  # whatever the probe read: the floor
     replaced = [a for a in aspects if results[a]["kept"] != "head"]
     report = {"checked": True, "marks": source, "papers": len(texts), "paper_ids": ids, "n_pairs": probe["n_pairs"],
               "floor_papers": len(fit_ids), **fitted.summary(), "labels": sorted(labelled), "aspects": results,
@@ -270,6 +273,16 @@ def check_heads(run_dir, corpus, aspect_set, aspects: Sequence[str], doc_ids: Se
     return report
 
 
+def swap_probe(texts, marks, encode, n_pairs: int, seed: int) -> dict:
+    """`health.hard_negative_probe` of the papers, or {"error": why there is nothing to read} (no paper, no swap)."""
+    if not texts:
+        return {"matrix": {}, "n_pairs": 0, "error": "the swap probe has no paper to read"}
+    try:
+        return hard_negative_probe(texts, marks, encode, n_pairs=n_pairs, seed=seed)
+    except ValueError as exc:
+        return {"matrix": {}, "n_pairs": 0, "error": f"the swap probe found nothing to swap ({exc})"}
+
+
 def save_decisions(model, floor, results: dict, run: RunDir) -> None:
     """Put the floor's head (`floor`, a model of the same kind) or the base in each replaced head's place, and
     save the unified model with what was kept per aspect."""
@@ -283,6 +296,14 @@ def save_decisions(model, floor, results: dict, run: RunDir) -> None:
         elif what == "base":
             model.heads[a].load_state_dict(base_state(model.heads[a]))
     model.save_pretrained(run.unified_model, extra={"guard": kept})
+
+
+def untrained_verdict(aspect: str) -> dict:
+    """The guard's decision for a head stage 03 could not train (its aspect had no usable view and no sentence
+    label): the aspect file's head takes its place, unchecked, since there is nothing to compare it with."""
+    return {"kept": "aspect file", "verified": False,
+            "verdict": (f"no trained head: stage 02 had nothing to learn {aspect} from (no usable LLM answer, no "
+                        "human summary or sentence label), so the aspect file's own head reads it")}
 
 
 def unverified(result: dict, aspect: str) -> dict:

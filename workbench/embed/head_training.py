@@ -319,7 +319,7 @@ def train_unified_heads(corpus, targets: Mapping[str, Mapping[str, np.ndarray]],
     texts = abstracts_of(corpus, train + val)
     features = cache.documents([texts[d] for d in train + val], progress=progress)
     val_data = (features.subset(range(len(train), len(features))), *stack_targets(targets, val, dim))
-    model = _new_unified(cache, aspects, config)
+    model = new_unified(cache, aspects, config)
     data = _supervision(train, features.subset(range(len(train))), targets, sentence_labels, aspects, dim)
     t0 = time.perf_counter()
     baseline = evaluate_heads(model, *val_data)
@@ -343,7 +343,8 @@ def train_unified_heads(corpus, targets: Mapping[str, Mapping[str, np.ndarray]],
     model.save_pretrained(out_dir, extra=strict({
         "stage": "distill", "mode": "frozen", "step": best_step, "refit_on_train_and_validation": refit,
         "best_step_per_aspect": best_steps, "val_agreement": best["agreement"], "val_mean_rank": best["mean_rank"],
-        "val_mrr": best["mrr"], "distill_config": config.to_dict()}))
+        "val_mrr": best["mrr"], "distill_config": config.to_dict(),  # heads with nothing to learn: the guard's floor
+        "untrained": [a for a in aspects if not targets[a] and not sentence_labels.get(a)]}))
     seconds = time.perf_counter() - t0
     meta = {"n_train": len(train), "n_val": len(val), "aspects": aspects, "dim": dim, "docs_per_aspect": data["counts"],
             "refit_on_train_and_validation": refit, "refit_docs_per_aspect": refit_counts,
@@ -426,7 +427,7 @@ def _train_heads(model, data: dict, val_data: tuple, baseline: dict, config, pro
 
 def _refit_heads(cache: FeatureCache, aspects, config, data_all: dict, best_steps: dict):
     """Fresh heads trained on every labelled document (`data_all`), each taken at its own chosen step count."""
-    model = _new_unified(cache, aspects, config)
+    model = new_unified(cache, aspects, config)
     optimizer = _head_optimizer(model, config)
     rng = np.random.default_rng(config.seed)
     snapshot = {a: _state(model.heads[a]) for a in aspects if best_steps[a] == 0}
@@ -466,7 +467,8 @@ def _summarise(per_aspect: dict) -> dict:
     return {**summary, "aspects": per_aspect}
 
 
-def _new_unified(cache: FeatureCache, aspects, config) -> PooledAspectModel:
+def new_unified(cache: FeatureCache, aspects, config) -> PooledAspectModel:
+    """The unified model's untrained heads, one per aspect, on `cache`'s frozen backbone (seeded)."""
     torch.manual_seed(config.seed)
     model = PooledAspectModel(cache.backbone.name, aspects, hidden=cache.backbone.hidden_size,
                               pooling=cache.backbone.pooling, max_length=cache.backbone.max_length, pool=True,

@@ -21,7 +21,9 @@ from .checkpoints import load_model
 from .embeddings import model_key
 from .encoders import CONFIG_NAME
 from ..core.files import write_json
+from ..core.progress import notice
 from ..core.rundir import TARGETS_INDEX, TARGETS_NAME, RunDir
+from .untaught import untrained_aspects
 
 # Bump when the way targets are computed changes, so old caches are not reused.
 TARGETS_METHOD = "mean-of-unit-views-v1"
@@ -36,14 +38,35 @@ def views_of(views) -> dict[str, list[str]]:
     return {str(d): list(v) for d, v in getattr(views, "views", views).items()}
 
 
+def with_teachers(run_dir: str | os.PathLike, aspects: Sequence[str], what: str) -> list[str]:
+    """`aspects` less those stage 02 left untrained, each of which a notice names as left out of `what`; with
+    none left, MissingTeachersError says why.
+
+    Decoding and the aspect models' own tables need an aspect model (and the views it learnt from); an
+    aspect without one is read by the unified model's aspect-file head alone, with no text to decode into."""
+    untrained = untrained_aspects(run_dir, aspects)
+    if untrained and len(untrained) == len(aspects):
+        raise MissingTeachersError(
+            f"{what} has no aspect to work on: stage 02 trained no aspect model, since no aspect had a usable view "
+            f"(no LLM answer was kept; see the notices of stages 01 and 02). The unified model of stage 03 reads "
+            f"every aspect with the aspect file's head; fix the LLM backend and run stages 01-03 again for {what}.")
+    if untrained:
+        notice(f"{what} leaves out {', '.join(untrained)}: stage 02 had no usable view of "
+               f"{'them' if len(untrained) > 1 else 'it'} to train an aspect model on (see its notices)")
+    return [a for a in aspects if a not in untrained]
+
+
 def check_teachers(run_dir: str | os.PathLike, aspects: Sequence[str]) -> dict[str, Path]:
-    """The aspect model folder of each aspect, after checking they exist and share one embedding size.
+    """The aspect model folder of each aspect stage 02 trained, after checking they exist and share one size.
 
     Raises MissingTeachersError (naming the folder and saying to run 02_train) when
     ``<run_dir>/aspect_models`` or an aspect's model is missing, and ValueError when the
-    models' sizes differ. Only the small config files are read.
+    models' sizes differ. The aspects stage 02 left untrained on purpose (`untrained_aspects`) are not
+    teachers: they are left out of the result. Only the small config files are read.
     """
     root = RunDir(run_dir).aspect_models
+    untrained = untrained_aspects(run_dir, aspects) if root.is_dir() else {}
+    aspects = [a for a in aspects if a not in untrained]
     if not root.is_dir():
         raise MissingTeachersError(
             f"{root} does not exist. The unified model is distilled from the aspect models of stage 02: "
@@ -136,13 +159,19 @@ def compute_targets(
     if missing_views:
         raise KeyError(f"no views for aspect(s) {missing_views}; views were given for {list(views_by_aspect)}")
     folders = check_teachers(run_dir, aspects)
+    out: dict[str, dict[str, np.ndarray]] = {a: {} for a in aspects}  # an aspect stage 02 left untrained: no target
+    aspects = [a for a in aspects if a in folders]
+    if not aspects:
+        return out
     index, tensors = ({}, {}) if force else _read_targets_cache(run_dir)
     dim = json.loads((folders[aspects[0]] / CONFIG_NAME).read_text())["dim"]
     if index.get("dim") != dim:  # teachers of another size: no cached aspect can be kept beside the new ones
         index, tensors = {}, {}
     entries: dict = dict(index.get("aspects", {}))
-    out: dict[str, dict[str, np.ndarray]] = {}
-    changed = False
+    stale = [a for a in out if a not in folders and a in entries]  # targets of a teacher stage 02 no longer has
+    for a in stale:
+        del entries[a]
+    changed = bool(stale)
     for aspect in aspects:
         docs = {d: v for d, v in views_of(views_by_aspect[aspect]).items() if v}
         key = _targets_key(folders[aspect], docs)

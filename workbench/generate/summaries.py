@@ -31,7 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .sampling import Sampling, request_seed
-from .parsing import Parsed, copies_instructions, parse_judgement, parse_sentence
+from .parsing import NOT_APPLICABLE, Parsed, copies_instructions, parse_judgement, parse_sentence
+from ..core.progress import notice
 from ..core.store import RecordStore
 from ..core.rundir import RunDir
 
@@ -376,6 +377,58 @@ def _recheck_stored(frame):
                   f"{parsed[stale[0]].error}) and are read as unparsed; run stage 01 with a new prompt or "
                   "model to ask again", stacklevel=3)
     return frame
+
+
+SAMPLE_CHARS = 100  # of a server's answer quoted in a message: enough to recognise an error page or a chatty model
+
+
+def nothing_kept(frame, aspects) -> dict[str, str]:
+    """{aspect: why no answer of it was kept} for each aspect with answers and none usable ("ok"); all: "*".
+
+    `frame`: `summaries_frame` of the run (its papers). A misconfigured server (a proxy's page, another
+    model's chatter) or a model that never follows the format leaves answers that are all unparsed or
+    "Not applicable."; stage 02 then has no LLM view to train on. Each reason counts the answers by what
+    went wrong and quotes one unusable answer, cut short (what the backend stored: keys scrubbed). When
+    every aspect is in that state, the single entry "*" says it once for the run.
+    """
+    if frame is None or not len(frame):
+        return {}
+    answered = [a for a in aspects if (frame["aspect"] == a).any()]
+    empty = [a for a in answered if not (frame.loc[frame["aspect"] == a, "status"] == "ok").any()]
+    if empty and empty == list(aspects):
+        return {"*": _why_unkept(frame[frame["aspect"].isin(empty)])}
+    return {a: _why_unkept(frame[frame["aspect"] == a]) for a in empty}
+
+
+def _why_unkept(frame) -> str:
+    """"no answer of the N was kept: ...", with the counts by status and a short sample of what came back."""
+    counts = frame["status"].value_counts()
+    parts = []
+    if counts.get("unparsed"):
+        errors = frame.loc[frame["status"] == "unparsed", "error"].dropna()
+        common = f" ({errors.value_counts().index[0]})" if len(errors) else ""
+        parts.append(f"{counts['unparsed']} unparsed{common}")
+    if counts.get("not_applicable"):
+        parts.append(f"{counts['not_applicable']} '{NOT_APPLICABLE}'")
+    said = frame.loc[frame["status"] == "unparsed", "raw"] if counts.get("unparsed") else frame["raw"]
+    said = next((" ".join(r.split()) for r in said if isinstance(r, str) and r.strip()), "")
+    sample = (f'; the server answered, e.g., "{said[:SAMPLE_CHARS]}{"…" if len(said) > SAMPLE_CHARS else ""}"'
+              if said else "; every answer was empty")
+    return f"no answer of the {len(frame)} was kept: {', '.join(parts)}{sample}"
+
+
+def say_nothing_kept(frame, aspects) -> dict[str, str]:
+    """Print a notice (`progress.notice`) for each aspect, or the whole run, with no usable answer; returns them.
+
+    Stage 01's notebook calls it after generating, so `workbench run` shows it on the terminal too."""
+    unkept = nothing_kept(frame, aspects)
+    for aspect, why in unkept.items():
+        said, which = (why, "") if aspect == "*" else (f"{aspect}: {why}", f" of {aspect}")
+        notice(f"{said}. Stage 02 has no LLM answer{which} to train on: check the backend, model and base_url "
+               "(a server that answers with its own page), or use a model that follows the prompt's JSON format. "
+               "The run goes on with what needs no answer: human summaries where the corpus has them, else "
+               "the aspect file's own head in stage 03 (the aspect-file floor).")
+    return unkept
 
 
 def not_applicable_share(frame):

@@ -1,0 +1,200 @@
+"""No usable LLM answer, for one aspect or for all: said in words, and the run goes on with the aspect-file floor.
+
+A misconfigured server (a proxy's own page, another service on the port) answers every request with
+text that is no summary. Stage 01 stored the answers as unparsed and said nothing of it; stage 02 then
+died with an IndexError (no training paper to show) or stopped on its missing supervision. Here a real
+server on 127.0.0.1 answers junk, for every request or for one aspect's prompts only: stage 01 says
+that no answer of the N was kept and quotes what came back, stage 02 trains no model of such an aspect
+and says why (in its notebook and in `aspect_models/untrained.json`), and stage 03 gives its head the
+aspect file's floor.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from workbench.core.rundir import RunDir
+from workbench.data.aspects import load_aspects
+from workbench.data.corpus import Corpus
+from workbench.generate.http_backend import OpenAIBackend
+from workbench.generate.sampling import RetryPolicy
+from workbench.generate.summaries import generate_summaries, summaries_frame
+
+ROOT = Path(__file__).resolve().parents[1]
+HOST = "127.0.0.1"
+JUNK = "<html><title>Welcome to nginx!</title>  If you see this page, the nginx web server is installed.</html>"
+
+
+class JunkServer:
+    """An OpenAI-compatible server on 127.0.0.1 whose every chat completion is `JUNK`, or, with `good_for`,
+    a proper summary for the prompts that name that aspect (so only the other aspects get junk)."""
+
+    def __init__(self, good_for: str | None = None):
+        self.requests = 0
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0)).decode()
+                server.requests += 1
+                good = good_for is not None and f"Aspect: {good_for}." in body
+                content = json.dumps({"sentence": "A parser that reads long documents in linear time."}) if good \
+                    else JUNK
+                reply = json.dumps({"choices": [{"index": 0, "finish_reason": "stop",
+                                                 "message": {"role": "assistant", "content": content}}],
+                                    "usage": {"completion_tokens": 9}}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(reply)))
+                self.end_headers()
+                self.wfile.write(reply)
+
+        self.httpd = ThreadingHTTPServer((HOST, 0), Handler)
+        self.httpd.daemon_threads = True
+        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self.thread.start()
+        self.base_url = f"http://{HOST}:{self.httpd.server_address[1]}/v1"
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self.thread.join(timeout=5)
+
+
+@pytest.fixture
+def serve():
+    servers = []
+
+    def start(**options):
+        servers.append(JunkServer(**options))
+        return servers[-1]
+
+    yield start
+    for server in servers:
+        server.close()
+
+
+def three_papers() -> Corpus:
+    docs = pd.DataFrame({"doc_id": ["d0", "d1", "d2"], "title": ["Parsing", "Mining", "Coreference"], "abstract": [
+        "Parsing long documents is slow. We propose a linear-time parser that is as accurate as cubic ones.",
+        "Low-resource translation lacks parallel data. We mine sentence pairs from comparable corpora.",
+        "Annotating coreference is costly. Active learning halves the annotation effort."]})
+    return Corpus(docs, name="three")
+
+
+def generate(server, run_dir: Path, aspects) -> None:
+    backend = OpenAIBackend(model="fake-model", base_url=server.base_url, concurrency=2,
+                            retry=RetryPolicy(timeout=5.0, retries=0))
+    try:
+        generate_summaries(three_papers(), aspects, backend, run_dir, k=2, progress=False)
+    finally:
+        backend.close()
+
+
+def test_stage_01_says_that_no_answer_was_kept_and_what_the_server_answered(serve, tmp_path, capsys):
+    from workbench.generate.summaries import say_nothing_kept
+
+    server = serve()
+    aspects = load_aspects("acl").subset(["challenge", "approach"])
+    generate(server, tmp_path, aspects)
+    assert server.requests == 12
+    said = say_nothing_kept(summaries_frame(tmp_path), aspects.names)
+    out = capsys.readouterr().out
+    assert list(said) == ["*"]  # said once for the run, not once per aspect
+    assert out.count("[notice] ") == 1
+    assert 'no answer of the 12 was kept: 12 unparsed (no JSON object with a "sentence" string)' in out
+    assert "the server answered, e.g., \"<html><title>Welcome to nginx!</title> If you see" in out  # whitespace folded
+    assert "aspect-file floor" in out and "base_url" in out
+
+
+def test_stage_01_names_the_one_aspect_whose_answers_were_all_junk(serve, tmp_path, capsys):
+    from workbench.generate.summaries import say_nothing_kept
+
+    server = serve(good_for="challenge")
+    aspects = load_aspects("acl").subset(["challenge", "approach"])
+    generate(server, tmp_path, aspects)
+    said = say_nothing_kept(summaries_frame(tmp_path), aspects.names)
+    out = capsys.readouterr().out
+    assert list(said) == ["approach"] and said["approach"].startswith("no answer of the 6 was kept: 6 unparsed")
+    assert out.startswith("[notice] approach: no answer of the 6 was kept") and "Welcome to nginx" in out
+    assert "challenge" not in out
+
+
+def test_stage_02_trains_no_model_of_an_aspect_without_views_and_says_why(serve, tmp_path, capsys):
+    """All junk on a corpus without human summaries: no training paper at all. Stage 02 raised (or, in its
+    notebook, died on `train_ids[0]`); now it records the aspects as untrained, with the reason."""
+    from workbench.embed.aspect_training import TrainConfig, prepare_views, train_aspect_models
+    from workbench.embed.untaught import example_views_html, results_table
+
+    generate(serve(), tmp_path, load_aspects("acl").subset(["challenge"]))
+    corpus = three_papers()
+    views, train_ids, val_ids = prepare_views(["challenge"], tmp_path, corpus)
+    assert train_ids == [] and val_ids == []
+    assert "no paper has a view" in example_views_html(views, train_ids).lower()
+    results = train_aspect_models(["challenge"], tmp_path, corpus, TrainConfig(mode="frozen"), progress=False)
+    assert results == {}
+    out = capsys.readouterr().out
+    assert "[notice] no aspect model trained for challenge: no answer of the 6 was kept" in out
+    untrained = json.loads(RunDir(tmp_path).untrained.read_text())["aspects"]
+    assert list(untrained) == ["challenge"] and "Welcome to nginx" in untrained["challenge"]
+    assert "Welcome to nginx" in results_table(results, tmp_path).at["challenge", "not trained"]
+    assert not RunDir(tmp_path).aspect_model("challenge").exists()
+
+
+def test_stage_03_heads_without_any_supervision_are_saved_untrained_for_the_floor(tmp_path, monkeypatch):
+    """No target and no sentence label for any aspect: stage 03 stopped on "need documents with targets"; now
+    its heads are saved as they start, marked untrained (stage 03's check puts the aspect-file floor there)."""
+    from stand_ins import BagOfWords
+    from workbench.embed import distill
+    from workbench.embed.distill import DistillConfig, train_unified_model
+    from workbench.embed.heads import PooledAspectModel
+
+    monkeypatch.setattr(distill, "frozen_backbone", lambda *args: BagOfWords())  # no encoder to load
+
+    result = train_unified_model(three_papers(), {"challenge": {}, "approach": {}}, ([], []), tmp_path / "u",
+                                 DistillConfig(mode="frozen"), progress=False, run_dir=tmp_path, sentence_labels={})
+    assert result.aspects == ["challenge", "approach"] and result.n_train == 0
+    config = json.loads((tmp_path / "u" / "workbench_config.json").read_text())
+    assert config["extra"]["untrained"] == ["challenge", "approach"] and config["aspects"] == ["challenge", "approach"]
+    assert isinstance(PooledAspectModel.from_pretrained(tmp_path / "u", device="cpu"), PooledAspectModel)
+
+
+@pytest.mark.slow
+def test_a_run_on_an_own_corpus_goes_on_with_the_floor_when_every_answer_is_junk(serve, tmp_path):
+    """`workbench run` stages 01-03 on six abstracts against a server answering junk: one run (about 20 s).
+    It died in stage 02 with IndexError; now it ends, says why on the terminal, and every head is the floor."""
+    server = serve()
+    subprocess.run([sys.executable, str(ROOT / "scripts" / "export_aclsum.py"), str(tmp_path / "papers.csv"),
+                    "--n", "6", "--sentences", "3"], check=True, capture_output=True)
+    aspects = load_aspects(str(ROOT / "data" / "my_field.yaml")).to_dict()
+    aspects["aspects"] = aspects["aspects"][:2]
+    (tmp_path / "aspects.yaml").write_text(json.dumps(aspects))  # JSON is YAML
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "OPENAI_API_KEY": "sk-unused-here"}
+    params = ["corpus=papers.csv", "aspects=aspects.yaml", "backend=openai", "model=fake-model",
+              f"base_url={server.base_url}", "k=2", "subset=6", "max_new_tokens=16", "n_judge_pairs=0",
+              "label_sentences=false", "concurrency=2"]
+    args = [sys.executable, "-m", "workbench", "run", "--run-dir", "run", "--stages", "01,02,03"]
+    for param in params:
+        args += ["-p", param]
+    done = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    said = done.stdout + done.stderr
+    assert done.returncode == 0, said[-3000:]
+    assert "notice: no answer of the 24 was kept: 24 unparsed" in said and "Welcome to nginx" in said
+    assert "no aspect model trained for task, method" in said
+    run = RunDir(tmp_path / "run")
+    assert set(json.loads(run.untrained.read_text())["aspects"]) == {"task", "method"}
+    guard = json.loads(run.guard.read_text())
+    assert {a: r["kept"] for a, r in guard["aspects"].items()} == {"task": "aspect file", "method": "aspect file"}
+    assert "no trained head" in (tmp_path / "run" / "03_distill.ipynb").read_text()
