@@ -170,14 +170,33 @@ class RunDir(os.PathLike):
         """Folder of the stage-02 model of an aspect."""
         folder = self.aspect_models / aspect
         if must_exist and not folder.is_dir():
-            try:
-                why = json.loads(self.untrained.read_text())["aspects"][aspect]
-            except (OSError, ValueError, KeyError, TypeError):
-                raise FileNotFoundError(f"{folder} is missing: run stage 02 (train) for aspect {aspect!r} first") \
-                    from None
+            why = self.untrained_reasons().get(aspect)
+            if why is None:
+                raise FileNotFoundError(f"{folder} is missing: run stage 02 (train) for aspect {aspect!r} first")
             raise FileNotFoundError(f"{folder} is missing: stage 02 trained no model of {aspect!r}, since it had "
-                                    f"nothing to learn from ({why}); leave it out with aspect_names") from None
+                                    f"nothing to learn from ({why}); leave it out with aspect_names")
         return folder
+
+    def untrained_reasons(self) -> dict[str, str]:
+        """{aspect: why} of `untrained` ({} where stage 02 left every aspect a model, or the file cannot be read)."""
+        try:
+            found = json.loads(self.untrained.read_text())["aspects"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return {}
+        return {str(a): str(why) for a, why in found.items()} if isinstance(found, dict) else {}
+
+    def decoding_encoder(self, aspect: str) -> Path:
+        """Folder of the model that embeds text into the space `aspect` is decoded in (a retrieval memory, a
+        round trip): the aspect's stage-02 model, or, for an aspect stage 02 trained none of (`untrained`), the
+        unified model, whose head for it (the aspect-file floor) made every embedding decoded in that space.
+
+        Raises FileNotFoundError, saying which stage to run, where that model is missing."""
+        if (self.aspect_models / aspect).is_dir() or aspect not in self.untrained_reasons():
+            return self.aspect_model(aspect, must_exist=True)
+        if not self.unified_model.is_dir():
+            raise FileNotFoundError(f"{self.unified_model} is missing: run stage 03 (distill) first; it reads "
+                                    f"{aspect!r}, which stage 02 trained no model of, with the aspect file's head")
+        return self.unified_model
 
     def split(self) -> tuple[list[str], list[str]]:
         """The run's (train ids, validation ids), as stage 02 split the documents."""
@@ -434,3 +453,9 @@ def read_split(run_dir) -> tuple[list[str], list[str]]:
 def aspect_model_dir(run_dir, aspect: str) -> Path:
     """Folder of the stage-02 model of an aspect (used to re-embed decoded text); it must exist."""
     return RunDir(run_dir).aspect_model(aspect, must_exist=True)
+
+
+def decoding_encoder_dir(run_dir, aspect: str) -> Path:
+    """Folder of the model that re-embeds text decoded in `aspect`'s space (`RunDir.decoding_encoder`): its
+    stage-02 model, or the unified model where stage 02 left the aspect untrained; it must exist."""
+    return RunDir(run_dir).decoding_encoder(aspect)
