@@ -114,7 +114,7 @@ def shown_run(tmp_path_factory):
 @pytest.mark.slow
 def test_every_text_the_run_can_show_is_a_statement_worth_showing(shown_run):
     from workbench.decode.artefacts import marker_reason
-    from workbench.decode.retrieval import grounding_verdicts
+    from workbench.decode.statements import grounding_verdicts
     from workbench.generate.views import collect_views
 
     run, corpus, answers, explorer = shown_run

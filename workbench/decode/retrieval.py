@@ -14,6 +14,14 @@ scores the round trip:
 * for a paper with none of those, its *own sentence*: the sentence of its abstract that the
   unified model (stage 03) weighs most for the aspect (`own_sentences`).
 
+An aspect stage 02 trained no model of (no usable LLM answer: `aspect_models/untrained.json`)
+still gets a memory, which needs no answer: its papers' own sentences, embedded by the unified
+model's head for it (the aspect-file floor), each read as a one-sentence abstract. That head
+made every embedding decoded in the aspect (a paper, a map's spot, a placed abstract), so the
+memory lies in the space of its queries, and the same model scores the round trip
+(`RunDir.decoding_encoder`). Where no aspect had a view, stage 02's split holds no paper: the
+papers stage 01 was asked about, less the held-out ones, enter the memory (`memory_papers`).
+
 Every entry is one paper's text: no entry joins two papers' sentences. To decode an embedding q:
 
     answer = the statement whose embedding is nearest q (cosine)
@@ -48,10 +56,10 @@ import numpy as np
 from ..core.files import write_json
 from ..core.progress import notice
 from ..core.vectors import unit_rows
-from ..core.rundir import RunDir, aspect_model_dir, read_split
+from ..core.rundir import RunDir, read_split
 from ..generate.batching import shared_start
-from ..embed.features import FeatureCache, FrozenBackbone
 from .artefacts import artefact_reason, marker_reason, prompt_text
+from .statements import Entries, grounding_verdicts, shown_entries
 
 FOLDER = "retrieval"
 VECTORS_NAME = "memory.safetensors"
@@ -62,6 +70,11 @@ INSTRUCTION = "Write one sentence stating the {aspect} of a paper like these."
 # What memory.json's "checks" says the memory went through: 1 = prompt artefacts and ungrounded LLM answers left
 # out, papers without a statement given their own sentence. An older memory (no "checks") is filtered as it loads.
 CHECKS = 1
+
+# Which model embedded a memory (memory.json's "encoder" per aspect): the aspect's stage-02 model, or, for an
+# aspect stage 02 trained none of, the unified model (its aspect-file head). A memory without it: the aspect's.
+ENCODER_ASPECT = "aspect model"
+ENCODER_UNIFIED = "unified model"
 
 # What a shown text is (the pane states it beside every text).
 KIND_NEAREST = "nearest known statement"  # a known statement of one named paper, nearest the embedding
@@ -79,6 +92,7 @@ class StatementMemory:
     sources: list[str]
     vectors: np.ndarray = field(repr=False)
     left_out: dict = field(default_factory=dict, repr=False)  # why -> statements left out when it was built
+    encoder: str = field(default=ENCODER_ASPECT, repr=False)  # which model embedded it (ENCODER_*)
 
     def __post_init__(self):
         n = len(self.texts)
@@ -91,7 +105,7 @@ class StatementMemory:
         """The statements where `keep` (a boolean per statement) is true."""
         rows = np.flatnonzero(np.asarray(keep, dtype=bool))
         return StatementMemory(self.aspect, [self.texts[i] for i in rows], [self.doc_ids[i] for i in rows],
-                               [self.sources[i] for i in rows], self.vectors[rows])
+                               [self.sources[i] for i in rows], self.vectors[rows], encoder=self.encoder)
 
     def of_paper(self, doc_id: str) -> list[tuple[str, str]]:
         """(text, source) of every statement of one paper, in memory order."""
@@ -367,56 +381,6 @@ class RetrievalDecoder:
 # --------------------------------------------------------------------------- building and saving
 
 
-@dataclass
-class Entries:
-    """The statements of one aspect that enter its memory, before they are embedded, and what was left out."""
-
-    texts: list[str] = field(default_factory=list)
-    doc_ids: list[str] = field(default_factory=list)
-    sources: list[str] = field(default_factory=list)
-    left_out: dict[str, int] = field(default_factory=dict)  # why -> how many
-
-    def add(self, doc_id: str, text: str, source: str) -> None:
-        """Let one paper's text enter the memory."""
-        self.texts.append(text)
-        self.doc_ids.append(doc_id)
-        self.sources.append(source)
-
-    def leave_out(self, why: str) -> None:
-        """Count a statement left out, by why."""
-        self.left_out[why] = self.left_out.get(why, 0) + 1
-
-
-def grounding_verdicts(views, run_dir, corpus) -> dict[str, dict]:
-    """{aspect: {(doc_id, view index): "kept" | "generic" | "copy"}}: stage 02's grounding check of the LLM
-    views (`embed.grounding.judge_views`), read from the run's feature cache where stage 02 left it."""
-    from ..embed.grounding import REFERENCE, judge_views
-
-    has_llm = any(s == "llm" for v in views.values() for sources in v.sources.values() for s in sources)
-    if corpus is None or not len(corpus) or not has_llm:
-        return {a: {} for a in views}
-    return judge_views(views, corpus, FeatureCache.for_run(run_dir, FrozenBackbone(REFERENCE)))
-
-
-def shown_entries(views, verdicts: dict, abstracts: dict[str, str], allowed: set[str], prompt: str = "") -> Entries:
-    """The views of the allowed papers worth showing: LLM answers only where grounding kept them, and no text
-    with a prompt artefact (`artefacts.artefact_reason`; an LLM answer is also checked against the prompt)."""
-    entries = Entries()
-    for doc, items in views.views.items():
-        if doc not in allowed:
-            continue
-        for k, (text, source) in enumerate(zip(items, views.sources[doc])):
-            if source == "llm" and verdicts.get((doc, k), "kept") != "kept":
-                entries.leave_out(f"LLM answer not grounded ({verdicts[(doc, k)]})")
-                continue
-            why = artefact_reason(text, prompt if source == "llm" else "", abstracts.get(doc, ""))
-            if why:
-                entries.leave_out(f"artefact: {why}")
-                continue
-            entries.add(doc, text, source)
-    return entries
-
-
 def own_sentences(model, texts: Sequence[str], aspects: Sequence[str]) -> list[dict[str, str]]:
     """Per text, {aspect: the sentence the model's pooling head weighs most for it} (`PooledAspectModel.attention`).
 
@@ -439,10 +403,9 @@ def own_sentences(model, texts: Sequence[str], aspects: Sequence[str]) -> list[d
     return out
 
 
-def _add_own_sentences(run_dir: Path, corpus, entries: dict[str, Entries], allowed: list[str]) -> None:
-    """Give each allowed paper with no statement of an aspect its own sentence for it (`own_sentences`)."""
-    from ..embed.checkpoints import load_model
-
+def _add_own_sentences(run_dir: Path, corpus, entries: dict[str, Entries], allowed: list[str], models) -> None:
+    """Give each allowed paper with no statement of an aspect its own sentence for it (`own_sentences`);
+    models(folder) loads a model once."""
     having = {a: set(e.doc_ids) for a, e in entries.items()}
     missing = {a: [d for d in allowed if d not in having[a]] for a in entries}
     papers = list(dict.fromkeys(d for ds in missing.values() for d in ds))
@@ -451,18 +414,37 @@ def _add_own_sentences(run_dir: Path, corpus, entries: dict[str, Entries], allow
         return
     abstracts = dict(zip(map(str, corpus.ids), corpus.texts()))
     papers = [d for d in papers if d in abstracts]
-    found = own_sentences(load_model(folder, run_dir=run_dir), [abstracts[d] for d in papers], list(entries))
+    found = own_sentences(models(folder), [abstracts[d] for d in papers], list(entries))
     for d, sentences in zip(papers, found):
         for a, sentence in sentences.items():
             if d not in having[a]:
                 entries[a].add(d, sentence, "sentence")
 
 
+def memory_papers(run_dir, corpus) -> list[str]:
+    """The papers whose statements may enter a memory: stage 02's train and validation papers.
+
+    Where no aspect had a usable view, that split holds no paper; then the papers stage 01 was asked
+    about (its summaries file; every paper of the corpus where it has none), less the held-out ones
+    (`generate.views.held_out_ids`), so that their own sentences still give every aspect a memory."""
+    from ..generate.summaries import summaries_frame
+    from ..generate.views import held_out_ids
+
+    train, val = read_split(run_dir)
+    if train or val or corpus is None:
+        return train + val
+    frame = summaries_frame(run_dir)
+    asked = set(frame["doc_id"].astype(str)) if len(frame) else set()
+    held = held_out_ids(corpus)
+    return [d for d in map(str, corpus.ids) if d not in held and (not asked or d in asked)]
+
+
 def build_memories(run_dir, corpus, aspects: Sequence[str], doc_ids: Sequence[str] | None = None,
                    progress: bool = False, aspect_set=None) -> dict[str, StatementMemory]:
-    """The statements worth showing of each aspect (see the module doc), embedded by that aspect's model (stage 02).
+    """The statements worth showing of each aspect (see the module doc), embedded by that aspect's model (stage 02),
+    or, for an aspect stage 02 trained none of, by the unified model (its aspect-file head: `RunDir.decoding_encoder`).
 
-    doc_ids: the papers whose statements may enter (default: the run's train and
+    doc_ids: the papers whose statements may enter (default: `memory_papers`, the run's train and
     validation papers, stage 02's split), so held-out papers never reach the memory.
     aspect_set: the run's aspect file (`data.aspects.AspectSet`): an LLM answer that carries a
     run of its words (an example sentence) is left out. Each memory's `left_out` counts what
@@ -473,23 +455,32 @@ def build_memories(run_dir, corpus, aspects: Sequence[str], doc_ids: Sequence[st
 
     run_dir = Path(run_dir)
     if doc_ids is None:
-        train, val = read_split(run_dir)
-        doc_ids = train + val
+        doc_ids = memory_papers(run_dir, corpus)
     allowed = list(dict.fromkeys(map(str, doc_ids)))
     views = collect_views(list(aspects), run_dir, corpus)
     verdicts = grounding_verdicts(views, run_dir, corpus)
     abstracts = dict(zip(map(str, corpus.ids), corpus.texts())) if corpus is not None else {}
     prompt = prompt_text(aspect_set) if aspect_set is not None else ""
     entries = {a: shown_entries(views[a], verdicts.get(a, {}), abstracts, set(allowed), prompt) for a in aspects}
-    _add_own_sentences(run_dir, corpus, entries, allowed)
+    loaded: dict[Path, object] = {}  # the unified model finds own sentences and embeds an untrained aspect's
+
+    def models(folder: Path):
+        if folder not in loaded:
+            loaded[folder] = load_model(folder, run_dir=run_dir)
+        return loaded[folder]
+
+    _add_own_sentences(run_dir, corpus, entries, allowed, models)
+    run = RunDir(run_dir)
     out = {}
     for aspect in aspects:
         e = entries[aspect]
-        model = load_model(aspect_model_dir(run_dir, aspect), run_dir=run_dir)
+        folder = run.decoding_encoder(aspect)
+        model = models(folder)
         head = aspect if aspect in model.aspects else model.aspects[0]
         vectors = model.encode(e.texts, aspects=head, progress=progress)[head] if e.texts else np.zeros((0, model.dim))
         out[aspect] = StatementMemory(aspect, e.texts, e.doc_ids, e.sources, vectors)
         out[aspect].left_out = dict(e.left_out)
+        out[aspect].encoder = ENCODER_UNIFIED if folder == run.unified_model else ENCODER_ASPECT
     return out
 
 
@@ -498,7 +489,7 @@ def fingerprint(memories: dict[str, StatementMemory], settings: dict) -> str:
     h = hashlib.sha256(json.dumps(settings, sort_keys=True).encode())
     for a in sorted(memories):
         m = memories[a]
-        h.update(json.dumps([a, m.texts, m.doc_ids, m.sources]).encode())
+        h.update(json.dumps([a, m.texts, m.doc_ids, m.sources, m.encoder]).encode())
         h.update(np.ascontiguousarray(m.vectors, dtype=np.float32).tobytes())
     return h.hexdigest()[:16]
 
@@ -514,15 +505,16 @@ def save_memories(folder, memories: dict[str, StatementMemory], settings: dict) 
     os.replace(tmp, folder / VECTORS_NAME)
     meta = {"format": FORMAT, "settings": settings, "fingerprint": fingerprint(memories, settings),
             "checks": CHECKS,
-            "aspects": {a: {"texts": m.texts, "doc_ids": m.doc_ids, "sources": m.sources, "left out": m.left_out}
-                        for a, m in memories.items()}}
+            "aspects": {a: {"texts": m.texts, "doc_ids": m.doc_ids, "sources": m.sources, "left out": m.left_out,
+                            "encoder": m.encoder} for a, m in memories.items()}}
     write_json(folder / MEMORY_NAME, meta, indent=1)
     return meta["fingerprint"]
 
 
 def load_retrieval_decoders(folder, aspects: Sequence[str] | None = None, lm=None,
                             device: str | None = None) -> dict[str, RetrievalDecoder]:
-    """{aspect: RetrievalDecoder} from a saved folder; each aspect's model is found in the run (stage 02)."""
+    """{aspect: RetrievalDecoder} from a saved folder; each aspect's model is found in the run (stage 02), or, for a
+    memory the unified model embedded (an aspect stage 02 trained none of), the unified model (stage 03)."""
     from safetensors.numpy import load_file
 
     from ..embed.encoders import CheckpointError, read_config  # lazy: torch
@@ -559,7 +551,10 @@ def load_retrieval_decoders(folder, aspects: Sequence[str] | None = None, lm=Non
         # Markers of a prompt are checked again on every load: a memory built by older code, or a
         # marker added since, never reaches the pane.
         memory = memory.subset([marker_reason(t) is None for t in memory.texts])
-        model_dir = RunDir(run_dir).aspect_model(a)
+        memory.encoder = m.get("encoder", ENCODER_ASPECT)
+        # The model that embedded the memory embeds what is compared with it (a rewrite), in the same space.
+        model_dir = RunDir(run_dir).unified_model if memory.encoder == ENCODER_UNIFIED \
+            else RunDir(run_dir).aspect_model(a)
         out[a] = RetrievalDecoder(memory, model_dir if model_dir.is_dir() else None, lm=lm,
                                   k=settings.get("k", 8), context=settings.get("context", 3), device=device)
         # What defines it on disk, for the reports kept beside it (`report_cache.py`).
