@@ -38,7 +38,7 @@ import pandas as pd
 from .soft_prompt import CONFIG_NAME, HISTORY_NAME, DecodeSampling, DecoderConfig, EmbeddingDecoder
 from .soft_prompt_training import DecoderItems, DecoderTrainResult, train_decoder
 from .faithfulness import round_trip, save_confidence
-from ..core.rundir import RunDir, aspect_model_dir, read_split
+from ..core.rundir import RunDir, decoding_encoder_dir, read_split
 from ..core.files import write_json
 from ..core.vectors import unit_rows
 
@@ -48,8 +48,8 @@ from ..core.progress import notice
 from ..generate.views import collect_views
 from ..embed.embeddings import embed_corpus
 from ..embed.targets import load_targets
-from .retrieval import (CHECKS, FOLDER, KIND_GENERATED, build_memories, fingerprint, load_retrieval_decoders,
-                        save_memories)
+from .retrieval import (CHECKS, ENCODER_UNIFIED, FOLDER, KIND_GENERATED, MEMORY_NAME, build_memories, fingerprint,
+                        load_retrieval_decoders, save_memories)
 
 SHARED = "shared"
 DONE_NAME = "done.json"
@@ -237,16 +237,36 @@ def build_retrieval_decoders(run_dir, corpus, aspects: Sequence[str],
     Only the run's train and validation papers enter the memory: their human statements, the LLM
     answers the grounding check kept, none with a prompt artefact (with `aspect_set`, the run's
     aspect file, also none that carries its example sentences), and, for a paper with none of
-    those, its own sentence for the aspect (`retrieval.build_memories`). Skipped when the
-    statements, their embeddings and the settings are unchanged. Returns a summary per aspect
-    (statements, papers, sources, and what was left out) for the notebook's table.
+    those, its own sentence for the aspect (`retrieval.build_memories`). An aspect stage 02 trained
+    no model of has only its papers' own sentences, embedded by the unified model's aspect-file
+    head, as a notice says; without any such sentence it gets no memory, said too, and where no
+    aspect has one no decoder is written (stages 05 and 06 then show no decoded text). Skipped
+    when the statements, their embeddings and the settings are unchanged. Returns a summary per
+    aspect (statements, papers, sources, and what was left out) for the notebook's table.
     """
     folder = RunDir(run_dir).decoders / FOLDER
     memories = build_memories(run_dir, corpus, aspects, progress=progress, aspect_set=aspect_set)
-    empty = [a for a, m in memories.items() if not m.texts]
+    floor = [a for a, m in memories.items() if m.encoder == ENCODER_UNIFIED]
+    empty = [a for a, m in memories.items() if not m.texts and a not in floor]
     if empty:
         raise ValueError(f"aspects {empty} have no known statement in the train or validation papers; "
                          "generate summaries (stage 01) for more documents or drop those aspects")
+    said = [a for a in floor if memories[a].texts]
+    if said:
+        notice(f"the retrieval memory of {', '.join(said)} holds each paper's own sentence for "
+               f"{'them' if len(said) > 1 else 'it'}, read by the unified model's aspect-file head: stage 02 "
+               "trained no aspect model, having no usable LLM answer, and this needs none")
+    silent = [a for a in floor if not memories[a].texts]
+    if silent:
+        notice(f"no retrieval memory of {', '.join(silent)}: stage 02 trained no aspect model and no paper of the "
+               "run has a sentence to stand for it, so a map shows no decoded text of "
+               f"{'them' if len(silent) > 1 else 'it'}")
+        memories = {a: m for a, m in memories.items() if a not in silent}
+    if not memories:
+        for name in (DONE_NAME, MEMORY_NAME):  # a memory of an earlier run would speak for this one
+            (folder / name).unlink(missing_ok=True)
+        notice("no retrieval decoder written: no aspect has a statement to decode into")
+        return {}
     recorded = {"lm": str(settings.lm), "k": int(settings.k), "context": int(settings.context), "checks": CHECKS}
     done = folder / DONE_NAME
     stale = force or not done.is_file() or json.loads(done.read_text()).get("fingerprint") != fingerprint(memories,
@@ -469,9 +489,28 @@ def calibrate_confidence(run_dir, corpus, aspects: Sequence[str], doc_ids: Seque
         vectors = everyone[rows]
         texts = [c[0] if c else "" for c in decoders[a].describe(vectors, exclude=[[d] for d in doc_ids],
                                                                   greedy=True, max_new_tokens=max_new_tokens)]
-        rt = round_trip(texts, vectors, aspect_model_dir(run_dir, a), a, everyone)
+        rt = round_trip(texts, vectors, decoding_encoder_dir(run_dir, a), a, everyone)
         ranked[a] = pd.DataFrame({"round-trip rank": rt["rank"], "corpus size": rt["corpus size"]})
     return save_confidence(run_dir, ranked)
+
+
+def scored_aspects(run_dir, aspects: Sequence[str], kinds: Sequence[str] = ("retrieval",)) -> list[str]:
+    """The aspects whose decoders stage 04 trains (soft prompt) and scores (faithfulness): `aspects` less those
+    stage 02 trained no model of, which a notice names, with what they get instead.
+
+    Such an aspect has no known statement (no usable LLM answer, no human one) to train the
+    soft-prompt decoder on or to score a decoding against; the retrieval decoder reads it from
+    its papers' own sentences (`build_retrieval_decoders`), which need no statement."""
+    untrained = [a for a in aspects if a in RunDir(run_dir).untrained_reasons()]
+    if untrained:
+        them = "them" if len(untrained) > 1 else "it"
+        instead = (f"the retrieval decoder reads {them} from each paper's own sentence" if "retrieval" in kinds else
+                   f"with decoder = 'soft_prompt' a map decodes no text of {them}; decoder = 'retrieval' reads "
+                   f"{them} from each paper's own sentence")
+        lacking = "no faithfulness scores" + (" and no soft-prompt decoder" if "soft_prompt" in kinds else "")
+        notice(f"{', '.join(untrained)}: {lacking}, since stage 02 had no usable LLM answer or human statement of "
+               f"{them} to train on or score against; {instead}")
+    return [a for a in aspects if a not in untrained]
 
 
 @dataclass
@@ -519,6 +558,9 @@ def evaluate_decoders(run_dir, data: Mapping[str, DecoderData], aspects: Sequenc
     (the shuffled control needs two).
     """
     run = RunDir(run_dir)
+    if not aspects:  # no aspect has statements to score against (`scored_aspects`): nothing to load or measure
+        write_json(run.decoder_metrics, {}, indent=2)
+        return DecodingEvaluation(faithfulness_table({}), {}, save_confidence(run, {}), [])
     # The round trip ranks a paper among every paper of the corpus, as a tap on the map does.
     corpus_vectors = {a: data[a].embeddings if data[a].corpus_embeddings is None else data[a].corpus_embeddings
                       for a in aspects}
@@ -537,7 +579,7 @@ def evaluate_decoders(run_dir, data: Mapping[str, DecoderData], aspects: Sequenc
                 continue
             metrics[(a, kind)], examples[(a, kind)] = decoding_report(
                 found[a], d.embeddings[picked], [d.texts[i] for i in picked],
-                RoundTrip(aspect_model_dir(run, a), corpus_vectors[a]), names=[d.doc_ids[i] for i in picked],
+                RoundTrip(decoding_encoder_dir(run, a), corpus_vectors[a]), names=[d.doc_ids[i] for i in picked],
                 exclude=[d.doc_ids[i] for i in picked], config=config.faithfulness())
     write_json(run.decoder_metrics, {f"{a}/{k}": m for (a, k), m in metrics.items()}, indent=2)
     levels = save_confidence(run, {a: ex for (a, k), ex in examples.items() if k == default_kind})

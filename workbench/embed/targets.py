@@ -21,7 +21,6 @@ from .checkpoints import load_model
 from .embeddings import model_key
 from .encoders import CONFIG_NAME
 from ..core.files import write_json
-from ..core.progress import notice
 from ..core.rundir import TARGETS_INDEX, TARGETS_NAME, RunDir
 from .untaught import untrained_aspects
 
@@ -36,24 +35,6 @@ class MissingTeachersError(FileNotFoundError):
 def views_of(views) -> dict[str, list[str]]:
     """{doc_id: [texts]} from an `AspectViews` or a plain dict."""
     return {str(d): list(v) for d, v in getattr(views, "views", views).items()}
-
-
-def with_teachers(run_dir: str | os.PathLike, aspects: Sequence[str], what: str) -> list[str]:
-    """`aspects` less those stage 02 left untrained, each of which a notice names as left out of `what`; with
-    none left, MissingTeachersError says why.
-
-    Decoding and the aspect models' own tables need an aspect model (and the views it learnt from); an
-    aspect without one is read by the unified model's aspect-file head alone, with no text to decode into."""
-    untrained = untrained_aspects(run_dir, aspects)
-    if untrained and len(untrained) == len(aspects):
-        raise MissingTeachersError(
-            f"{what} has no aspect to work on: stage 02 trained no aspect model, since no aspect had a usable view "
-            f"(no LLM answer was kept; see the notices of stages 01 and 02). The unified model of stage 03 reads "
-            f"every aspect with the aspect file's head; fix the LLM backend and run stages 01-03 again for {what}.")
-    if untrained:
-        notice(f"{what} leaves out {', '.join(untrained)}: stage 02 had no usable view of "
-               f"{'them' if len(untrained) > 1 else 'it'} to train an aspect model on (see its notices)")
-    return [a for a in aspects if a not in untrained]
 
 
 def check_teachers(run_dir: str | os.PathLike, aspects: Sequence[str]) -> dict[str, Path]:

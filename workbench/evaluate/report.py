@@ -483,7 +483,7 @@ def held_out_decoding(decoders, unified: Mapping[str, np.ndarray], held, aspects
         outs = [leave_one_out_reconstruction(unified, int(use[keep[i]]), None, seed=config.seed) for i in picked]
         reconstructed = {a: (np.stack([o["reconstructed"][a] for o in outs]), picked) for a in aspects}
         out["reconstruction_cosine"] = {a: float(np.mean([o["cosine"][a] for o in outs])) for a in aspects}
-    models = {a: RunDir(run_dir).aspect_model(a, must_exist=True) for a in aspects}
+    models = {a: RunDir(run_dir).decoding_encoder(a) for a in aspects}  # the space each aspect is decoded in
     out["table"], out["examples"] = decoding_table(decoders, emb, refs, models, reconstructed,
                                                    bertscore_model=config.bertscore_model, seed=config.seed,
                                                    perplexity_docs=config.perplexity_docs)

@@ -122,13 +122,15 @@ class Explorer:
         return self._unified
 
     def aspect_model(self, aspect: str):
-        """The stage-02 model of an aspect (loaded on first use), or None when the run has none."""
+        """The model that embeds text in an aspect's space (loaded on first use): its stage-02 model; for an aspect
+        stage 02 trained none of, the unified model, whose aspect-file head made the map's embeddings of it (and
+        its retrieval memory); None when the run has neither."""
         if aspect not in self._aspect_models:
             from ..embed.checkpoints import load_model
 
             folder = self.run_dir.aspect_model(aspect)
             self._aspect_models[aspect] = load_model(folder, device=self.device, run_dir=self.run_dir) \
-                if folder.is_dir() else None
+                if folder.is_dir() else self.unified() if aspect in self.run_dir.untrained_reasons() else None
         return self._aspect_models[aspect]
 
     def question_axes(self) -> dict:
