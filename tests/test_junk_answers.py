@@ -5,8 +5,8 @@ text that is no summary. Stage 01 stored the answers as unparsed and said nothin
 died with an IndexError (no training paper to show) or stopped on its missing supervision. Here a real
 server on 127.0.0.1 answers junk, for every request or for one aspect's prompts only: stage 01 says
 that no answer of the N was kept and quotes what came back, stage 02 trains no model of such an aspect
-and says why (in its notebook and in `aspect_models/untrained.json`), and stage 03 gives its head the
-aspect file's floor.
+and says why (in its notebook and in `aspect_models/untrained.json`), stage 03 gives its head the
+aspect file's floor, and stage 04 decodes it into its papers' own sentences, read by that head.
 """
 
 from __future__ import annotations
@@ -169,6 +169,51 @@ def test_stage_03_heads_without_any_supervision_are_saved_untrained_for_the_floo
     config = json.loads((tmp_path / "u" / "workbench_config.json").read_text())
     assert config["extra"]["untrained"] == ["challenge", "approach"] and config["aspects"] == ["challenge", "approach"]
     assert isinstance(PooledAspectModel.from_pretrained(tmp_path / "u", device="cpu"), PooledAspectModel)
+
+
+def test_stage_04_decodes_an_aspect_without_a_model_into_its_papers_own_sentences(tmp_path, capsys, monkeypatch):
+    """One aspect's answers all junk: stage 04 stopped (every aspect junk) or left it out, and then a map of it
+    could decode nothing. Now its retrieval memory is each paper's own sentence, embedded by the unified model's
+    head for it, the head that embeds what a map decodes; the other aspect keeps its own model's memory."""
+    import numpy as np
+
+    from workbench.core.files import write_json
+    from workbench.core.vectors import unit_rows
+    from workbench.decode.decoding import build_retrieval_decoders, load_decoders, scored_aspects
+    from workbench.decode.retrieval import memory_papers
+    from workbench.embed.aspect_training import TrainConfig
+    from workbench.embed.checkpoints import load_model
+    from workbench.embed.distill import DistillConfig
+    from workbench.embed.heads import PooledAspectModel
+    from stand_ins import BagOfWords
+
+    monkeypatch.setattr(PooledAspectModel, "backbone", lambda self: BagOfWords())  # no encoder to load
+    corpus, run, both = three_papers(), RunDir(tmp_path), ["challenge", "approach"]
+    hidden = BagOfWords.hidden_size
+    PooledAspectModel("bag-of-words", ["challenge"], hidden=hidden, pool=False, rank=TrainConfig().head_rank) \
+        .save_pretrained(run.aspect_model("challenge"), extra={"mode": "frozen"})
+    PooledAspectModel("bag-of-words", both, hidden=hidden, pool=True, rank=DistillConfig().head_rank).save_pretrained(
+        run.unified_model, extra={"stage": "distill", "mode": "frozen", "untrained": ["approach"]})
+    write_json(run.untrained, {"aspects": {"approach": "no answer of the 6 was kept"}})
+    run.write_split([], [])  # where no aspect had a view: the papers stage 01 was asked about (here: all)
+    assert memory_papers(run, corpus) == ["d0", "d1", "d2"]
+    run.write_split(["d0", "d1"], ["d2"])
+
+    assert scored_aspects(run, both, ["retrieval", "soft_prompt"]) == ["challenge"]
+    build_retrieval_decoders(run, corpus, both)
+    out = capsys.readouterr().out
+    assert "[notice] approach: no faithfulness scores and no soft-prompt decoder" in out
+    assert "[notice] the retrieval memory of approach holds each paper's own sentence" in out
+    decoders = load_decoders(run, both, kind="retrieval")
+    memory = decoders["approach"].memory
+    assert memory.encoder == "unified model" and memory.doc_ids == ["d0", "d1", "d2"]
+    assert memory.sources == ["sentence"] * 3 and decoders["challenge"].memory.encoder == "aspect model"
+    unified = load_model(run.unified_model, run_dir=run)
+    np.testing.assert_allclose(memory.vectors, unit_rows(unified.encode(memory.texts, aspects="approach")["approach"]),
+                               atol=1e-5)
+    # The round trip and a rewrite embed in that space too.
+    assert run.decoding_encoder("approach") == run.unified_model == decoders["approach"]._encoder
+    assert run.decoding_encoder("challenge") == run.aspect_model("challenge")
 
 
 @pytest.mark.slow
