@@ -6,6 +6,9 @@ from the text where the file has none (`content_ids`), reads years and labels, a
 every other column as metadata, a `highlights_<aspect>` column as lists of sentences (`to_sentences`: a
 spreadsheet holds the marked sentences as text in one cell). What it finds wrong (a year that is not a
 year, marked sentences that are not in the abstract) becomes an issue row, as the readers' findings do.
+A record that repeats an earlier one exactly (the same id, title and abstract: a paper exported twice,
+two exports merged) is dropped here, with a note that counts them (`drop_exact_repeats`), so that every
+stage sees the same papers; a repeated id with another text is left for `Corpus.validate` to report.
 """
 
 from __future__ import annotations
@@ -93,9 +96,9 @@ class ColumnNames:
 
 
 def standardise(raw: Raw, label: str, *, id_column, title_column, abstract_column,
-                 year_column, label_column) -> tuple[pd.DataFrame, list[dict], list[str]]:
-    """The corpus frame (standard columns first, then the rest), with the reader's issues
-    and notes plus those found here (unparseable years, derived ids)."""
+                 year_column, label_column) -> Raw:
+    """The corpus frame (standard columns first, then the rest) with each row's place in the file, the
+    reader's issues and notes plus those found here (unparseable years, derived ids, exact repeats dropped)."""
     frame = raw.frame
     columns = list(frame.columns)
     abstract_src = _pick(columns, abstract_column, _ABSTRACT_NAMES, "abstract", label)
@@ -107,15 +110,18 @@ def standardise(raw: Raw, label: str, *, id_column, title_column, abstract_colum
     year_src = _pick(columns, year_column, _YEAR_NAMES, "year", label)
     label_src = _pick(columns, label_column, _LABEL_NAMES, "label", label)
 
-    n = len(frame)
-    issues, notes = list(raw.issues), list(raw.notes)
-    titles = ["" if is_missing(v) else v for v in frame[title_src]] if title_src is not None else [""] * n
+    titles = ["" if is_missing(v) else v for v in frame[title_src]] if title_src is not None else [""] * len(frame)
     # Raw values on purpose: validate() must be able to see numbers, lists and holes.
     abstracts = [None if is_missing(v) else v for v in frame[abstract_src]]
+    # Without an id column a paper's id is its text's hash: two records of one text share it until numbered.
+    keys = [_id_str(v) for v in frame[id_src]] if id_src is not None else content_bases(titles, abstracts)
+    raw, kept = drop_exact_repeats(raw, keys, titles, abstracts, label, by_id=id_src is not None)
+    frame, titles, abstracts = raw.frame, [titles[i] for i in kept], [abstracts[i] for i in kept]
+    issues, notes = list(raw.issues), list(raw.notes)
     if id_src is not None:
-        ids = [_id_str(v) for v in frame[id_src]]
+        ids = [keys[i] for i in kept]
     else:
-        ids = content_ids(titles, abstracts)
+        ids = number_repeats([keys[i] for i in kept])
         notes.append(f"{label} has no id column, so each document's {DERIVED_IDS}")
     standard: dict[str, pd.Series] = {
         "doc_id": pd.Series(ids, dtype=str),
@@ -140,7 +146,69 @@ def standardise(raw: Raw, label: str, *, id_column, title_column, abstract_colum
         issues += found
     # A leftover column that happens to carry a standard name must not be overwritten.
     rest = rest.rename(columns={c: f"{c}_original" for c in rest.columns if c in _STANDARD})
-    return pd.concat([pd.DataFrame(standard), rest], axis=1), issues, notes
+    return Raw(pd.concat([pd.DataFrame(standard), rest], axis=1), raw.where, issues, notes)
+
+
+def _spaced(value: Any) -> str:
+    """A title or abstract with its whitespace normalised, for comparing two records' texts."""
+    return "" if is_missing(value) else " ".join(str(value).split())
+
+
+def exact_repeats(keys: Sequence[str], titles: Sequence[Any], abstracts: Sequence[Any],
+                  skip: Iterable[int] = ()) -> dict[int, int]:
+    """{row: the earlier row it repeats} for every record that repeats an earlier one exactly: the same key (its
+    id), the same title and the same abstract once whitespace is normalised. A blank key repeats nothing (a
+    missing id is no id), nor do the rows in `skip` (misread rows, whose values cannot be trusted).
+
+    Only records whose key came before are compared, so a file whose ids are all different costs one pass.
+    """
+    skip = set(skip)
+    earlier: dict[str, list[int]] = {}
+    repeats: dict[int, int] = {}
+    for row, key in enumerate(keys):
+        if row in skip or not key:
+            continue
+        same_key = earlier.setdefault(key, [])
+        text = (_spaced(titles[row]), _spaced(abstracts[row])) if same_key else None
+        first = next((r for r in same_key if (_spaced(titles[r]), _spaced(abstracts[r])) == text), None)
+        if first is None:
+            same_key.append(row)
+        else:
+            repeats[row] = first
+    return repeats
+
+
+def drop_exact_repeats(raw: Raw, keys: Sequence[str], titles: Sequence[Any], abstracts: Sequence[Any],
+                       label: str, by_id: bool = True) -> tuple[Raw, list[int]]:
+    """`raw` without the records that repeat an earlier one exactly (`exact_repeats`), with a note that counts
+    them and names their places; and the positions of the records kept. The issues of a dropped record go
+    with it, the others are renumbered. by_id: the keys are the file's ids (else hashes of the text)."""
+    misread = {found["row"] for found in raw.issues if found["severity"] == "error"}
+    repeats = exact_repeats(keys, titles, abstracts, skip=misread)
+    kept = [row for row in range(len(keys)) if row not in repeats]
+    if not repeats:
+        return raw, kept
+    new_row = {old: new for new, old in enumerate(kept)}
+    issues = [{**found, "row": new_row[found["row"]]} for found in raw.issues if found["row"] in new_row]
+    where = [raw.where[row] for row in kept] if raw.where else []
+    note = _repeats_note(repeats, raw.where, label, "the same id, title and abstract" if by_id
+                         else "the same title and abstract")
+    return Raw(raw.frame.iloc[kept].reset_index(drop=True), where, issues, [*raw.notes, note]), kept
+
+
+_NAMED_REPEATS = 5  # repeats named in the note; the rest counted
+
+
+def _repeats_note(repeats: dict[int, int], where: list[str], label: str, same: str) -> str:
+    def place(row: int) -> str:
+        return where[row] if where else f"record {row + 1}"
+
+    pairs = [f"{place(row)} repeats {place(first)}" for row, first in list(repeats.items())[:_NAMED_REPEATS]]
+    more = f" and {len(repeats) - _NAMED_REPEATS} more" if len(repeats) > _NAMED_REPEATS else ""
+    n = len(repeats)
+    return (f"{label}: {n} exact duplicate{'s' if n > 1 else ''} ({same} as an earlier record) "
+            f"{'were' if n > 1 else 'was'} dropped, so every stage reads each paper once: "
+            f"{', '.join(pairs)}{more}")
 
 
 def _id_str(value: Any) -> str:
@@ -175,11 +243,23 @@ def _content_text(value: Any) -> str:
 
 def content_ids(titles: Sequence[Any], abstracts: Sequence[Any]) -> list[str]:
     """``h`` + 12 hex digits of SHA-1(title, abstract) per document; repeats get -2, -3..."""
-    seen: dict[str, int] = {}
-    ids = []
+    return number_repeats(content_bases(titles, abstracts))
+
+
+def content_bases(titles: Sequence[Any], abstracts: Sequence[Any]) -> list[str]:
+    """``h`` + 12 hex digits of SHA-1(title, abstract) per document, before repeats are numbered."""
+    bases = []
     for title, abstract in zip(titles, abstracts):
         key = f"{_content_text(title)}\x1f{_content_text(abstract)}"
-        base = "h" + hashlib.sha1(key.encode("utf-8")).hexdigest()[:12]
+        bases.append("h" + hashlib.sha1(key.encode("utf-8")).hexdigest()[:12])
+    return bases
+
+
+def number_repeats(bases: Sequence[str]) -> list[str]:
+    """The ids `bases` with the second of a base numbered -2, the third -3...: distinct ids in file order."""
+    seen: dict[str, int] = {}
+    ids = []
+    for base in bases:
         seen[base] = seen.get(base, 0) + 1
         ids.append(base if seen[base] == 1 else f"{base}-{seen[base]}")
     return ids

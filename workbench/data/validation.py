@@ -143,9 +143,14 @@ def short(value: Any, n: int = 40) -> str:
     return text if len(text) <= n else text[: n - 3] + "..."
 
 
-def validate_docs(docs: pd.DataFrame, max_chars: int) -> list[dict]:
-    """Every problem of the standard columns (ids, titles, abstracts, years), one issue dict each."""
+def validate_docs(docs: pd.DataFrame, max_chars: int, where: list[str] | None = None) -> list[dict]:
+    """Every problem of the standard columns (ids, titles, abstracts, years), one issue dict each.
+
+    where: each row's place in the file ("line 4"), for the messages that name another row."""
     issues: list[dict] = []
+
+    def at(row: int) -> str:
+        return f" ({where[row]})" if where else ""
 
     def add(row: int, doc_id: str, field: str, severity: str, problem: str, detail: str) -> None:
         issues.append(make_issue(row, field, severity, problem, detail, doc_id=doc_id))
@@ -159,8 +164,9 @@ def validate_docs(docs: pd.DataFrame, max_chars: int) -> list[dict]:
         if not doc_id.strip():
             add(row, doc_id, "doc_id", "error", "missing_id", "document has no id")
         elif doc_id in first_row_of_id:
+            first = first_row_of_id[doc_id]
             add(row, doc_id, "doc_id", "error", "duplicate_id",
-                f"same doc_id as row {first_row_of_id[doc_id]}")
+                f"same doc_id as row {first}{at(first)}" + (f"; this one is on {where[row]}" if where else ""))
         else:
             first_row_of_id[doc_id] = row
 
