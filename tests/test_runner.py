@@ -41,6 +41,16 @@ def test_malformed_parameter_files(tmp_path, text, message):
         load_params(params)
 
 
+@pytest.mark.parametrize("text", ["", "\n  \n", "# run_dir: runs/mine\n# parameters: {corpus: x.csv}\n"])
+def test_an_empty_parameters_file_is_refused(tmp_path, text):
+    """Empty, blank or only comments: not the defaults on ACLSum into runs/default, as it once ran."""
+    params = tmp_path / "params.yaml"
+    params.write_text(text)
+    with pytest.raises(RunConfigError, match="params.yaml: the parameters file is empty .*leave out --params"):
+        run_pipeline(params, run_dir=str(tmp_path / "run"), report=False)
+    assert not (tmp_path / "run").exists()
+
+
 def test_unknown_stage(tmp_path):
     with pytest.raises(RunConfigError, match="available"):
         run_pipeline(None, run_dir=str(tmp_path), stages=["99_nothing"], report=False)

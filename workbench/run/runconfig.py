@@ -29,6 +29,7 @@ notebooks run inside the run directory, so every parameter value that names an e
 folder (a value with a `/` or a suffix such as `.csv`; bare names such as `minilm` stay names)
 is made absolute before they see it, and `params.yaml` in the run records the absolute paths.
 A `corpus` file or an `aspects` YAML that does not exist is an error before anything runs.
+An empty parameters file (or one of comments only) is refused: it would run the defaults.
 
 Keys belong in the environment: parameters are written to `params.yaml`, the executed notebooks
 and their HTML reports. So a parameter named like a secret (`api_key`, `token`, ...), a value
@@ -107,13 +108,17 @@ def load_params(path: str | os.PathLike | None, overrides: dict | None = None) -
         try:
             # The aspect files' loader: duplicate keys and alias bombs refused while parsing, before the
             # secret check walks every value (a 452-byte bomb kept it busy past 45 s).
-            config = yaml.load(Path(path).read_text(), Loader=StrictLoader) or {}
+            config = yaml.load(Path(path).read_text(), Loader=StrictLoader)
         except FileNotFoundError:
             raise RunConfigError(f"parameters file {path} does not exist (looked in {Path.cwd()})") from None
         except AliasError as exc:
             raise RunConfigError(f"{path}: {exc}") from None
         except yaml.YAMLError as exc:
             raise RunConfigError(f"{path}: not valid YAML: {exc}") from None
+        if config is None:  # an empty file, or only comments: running the defaults would not be what was meant
+            raise RunConfigError(f"{path}: the parameters file is empty (or holds only comments); write at least "
+                                 f"the corpus, e.g. `parameters: {{corpus: data/my_papers.csv}}` (params/demo.yaml "
+                                 f"is an example), or leave out --params to run the defaults on ACLSum")
         if not isinstance(config, dict):
             raise RunConfigError(f"{path}: the top level must be a mapping (run_dir, stages, parameters)")
     allowed = {"run_dir", "report_dir", "stages", "parameters", "stage_parameters", "kernel"}
