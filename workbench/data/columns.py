@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from .sentences import match_highlights, split_sentences
-from .validation import CorpusError, is_missing, make_issue, option_hint, short
+from .validation import CorpusError, is_missing, make_issue, option_hint, short, single_spaced
 
 # Candidate column names, compared after `_norm` (lower case, letters and digits only), in
 # order of preference. Ids that every row of an export has (EID, UT) come before DOI,
@@ -110,11 +110,14 @@ def standardise(raw: Raw, label: str, *, id_column, title_column, abstract_colum
     year_src = _pick(columns, year_column, _YEAR_NAMES, "year", label)
     label_src = _pick(columns, label_column, _LABEL_NAMES, "label", label)
 
-    titles = ["" if is_missing(v) else v for v in frame[title_src]] if title_src is not None else [""] * len(frame)
+    # Lists of the values (tolist: iterating a column of pandas' Arrow strings costs a call per value).
+    titles = (["" if is_missing(v) else v for v in frame[title_src].tolist()] if title_src is not None
+              else [""] * len(frame))
     # Raw values on purpose: validate() must be able to see numbers, lists and holes.
-    abstracts = [None if is_missing(v) else v for v in frame[abstract_src]]
+    abstracts = [None if is_missing(v) else v for v in frame[abstract_src].tolist()]
     # Without an id column a paper's id is its text's hash: two records of one text share it until numbered.
-    keys = [_id_str(v) for v in frame[id_src]] if id_src is not None else content_bases(titles, abstracts)
+    keys = ([_id_str(v) for v in frame[id_src].tolist()] if id_src is not None
+            else content_bases(titles, abstracts))
     raw, kept = drop_exact_repeats(raw, keys, titles, abstracts, label, by_id=id_src is not None)
     frame, titles, abstracts = raw.frame, [titles[i] for i in kept], [abstracts[i] for i in kept]
     issues, notes = list(raw.issues), list(raw.notes)
@@ -129,7 +132,7 @@ def standardise(raw: Raw, label: str, *, id_column, title_column, abstract_colum
         "abstract": pd.Series(abstracts, dtype=object),
     }
     if year_src is not None:
-        years, year_issues = _years(frame[year_src], raw.where, year_src)
+        years, year_issues = _years(frame[year_src].tolist(), raw.where, year_src)
         standard["year"] = pd.Series(years, dtype="Int64")
         # The values of a row that was not read right are not worth a second complaint.
         misread = {found["row"] for found in raw.issues if found["severity"] == "error"}
@@ -140,7 +143,7 @@ def standardise(raw: Raw, label: str, *, id_column, title_column, abstract_colum
     used = {id_src, title_src, abstract_src, label_src}
     if year_src is not None and "date" not in _norm(year_src):
         used.add(year_src)  # a date says more than its year, so it stays
-    rest = frame[[c for c in columns if c not in used]].reset_index(drop=True)
+    rest = _as_text(frame[[c for c in columns if c not in used]].reset_index(drop=True))
     for column in [c for c in rest.columns if str(c).startswith("highlights_")]:
         rest[column], found = _highlights(rest[column], abstracts, ids, raw.where, column)
         issues += found
@@ -149,9 +152,18 @@ def standardise(raw: Raw, label: str, *, id_column, title_column, abstract_colum
     return Raw(pd.concat([pd.DataFrame(standard), rest], axis=1), raw.where, issues, notes)
 
 
+def _as_text(frame: pd.DataFrame) -> pd.DataFrame:
+    """`frame` with each column of Python strings (and holes) as pandas text (str), as pandas itself reads a
+    column of text; numbers, lists and mixed columns stay as they are."""
+    for column in frame.columns:
+        if frame[column].dtype == object and pd.api.types.infer_dtype(frame[column], skipna=True) in ("string", "empty"):
+            frame[column] = frame[column].astype(str)
+    return frame
+
+
 def _spaced(value: Any) -> str:
     """A title or abstract with its whitespace normalised, for comparing two records' texts."""
-    return "" if is_missing(value) else " ".join(str(value).split())
+    return "" if is_missing(value) else single_spaced(str(value))
 
 
 def exact_repeats(keys: Sequence[str], titles: Sequence[Any], abstracts: Sequence[Any],
@@ -168,8 +180,11 @@ def exact_repeats(keys: Sequence[str], titles: Sequence[Any], abstracts: Sequenc
     for row, key in enumerate(keys):
         if row in skip or not key:
             continue
-        same_key = earlier.setdefault(key, [])
-        text = (_spaced(titles[row]), _spaced(abstracts[row])) if same_key else None
+        same_key = earlier.get(key)
+        if same_key is None:
+            earlier[key] = [row]
+            continue
+        text = (_spaced(titles[row]), _spaced(abstracts[row]))
         first = next((r for r in same_key if (_spaced(titles[r]), _spaced(abstracts[r])) == text), None)
         if first is None:
             same_key.append(row)
@@ -277,6 +292,8 @@ _YEAR_TEXT = re.compile(r"""(\d{4})(?:
 def _to_year(value: Any) -> int | None:
     """The year of a clean value (see `_YEAR_TEXT`; ints, whole floats and dates too),
     None for a missing one; ValueError for anything else ("circa 1990s", 95, 2019.5)."""
+    if isinstance(value, str) and len(value) == 4 and value.isdecimal() and value[0] != "0":
+        return int(value)  # the common case, without the pattern
     if is_missing(value) or (isinstance(value, str) and not value.strip()):
         return None
     if isinstance(value, (int, np.integer)) and not isinstance(value, bool):

@@ -129,8 +129,10 @@ def _read_table(path: Path, encoding: str, sep: str, quoting: int = csv.QUOTE_MI
         where.append(lines)
     columns = list(zip(*rows)) if rows else [()] * len(names)
     # Everything as text so that ids keep leading zeros and "NA"/"None" stay words; only a
-    # truly empty cell is missing, which is how an empty abstract shows up.
-    frame = pd.DataFrame({name: pd.Series([v if v != "" else None for v in values], dtype=str)
+    # truly empty cell is missing, which is how an empty abstract shows up. Python strings (object):
+    # the loader reads the titles and abstracts back as such, and turning 300 MB of abstracts into
+    # pandas' Arrow strings first costs seconds; `standardise` makes the other columns str.
+    frame = pd.DataFrame({name: pd.Series([v if v != "" else None for v in values], dtype=object)
                           for name, values in zip(names, columns)})
     return Raw(frame, where, issues)
 

@@ -74,8 +74,7 @@ def check_corpus(config: dict, declared: dict[str, dict], resolved: list[str], l
         report = corpus.validate()
         if not keep_first:
             _refuse_repeated_ids(corpus)
-        clean, _ = corpus.drop_invalid(report)
-        if len(clean) == 0:
+        if len(report.error_rows) == len(corpus):  # what drop_invalid would leave: nothing
             raise RunConfigError(_nothing_usable(corpus, report))
 
 
