@@ -46,8 +46,11 @@ def test_an_empty_parameters_file_is_refused(tmp_path, text):
     """Empty, blank or only comments: not the defaults on ACLSum into runs/default, as it once ran."""
     params = tmp_path / "params.yaml"
     params.write_text(text)
+    nothing = tmp_path / "notebooks"  # no stage to run, should the file ever be taken again
+    nothing.mkdir()
     with pytest.raises(RunConfigError, match="params.yaml: the parameters file is empty .*leave out --params"):
-        run_pipeline(params, run_dir=str(tmp_path / "run"), report=False)
+        run_pipeline(params, run_dir=str(tmp_path / "run"), report=False,
+                     execution=ExecutionOptions(notebook_dir=nothing))
     assert not (tmp_path / "run").exists()
 
 
