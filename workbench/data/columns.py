@@ -156,8 +156,9 @@ def _as_text(frame: pd.DataFrame) -> pd.DataFrame:
     """`frame` with each column of Python strings (and holes) as pandas text (str), as pandas itself reads a
     column of text; numbers, lists and mixed columns stay as they are."""
     for column in frame.columns:
-        if frame[column].dtype == object and pd.api.types.infer_dtype(frame[column], skipna=True) in ("string", "empty"):
-            frame[column] = frame[column].astype(str)
+        values = frame[column]
+        if values.dtype == object and pd.api.types.infer_dtype(values, skipna=True) in ("string", "empty"):
+            frame[column] = values.astype(str)
     return frame
 
 

@@ -62,8 +62,8 @@ def check_corpus(config: dict, declared: dict[str, dict], resolved: list[str], l
     keep_first = config["parameters"].get(DUPLICATE_IDS, "refuse") == "first"
     for settings in corpus_settings(config, declared, resolved):
         source = settings.get("corpus")
-        if not isinstance(source, str):
-            continue  # a stage without a corpus (None): nothing to load
+        if not isinstance(source, str) or not source:
+            continue  # no corpus (stage 02 then trains on the LLM answers alone): nothing to load
         options = {name: settings[name] for name in ("encoding", "abstract_column") if settings.get(name)}
         try:
             corpus = load_corpus(source, **options)
@@ -119,7 +119,8 @@ def _places(corpus, rows: list[int]) -> str:
     places = [corpus.place(row) for row in rows]
     lines = [_LINES.fullmatch(place) for place in places]
     if all(lines):
-        return ("lines " if len(places) > 1 or "-" in lines[0].group(1) else "line ") + _and([m.group(1) for m in lines])
+        numbers = [m.group(1) for m in lines]
+        return ("lines " if len(numbers) > 1 or "-" in numbers[0] else "line ") + _and(numbers)
     if all(place.startswith("row ") for place in places):
         return ("rows " if len(places) > 1 else "row ") + _and([place[4:] for place in places])
     return _and(places)
