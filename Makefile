@@ -48,6 +48,7 @@ bench: setup
 	$(PY) benchmarks/questions.py
 	$(PY) benchmarks/threads.py
 	$(PY) benchmarks/runner.py
+	$(PY) benchmarks/corpus_check.py
 
 clean-runs:
 	rm -rf runs reports/*/

@@ -479,11 +479,49 @@ def test_derived_ids_ignore_case_spacing_and_punctuation(tmp_path):
 
 
 def test_derived_ids_of_duplicates_are_distinct_and_reported(tmp_path):
-    path = write(tmp_path, "d.csv", "title,abstract\nT,Same text.\nT,Same text.\nU,Other text.\n")
+    # The same text but for the title's case: one derived id, numbered; an exact repeat would be dropped.
+    path = write(tmp_path, "d.csv", "title,abstract\nT,Same text.\nt,Same text.\nU,Other text.\n")
     corpus = load_corpus(path)
     assert len(set(corpus.ids)) == 3 and corpus.ids[1] == corpus.ids[0] + "-2"
     report = corpus.validate()
     assert report.ok and issue(report, "duplicate_text")["row"].tolist() == [1]
+
+
+def test_an_exact_duplicate_is_dropped_with_a_note_and_the_lines_are_kept(tmp_path):
+    """A paper exported twice (the same id, and the same title and abstract but for spacing) is read once; an id
+    repeated with another text stays, for validate to name both lines."""
+    path = write(tmp_path, "p.csv", "id,title,abstract\n"
+                                    "a,Deep nets,We study nets.\n"
+                                    "b,Other,Another text.\n"
+                                    "a,Deep  nets,\"We study\n nets.\"\n"
+                                    "b,Changed,A changed text.\n"
+                                    "c,Third,Text three.\n")
+    corpus = load_corpus(path)
+    assert corpus.ids == ["a", "b", "b", "c"]
+    assert corpus.where == ["line 2", "line 3", "line 6", "line 7"]  # lines 4-5 went
+    assert any("1 exact duplicate" in note and "lines 4-5 repeats line 2" in note for note in corpus.notes)
+    report = corpus.validate()
+    assert issue(report, "duplicate_id")["detail"].tolist() == ["same doc_id as row 1 (line 3); this one is on line 6"]
+    assert "exact duplicate" in report.summary()
+    clean, _ = corpus.drop_invalid(report)
+    assert clean.ids == ["a", "b", "c"] and clean.where == ["line 2", "line 3", "line 7"]
+    assert clean.subset(ids=["c"]).place(0) == "line 7" and make_corpus(["One."]).place(0) == "row 0"
+
+
+def test_an_exact_duplicate_without_ids_is_dropped_and_the_other_ids_stay(tmp_path):
+    """Without an id column a paper exported twice would take a "-2" id of its own: it is dropped before the ids are
+    numbered, so every id is the one the file without the repeat gives; so in RIS without DOIs."""
+    once = "title,abstract\nT,Same text.\nt,same text\nU,Other text.\n"
+    twice = "title,abstract\nT,Same text.\nT,Same   text.\nt,same text\nU,Other text.\n"
+    kept = load_corpus(write(tmp_path, "once.csv", once))
+    read = load_corpus(write(tmp_path, "twice.csv", twice))
+    assert read.ids == kept.ids and kept.ids[1] == kept.ids[0] + "-2"
+    assert any("the same title and abstract" in note and "line 3 repeats line 2" in note for note in read.notes)
+    record = "TY  - JOUR\nTI  - {title}\nAB  - {abstract}\nER  - \n"
+    a, b = record.format(title="A", abstract="Text A."), record.format(title="B", abstract="Text B.")
+    ris = load_corpus(write(tmp_path, "twice.ris", a + b + a))
+    assert ris.ids == load_corpus(write(tmp_path, "once.ris", a + b)).ids
+    assert any("record starting on line 9 repeats record starting on line 1" in note for note in ris.notes)
 
 
 def test_ris_ids_without_doi_are_derived(tmp_path):
@@ -493,6 +531,31 @@ def test_ris_ids_without_doi_are_derived(tmp_path):
     after = load_corpus(write(tmp_path, "b.ris", record.format(title="New", abstract="New.") + one))
     assert after.ids[1:] == before.ids
     assert any("derived" in note for note in before.validate().notes)
+
+
+def test_what_cannot_be_read_is_named(tmp_path, monkeypatch):
+    """A folder (its corpus files named), a header without rows, a pipe (reading it would wait forever) and a
+    file without read permission each get a CorpusError that says what is wrong."""
+    import os
+
+    from workbench.data import readers
+
+    write(tmp_path, "papers.csv", "id,title,abstract\n")
+    with pytest.raises(CorpusError, match=r"is a folder, not a corpus file.*it holds papers\.csv"):
+        load_corpus(tmp_path)
+    with pytest.raises(CorpusError, match=r"papers\.csv: no documents: the file has a header \(id, title, abstract\) "
+                                          "and no rows"):
+        load_corpus(tmp_path / "papers.csv")
+    os.mkfifo(tmp_path / "pipe.csv")
+    with pytest.raises(CorpusError, match="is not a regular file"):
+        load_corpus(tmp_path / "pipe.csv")
+
+    def no_permission(path, encoding):
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setitem(readers.READERS, "csv", no_permission)  # the tests run as root, who may read anything
+    with pytest.raises(CorpusError, match=r"papers\.csv: cannot be read: Permission denied; give yourself read "):
+        load_corpus(tmp_path / "papers.csv")
 
 
 # -- command line ----------------------------------------------------------------------

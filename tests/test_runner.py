@@ -41,6 +41,19 @@ def test_malformed_parameter_files(tmp_path, text, message):
         load_params(params)
 
 
+@pytest.mark.parametrize("text", ["", "\n  \n", "# run_dir: runs/mine\n# parameters: {corpus: x.csv}\n"])
+def test_an_empty_parameters_file_is_refused(tmp_path, text):
+    """Empty, blank or only comments: not the defaults on ACLSum into runs/default, as it once ran."""
+    params = tmp_path / "params.yaml"
+    params.write_text(text)
+    nothing = tmp_path / "notebooks"  # no stage to run, should the file ever be taken again
+    nothing.mkdir()
+    with pytest.raises(RunConfigError, match="params.yaml: the parameters file is empty .*leave out --params"):
+        run_pipeline(params, run_dir=str(tmp_path / "run"), report=False,
+                     execution=ExecutionOptions(notebook_dir=nothing))
+    assert not (tmp_path / "run").exists()
+
+
 def test_unknown_stage(tmp_path):
     with pytest.raises(RunConfigError, match="available"):
         run_pipeline(None, run_dir=str(tmp_path), stages=["99_nothing"], report=False)
@@ -292,7 +305,7 @@ def test_a_tiny_notebook_through_the_engine_shows_progress_and_sums_up(tmp_path,
     for stage in ("01_tiny", "07_questions"):  # 07_questions is optional: a run without a stage list skips it
         nbformat.write(nbformat.v4.new_notebook(cells=cells, metadata={"kernelspec": kernel}),
                        notebooks / f"{stage}.ipynb")
-    (tmp_path / "papers.txt").write_text("four")
+    (tmp_path / "papers.csv").write_text("id,abstract\n1,Four words of text.\n")  # 34 characters, a corpus
     seen = []
 
     class Recording(runner.Progress):
@@ -302,15 +315,15 @@ def test_a_tiny_notebook_through_the_engine_shows_progress_and_sums_up(tmp_path,
 
     monkeypatch.setattr(runner, "Progress", Recording)
     monkeypatch.chdir(tmp_path)
-    results = run_pipeline(None, run_dir="run", overrides={"corpus": "papers.txt"},
+    results = run_pipeline(None, run_dir="run", overrides={"corpus": "papers.csv"},
                            execution=ExecutionOptions(notebook_dir=notebooks))
     assert list(results) == ["01_tiny"]
     entry = results["01_tiny"]
-    assert entry["artifacts"] == {"models/": {"files": 1, "bytes": 2000}, "out.txt": {"files": 1, "bytes": 4}}
+    assert entry["artifacts"] == {"models/": {"files": 1, "bytes": 2000}, "out.txt": {"files": 1, "bytes": 34}}
     assert any(d.startswith("tiny: 100%|") and "3/3" in d for d in seen), seen[-5:]
     printed = capsys.readouterr().out
     assert "01_tiny: done in" in printed and "3 cells" in printed  # the injected parameters, the defaults, the code
-    assert "models/ (2.0 kB, 1 files), out.txt (4 B)" in printed
+    assert "models/ (2.0 kB, 1 files), out.txt (34 B)" in printed
     assert entry["html"] == str(tmp_path / "reports" / "run" / "01_tiny.html")  # from here, like run_dir
     assert "report reports/run/01_tiny.html" in printed
     assert json.loads((tmp_path / "run" / "run.json").read_text())["01_tiny"]["artifacts"] == entry["artifacts"]

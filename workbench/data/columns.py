@@ -6,6 +6,9 @@ from the text where the file has none (`content_ids`), reads years and labels, a
 every other column as metadata, a `highlights_<aspect>` column as lists of sentences (`to_sentences`: a
 spreadsheet holds the marked sentences as text in one cell). What it finds wrong (a year that is not a
 year, marked sentences that are not in the abstract) becomes an issue row, as the readers' findings do.
+A record that repeats an earlier one exactly (the same id, title and abstract: a paper exported twice,
+two exports merged) is dropped here, with a note that counts them (`drop_exact_repeats`), so that every
+stage sees the same papers; a repeated id with another text is left for `Corpus.validate` to report.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from .sentences import match_highlights, split_sentences
-from .validation import CorpusError, is_missing, make_issue, option_hint, short
+from .validation import CorpusError, is_missing, make_issue, option_hint, short, single_spaced
 
 # Candidate column names, compared after `_norm` (lower case, letters and digits only), in
 # order of preference. Ids that every row of an export has (EID, UT) come before DOI,
@@ -93,9 +96,9 @@ class ColumnNames:
 
 
 def standardise(raw: Raw, label: str, *, id_column, title_column, abstract_column,
-                 year_column, label_column) -> tuple[pd.DataFrame, list[dict], list[str]]:
-    """The corpus frame (standard columns first, then the rest), with the reader's issues
-    and notes plus those found here (unparseable years, derived ids)."""
+                 year_column, label_column) -> Raw:
+    """The corpus frame (standard columns first, then the rest) with each row's place in the file, the
+    reader's issues and notes plus those found here (unparseable years, derived ids, exact repeats dropped)."""
     frame = raw.frame
     columns = list(frame.columns)
     abstract_src = _pick(columns, abstract_column, _ABSTRACT_NAMES, "abstract", label)
@@ -107,15 +110,21 @@ def standardise(raw: Raw, label: str, *, id_column, title_column, abstract_colum
     year_src = _pick(columns, year_column, _YEAR_NAMES, "year", label)
     label_src = _pick(columns, label_column, _LABEL_NAMES, "label", label)
 
-    n = len(frame)
-    issues, notes = list(raw.issues), list(raw.notes)
-    titles = ["" if is_missing(v) else v for v in frame[title_src]] if title_src is not None else [""] * n
+    # Lists of the values (tolist: iterating a column of pandas' Arrow strings costs a call per value).
+    titles = (["" if is_missing(v) else v for v in frame[title_src].tolist()] if title_src is not None
+              else [""] * len(frame))
     # Raw values on purpose: validate() must be able to see numbers, lists and holes.
-    abstracts = [None if is_missing(v) else v for v in frame[abstract_src]]
+    abstracts = [None if is_missing(v) else v for v in frame[abstract_src].tolist()]
+    # Without an id column a paper's id is its text's hash: two records of one text share it until numbered.
+    keys = ([_id_str(v) for v in frame[id_src].tolist()] if id_src is not None
+            else content_bases(titles, abstracts))
+    raw, kept = drop_exact_repeats(raw, keys, titles, abstracts, label, by_id=id_src is not None)
+    frame, titles, abstracts = raw.frame, [titles[i] for i in kept], [abstracts[i] for i in kept]
+    issues, notes = list(raw.issues), list(raw.notes)
     if id_src is not None:
-        ids = [_id_str(v) for v in frame[id_src]]
+        ids = [keys[i] for i in kept]
     else:
-        ids = content_ids(titles, abstracts)
+        ids = number_repeats([keys[i] for i in kept])
         notes.append(f"{label} has no id column, so each document's {DERIVED_IDS}")
     standard: dict[str, pd.Series] = {
         "doc_id": pd.Series(ids, dtype=str),
@@ -123,7 +132,7 @@ def standardise(raw: Raw, label: str, *, id_column, title_column, abstract_colum
         "abstract": pd.Series(abstracts, dtype=object),
     }
     if year_src is not None:
-        years, year_issues = _years(frame[year_src], raw.where, year_src)
+        years, year_issues = _years(frame[year_src].tolist(), raw.where, year_src)
         standard["year"] = pd.Series(years, dtype="Int64")
         # The values of a row that was not read right are not worth a second complaint.
         misread = {found["row"] for found in raw.issues if found["severity"] == "error"}
@@ -134,13 +143,88 @@ def standardise(raw: Raw, label: str, *, id_column, title_column, abstract_colum
     used = {id_src, title_src, abstract_src, label_src}
     if year_src is not None and "date" not in _norm(year_src):
         used.add(year_src)  # a date says more than its year, so it stays
-    rest = frame[[c for c in columns if c not in used]].reset_index(drop=True)
+    rest = _as_text(frame[[c for c in columns if c not in used]].reset_index(drop=True))
     for column in [c for c in rest.columns if str(c).startswith("highlights_")]:
         rest[column], found = _highlights(rest[column], abstracts, ids, raw.where, column)
         issues += found
     # A leftover column that happens to carry a standard name must not be overwritten.
     rest = rest.rename(columns={c: f"{c}_original" for c in rest.columns if c in _STANDARD})
-    return pd.concat([pd.DataFrame(standard), rest], axis=1), issues, notes
+    return Raw(pd.concat([pd.DataFrame(standard), rest], axis=1), raw.where, issues, notes)
+
+
+def _as_text(frame: pd.DataFrame) -> pd.DataFrame:
+    """`frame` with each column of Python strings (and holes) as pandas text (str), as pandas itself reads a
+    column of text; numbers, lists and mixed columns stay as they are."""
+    for column in frame.columns:
+        values = frame[column]
+        if values.dtype == object and pd.api.types.infer_dtype(values, skipna=True) in ("string", "empty"):
+            frame[column] = values.astype(str)
+    return frame
+
+
+def _spaced(value: Any) -> str:
+    """A title or abstract with its whitespace normalised, for comparing two records' texts."""
+    return "" if is_missing(value) else single_spaced(str(value))
+
+
+def exact_repeats(keys: Sequence[str], titles: Sequence[Any], abstracts: Sequence[Any],
+                  skip: Iterable[int] = ()) -> dict[int, int]:
+    """{row: the earlier row it repeats} for every record that repeats an earlier one exactly: the same key (its
+    id), the same title and the same abstract once whitespace is normalised. A blank key repeats nothing (a
+    missing id is no id), nor do the rows in `skip` (misread rows, whose values cannot be trusted).
+
+    Only records whose key came before are compared, so a file whose ids are all different costs one pass.
+    """
+    skip = set(skip)
+    earlier: dict[str, list[int]] = {}
+    repeats: dict[int, int] = {}
+    for row, key in enumerate(keys):
+        if row in skip or not key:
+            continue
+        same_key = earlier.get(key)
+        if same_key is None:
+            earlier[key] = [row]
+            continue
+        text = (_spaced(titles[row]), _spaced(abstracts[row]))
+        first = next((r for r in same_key if (_spaced(titles[r]), _spaced(abstracts[r])) == text), None)
+        if first is None:
+            same_key.append(row)
+        else:
+            repeats[row] = first
+    return repeats
+
+
+def drop_exact_repeats(raw: Raw, keys: Sequence[str], titles: Sequence[Any], abstracts: Sequence[Any],
+                       label: str, by_id: bool = True) -> tuple[Raw, list[int]]:
+    """`raw` without the records that repeat an earlier one exactly (`exact_repeats`), with a note that counts
+    them and names their places; and the positions of the records kept. The issues of a dropped record go
+    with it, the others are renumbered. by_id: the keys are the file's ids (else hashes of the text)."""
+    misread = {found["row"] for found in raw.issues if found["severity"] == "error"}
+    repeats = exact_repeats(keys, titles, abstracts, skip=misread)
+    kept = [row for row in range(len(keys)) if row not in repeats]
+    if not repeats:
+        return raw, kept
+    new_row = {old: new for new, old in enumerate(kept)}
+    issues = [{**found, "row": new_row[found["row"]]} for found in raw.issues if found["row"] in new_row]
+    where = [raw.where[row] for row in kept] if raw.where else []
+    note = _repeats_note(repeats, raw.where, label, "the same id, title and abstract" if by_id
+                         else "the same title and abstract")
+    return Raw(raw.frame.iloc[kept].reset_index(drop=True), where, issues, [*raw.notes, note]), kept
+
+
+_NAMED_REPEATS = 5  # repeats named in the note; the rest counted
+
+
+def _repeats_note(repeats: dict[int, int], where: list[str], label: str, same: str) -> str:
+    def place(row: int) -> str:
+        return where[row] if where else f"record {row + 1}"
+
+    pairs = [f"{place(row)} repeats {place(first)}" for row, first in list(repeats.items())[:_NAMED_REPEATS]]
+    more = f" and {len(repeats) - _NAMED_REPEATS} more" if len(repeats) > _NAMED_REPEATS else ""
+    n = len(repeats)
+    return (f"{label}: {n} exact duplicate{'s' if n > 1 else ''} ({same} as an earlier record) "
+            f"{'were' if n > 1 else 'was'} dropped, so every stage reads each paper once: "
+            f"{', '.join(pairs)}{more}")
 
 
 def _id_str(value: Any) -> str:
@@ -175,11 +259,23 @@ def _content_text(value: Any) -> str:
 
 def content_ids(titles: Sequence[Any], abstracts: Sequence[Any]) -> list[str]:
     """``h`` + 12 hex digits of SHA-1(title, abstract) per document; repeats get -2, -3..."""
-    seen: dict[str, int] = {}
-    ids = []
+    return number_repeats(content_bases(titles, abstracts))
+
+
+def content_bases(titles: Sequence[Any], abstracts: Sequence[Any]) -> list[str]:
+    """``h`` + 12 hex digits of SHA-1(title, abstract) per document, before repeats are numbered."""
+    bases = []
     for title, abstract in zip(titles, abstracts):
         key = f"{_content_text(title)}\x1f{_content_text(abstract)}"
-        base = "h" + hashlib.sha1(key.encode("utf-8")).hexdigest()[:12]
+        bases.append("h" + hashlib.sha1(key.encode("utf-8")).hexdigest()[:12])
+    return bases
+
+
+def number_repeats(bases: Sequence[str]) -> list[str]:
+    """The ids `bases` with the second of a base numbered -2, the third -3...: distinct ids in file order."""
+    seen: dict[str, int] = {}
+    ids = []
+    for base in bases:
         seen[base] = seen.get(base, 0) + 1
         ids.append(base if seen[base] == 1 else f"{base}-{seen[base]}")
     return ids
@@ -197,6 +293,8 @@ _YEAR_TEXT = re.compile(r"""(\d{4})(?:
 def _to_year(value: Any) -> int | None:
     """The year of a clean value (see `_YEAR_TEXT`; ints, whole floats and dates too),
     None for a missing one; ValueError for anything else ("circa 1990s", 95, 2019.5)."""
+    if isinstance(value, str) and len(value) == 4 and value.isdecimal() and value[0] != "0":
+        return int(value)  # the common case, without the pattern
     if is_missing(value) or (isinstance(value, str) and not value.strip()):
         return None
     if isinstance(value, (int, np.integer)) and not isinstance(value, bool):

@@ -41,7 +41,7 @@ import numpy as np
 import pandas as pd
 
 from .aclsum_corpus import aclsum_docs
-from .readers import FORMATS, format_from_suffix, read_file
+from .readers import FORMATS, SUPPORTED_FORMATS, format_from_suffix, read_file
 from .columns import ColumnNames, standardise
 from .validation import (ISSUE_COLUMNS, CorpusError, ValidationReport, empty_issues, is_missing, make_issue,
                          validate_docs)
@@ -79,6 +79,9 @@ class Corpus:
     `ValidationReport`, ``row`` being the position in `docs`); `validate` reports them
     with its own findings, and `subset` / `drop_invalid` carry them along. `notes` are
     sentences about the corpus as a whole (e.g. that its ids were derived from the text).
+    `where` is each row's place in the file ("line 3", "record starting on line 9"), carried along
+    by `subset` / `drop_invalid` too, so that a message can name the lines (`place`); empty where
+    the format has no lines (JSON list, Parquet, ACLSum).
     """
 
     docs: pd.DataFrame
@@ -86,6 +89,7 @@ class Corpus:
     source: str = ""
     load_issues: pd.DataFrame = field(default_factory=empty_issues)
     notes: list[str] = field(default_factory=list)
+    where: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         missing = [c for c in ("doc_id", "title", "abstract") if c not in self.docs.columns]
@@ -100,6 +104,15 @@ class Corpus:
 
     def __len__(self) -> int:
         return len(self.docs)
+
+    def _where(self) -> list[str]:
+        """`where` while it still fits `docs` (not after the docs were replaced by hand), else []."""
+        return self.where if len(self.where) == len(self.docs) else []
+
+    def place(self, row: int) -> str:
+        """Where the document at position `row` is in its file ("line 4"), or "row 4" where that is unknown."""
+        where = self._where()
+        return where[row] if where else f"row {row}"
 
     def __repr__(self) -> str:
         return f"Corpus(name={self.name!r}, {len(self)} documents, source={self.source!r})"
@@ -165,8 +178,10 @@ class Corpus:
         new_row = {int(old): new for new, old in enumerate(docs.index)}
         issues = self.load_issues[self.load_issues["row"].isin(list(new_row))].copy()
         issues["row"] = [new_row[int(r)] for r in issues["row"]]
+        where = self._where()
         return Corpus(docs.reset_index(drop=True), name=self.name, source=self.source,
-                      load_issues=issues.astype({"row": "int64"}), notes=list(self.notes))
+                      load_issues=issues.astype({"row": "int64"}), notes=list(self.notes),
+                      where=[where[int(old)] for old in docs.index] if where else [])
 
     def subset(
         self,
@@ -225,7 +240,8 @@ class Corpus:
     def validate(self, max_chars: int = MAX_ABSTRACT_CHARS) -> ValidationReport:
         """Check every document; see `ValidationReport` for the problems looked for.
 
-        Errors: missing_id, duplicate_id (every occurrence after the first),
+        Errors: missing_id, duplicate_id (every occurrence after the first; a record that repeats
+        an earlier one exactly, the same id, title and abstract, was dropped by `load_corpus`),
         missing_abstract, empty_abstract (whitespace only), non_text (a number, list...),
         placeholder_abstract ("[No abstract available]", "N/A"...), no_letters.
         Warnings: duplicate_text (same abstract, whitespace normalised, as an earlier row),
@@ -237,7 +253,7 @@ class Corpus:
         missing_er, truncated_record, missing_ty, repeated_tag (RIS), unparseable_year and unmatched_highlights
         (a `highlights_<aspect>` cell of text that is no sentence of its abstract).
         """
-        found = pd.DataFrame(validate_docs(self.docs, max_chars), columns=ISSUE_COLUMNS)
+        found = pd.DataFrame(validate_docs(self.docs, max_chars, self._where()), columns=ISSUE_COLUMNS)
         loaded = self.load_issues[self.load_issues["row"] < len(self)]  # docs replaced by hand
         parts = [frame for frame in (loaded, found) if len(frame)]
         issues = pd.concat(parts, ignore_index=True) if parts else empty_issues()
@@ -383,22 +399,42 @@ def load_corpus(
 
     path = Path(source)
     label = path.name
-    if not path.exists():
-        raise CorpusError(f"{path}: no such file")
+    _check_is_file(path)
     fmt = format.lower() if format else format_from_suffix(path)
     if fmt not in FORMATS:
         raise CorpusError(f"{label}: unknown format {fmt!r}; supported formats are {FORMATS}")
     raw = read_file(path, fmt, encoding)
     if len(raw.frame) == 0:
-        raise CorpusError(f"{label}: no documents")
-    docs, issues, notes = standardise(raw, label, id_column=columns.id_column, title_column=columns.title_column,
-                                       abstract_column=abstract_column, year_column=columns.year_column,
-                                       label_column=columns.label_column)
-    for found in issues:
-        found["doc_id"] = docs["doc_id"].iloc[found["row"]]
-    load_issues = pd.DataFrame(issues, columns=ISSUE_COLUMNS).astype({"row": "int64"})
-    return _cut_long_abstracts(Corpus(docs, name=name or path.stem, source=str(path), load_issues=load_issues,
-                                      notes=notes))
+        header = ", ".join(map(str, raw.frame.columns[:8])) + (", ..." if len(raw.frame.columns) > 8 else "")
+        raise CorpusError(f"{label}: no documents: " + (f"the file has a header ({header}) and no rows"
+                                                        if header else "the file holds no records"))
+    std = standardise(raw, label, id_column=columns.id_column, title_column=columns.title_column,
+                      abstract_column=abstract_column, year_column=columns.year_column,
+                      label_column=columns.label_column)
+    for found in std.issues:
+        found["doc_id"] = std.frame["doc_id"].iloc[found["row"]]
+    load_issues = pd.DataFrame(std.issues, columns=ISSUE_COLUMNS).astype({"row": "int64"})
+    return _cut_long_abstracts(Corpus(std.frame, name=name or path.stem, source=str(path), load_issues=load_issues,
+                                      notes=std.notes, where=std.where))
+
+
+def _check_is_file(path: Path) -> None:
+    """A `CorpusError` for a path that is not a file a corpus can be read from: none there, a folder (its
+    corpus files named), or a pipe or device, whose reading would wait for a writer that may never come."""
+    if path.is_dir():
+        try:
+            found = sorted(p.name for p in path.iterdir() if p.suffix.lower() in SUPPORTED_FORMATS)
+        except OSError:  # a folder we may not list
+            found = []
+        inside = (f"; it holds {', '.join(found[:5])}" + (f" and {len(found) - 5} more" if len(found) > 5 else "")
+                  if found else f"; it holds no corpus file (suffixes {', '.join(sorted(SUPPORTED_FORMATS))})")
+        raise CorpusError(f"{path}: is a folder, not a corpus file; give the path of the export itself, e.g. "
+                          f"{path / (found[0] if found else 'papers.csv')}{inside}")
+    if not path.exists():
+        raise CorpusError(f"{path}: no such file")
+    if not path.is_file():
+        raise CorpusError(f"{path}: is not a regular file (a pipe, socket or device), which a corpus cannot be "
+                          "read from; save the export as a file and give its path")
 
 
 _NAMED_CUTS = 10  # long abstracts named in a warning each; the rest in one (all are in the report)

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .columns import DERIVED_IDS, Raw, content_ids
+from .columns import DERIVED_IDS, Raw, content_bases, content_ids, drop_exact_repeats
 from .validation import CorpusError, make_issue, option_hint, plural, short
 from .writers import unguard_formula
 
@@ -67,6 +67,9 @@ def read_file(path: Path, fmt: str, encoding: str) -> Raw:
                           f"{option_hint('encoding', 'latin-1')}, or, where only some lines are in another "
                           "encoding (rows pasted from two exports), re-save those lines in the file's "
                           "encoding") from exc
+    except OSError as exc:  # no permission to read it, a disk or network share that fails
+        hint = "; give yourself read permission (ls -l shows it)" if isinstance(exc, PermissionError) else ""
+        raise CorpusError(f"{path}: cannot be read: {exc.strerror or exc}{hint}") from exc
 
 
 def _decode_error(path: Path, encoding: str, exc: UnicodeDecodeError) -> str:
@@ -126,8 +129,10 @@ def _read_table(path: Path, encoding: str, sep: str, quoting: int = csv.QUOTE_MI
         where.append(lines)
     columns = list(zip(*rows)) if rows else [()] * len(names)
     # Everything as text so that ids keep leading zeros and "NA"/"None" stay words; only a
-    # truly empty cell is missing, which is how an empty abstract shows up.
-    frame = pd.DataFrame({name: pd.Series([v if v != "" else None for v in values], dtype=str)
+    # truly empty cell is missing, which is how an empty abstract shows up. Python strings (object):
+    # the loader reads the titles and abstracts back as such, and turning 300 MB of abstracts into
+    # pandas' Arrow strings first costs seconds; `standardise` makes the other columns str.
+    frame = pd.DataFrame({name: pd.Series([v if v != "" else None for v in values], dtype=object)
                           for name, values in zip(names, columns)})
     return Raw(frame, where, issues)
 
@@ -320,9 +325,16 @@ def _read_ris(path: Path, encoding: str) -> Raw:
         where.append(f"record starting on line {chunk.start}")
         issues += [make_issue(row, *args) for args in found]
     notes = [_stray_note(stray)] if stray else []
+    # A record exported twice goes before the ids are derived: it must not take a "-2" id of its own.
+    titles, abstracts = [r.get("title") for r in records], [r.get("abstract") for r in records]
+    keys = [str(r.get("doi") or r.get("id") or base) for r, base in zip(records, content_bases(titles, abstracts))]
+    raw, kept = drop_exact_repeats(Raw(pd.DataFrame(index=range(len(records))), where, issues, notes),
+                                   keys, titles, abstracts, path.name)
+    records = [records[row] for row in kept]
     if records:
-        notes += _ris_ids(records, path.name)
-    return Raw(pd.DataFrame.from_records(records), where, issues, notes)
+        raw.notes += _ris_ids(records, path.name)
+    raw.frame = pd.DataFrame.from_records(records)
+    return raw
 
 
 def _ris_chunks(lines: list[str], parser: Any) -> tuple[list[_RisChunk], list[int]]:

@@ -143,9 +143,25 @@ def short(value: Any, n: int = 40) -> str:
     return text if len(text) <= n else text[: n - 3] + "..."
 
 
-def validate_docs(docs: pd.DataFrame, max_chars: int) -> list[dict]:
-    """Every problem of the standard columns (ids, titles, abstracts, years), one issue dict each."""
+def single_spaced(text: str) -> str:
+    """`text` with every run of whitespace one space, none at the ends: ``" ".join(text.split())``.
+
+    Most abstracts are so already, which a few scans of the text tell faster than splitting it into words:
+    printable ASCII holds no whitespace but the space (a tab, a line break or \\x1c is a control character).
+    """
+    if text.isascii() and text.isprintable() and "  " not in text and text[:1] != " " and text[-1:] != " ":
+        return text
+    return " ".join(text.split())
+
+
+def validate_docs(docs: pd.DataFrame, max_chars: int, where: list[str] | None = None) -> list[dict]:
+    """Every problem of the standard columns (ids, titles, abstracts, years), one issue dict each.
+
+    where: each row's place in the file ("line 4"), for the messages that name another row."""
     issues: list[dict] = []
+
+    def at(row: int) -> str:
+        return f" ({where[row]})" if where else ""
 
     def add(row: int, doc_id: str, field: str, severity: str, problem: str, detail: str) -> None:
         issues.append(make_issue(row, field, severity, problem, detail, doc_id=doc_id))
@@ -153,14 +169,15 @@ def validate_docs(docs: pd.DataFrame, max_chars: int) -> list[dict]:
     first_row_of_id: dict[str, int] = {}
     first_row_of_text: dict[str, int] = {}
     for row, (doc_id, title, abstract) in enumerate(
-        zip(docs["doc_id"], docs["title"], docs["abstract"])
+        zip(docs["doc_id"].tolist(), docs["title"].tolist(), docs["abstract"].tolist())
     ):
         doc_id = "" if is_missing(doc_id) else str(doc_id)
         if not doc_id.strip():
             add(row, doc_id, "doc_id", "error", "missing_id", "document has no id")
         elif doc_id in first_row_of_id:
+            first = first_row_of_id[doc_id]
             add(row, doc_id, "doc_id", "error", "duplicate_id",
-                f"same doc_id as row {first_row_of_id[doc_id]}")
+                f"same doc_id as row {first}{at(first)}" + (f"; this one is on {where[row]}" if where else ""))
         else:
             first_row_of_id[doc_id] = row
 
@@ -177,7 +194,7 @@ def validate_docs(docs: pd.DataFrame, max_chars: int) -> list[dict]:
             add(row, doc_id, "abstract", "error", "non_text",
                 f"abstract is {type(abstract).__name__}, not text: {short(abstract)}")
             continue
-        normalised = " ".join(abstract.split())
+        normalised = single_spaced(abstract)
         if not normalised:
             add(row, doc_id, "abstract", "error", "empty_abstract",
                 "abstract is empty or whitespace only")

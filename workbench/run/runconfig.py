@@ -28,7 +28,11 @@ the parameters file alike (as `run_dir` always was), never from the file's own f
 notebooks run inside the run directory, so every parameter value that names an existing file or
 folder (a value with a `/` or a suffix such as `.csv`; bare names such as `minilm` stay names)
 is made absolute before they see it, and `params.yaml` in the run records the absolute paths.
-A `corpus` file or an `aspects` YAML that does not exist is an error before anything runs.
+A `corpus` file or an `aspects` YAML that does not exist is an error before anything runs; the corpus is then
+loaded and checked as the stages load it (`corpuscheck.py`), before the run directory exists. A few parameters
+are the run's own (`RUN_PARAMETERS`): no notebook declares them and no stage receives them, e.g.
+`-p duplicate_ids=first`, which keeps the first row of an id that the corpus repeats with different texts.
+An empty parameters file (or one of comments only) is refused: it would run the defaults.
 
 Keys belong in the environment: parameters are written to `params.yaml`, the executed notebooks
 and their HTML reports. So a parameter named like a secret (`api_key`, `token`, ...), a value
@@ -76,6 +80,10 @@ _QUERY_SECRET = re.compile(r"(?:^|_)(?:\w*(?:key|token|secret|passw(?:or)?d)|pwd
 _URL_LOGIN = re.compile(r"\b([a-z][a-z0-9+.-]*://)[^/\s@]+@", re.IGNORECASE)
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 SET_BY_RUNNER = ("run_dir", "report_dir")
+#: Parameters of the run itself, which no notebook declares and no stage receives: {name: its values, the
+#: default first}. duplicate_ids: a corpus whose id repeats with different texts is refused before any stage
+#: runs (refuse), or the first row of each id is kept (first), as the stages' drop_invalid keeps it.
+RUN_PARAMETERS = {"duplicate_ids": ("refuse", "first")}
 
 
 class RunConfigError(ValueError):
@@ -107,13 +115,17 @@ def load_params(path: str | os.PathLike | None, overrides: dict | None = None) -
         try:
             # The aspect files' loader: duplicate keys and alias bombs refused while parsing, before the
             # secret check walks every value (a 452-byte bomb kept it busy past 45 s).
-            config = yaml.load(Path(path).read_text(), Loader=StrictLoader) or {}
+            config = yaml.load(Path(path).read_text(), Loader=StrictLoader)
         except FileNotFoundError:
             raise RunConfigError(f"parameters file {path} does not exist (looked in {Path.cwd()})") from None
         except AliasError as exc:
             raise RunConfigError(f"{path}: {exc}") from None
         except yaml.YAMLError as exc:
             raise RunConfigError(f"{path}: not valid YAML: {exc}") from None
+        if config is None:  # an empty file, or only comments: running the defaults would not be what was meant
+            raise RunConfigError(f"{path}: the parameters file is empty (or holds only comments); write at least "
+                                 f"the corpus, e.g. `parameters: {{corpus: data/my_papers.csv}}` (params/demo.yaml "
+                                 f"is an example), or leave out --params to run the defaults on ACLSum")
         if not isinstance(config, dict):
             raise RunConfigError(f"{path}: the top level must be a mapping (run_dir, stages, parameters)")
     allowed = {"run_dir", "report_dir", "stages", "parameters", "stage_parameters", "kernel"}
@@ -392,14 +404,15 @@ def check_parameters(config: dict, declared: dict[str, dict], resolved: list[str
     declares is noted through `log`). Stages outside this run are checked too: the file is wrong either way.
     """
     everywhere = set().union(*declared.values())
-    refuse_undeclared(config["parameters"], everywhere, "no notebook declares the parameter")
+    refuse_undeclared(config["parameters"], everywhere | set(RUN_PARAMETERS), "no notebook declares the parameter")
+    _check_run_parameters(config)
     for stage, given in config["stage_parameters"].items():
         for old, (new, why) in RENAMED.get(stage, {}).items():
             if old in given and old not in declared[stage]:
                 raise RunConfigError(f"parameter {stage}.{old}: stage {stage} calls it {new} now ({why}); rename "
                                      f"it in the parameters file or on the command line (-p {stage}.{new}=...)")
         refuse_undeclared(given, declared[stage], f"stage {stage} has no parameters named")
-    for name in sorted(set(config["parameters"]) - set().union(*(declared[s] for s in resolved))):
+    for name in sorted(set(config["parameters"]) - set().union(*(declared[s] for s in resolved)) - set(RUN_PARAMETERS)):
         users = [s for s in declared if name in declared[s]]
         log(f"[workbench] note: {name} goes to no stage of this run (it is for {', '.join(users)})")
     for stage, names in declared.items():
@@ -410,6 +423,20 @@ def check_parameters(config: dict, declared: dict[str, dict], resolved: list[str
                 key = f"{stage}.{name}" if own else f"{name} (shared, given to stage {stage})"
                 raise RunConfigError(f"parameter {key}: {problem}. Fix it in the parameters file or on the "
                                      f"command line (-p {stage + '.' if own else ''}{name}=...)")
+
+
+def _check_run_parameters(config: dict) -> None:
+    """`RUN_PARAMETERS`: given for the whole run (never one stage's), and one of their values."""
+    for name, values in RUN_PARAMETERS.items():
+        for stage, given in config["stage_parameters"].items():
+            if name in given:
+                raise RunConfigError(f"parameter {stage}.{name}: {name} is the whole run's, not one stage's; give it "
+                                     f"as -p {name}=... (or under parameters: in the file)")
+        value = config["parameters"].get(name, values[0])
+        if value not in values:
+            raise RunConfigError(f"parameter {name}: must be {' or '.join(values)} (the default {values[0]}); got "
+                                 f"{_short(value)}. Fix it in the parameters file or on the command line "
+                                 f"(-p {name}=...)")
 
 
 def check_run_dir(run_path: Path, notebook_dir: Path, stages: list[str]) -> None:

@@ -1,7 +1,8 @@
 """Run the numbered notebooks through papermill into a run directory and export HTML reports.
 
 `run_pipeline` reads and checks the parameters (`runconfig.py`: the parameters file, the
-stages, secrets and paths, all before the first notebook starts), then executes each stage's
+stages, secrets and paths; `corpuscheck.py`: the corpus, loaded as the stages load it; all before
+the first notebook starts and before the run directory exists), then executes each stage's
 notebook in the run directory with papermill, in one shared `Kernel` (each stage from an empty
 namespace) or a fresh one per stage.
 
@@ -30,6 +31,7 @@ import yaml
 
 from ..core.files import RunLock, replace_from, write_text
 from ..core.progress import NOTICE
+from .corpuscheck import check_corpus
 from .record import record_stage
 from .reports import claim_report_dir, export_html
 from ..core.rundir import RunDir
@@ -339,6 +341,7 @@ def run_pipeline(params_file: str | os.PathLike | None = None, *, run_dir: str |
     config["stage_parameters"] = resolve_stage_keys(config["stage_parameters"], known)
     declared = {stage: declared_parameters(notebook_dir / f"{stage}.ipynb") for stage in known}
     check_parameters(config, declared, resolved, log)  # names, types and ranges, before any stage runs
+    check_corpus(config, declared, resolved, log)  # loaded as the stages load it: what would fail them, now
     check_run_dir(run_path, notebook_dir, resolved)
     if report or any("report_dir" in declared[stage] for stage in resolved):
         claim_report_dir(report_path, run_path)  # refused when it holds another run's reports (same folder name)
