@@ -153,6 +153,23 @@ def test_stage_02_trains_no_model_of_an_aspect_without_views_and_says_why(serve,
     assert not RunDir(tmp_path).aspect_model("challenge").exists()
 
 
+def test_stage_02_fine_tuning_records_an_aspect_with_too_few_views_as_left_without_a_model(serve, tmp_path,
+                                                                                           monkeypatch):
+    """Fine-tuning (a GPU's mode) has no frozen teacher to fall back on: an aspect with usable answers for too few
+    papers got no model and no record, and stage 03 asked to run stage 02 again for it. Now untrained.json says
+    why, so stage 03 knows it has no teacher (its head: the floor, or, fine-tuning, a refusal that says so)."""
+    from stand_ins import BagOfWords
+    from workbench.embed import grounding
+    from workbench.embed.aspect_training import TrainConfig, train_aspect_models
+
+    monkeypatch.setattr(grounding, "FrozenBackbone", lambda name: BagOfWords())  # no encoder to load
+    generate(serve(good_for="challenge"), tmp_path, load_aspects("acl").subset(["challenge"]))
+    assert train_aspect_models(["challenge"], tmp_path, three_papers(), TrainConfig(mode="finetune"),
+                               progress=False) == {}
+    untrained = json.loads(RunDir(tmp_path).untrained.read_text())["aspects"]
+    assert list(untrained) == ["challenge"] and untrained["challenge"].startswith("too few documents with two")
+
+
 def test_stage_03_heads_without_any_supervision_are_saved_untrained_for_the_floor(tmp_path, monkeypatch):
     """No target and no sentence label for any aspect: stage 03 stopped on "need documents with targets"; now
     its heads are saved as they start, marked untrained (stage 03's check puts the aspect-file floor there)."""
