@@ -48,7 +48,7 @@ from ..measures.metrics import mean_rank, mrr, retrieval_ranks
 from ..core.progress import close_bar, progress_bar
 from .targets import views_of
 from .training import Criterion, DistillResult, EarlyStopping, abstracts_of, documents_with_targets, stack_targets
-from .untaught import say_too_few, too_few_to_train, untrained_heads
+from .untaught import mark_untrained, say_too_few, too_few_to_train, untrained_heads
 
 BASELINE_DIR = "unified_baseline"
 
@@ -339,8 +339,10 @@ def train_unified_model(
         cache = FeatureCache.for_run(run_dir, frozen_backbone(config.base_model, config.pooling))
         if not taught:  # the heads as they start, marked untrained: the guard puts the floor there
             return untrained_heads(corpus, list(targets), out_dir, config, cache, few)
-        return train_unified_heads(corpus, targets, split, out_dir, config, cache,
-                                   sentence_labels=sentence_labels, progress=progress, untaught=few)
+        result = train_unified_heads(corpus, targets, split, out_dir, config, cache,
+                                     sentence_labels=sentence_labels, progress=progress)
+        mark_untrained(out_dir, few)
+        return result
     untaught = [a for a, t in targets.items() if not t]
     if untaught:  # the aspect-file floor is a pooling head on the frozen encoder: the fine-tuned model has none
         raise ValueError(f"no target for {untaught} (stage 02 trained no model of them: nothing to learn from); "

@@ -238,8 +238,7 @@ def check_heads(run_dir, corpus, aspect_set, aspects: Sequence[str], doc_ids: Se
         out[BASE] = model.base_vectors(batch)
         return out
 
-    reasons = model.extra.get("untrained_reasons") or {}  # too few papers; else stage 02 had nothing
-    untrained = {a: untrained_verdict(a, reasons.get(a)) for a in aspects if a in (model.extra.get("untrained") or ())}
+    untrained = untrained_verdicts(model.extra, aspects)  # the floor, said why
     probe = swap_probe(texts, marks, encode, n_pairs, seed)
     results = {a: probe_verdict(probe["matrix"], a) for a in aspects}
     labelled = label_verdicts(held, aspects, encode(texts)) if texts else {}
@@ -297,6 +296,13 @@ def save_decisions(model, floor, results: dict, run: RunDir) -> None:
         elif what == "base":
             model.heads[a].load_state_dict(base_state(model.heads[a]))
     model.save_pretrained(run.unified_model, extra={"guard": kept})
+
+
+def untrained_verdicts(extra: dict, aspects: Sequence[str]) -> dict:
+    """{aspect: `untrained_verdict`} for the heads the unified model's config (`extra`) marks untrained, with the
+    reason it records (too few papers: `untaught.too_few_to_train`), else that stage 02 had nothing."""
+    reasons = extra.get("untrained_reasons") or {}
+    return {a: untrained_verdict(a, reasons.get(a)) for a in aspects if a in (extra.get("untrained") or ())}
 
 
 def untrained_verdict(aspect: str, why: str | None = None) -> dict:

@@ -300,16 +300,15 @@ def evaluate_base(features: DocumentFeatures, targets: Mapping[str, np.ndarray],
 
 def train_unified_heads(corpus, targets: Mapping[str, Mapping[str, np.ndarray]], split, out_dir, config,
                         cache: FeatureCache, sentence_labels: Mapping[str, Mapping[str, Sequence[float]]]
-                        | None = None, progress: bool = True, untaught: Mapping[str, str] | None = None):
+                        | None = None, progress: bool = True):
     """Train the unified model's pooling heads (frozen mode of stage 03); returns a `training.DistillResult`.
 
     targets: {aspect: {doc_id: vector}} from `targets.compute_targets`; split: the run's (train ids, validation
     ids); sentence_labels: {aspect: {doc_id: [label per sentence of split_sentences(abstract)]}} (human
     highlights, LLM labels; see `sentence_supervision`). `config` is a `distill.DistillConfig` (its head_*
-    and *_weight fields). Writes the best checkpoint, history.json and distill_config.json. untaught: {aspect:
-    why} of heads too few papers can train and validate (`untaught.too_few_to_train`), marked untrained.
+    and *_weight fields). Writes the best checkpoint, history.json and distill_config.json.
     """
-    sentence_labels, untaught = sentence_labels or {}, dict(untaught or {})
+    sentence_labels = sentence_labels or {}
     aspects = list(targets)
     dim = _target_size(targets, cache)
     train, val = _supervised_split(targets, sentence_labels, split)
@@ -341,8 +340,7 @@ def train_unified_heads(corpus, targets: Mapping[str, Mapping[str, np.ndarray]],
         "stage": "distill", "mode": "frozen", "step": best_step, "refit_on_train_and_validation": refit,
         "best_step_per_aspect": best_steps, "val_agreement": best["agreement"], "val_mean_rank": best["mean_rank"],
         "val_mrr": best["mrr"], "distill_config": config.to_dict(),  # heads with nothing to learn: the guard's floor
-        "untrained": [a for a in aspects if a in untaught or not targets[a] and not sentence_labels.get(a)],
-        "untrained_reasons": untaught}))
+        "untrained": [a for a in aspects if not targets[a] and not sentence_labels.get(a)]}))
     seconds = time.perf_counter() - t0
     meta = {"n_train": len(train), "n_val": len(val), "aspects": aspects, "dim": dim, "docs_per_aspect": data["counts"],
             "refit_on_train_and_validation": refit, "refit_docs_per_aspect": refit_counts,

@@ -33,6 +33,7 @@ from ..core.rundir import RunDir
 from ..generate.summaries import nothing_kept, summaries_frame
 from ..generate.views import AspectViews
 from .head_training import new_unified, sentence_supervision
+from .heads import PooledAspectModel
 from .training import DistillResult, TrainResult
 
 
@@ -143,6 +144,17 @@ def say_too_few(few: Mapping[str, str], trained: Sequence[str]) -> None:
                  "answer is usable; the run goes on.")
     notice(f"stage 03 cannot train the head{'s' if len(few) > 1 else ''} of {', '.join(few)} for want of "
            f"papers: {counts}. {floor} {MORE_ANSWERS}")
+
+
+def mark_untrained(out_dir: str | os.PathLike, reasons: Mapping[str, str]) -> None:
+    """Mark the heads of `reasons` ({aspect: why}, `too_few_to_train`) untrained, with why, in the unified model
+    saved in `out_dir`, for stage 03's check to put the aspect-file floor in their place and say why. Done after
+    training, which keeps such a head as it starts: it never has two validation papers to be chosen on."""
+    if not reasons:
+        return
+    model = PooledAspectModel.from_pretrained(out_dir, device="cpu")
+    untrained = list(dict.fromkeys([*(model.extra.get("untrained") or ()), *reasons]))
+    model.save_pretrained(out_dir, extra={"untrained": untrained, "untrained_reasons": dict(reasons)})
 
 
 def untrained_heads(corpus, aspects, out_dir, config, cache, reasons: Mapping[str, str] | None = None):
