@@ -421,7 +421,8 @@ def train_aspect_models(aspects: Sequence[str], run_dir, corpus=None, config: Tr
             if not frozen:  # no frozen teacher to fall back on: recorded as left without a model, as stages 03
                 untrained[aspect] = few  # and 04 read it (else stage 03 asked to run stage 02 again for it)
                 write_json(RunDir(run_dir).untrained, {"aspects": untrained})
-                print(f"{aspect}: not trained, {few}")
+                notice(f"{aspect}: no aspect model trained: {few}, and fine-tuning has no frozen teacher to fall "
+                       "back on")
                 continue
             print(f"{aspect}: {few}: the teacher is the frozen encoder itself")
             results[aspect] = train_view_head(views[aspect], train_ids, val_ids, out_dir, config, cache,
