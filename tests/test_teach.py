@@ -4,6 +4,8 @@ The corpus here is planted: 8-dimensional unit sentence vectors, aspect "a" alon
 the aspect file reads them, so which sentence is clearest, and what a regression must recover, are known.
 """
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -69,7 +71,7 @@ def test_marks_follow_paper_ids_and_texts_through_a_re_export():
     assert (moved.doc_ids[moved.doc[row]], moved.index[row]) == ("p3", 2)
 
 
-def test_the_chooser_asks_each_aspect_s_clearest_sentence_first_then_uncertain_ones_spread_over_papers():
+def test_the_chooser_asks_each_aspect_s_clearest_sentence_first_then_draws_uncertain_ones_spread_over_papers():
     features, ids = corpus(papers=30)
     loop = TeachLoop(features, floor(), ids, askable=ids[:20])
     first = loop.next_questions(6)
@@ -83,14 +85,23 @@ def test_the_chooser_asks_each_aspect_s_clearest_sentence_first_then_uncertain_o
         loop.answer(q, "a" if q.sentence.endswith("0.") else "none")
     loop.refit()
     later = loop.next_questions(5)
-    assert all(q.why == "uncertain" for q in later)
+    assert all(q.why == "uncertain" for q in later) and all(q.doc_id in ids[:20] for q in later)
     assert len({q.doc_id for q in later}) == 5  # one per paper
-    assert len({q.index for q in later}) >= 4  # spread over the abstracts' positions
-    u = chooser.uncertainty(loop.scorer.read(loop.inputs))
-    rows = [loop.row_of[q.doc_id, q.sentence] for q in later]
-    assert np.median(u[rows]) >= np.median(u[loop.askable])
     assert loop.status()["b"] == {"yes": 0, "no": 6, "taught": False, "sure": pytest.approx(
         float(chooser.certainty(loop.scorer.read(loop.inputs[loop.askable]))[1]))}
+
+
+def test_the_draw_favours_uncertain_sentences_and_papers_asked_less():
+    rng = np.random.default_rng(0)
+    doc = np.arange(400) // 4
+    score = np.where(doc % 2 == 0, 0.2, 0.0)  # even papers uncertain, odd ones sure
+    open_rows, asked = np.ones(400, bool), np.zeros(100)
+    picks = [r for _ in range(200) for r in chooser.draw(score, open_rows, doc, asked, 4, rng)]
+    share = np.mean(doc[picks] % 2 == 0)  # chance 1.5 against 0.5 (UNCERTAIN_SHARE 0.5): three in four
+    assert abs(share - 0.75) < 0.05
+    asked[::2] = 2  # the uncertain papers asked twice before: a third of their chance
+    picks = [r for _ in range(200) for r in chooser.draw(score, open_rows, doc, asked, 4, rng)]
+    assert abs(np.mean(doc[picks] % 2 == 0) - 0.5) < 0.05
 
 
 def test_the_learner_recovers_a_planted_direction_the_floor_does_not_read():
@@ -111,7 +122,8 @@ def test_the_learner_recovers_a_planted_direction_the_floor_does_not_read():
 
 def test_the_head_pools_by_the_taught_probabilities_as_an_independent_computation_does():
     features, ids = corpus(papers=10)
-    loop = TeachLoop(features, floor(), ids)
+    half = replace(floor(), blends={a: 0.5 for a in ASPECTS})  # a floor that keeps half of the whole abstract
+    loop = TeachLoop(features, half, ids)
     for i in range(10):  # aspect a: the first sentence of each paper
         for k in range(3):
             loop.answer(ids[i], "a" if k == 0 else "none", sentence=features.sentence_texts[i][k])
@@ -138,7 +150,8 @@ def test_the_head_pools_by_the_taught_probabilities_as_an_independent_computatio
     for i, (S, R) in enumerate(zip(features.sentences, rows)):
         p = 1 / (1 + np.exp(-(R @ w + b)))
         expected = (p / p.sum()) @ S
-        np.testing.assert_allclose(emb["a"][i], expected / np.linalg.norm(expected), atol=2e-3)
+        np.testing.assert_allclose(emb["a"][i], expected / np.linalg.norm(expected), atol=2e-3)  # no blend
         e = np.exp(scores(S)[:, 1] - scores(S)[:, 1].max())
         floor_b = (e / e.sum()) @ S
+        floor_b = floor_b / np.linalg.norm(floor_b) + features.whole[i]  # the floor's half and half
         np.testing.assert_allclose(emb["b"][i], floor_b / np.linalg.norm(floor_b), atol=1e-5)

@@ -9,7 +9,7 @@
 
 `features` are the corpus's `DocumentFeatures` (the frozen-mode cache's), `floor` the aspect-file floor fitted
 to them (`floor.fit_floor`). `askable` limits the questions to some papers (a benchmark keeps its reporting
-papers out); every paper is embedded. Marks already kept (a restart, a CSV of a colleague's) train the first
+papers out); every paper is embedded. `seed` seeds the chooser's draws. Marks already kept (a restart, a CSV of a colleague's) train the first
 fit. A sentence the floor leaves out as boilerplate is never asked.
 """
 
@@ -41,8 +41,9 @@ class TeachLoop:
     """The chooser and the learner over one corpus and its floor (see the module doc)."""
 
     def __init__(self, features, floor: AspectFileFloor, doc_ids: Sequence[str], marks: Marks | None = None,
-                 askable: Sequence[str] | None = None, word_vectors: Callable | None = None):
+                 askable: Sequence[str] | None = None, word_vectors: Callable | None = None, seed: int = 0):
         self.features, self.floor, self.word_vectors = features, floor, word_vectors
+        self.rng = np.random.default_rng(seed)  # the chooser's draws
         self.doc_ids = [str(d) for d in doc_ids]
         self.aspects = list(floor.aspects)
         self.marks = Marks() if marks is None else marks
@@ -52,8 +53,8 @@ class TeachLoop:
 
     def table(self, askable) -> None:
         """One row per sentence the floor pools (boilerplate left out): what the learner reads of it, its paper,
-        its index and relative position, and the floor's beliefs."""
-        inputs, doc, index, rel, beliefs = [], [], [], [], []
+        its index, and the floor's beliefs."""
+        inputs, doc, index, beliefs = [], [], [], []
         self.row_of: dict[tuple[str, str], int] = {}
         for i, (sents, texts) in enumerate(zip(self.features.sentences, self.features.sentence_texts)):
             if not len(sents):
@@ -67,10 +68,9 @@ class TeachLoop:
                 self.row_of.setdefault((self.doc_ids[i], sentence_key(texts[k])), len(doc))
                 doc.append(i)
                 index.append(int(k))
-            rel.append(positions[:, 0])
         self.inputs = np.concatenate(inputs)
         self.doc, self.index = np.asarray(doc), np.asarray(index)
-        self.rel, self.beliefs = np.concatenate(rel), np.concatenate(beliefs)
+        self.beliefs = np.concatenate(beliefs)
         allowed = set(self.doc_ids if askable is None else (str(d) for d in askable))
         self.askable = np.array([self.doc_ids[i] in allowed for i in self.doc])
 
@@ -83,7 +83,7 @@ class TeachLoop:
 
     def next_questions(self, n: int = 10) -> list[Question]:
         """The next `n` sentences to ask about (see `chooser.py`): first each unconfirmed aspect's clearest
-        sentence by the aspect file, then the most uncertain ones, spread over papers and positions."""
+        sentence by the aspect file, then a draw that favours uncertain ones, spread over papers and positions."""
         rows, marks = self.marked_rows()
         open_rows = self.askable.copy()
         open_rows[rows] = False
@@ -96,8 +96,8 @@ class TeachLoop:
         why = {r: f"clearest {self.aspects[j]}" for r, j in zip(first, unconfirmed)}
         open_rows[first] = False
         asked = np.bincount(self.doc[rows], minlength=len(self.doc_ids)).astype(float)
-        rest = chooser.spread(chooser.uncertainty(self.scorer.read(self.inputs)), open_rows, self.doc, self.rel,
-                              asked, n - len(first), taken=first)
+        rest = chooser.draw(chooser.uncertainty(self.scorer.read(self.inputs)), open_rows, self.doc, asked,
+                            n - len(first), self.rng, taken=first)
         return [Question(self.doc_ids[self.doc[r]], self.features.sentence_texts[self.doc[r]][self.index[r]],
                          int(self.index[r]), why.get(r, "uncertain")) for r in first + rest]
 
