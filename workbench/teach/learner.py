@@ -28,7 +28,9 @@ C = 1.0          # the regressions' inverse ridge, on unit sentence vectors (the
 LOG_FLOOR = -12.0  # log of a belief or weight of 0 (a boilerplate sentence's), kept finite
 # A taught aspect's sentences' share of its vector: all of it. The floor keeps part of the whole abstract
 # (`aspectfile.corpus_blends`, 0.66 on CSAbstruct) as a hedge against its own misreadings; with marks, the
-# hedge cost 1 to 2 points on every aspect of CSAbstruct's dev papers at 10 and at 30 answers per aspect.
+# hedge cost 1.3 to 2.9 points on every aspect of CSAbstruct's dev papers at 10 and at 30 answers per aspect,
+# and the blend `corpus_blends` reads for the taught scorer cost 3.2 (`docs/results.md`, "Aspects taught by
+# marks"). On ACLSum's validation papers the floor's blend did better: see there.
 TAUGHT_BLEND = 1.0
 NEWTON_STEPS = 50  # at most, for the regressions (they settle in 6 to 10 where the marks do not separate)
 NEWTON_TOL = 1e-6  # a Newton step this small in every coefficient: settled
