@@ -155,3 +155,24 @@ def test_the_head_pools_by_the_taught_probabilities_as_an_independent_computatio
         floor_b = (e / e.sum()) @ S
         floor_b = floor_b / np.linalg.norm(floor_b) + features.whole[i]  # the floor's half and half
         np.testing.assert_allclose(emb["b"][i], floor_b / np.linalg.norm(floor_b), atol=1e-5)
+
+
+def test_a_marked_boilerplate_sentence_is_pooled_again_in_every_paper_that_repeats_it():
+    features, ids = corpus(papers=8)
+    recurring = unit_rows(np.array([[0.1, 0.2, 0.9, 0, 0, 0, 0, 0]], np.float32))[0]  # near no query
+    for i in range(4):  # the same sentence, word for word, closes papers 0 to 3
+        features.sentences[i][-1] = recurring
+        features.sentence_texts[i][-1] = "Patients were aged 65 or over."
+    kept = replace(floor(), boilerplate=recurring[None])
+    loop = TeachLoop(features, kept, ids)
+    assert ("p2", "Patients were aged 65 or over.") not in loop.row_of  # boilerplate: never asked
+    before = loop.embeddings()
+    loop.answer("p0", "b", sentence="Patients were aged 65 or over.")
+    loop.refit()
+    assert len(loop.taught().boilerplate) == 0
+    after = loop.embeddings()
+    e = np.exp(features.sentences[2][:, 1] / TEMPERATURE)  # b untaught: the floor's weights, now over all 5
+    expected = (e / e.sum()) @ features.sentences[2]
+    np.testing.assert_allclose(after["b"][2], expected / np.linalg.norm(expected), atol=1e-5)
+    assert not np.allclose(before["b"][2], after["b"][2])
+    np.testing.assert_allclose(after["b"][5], before["b"][5], atol=1e-6)  # a paper without it: unchanged

@@ -22,6 +22,7 @@ import numpy as np
 from ..core.devices import one_blas_thread
 from ..core.vectors import unit_rows
 from ..embed.aspectfile import TEMPERATURE, PooledMarks
+from ..embed.boilerplate import NEAR
 from ..embed.floor import AspectFileFloor
 
 MIN_EACH = 1     # an aspect's marks need this many "yes" and "no" before it gets a regression of its own
@@ -172,8 +173,16 @@ def newton_step(X: np.ndarray, w: np.ndarray, ridge: np.ndarray, grad: np.ndarra
     return grad / ridge - B.T @ np.linalg.solve(np.eye(m) + B @ scaled.T, B @ grad)
 
 
-def taught_floor(floor: AspectFileFloor, scorer: TaughtScorer) -> AspectFileFloor:
+def taught_floor(floor: AspectFileFloor, scorer: TaughtScorer, stated: np.ndarray | None = None) -> AspectFileFloor:
     """The floor with its scorer taught: its `embeddings` pool by the taught scorer through the floor's own
-    steps (boilerplate, phrases), a taught aspect's sentences blended with the whole abstract at TAUGHT_BLEND."""
+    steps (boilerplate, phrases), a taught aspect's sentences blended with the whole abstract at TAUGHT_BLEND.
+
+    `stated` [k, H]: vectors of sentences a mark says state an aspect. A floor step the marks contradict is not
+    applied: a boilerplate group (`boilerplate.find_boilerplate`) holding such a sentence is pooled again, in
+    every paper that repeats it (a recurring "patients were aged 65 or over" may be the patient group)."""
     blends = {a: TAUGHT_BLEND if a in scorer.coef else b for a, b in floor.blends.items()}
-    return replace(floor, scorer=scorer, blends=blends)
+    boiler = floor.boilerplate
+    if stated is not None and len(stated) and len(boiler):
+        near = (unit_rows(np.asarray(boiler, np.float32)) @ unit_rows(np.asarray(stated, np.float32)).T).max(axis=1)
+        boiler = boiler[near < NEAR]
+    return replace(floor, scorer=scorer, blends=blends, boilerplate=boiler)

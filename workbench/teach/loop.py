@@ -10,7 +10,8 @@
 `features` are the corpus's `DocumentFeatures` (the frozen-mode cache's), `floor` the aspect-file floor fitted
 to them (`floor.fit_floor`). `askable` limits the questions to some papers (a benchmark keeps its reporting
 papers out); every paper is embedded. `seed` seeds the chooser's draws. Marks already kept (a restart, a CSV of a colleague's) train the first
-fit. A sentence the floor leaves out as boilerplate is never asked.
+fit. A sentence the floor leaves out as boilerplate is never asked; where a mark says one states an aspect
+(a colleague's CSV, say), it is pooled again (`learner.taught_floor`).
 """
 
 from __future__ import annotations
@@ -56,7 +57,10 @@ class TeachLoop:
         its index, and the floor's beliefs."""
         inputs, doc, index, beliefs = [], [], [], []
         self.row_of: dict[tuple[str, str], int] = {}
+        self.where: dict[tuple[str, str], tuple[int, int]] = {}  # every sentence, boilerplate too: (paper, index)
         for i, (sents, texts) in enumerate(zip(self.features.sentences, self.features.sentence_texts)):
+            for k, text in enumerate(texts):
+                self.where.setdefault((self.doc_ids[i], sentence_key(text)), (i, k))
             if not len(sents):
                 continue
             keep = np.flatnonzero(keep_mask(sents, self.floor.boilerplate))
@@ -117,9 +121,19 @@ class TeachLoop:
         self.scorer = fit_taught(self.floor.scorer, self.inputs[rows[used]] if used else self.inputs[:0], answers)
         return self.scorer
 
+    def stated(self) -> np.ndarray:
+        """[k, H] the vectors of the corpus's sentences a mark says state an aspect (boilerplate included)."""
+        found = [self.where.get((m.doc_id, m.sentence)) for m in self.marks.current() if m.aspects]
+        rows = [np.asarray(self.features.sentences[i][k], np.float32) for i, k in filter(None, found)]
+        return np.stack(rows) if rows else np.zeros((0, self.features.whole.shape[1]), np.float32)
+
+    def taught(self) -> AspectFileFloor:
+        """The floor as the marks teach it: its scorer taught, and no boilerplate step the marks contradict."""
+        return taught_floor(self.floor, self.scorer, self.stated())
+
     def embeddings(self) -> dict[str, np.ndarray]:
         """{aspect: [N, H] unit rows}: every paper pooled by the taught scorer through the floor's own steps."""
-        return taught_floor(self.floor, self.scorer).embeddings(self.features, self.word_vectors)
+        return self.taught().embeddings(self.features, self.word_vectors)
 
     def status(self) -> dict[str, dict]:
         """Per aspect: its marks ("yes", "no"), whether it is taught (else the floor's weights stand) and how
