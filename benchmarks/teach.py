@@ -66,20 +66,20 @@ class Family:
     askable: np.ndarray      # rows the workbench may ask about
     scored: np.ndarray       # rows scored
     answers: dict            # (doc_id, sentence index) -> the simulated user's answer
-    truths: dict             # {aspect: (similarity matrix over the scored papers, which have the aspect)}
+    truths: dict             # {truth: {aspect: (similarity over the scored papers, which have it)}}, the bars' first
     recipe_tables: tuple     # (askable table, scored table) for `recipe`: (X, owner, class, unit vectors)
     word_vectors: object = None
 
 
 def user_answers(doc_ids, features, stated_texts) -> dict:
     """(doc_id, sentence index) -> the aspects a workbench sentence states (a human-marked sentence of the aspect
-    matches it, `match_highlights`), or "none". `stated_texts[a][i]`: paper i's human-marked sentences of a."""
+    matches it, `match_highlights`); none, the empty list. `stated_texts[a][i]`: paper i's human-marked sentences of a."""
     answers = {}
     for i, doc_id in enumerate(doc_ids):
         texts = features.sentence_texts[i]
         stated = {a: match_highlights(texts, human[i]) for a, human in stated_texts.items()}
         for k in range(len(texts)):
-            answers[doc_id, k] = [a for a in stated if stated[a][k] >= 0.5] or "none"
+            answers[doc_id, k] = [a for a in stated if stated[a][k] >= 0.5]  # none: an empty list
     return answers
 
 
@@ -112,7 +112,8 @@ def csabstruct_family(cache, acl, docs: int | None, split: str) -> Family:
             classes[np.isin(roles, csabstruct.ASPECT_ROLES[aspect])] = a
         sents = [frame["sentences"][i] for i in rows]
         return sentence_table(sents, cache.vectors([s for ss in sents for s in ss]), classes)
-    truths = {a: pooled_truth(cache, [human[a][i] for i in scored]) for a in aspects}
+    truths = {"the MiniLM truth (human-marked sentences pooled)":
+              {a: pooled_truth(cache, [human[a][i] for i in scored]) for a in aspects}}
     return Family("CSAbstruct", frame["doc_id"].tolist(), features, floor, askable, scored,
                   user_answers(frame["doc_id"], features, human), truths, (table(askable), table(scored)),
                   word_vectors)
@@ -133,17 +134,22 @@ def aclsum_family(cache, acl, spec: str, split: str = "test") -> Family:
     askable = np.flatnonzero(docs["split"].isin(["train", "validation"] if split == "test" else ["train"]))
     scored = np.flatnonzero(docs["split"] == split)
     answers = user_answers(docs["doc_id"], features, human)
-    truths = {}
+    summaries = {}
     for a in aspects:
         texts = [docs[f"summary_{a}"][i] for i in scored]
         has = np.array([isinstance(t, str) and bool(t.strip()) for t in texts])
         v = np.full((len(scored), cache.backbone.hidden_size), np.nan, np.float32)
         v[has] = cache.vectors([t for t, h in zip(texts, has) if h])
-        truths[a] = (np.nan_to_num(summary_similarity(v)), has)
+        summaries[a] = (np.nan_to_num(summary_similarity(v)), has)
+    # Beside it, what the user answers from: the abstract's sentences that match a highlight, pooled.
+    marked = {a: pooled_truth(cache, [[t for k, t in enumerate(features.sentence_texts[i])
+                                      if a in answers[docs["doc_id"][i], k]] for i in scored]) for a in aspects}
+    truths = {"the human summaries (MiniLM)": summaries,
+              "the abstract's highlighted sentences pooled (MiniLM), what the user answers from": marked}
 
     def table(rows):  # the workbench's sentences, classed by the highlights (the first aspect a sentence states)
-        classes = [len(aspects) if answers[docs["doc_id"][i], k] == "none" else aspects.index(answers[docs["doc_id"][i], k][0])
-                   for i in rows for k in range(len(features.sentence_texts[i]))]
+        said = [answers[docs["doc_id"][i], k] for i in rows for k in range(len(features.sentence_texts[i]))]
+        classes = [aspects.index(a[0]) if a else len(aspects) for a in said]
         vectors = [v for i in rows for v in features.sentences[i]]
         return sentence_table([features.sentence_texts[i] for i in rows], vectors, classes)
     return Family("ACLSum", docs["doc_id"].tolist(), features, floor, askable, scored, answers, truths,
@@ -195,10 +201,11 @@ def row(name: str, scores: dict, aspects, floor: dict | None = None) -> str:
 
 
 def run_family(family: Family, aspects, args) -> None:
-    """Teach, score and print one family's table (see the module doc)."""
+    """Teach, score and print one family's tables (see the module doc), one per truth; the bars on the first."""
     t0 = time.perf_counter()
-    score = lambda emb: {a: spearman_on(emb[a], *family.truths[a]) for a in aspects}  # noqa: E731
     scored = family.scored
+    score = lambda emb: {(t, a): spearman_on(emb[a], *truth[a])  # noqa: E731
+                         for t, truth in family.truths.items() for a in aspects}
     whole = score({a: unit_rows(family.features.whole[scored]) for a in aspects})
     floor = score({a: v[scored] for a, v in family.floor.embeddings(family.features, family.word_vectors).items()})
     budgets = [m * (len(aspects) + 1) for m in args.marks]
@@ -215,26 +222,31 @@ def run_family(family: Family, aspects, args) -> None:
         shown[seed] = (loop.status(), time.perf_counter() - t1)
         for m in args.marks:
             random_marks[m].append(score(recipe(family.recipe_tables, m, seed, aspects)))
-    worst = lambda runs: {a: min(r[a] for r in runs) for a in aspects}  # noqa: E731
+    worst = lambda runs, t: {a: min(r[t, a] for r in runs) for a in aspects}  # noqa: E731
+    of = lambda scores, t: {a: scores[t, a] for a in aspects}  # noqa: E731
     print(f"\n## {family.name}: {len(family.doc_ids)} papers the corpus, {len(family.askable)} askable (a half "
-          f"per seed), {len(scored)} scored; floor: {family.floor.scorer.description}\n")
-    print("Mean per-paper Spearman x100 against the MiniLM truth, worst of user seeds "
-          f"{', '.join(map(str, args.seeds))}; in brackets the difference from the floor.\n")
-    print("| embedding | " + " | ".join(aspects) + " | mean |")
-    print("|---|" + "---:|" * (len(aspects) + 1))
-    print(row("MiniLM whole abstract", whole, aspects))
-    print(row("stage 03's label-free floor", floor, aspects))
-    for m in args.marks:
-        print(row(f"{m} random balanced marks per aspect (taught_marks.py's recipe)", worst(random_marks[m]),
-                  aspects, floor))
-        print(row(f"{m} marks per aspect, the workbench asking (teach loop)", worst(taught[m]), aspects, floor))
+          f"per seed), {len(scored)} scored; floor: {family.floor.scorer.description}")
+    for t in family.truths:
+        print(f"\nMean per-paper Spearman x100 against {t}, worst of user seeds "
+              f"{', '.join(map(str, args.seeds))}; in brackets the difference from the floor.\n")
+        print("| embedding | " + " | ".join(aspects) + " | mean |")
+        print("|---|" + "---:|" * (len(aspects) + 1))
+        print(row("MiniLM whole abstract", of(whole, t), aspects))
+        print(row("stage 03's label-free floor", of(floor, t), aspects))
+        for m in args.marks:
+            print(row(f"{m} random balanced marks per aspect (taught_marks.py's recipe)",
+                      worst(random_marks[m], t), aspects, of(floor, t)))
+            print(row(f"{m} marks per aspect, the workbench asking (teach loop)", worst(taught[m], t), aspects,
+                      of(floor, t)))
     print()
     for seed, (status, seconds) in shown.items():
         print(f"user seed {seed}: {seconds:.0f} s; " + "; ".join(
             f"{a} {s['yes']} yes / {s['no']} no, sure of {100 * s['sure']:.0f}%" for a, s in status.items()))
+    main_truth = next(iter(family.truths))
     for m in args.marks:
-        t, r = worst(taught[m]), worst(random_marks[m])
-        print(f"at {m} marks: heads above the floor by " + ", ".join(f"{t[a] - floor[a]:+.1f}" for a in aspects)
+        t, r, f = worst(taught[m], main_truth), worst(random_marks[m], main_truth), of(floor, main_truth)
+        print(f"at {m} marks ({main_truth}): heads above the floor by "
+              + ", ".join(f"{t[a] - f[a]:+.1f}" for a in aspects)
               + f"; mean over aspects above the random-marks recipe by {np.mean([t[a] - r[a] for a in aspects]):+.1f}")
     print(f"({time.perf_counter() - t0:.0f} s)")
 

@@ -16,7 +16,7 @@ from workbench.embed.floor import AspectFileFloor
 from workbench.teach import chooser
 from workbench.teach.learner import LOG_FLOOR, fit_taught, sentence_inputs
 from workbench.teach.loop import TeachLoop
-from workbench.teach.marks import Marks
+from workbench.teach.marks import Marks, highlight_answers
 
 H, ASPECTS = 8, ["a", "b"]
 
@@ -176,3 +176,16 @@ def test_a_marked_boilerplate_sentence_is_pooled_again_in_every_paper_that_repea
     np.testing.assert_allclose(after["b"][2], expected / np.linalg.norm(expected), atol=1e-5)
     assert not np.allclose(before["b"][2], after["b"][2])
     np.testing.assert_allclose(after["b"][5], before["b"][5], atol=1e-6)  # a paper without it: unchanged
+
+
+def test_highlight_columns_become_marks_of_their_own_source_and_a_person_s_answer_wins():
+    abstracts = ["We study parsing of long texts. Our parser uses a stack. It is 3 points better.", "No marks here."]
+    highlights = {"a": [["We study parsing of long texts."], None], "b": [["It is 3 points better than before"], []]}
+    answers = highlight_answers(["p1", "p2"], abstracts, highlights)
+    assert answers == [("p1", "We study parsing of long texts.", ["a"]), ("p1", "Our parser uses a stack.", []),
+                       ("p1", "It is 3 points better.", ["b"])]  # p2: no list in column a, left out
+    marks = Marks()
+    marks.add_many(answers, source="highlights")
+    marks.add("p1", "Our parser uses a stack.", "b")
+    assert [(m.answer, m.source) for m in marks.current()] == [("a", "highlights"), ("b", "person"),
+                                                                ("b", "highlights")]

@@ -28,6 +28,7 @@ from pathlib import Path
 from ..core.files import write_text
 from ..core.rundir import RunDir
 from ..core.store import RecordStore
+from ..data.sentences import match_highlights, split_sentences
 from ..data.writers import guard_formula, unguard_formula
 
 NONE, SKIP = "none", "skip"  # the two answers that are not an aspect
@@ -175,3 +176,20 @@ class Marks:
         """Release the file's writer lock (also released when the process ends)."""
         if self.store is not None:
             self.store.close()
+
+
+def highlight_answers(doc_ids, abstracts, highlights: dict[str, list]) -> list[tuple[str, str, list[str]]]:
+    """(doc_id, sentence, aspects) for each sentence of each abstract, from a corpus's `highlights_<aspect>`
+    columns (`highlights`: {aspect: per paper its highlighted sentences}, as `load_corpus` reads them): the
+    aspects whose highlights the sentence matches (`data.sentences.match_highlights`), none where it matches
+    none. A paper without a list in every aspect's column is left out: a missing highlight is not a "none".
+    Keep them with `Marks.add_many(..., source="highlights")`."""
+    out = []
+    for i, (doc_id, abstract) in enumerate(zip(doc_ids, abstracts)):
+        marked = {a: column[i] for a, column in highlights.items()}
+        if not all(isinstance(v, (list, tuple)) or hasattr(v, "tolist") for v in marked.values()):
+            continue
+        sentences = split_sentences(str(abstract))
+        stated = {a: match_highlights(sentences, [str(t) for t in v]) for a, v in marked.items()}
+        out += [(str(doc_id), text, [a for a in stated if stated[a][k] >= 0.5]) for k, text in enumerate(sentences)]
+    return out
