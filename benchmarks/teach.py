@@ -18,7 +18,7 @@ train sentences of each role group, balanced by the labels, a logistic regressio
 pooled by its probability), run here.
 
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/teach.py --cache /tmp/teach-cache [--split dev] [--marks 10 30]
-        [--seeds 0 1 2] [--batch 10] [--smoke]
+        [--seeds 0 1 2] [--batch 10] [--truths minilm mpnet] [--aclsum SPEC] [--no-csabstruct] [--smoke]
 """
 
 from __future__ import annotations
@@ -92,8 +92,9 @@ def sentence_table(sentences, vectors, classes) -> tuple:
     return np.hstack([vectors, np.stack([position, position ** 2], 1)]), owner, np.asarray(classes), vectors
 
 
-def csabstruct_family(cache, acl, docs: int | None, split: str) -> Family:
-    """CSAbstruct: the whole file the corpus, train papers askable, `split` papers scored (see the module doc)."""
+def csabstruct_family(cache, acl, docs: int | None, split: str, truth_caches: dict | None = None) -> Family:
+    """CSAbstruct: the whole file the corpus, train papers askable, `split` papers scored (see the module doc);
+    one truth per encoder of `truth_caches` ({name: FeatureCache}; MiniLM's, `cache`, always first)."""
     frame = csabstruct.load()
     if docs:
         frame = frame.groupby("split", sort=False).head(docs).reset_index(drop=True)
@@ -112,8 +113,9 @@ def csabstruct_family(cache, acl, docs: int | None, split: str) -> Family:
             classes[np.isin(roles, csabstruct.ASPECT_ROLES[aspect])] = a
         sents = [frame["sentences"][i] for i in rows]
         return sentence_table(sents, cache.vectors([s for ss in sents for s in ss]), classes)
-    truths = {"the MiniLM truth (human-marked sentences pooled)":
-              {a: pooled_truth(cache, [human[a][i] for i in scored]) for a in aspects}}
+    truths = {f"the {name} truth (human-marked sentences pooled)":
+              {a: pooled_truth(c, [human[a][i] for i in scored]) for a in aspects}
+              for name, c in {"MiniLM": cache, **(truth_caches or {})}.items()}
     return Family("CSAbstruct", frame["doc_id"].tolist(), features, floor, askable, scored,
                   user_answers(frame["doc_id"], features, human), truths, (table(askable), table(scored)),
                   word_vectors)
@@ -201,7 +203,7 @@ def row(name: str, scores: dict, aspects, floor: dict | None = None) -> str:
 
 
 def run_family(family: Family, aspects, args) -> None:
-    """Teach, score and print one family's tables (see the module doc), one per truth; the bars on the first."""
+    """Teach, score and print one family's tables (see the module doc), one per truth."""
     t0 = time.perf_counter()
     scored = family.scored
     score = lambda emb: {(t, a): spearman_on(emb[a], *truth[a])  # noqa: E731
@@ -242,10 +244,9 @@ def run_family(family: Family, aspects, args) -> None:
     for seed, (status, seconds) in shown.items():
         print(f"user seed {seed}: {seconds:.0f} s; " + "; ".join(
             f"{a} {s['yes']} yes / {s['no']} no, sure of {100 * s['sure']:.0f}%" for a, s in status.items()))
-    main_truth = next(iter(family.truths))
-    for m in args.marks:
-        t, r, f = worst(taught[m], main_truth), worst(random_marks[m], main_truth), of(floor, main_truth)
-        print(f"at {m} marks ({main_truth}): heads above the floor by "
+    for m, truth in ((m, truth) for truth in family.truths for m in args.marks):
+        t, r, f = worst(taught[m], truth), worst(random_marks[m], truth), of(floor, truth)
+        print(f"at {m} marks ({truth}): heads above the floor by "
               + ", ".join(f"{t[a] - f[a]:+.1f}" for a in aspects)
               + f"; mean over aspects above the random-marks recipe by {np.mean([t[a] - r[a] for a in aspects]):+.1f}")
     print(f"({time.perf_counter() - t0:.0f} s)")
@@ -261,6 +262,8 @@ def main(argv=None) -> None:
     parser.add_argument("--batch", type=int, default=10, help="questions asked between two refits")
     parser.add_argument("--csab-docs", type=int, default=None, help="CSAbstruct papers per split (default: all)")
     parser.add_argument("--aclsum", default="aclsum", help="the ACLSum corpus (a load_corpus spec; '' to skip)")
+    parser.add_argument("--truths", nargs="+", default=["minilm"],
+                        help="encoders pooling CSAbstruct's truths (minilm mpnet: both; the bars use the first)")
     parser.add_argument("--csabstruct", action=argparse.BooleanOptionalAction, default=True,
                         help="run CSAbstruct (--no-csabstruct: ACLSum alone)")
     add_smoke(parser, argv, csab_docs=6, aclsum="aclsum:train[:3],test[:4]", marks=[1, 2], seeds=[0], batch=4)
@@ -271,7 +274,9 @@ def main(argv=None) -> None:
     print(f"# Teaching loop (CSAbstruct {args.split} papers scored)\n\nmatrix product: {matmul_gflops():.0f} "
           f"GFLOP/s (1600 x 768 @ 768 x 3072 fp32, torch); load {os.getloadavg()[0]:.1f}")
     acl = load_aspects("acl")
-    families = [csabstruct_family(cache, acl, args.csab_docs, args.split)] if args.csabstruct else []
+    truth_caches = {name: FeatureCache(Path(args.cache or folder.name) / name, FrozenBackbone(name))
+                    for name in args.truths if name != "minilm"}
+    families = [csabstruct_family(cache, acl, args.csab_docs, args.split, truth_caches)] if args.csabstruct else []
     if args.aclsum:
         families.append(aclsum_family(cache, acl, args.aclsum, "validation" if args.split == "dev" else "test"))
     for family in families:

@@ -61,6 +61,21 @@ def test_marks_survive_a_restart_and_travel_as_csv_with_formulas_guarded(tmp_pat
         shared.add("p9", "x", ["a", "none"])
 
 
+def test_a_restarted_loop_refits_the_same_heads_from_the_marks_on_disk(tmp_path):
+    features, ids = corpus()
+    loop = TeachLoop(features, floor(), ids, marks=Marks.of_run(tmp_path))
+    for i in range(6):
+        loop.answer(ids[i], "a" if i % 2 else ["a", "b"], sentence=features.sentence_texts[i][0])
+        loop.answer(ids[i], "none", sentence=features.sentence_texts[i][3])
+    loop.answer(ids[7], "skip", sentence=features.sentence_texts[7][1])
+    loop.refit()
+    loop.marks.close()
+    again = TeachLoop(features, floor(), ids, marks=Marks.of_run(tmp_path))  # the kernel restarted
+    assert again.status() == loop.status() and set(again.scorer.coef) == {"a", "b"}
+    for a in ("a", "b"):
+        np.testing.assert_array_equal(again.scorer.coef[a], loop.scorer.coef[a])
+
+
 def test_marks_follow_paper_ids_and_texts_through_a_re_export():
     features, ids = corpus()
     loop = TeachLoop(features, floor(), ids)
