@@ -14,7 +14,7 @@ from workbench.embed.aspectfile import TEMPERATURE, AspectPrototypes
 from workbench.embed.features import DocumentFeatures
 from workbench.embed.floor import AspectFileFloor
 from workbench.teach import chooser
-from workbench.teach.learner import LOG_FLOOR, fit_taught, sentence_inputs
+from workbench.teach.learner import LOG_FLOOR, TAUGHT_BLEND, fit_taught, sentence_inputs
 from workbench.teach.loop import TeachLoop
 from workbench.teach.marks import Marks, highlight_answers
 
@@ -165,7 +165,8 @@ def test_the_head_pools_by_the_taught_probabilities_as_an_independent_computatio
     for i, (S, R) in enumerate(zip(features.sentences, rows)):
         p = 1 / (1 + np.exp(-(R @ w + b)))
         expected = (p / p.sum()) @ S
-        np.testing.assert_allclose(emb["a"][i], expected / np.linalg.norm(expected), atol=2e-3)  # no blend
+        expected = TAUGHT_BLEND * expected / np.linalg.norm(expected) + (1 - TAUGHT_BLEND) * features.whole[i]
+        np.testing.assert_allclose(emb["a"][i], expected / np.linalg.norm(expected), atol=2e-3)  # the taught blend
         e = np.exp(scores(S)[:, 1] - scores(S)[:, 1].max())
         floor_b = (e / e.sum()) @ S
         floor_b = floor_b / np.linalg.norm(floor_b) + features.whole[i]  # the floor's half and half
