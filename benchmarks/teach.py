@@ -73,7 +73,8 @@ class Family:
 
 def user_answers(doc_ids, features, stated_texts) -> dict:
     """(doc_id, sentence index) -> the aspects a workbench sentence states (a human-marked sentence of the aspect
-    matches it, `match_highlights`); none, the empty list. `stated_texts[a][i]`: paper i's human-marked sentences of a."""
+    matches it, `match_highlights`); none, the empty list. `stated_texts[a][i]`: paper i's human-marked sentences
+    of a."""
     answers = {}
     for i, doc_id in enumerate(doc_ids):
         texts = features.sentence_texts[i]

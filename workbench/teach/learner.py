@@ -1,4 +1,4 @@
-"""The learner: from the marks, a sentence scorer per aspect on top of the aspect-file floor, and the head that pools by it.
+"""The learner: from the marks, a sentence scorer per aspect over the aspect-file floor, and the head that pools by it.
 
 Per aspect, a logistic regression says whether a sentence states it. It reads the sentence's unit vector, where
 the sentence sits (relative position, its square, first, last) and what the floor already believes of it (the

@@ -9,8 +9,8 @@
 
 `features` are the corpus's `DocumentFeatures` (the frozen-mode cache's), `floor` the aspect-file floor fitted
 to them (`floor.fit_floor`). `askable` limits the questions to some papers (a benchmark keeps its reporting
-papers out); every paper is embedded. `seed` seeds the chooser's draws. Marks already kept (a restart, a CSV of a colleague's) train the first
-fit. A sentence the floor leaves out as boilerplate is never asked; where a mark says one states an aspect
+papers out); every paper is embedded. `seed` seeds the chooser's draws. Marks already kept (a restart, a CSV
+of a colleague's) train the first fit. A sentence the floor leaves out as boilerplate is never asked; where a mark says one states an aspect
 (a colleague's CSV, say), it is pooled again (`learner.taught_floor`).
 """
 
@@ -117,7 +117,8 @@ class TeachLoop:
         """Fit each aspect's scorer to the marks kept now (skips train nothing)."""
         rows, marks = self.marked_rows()
         used = [k for k, m in enumerate(marks) if not m.skipped]
-        answers = np.array([[marks[k].states(a) for a in self.aspects] for k in used], bool).reshape(-1, len(self.aspects))
+        answers = np.array([[marks[k].states(a) for a in self.aspects] for k in used], bool)
+        answers = answers.reshape(-1, len(self.aspects))  # no answer yet: [0, A]
         self.scorer = fit_taught(self.floor.scorer, self.inputs[rows[used]] if used else self.inputs[:0], answers)
         return self.scorer
 
