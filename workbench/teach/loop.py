@@ -10,8 +10,8 @@
 `features` are the corpus's `DocumentFeatures` (the frozen-mode cache's), `floor` the aspect-file floor fitted
 to them (`floor.fit_floor`). `askable` limits the questions to some papers (a benchmark keeps its reporting
 papers out); every paper is embedded. `seed` seeds the chooser's draws. Marks already kept (a restart, a CSV
-of a colleague's) train the first fit. A sentence the floor leaves out as boilerplate is never asked; where a mark says one states an aspect
-(a colleague's CSV, say), it is pooled again (`learner.taught_floor`).
+of a colleague's) train the first fit. A sentence the floor leaves out as boilerplate is never asked; where a
+mark says one states an aspect (a colleague's CSV, say), it is pooled again (`learner.taught_floor`).
 """
 
 from __future__ import annotations
