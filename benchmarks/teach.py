@@ -267,7 +267,7 @@ def main(argv=None) -> None:
                         help="encoders pooling CSAbstruct's truths (minilm mpnet: both; the bars use the first)")
     parser.add_argument("--csabstruct", action=argparse.BooleanOptionalAction, default=True,
                         help="run CSAbstruct (--no-csabstruct: ACLSum alone)")
-    add_smoke(parser, argv, csab_docs=6, aclsum="aclsum:train[:3],test[:4]", marks=[1, 2], seeds=[0], batch=4)
+    add_smoke(parser, argv, csab_docs=4, aclsum="aclsum:train[:2],test[:3]", marks=[1, 2], seeds=[0], batch=4)
     args = parser.parse_args(argv)
     start = time.perf_counter()
     folder = None if args.cache else tempfile.TemporaryDirectory(prefix="teach-")
