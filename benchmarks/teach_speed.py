@@ -60,7 +60,7 @@ def main(argv=None) -> None:
     parser.add_argument("--sentences", type=int, default=8, help="sentences per abstract")
     parser.add_argument("--first", type=int, default=30, help="answers before the timed refit")
     parser.add_argument("--new", type=int, default=5, help="new answers the timed refit learns")
-    add_smoke(parser, argv, papers=200, first=8)
+    add_smoke(parser, argv, papers=60, first=6)
     args = parser.parse_args(argv)
     print(f"# Teaching: refit speed ({args.papers} papers x {args.sentences} sentences, {H}-d)\n\nmatrix product: "
           f"{matmul_gflops():.0f} GFLOP/s; load {os.getloadavg()[0]:.1f}")
@@ -86,9 +86,10 @@ def main(argv=None) -> None:
     t = time.perf_counter()
     amap.with_embeddings(new, on_frame=lambda coords: frame.setdefault("at", time.perf_counter() - t))
     settled = time.perf_counter() - t
-    print(f"\nrefit after {args.new} new marks, new embeddings: {refit:.2f} s (bar 2 s)\n"
-          f"map's first frame after that (in the kernel): {frame.get('at', float('nan')):.2f} s (bar 2 s); "
-          f"settled map {settled:.2f} s")
+    print("\n| step | seconds | bar |\n|---|---:|---:|\n"
+          f"| refit after {args.new} new marks, new embeddings | {refit:.2f} | 2 |\n"
+          f"| the map's first frame after that (in the kernel) | {frame.get('at', float('nan')):.2f} | 2 |\n"
+          f"| the settled map | {settled:.2f} | |")
 
 
 if __name__ == "__main__":
