@@ -42,6 +42,7 @@ from .boilerplate import NEAR as BOILERPLATE_NEAR
 from .encoders import AspectModel, CheckpointError, read_config, valid_aspects
 from .features import (N_POSITION, DocumentFeatures, FeatureCache, FrozenBackbone, blend_documents,
                        marked_word_vectors)
+from .taught_head import TaughtHeadScorer
 from .mixture import MixtureScorer
 from .phrases import stating
 from ..core.files import write_json, write_tensors
@@ -89,8 +90,6 @@ def scorer_config(scorer: nn.Module) -> dict:
 def scorer_from_config(hidden: int, config: dict) -> nn.Module:
     """The (untrained) scorer a checkpoint's config names: `LinearScorer`, `mixture.MixtureScorer` or
     `taught_head.TaughtHeadScorer` (a scorer taught by marks, holding the floor's scorers)."""
-    from .taught_head import TaughtHeadScorer
-
     config = dict(config)
     kind = config.pop("kind", "linear")
     if kind == "linear":

@@ -42,10 +42,8 @@ class TaughtHeadScorer(nn.Module):
 
     def config(self) -> dict:
         """What a checkpoint's config holds to rebuild this scorer (`heads.scorer_from_config`)."""
-        from .heads import scorer_config
-
         return {"kind": self.kind, "index": self.index, "belief": self.belief, "n_position": self.n_position,
-                "floors": [scorer_config(f) for f in self.floors]}
+                "floors": [f.config() for f in self.floors]}
 
     def inputs(self, sentences: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         """[..., D] `teach.learner.sentence_inputs` of padded sentences [B, M, H] (positions [B, M, 3])."""
