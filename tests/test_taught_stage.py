@@ -147,3 +147,10 @@ def test_a_marks_csv_given_to_stage_03_joins_the_run_s_marks(tmp_path):
     team.to_csv(tmp_path / "team.csv")
     read_marks(tmp_path / "run", tmp_path / "team.csv").close()
     assert [m.answer for m in Marks.of_run(tmp_path / "run").current()] == ["a"]
+
+
+def test_the_map_page_says_the_verdicts_under_the_weights_escaped():
+    from workbench.maps.page import verdicts_html
+
+    html = verdicts_html(["a: checked on 30 of the papers you marked <b>", "b: not checked"])
+    assert "&lt;b&gt;" in html and "b: not checked" in html and verdicts_html(None) == ""
