@@ -52,6 +52,7 @@ from workbench.embed.features import FeatureCache, FrozenBackbone  # noqa: E402
 from workbench.embed.floor import fit_floor  # noqa: E402
 from workbench.measures.evaluation import summary_similarity  # noqa: E402
 from workbench.teach.loop import TeachLoop  # noqa: E402
+from workbench.teach.verdict import cross_check  # noqa: E402
 
 ASKABLE_SHARE = 0.5  # the share of the askable papers a user seed lets the workbench ask about
 
@@ -159,8 +160,9 @@ def aclsum_family(cache, acl, spec: str, split: str = "test") -> Family:
                   (table(askable), table(scored)), word_vectors)
 
 
-def teach(loop: TeachLoop, answers: dict, budgets: list[int], batch: int) -> dict[int, dict]:
-    """Drive the loop until each budget of answers (in all) is spent; {budget: the embeddings then}."""
+def teach(loop: TeachLoop, answers: dict, budgets: list[int], batch: int, verdicts: dict | None = None) -> dict:
+    """Drive the loop until each budget of answers (in all) is spent; {budget: the embeddings then}. `verdicts`,
+    where given, gets {budget: the marks' verdict then} (`teach.verdict.cross_check`)."""
     out, given = {}, 0
     for budget in sorted(budgets):
         while given < budget:
@@ -172,6 +174,8 @@ def teach(loop: TeachLoop, answers: dict, budgets: list[int], batch: int) -> dic
             given += len(questions)
             loop.refit()
         out[budget] = loop.embeddings()
+        if verdicts is not None:
+            verdicts[budget] = cross_check(loop)
     return out
 
 
@@ -212,7 +216,7 @@ def run_family(family: Family, aspects, args) -> None:
     whole = score({a: unit_rows(family.features.whole[scored]) for a in aspects})
     floor = score({a: v[scored] for a, v in family.floor.embeddings(family.features, family.word_vectors).items()})
     budgets = [m * (len(aspects) + 1) for m in args.marks]
-    taught, random_marks, shown = {m: [] for m in args.marks}, {m: [] for m in args.marks}, {}
+    taught, random_marks, shown, verdicts = {m: [] for m in args.marks}, {m: [] for m in args.marks}, {}, {}
     for seed in args.seeds:
         rng = np.random.default_rng(seed)
         askable = [family.doc_ids[i] for i in
@@ -220,8 +224,11 @@ def run_family(family: Family, aspects, args) -> None:
         t1 = time.perf_counter()
         loop = TeachLoop(family.features, family.floor, family.doc_ids, askable=askable,
                          word_vectors=family.word_vectors, seed=seed)
-        for budget, emb in teach(loop, family.answers, budgets, args.batch).items():
+        said = {}
+        for budget, emb in teach(loop, family.answers, budgets, args.batch, said).items():
             taught[budget // (len(aspects) + 1)].append(score({a: v[scored] for a, v in emb.items()}))
+            verdicts.setdefault(budget // (len(aspects) + 1), []).append((taught[budget // (len(aspects) + 1)][-1],
+                                                                          said[budget]))
         shown[seed] = (loop.status(), time.perf_counter() - t1)
         for m in args.marks:
             random_marks[m].append(score(recipe(family.recipe_tables, m, seed, aspects)))
@@ -241,6 +248,7 @@ def run_family(family: Family, aspects, args) -> None:
                       worst(random_marks[m], t), aspects, of(floor, t)))
             print(row(f"{m} marks per aspect, the workbench asking (teach loop)", worst(taught[m], t), aspects,
                       of(floor, t)))
+    print_verdicts(verdicts, whole, next(iter(family.truths)), aspects)
     print()
     for seed, (status, seconds) in shown.items():
         print(f"user seed {seed}: {seconds:.0f} s; " + "; ".join(
@@ -251,6 +259,26 @@ def run_family(family: Family, aspects, args) -> None:
               + ", ".join(f"{t[a] - f[a]:+.1f}" for a in aspects)
               + f"; mean over aspects above the random-marks recipe by {np.mean([t[a] - r[a] for a in aspects]):+.1f}")
     print(f"({time.perf_counter() - t0:.0f} s)")
+
+
+def print_verdicts(verdicts: dict, whole: dict, truth: str, aspects) -> None:
+    """The marks' verdict (held-out marks of the askable papers) beside the labels' (the scored papers' truth):
+    per budget and aspect, each user seed's labels' margin (taught head less MiniLM's whole abstract) and the
+    verdict, its interval and how many more papers it asks for."""
+    print(f"\nThe marks' verdict against the labels' ({truth} truth; per user seed: labels' margin, verdict "
+          "[interval])")
+    print("| marks per aspect | " + " | ".join(aspects) + " |")
+    print("|---:|" + "---|" * len(aspects))
+    for m, runs in sorted(verdicts.items()):
+        cells = []
+        for a in aspects:
+            said = []
+            for scores, check in runs:
+                c = check[a]
+                more = f", {c['more']} more" if c.get("more") else ""
+                said.append(f"{scores[truth, a] - whole[truth, a]:+.1f}: {c['outcome']} {c.get('interval')}{more}")
+            cells.append("; ".join(said))
+        print(f"| {m} | " + " | ".join(cells) + " |")
 
 
 def main(argv=None) -> None:
