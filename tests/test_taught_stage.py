@@ -16,6 +16,7 @@ from workbench.core.vectors import unit_rows
 from workbench.embed.floor import floor_bias
 from workbench.embed.guard import load_guard
 from workbench.embed.heads import PooledAspectModel
+from workbench.embed.mixture import PositionMixture
 from workbench.teach.loop import TeachLoop
 from workbench.teach.marks import Marks
 from workbench.teach.saved import place_taught
@@ -40,7 +41,25 @@ def taught_loop(papers=10, blend=0.5):
 
 
 def test_the_taught_head_in_a_checkpoint_embeds_as_the_loop_does_and_reloads_from_safetensors(tmp_path):
-    loop, features = taught_loop()
+    round_trip(*taught_loop(), tmp_path)
+
+
+def test_the_taught_head_over_a_position_mixture_floor_reloads_as_the_loop_embeds(tmp_path):
+    features, ids = corpus(papers=10)
+    base = floor()
+    density = np.array([[3.0, 1.5, 1.0, 0.5, 0.2], [0.2, 0.5, 1.0, 1.5, 3.0]])  # a early, b late
+    mixed = replace(base, scorer=PositionMixture(base.scorer, np.log(density)), blends={a: 0.5 for a in ASPECTS})
+    loop = TeachLoop(features, mixed, ids)
+    for i in range(10):
+        for k in range(4):
+            loop.answer(ids[i], "a" if k == 2 else "b" if k == 0 else "none", sentence=features.sentence_texts[i][k])
+    loop.refit()
+    assert loop.floor.mixed and set(loop.scorer.coef) == set(ASPECTS)
+    round_trip(loop, features, tmp_path)
+
+
+def round_trip(loop, features, tmp_path):
+    """The loop's taught heads in a unified model embed as the loop does, and reload from safetensors alike."""
     model = PooledAspectModel("stand-in", ASPECTS, hidden=H, pooling="mean")
     for a in ASPECTS:
         place_taught(model.heads[a], loop.floor, loop.taught(), a)
@@ -105,12 +124,18 @@ def test_a_head_taught_wrong_answers_is_not_called_better_than_the_whole_abstrac
     loop = marked_loop(features, ids, 30)
     wrong = np.random.default_rng(0)  # the answers shuffled among the shown sentences
     shown = [(ids[i], features.sentence_texts[i][k]) for i in range(30) for k in range(5)]
-    answers = [m.answer for m in loop.marks.current()]
+    true = loop.marks
     loop.marks = Marks()
-    for (d, s), ans in zip(shown, wrong.permutation(answers)):
+    for (d, s), ans in zip(shown, wrong.permutation([m.answer for m in true.current()])):
         loop.marks.add(d, s, ans)
     loop.refit()
     assert cross_check(loop)["a"]["outcome"] != BETTER
+    # Judged on the held-out papers' true marks (the benchmark's heads built to lose), it reads a worse head.
+    wrong_head = cross_check(loop, judge=true)["a"]["scores"]
+    loop.marks = true
+    loop.refit()
+    assert cross_check(loop, judge=true)["a"] == cross_check(loop)["a"]
+    assert wrong_head["taught"] < cross_check(loop)["a"]["scores"]["taught"] - 5
 
 
 def test_the_verdict_lines_say_each_aspect_in_plain_words_and_guard_json_keeps_its_keys(tmp_path):

@@ -38,11 +38,11 @@ KEPT_WORDS = {"head": "the trained head", "aspect file": "the head your aspect f
               "base": "the encoder's whole abstract", "taught": "the head your marks taught"}
 
 
-def marked_sentences(loop) -> list[tuple[int, int, object, int | None]]:
+def marked_sentences(loop, marks=None) -> list[tuple[int, int, object, int | None]]:
     """(paper, sentence index, mark, table row or None for boilerplate) of every answered sentence of the corpus
-    (skips left out)."""
+    (skips left out) among `marks` (None: the loop's)."""
     out = []
-    for m in loop.marks.current():
+    for m in (loop.marks if marks is None else marks).current():
         where = loop.where.get((m.doc_id, sentence_key(m.sentence)))
         if where is not None and not m.skipped:
             out.append((*where, m, loop.row_of.get((m.doc_id, sentence_key(m.sentence)))))
@@ -104,7 +104,7 @@ def more_needed(n: int, mean: float, low: float, high: float) -> int | None:
     return max(1, math.ceil(n * (half / abs(mean)) ** 2) - n)
 
 
-def check_aspect(scores: dict[str, np.ndarray], rng, n_marks: int, n_papers: int = 0) -> dict:
+def check_aspect(scores: dict[str, np.ndarray], rng, n_marks: int, n_papers: int = 0, level: float = LEVEL) -> dict:
     """One aspect's verdict from its per-paper scores {"taught", "aspect file", "base"} (see the module doc);
     `n_papers`: the papers with a truth, where too few of them to score."""
     ok = np.all([np.isfinite(v) for v in scores.values()], axis=0)
@@ -114,7 +114,7 @@ def check_aspect(scores: dict[str, np.ndarray], rng, n_marks: int, n_papers: int
     if n < MIN_PAPERS:
         return {**out, "outcome": UNSURE, "kept": "taught", "more": MIN_PAPERS - out["papers"], "interval": None}
     diff = scores["taught"][ok] - scores["base"][ok]
-    low, high = interval(diff, rng)
+    low, high = interval(diff, rng, level=level)
     out["interval"] = [round(low, 2), round(high, 2)]
     if low > 0:
         return {**out, "outcome": BETTER, "kept": "taught"}
@@ -123,17 +123,19 @@ def check_aspect(scores: dict[str, np.ndarray], rng, n_marks: int, n_papers: int
     return {**out, "outcome": UNSURE, "kept": "taught", "more": more_needed(n, float(diff.mean()), low, high)}
 
 
-def cross_check(loop, folds: int = FOLDS, seed: int = 0) -> dict[str, dict]:
+def cross_check(loop, folds: int = FOLDS, seed: int = 0, judge=None, level: float = LEVEL) -> dict[str, dict]:
     """{aspect: its verdict} on the loop's marks (see the module doc); an aspect no paper's marks state is said
-    to have too few."""
+    to have too few. `judge`: other marks (`Marks`) whose held-out papers give the truth, the loop's marks still
+    teaching the heads (a benchmark judges a head taught wrong answers by the right ones); None: the loop's."""
     rng = np.random.default_rng(seed)
     found = marked_sentences(loop)
-    truth = truths(loop, found)
-    papers = sorted({i for i, *_ in found})
+    judged = found if judge is None else marked_sentences(loop, judge)
+    truth = truths(loop, judged)
+    papers = sorted({i for i, *_ in found} | {i for i, *_ in judged})
     out = {}
     if len(papers) < 2:
         return {a: check_aspect({c: np.zeros(0) for c in ("taught", "aspect file", "base")}, rng,
-                                sum(1 for *_, m, _ in found if m.states(a))) for a in loop.aspects}
+                                sum(1 for *_, m, _ in judged if m.states(a))) for a in loop.aspects}
     taught = held_out_embeddings(loop, found, papers, folds, rng)
     floor = loop.floor.embeddings(loop.features.subset(papers), loop.word_vectors)
     whole = unit_rows(np.asarray(loop.features.whole, np.float32)[papers])
@@ -142,7 +144,7 @@ def cross_check(loop, folds: int = FOLDS, seed: int = 0) -> dict[str, dict]:
         t = np.stack([truth[a][papers[j]] for j in rows]) if rows else np.zeros((0, whole.shape[1]))
         scores = {c: per_paper(v[rows], t) if len(rows) >= 3 else np.zeros(0)
                   for c, v in (("taught", taught[a]), ("aspect file", floor[a]), ("base", whole))}
-        out[a] = check_aspect(scores, rng, sum(1 for *_, m, _ in found if m.states(a)), len(rows))
+        out[a] = check_aspect(scores, rng, sum(1 for *_, m, _ in judged if m.states(a)), len(rows), level)
     return out
 
 
