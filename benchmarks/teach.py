@@ -17,8 +17,15 @@ that have the aspect; worst of the user seeds. Beside it, on the same seeds: Min
 train sentences of each role group, balanced by the labels, a logistic regression on vector and position,
 pooled by its probability), run here.
 
+At each budget it also prints the verdict the marks give (`workbench.teach.verdict.cross_check` on each user
+seed's marks) beside the labels' margin (the head less MiniLM's whole abstract on the scored papers), and the
+same for heads built to lose (`built_to_lose`: the answers shuffled among the shown sentences, or inverted),
+judged on the held-out papers' true marks. Smoke mode reads hashed word vectors (`_smoke.HashedBackbone`) in
+place of the encoders: no model to load.
+
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/teach.py --cache /tmp/teach-cache [--split dev] [--marks 10 30]
-        [--seeds 0 1 2] [--batch 10] [--truths minilm mpnet] [--aclsum SPEC] [--no-csabstruct] [--smoke]
+        [--seeds 0 1 2] [--batch 10] [--truths minilm mpnet] [--aclsum SPEC] [--no-csabstruct] [--folds F]
+        [--level L] [--smoke]
 """
 
 from __future__ import annotations

@@ -29,6 +29,9 @@ from ..measures.evaluation import rowwise_spearman
 from .learner import fit_taught, taught_floor
 from .marks import sentence_key
 
+# On CSAbstruct's dev papers (`benchmarks/teach.py --split dev --folds F --level L`) 10 folds, one paper per fold
+# and a 90% interval gave no more verdicts at 10 marks per aspect than 5 folds at 95% (docs/results.md, "The
+# verdict with marks against the labels'").
 FOLDS = 5        # folds over the marked papers (fewer where there are fewer papers)
 DRAWS = 1000     # bootstrap draws of the papers
 LEVEL = 0.95     # the interval's coverage
