@@ -17,8 +17,15 @@ that have the aspect; worst of the user seeds. Beside it, on the same seeds: Min
 train sentences of each role group, balanced by the labels, a logistic regression on vector and position,
 pooled by its probability), run here.
 
+At each budget it also prints the verdict the marks give (`workbench.teach.verdict.cross_check` on each user
+seed's marks) beside the labels' margin (the head less MiniLM's whole abstract on the scored papers), and the
+same for heads built to lose (`built_to_lose`: the answers shuffled among the shown sentences, or inverted),
+judged on the held-out papers' true marks. Smoke mode reads hashed word vectors (`_smoke.HashedBackbone`) in
+place of the encoders: no model to load.
+
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/teach.py --cache /tmp/teach-cache [--split dev] [--marks 10 30]
-        [--seeds 0 1 2] [--batch 10] [--truths minilm mpnet] [--aclsum SPEC] [--no-csabstruct] [--smoke]
+        [--seeds 0 1 2] [--batch 10] [--truths minilm mpnet] [--aclsum SPEC] [--no-csabstruct] [--folds F]
+        [--level L] [--smoke]
 """
 
 from __future__ import annotations
@@ -41,7 +48,7 @@ import numpy as np  # noqa: E402
 
 import csabstruct  # noqa: E402
 from _machine import matmul_gflops  # noqa: E402
-from _smoke import add_smoke  # noqa: E402
+from _smoke import HashedBackbone, add_smoke  # noqa: E402
 from families import CachedBackbone, pooled_truth, spearman_on  # noqa: E402
 from workbench.data.corpus import load_corpus  # noqa: E402
 from workbench.core.vectors import unit_rows  # noqa: E402
@@ -52,8 +59,13 @@ from workbench.embed.features import FeatureCache, FrozenBackbone  # noqa: E402
 from workbench.embed.floor import fit_floor  # noqa: E402
 from workbench.measures.evaluation import summary_similarity  # noqa: E402
 from workbench.teach.loop import TeachLoop  # noqa: E402
+from workbench.teach.marks import Marks  # noqa: E402
+from workbench.teach.verdict import BETTER, UNSURE, WORSE, cross_check  # noqa: E402
 
 ASKABLE_SHARE = 0.5  # the share of the askable papers a user seed lets the workbench ask about
+LOSERS = {"shuffled": "answers shuffled among the shown sentences",
+          "inverted": "each answer turned to the aspects it does not name"}
+VERDICT: dict = {}  # `cross_check`'s settings where --folds or --level override the shipped ones (choosing them)
 
 
 @dataclass
@@ -159,8 +171,34 @@ def aclsum_family(cache, acl, spec: str, split: str = "test") -> Family:
                   (table(askable), table(scored)), word_vectors)
 
 
-def teach(loop: TeachLoop, answers: dict, budgets: list[int], batch: int) -> dict[int, dict]:
-    """Drive the loop until each budget of answers (in all) is spent; {budget: the embeddings then}."""
+def built_to_lose(loop: TeachLoop, seed: int, how: str = "shuffled") -> tuple[dict, dict]:
+    """A head built to lose, taught wrong answers about the sentences the loop showed: its answers shuffled among
+    them ("shuffled"), or each answer turned to the aspects it does not name ("inverted": a sentence marked
+    approach now states challenge and outcome, one marked none states all three). The verdict judges it on the
+    held-out papers' TRUE marks (`cross_check(..., judge=)`). Returns (its embeddings, that verdict); the loop is
+    left as it was."""
+    true = loop.marks
+    shown = true.current()
+    if how == "shuffled":
+        answers = np.random.default_rng(seed).permutation([m.answer for m in shown])
+    else:
+        answers = [[a for a in loop.aspects if not m.states(a)] or "none" for m in shown]
+    wrong = Marks()
+    wrong.add_many([(m.doc_id, m.sentence, a) for m, a in zip(shown, answers)])
+    try:
+        loop.marks = wrong
+        loop.refit()
+        return loop.embeddings(), cross_check(loop, judge=true, **VERDICT)
+    finally:
+        loop.marks = true
+        loop.refit()
+
+
+def teach(loop: TeachLoop, answers: dict, budgets: list[int], batch: int, verdicts: dict | None = None,
+          losing: dict | None = None) -> dict:
+    """Drive the loop until each budget of answers (in all) is spent; {budget: the embeddings then}. `verdicts`,
+    where given, gets {budget: the marks' verdict then} (`teach.verdict.cross_check`); `losing`, {how: {}} each
+    {} given {budget: (the embeddings, the verdict) of a head built to lose so then} (`built_to_lose`)."""
     out, given = {}, 0
     for budget in sorted(budgets):
         while given < budget:
@@ -172,6 +210,10 @@ def teach(loop: TeachLoop, answers: dict, budgets: list[int], batch: int) -> dic
             given += len(questions)
             loop.refit()
         out[budget] = loop.embeddings()
+        if verdicts is not None:
+            verdicts[budget] = cross_check(loop, **VERDICT)
+        for how, lost in (losing or {}).items():
+            lost[budget] = built_to_lose(loop, budget, how)
     return out
 
 
@@ -212,7 +254,8 @@ def run_family(family: Family, aspects, args) -> None:
     whole = score({a: unit_rows(family.features.whole[scored]) for a in aspects})
     floor = score({a: v[scored] for a, v in family.floor.embeddings(family.features, family.word_vectors).items()})
     budgets = [m * (len(aspects) + 1) for m in args.marks]
-    taught, random_marks, shown = {m: [] for m in args.marks}, {m: [] for m in args.marks}, {}
+    taught, random_marks, shown, verdicts = {m: [] for m in args.marks}, {m: [] for m in args.marks}, {}, {}
+    losers = {how: {} for how in LOSERS}  # {how: {marks per aspect: [(scores, verdict) per user seed]}}
     for seed in args.seeds:
         rng = np.random.default_rng(seed)
         askable = [family.doc_ids[i] for i in
@@ -220,8 +263,14 @@ def run_family(family: Family, aspects, args) -> None:
         t1 = time.perf_counter()
         loop = TeachLoop(family.features, family.floor, family.doc_ids, askable=askable,
                          word_vectors=family.word_vectors, seed=seed)
-        for budget, emb in teach(loop, family.answers, budgets, args.batch).items():
-            taught[budget // (len(aspects) + 1)].append(score({a: v[scored] for a, v in emb.items()}))
+        said, lost = {}, {how: {} for how in LOSERS}
+        for budget, emb in teach(loop, family.answers, budgets, args.batch, said, lost).items():
+            m = budget // (len(aspects) + 1)
+            taught[m].append(score({a: v[scored] for a, v in emb.items()}))
+            verdicts.setdefault(m, []).append((taught[m][-1], said[budget]))
+            for how, heads in lost.items():
+                losers[how].setdefault(m, []).append((score({a: v[scored] for a, v in heads[budget][0].items()}),
+                                                      heads[budget][1]))
         shown[seed] = (loop.status(), time.perf_counter() - t1)
         for m in args.marks:
             random_marks[m].append(score(recipe(family.recipe_tables, m, seed, aspects)))
@@ -241,6 +290,10 @@ def run_family(family: Family, aspects, args) -> None:
                       worst(random_marks[m], t), aspects, of(floor, t)))
             print(row(f"{m} marks per aspect, the workbench asking (teach loop)", worst(taught[m], t), aspects,
                       of(floor, t)))
+    print_verdicts(verdicts, whole, next(iter(family.truths)), aspects)
+    for how, words in LOSERS.items():
+        print_verdicts(losers[how], whole, next(iter(family.truths)), aspects,
+                       f"A head built to lose ({words}), judged on held-out TRUE marks")
     print()
     for seed, (status, seconds) in shown.items():
         print(f"user seed {seed}: {seconds:.0f} s; " + "; ".join(
@@ -251,6 +304,36 @@ def run_family(family: Family, aspects, args) -> None:
               + ", ".join(f"{t[a] - f[a]:+.1f}" for a in aspects)
               + f"; mean over aspects above the random-marks recipe by {np.mean([t[a] - r[a] for a in aspects]):+.1f}")
     print(f"({time.perf_counter() - t0:.0f} s)")
+
+
+def print_verdicts(verdicts: dict, whole: dict, truth: str, aspects,
+                   title: str = "The marks' verdict against the labels'") -> None:
+    """The marks' verdict (held-out marks of the askable papers) beside the labels' (the scored papers' truth):
+    per budget and aspect, each user seed's labels' margin (taught head less MiniLM's whole abstract) and the
+    verdict, its interval and how many more papers it asks for."""
+    print(f"\n{title} ({truth}; per user seed: labels' margin, verdict [interval])\n")
+    print("| marks per aspect | " + " | ".join(aspects) + " |")
+    print("|---:|" + "---|" * len(aspects))
+    for m, runs in sorted(verdicts.items()):
+        cells = []
+        for a in aspects:
+            said = []
+            for scores, check in runs:
+                c = check[a]
+                more = f", {c['more']} more" if c.get("more") else ""
+                said.append(f"{scores[truth, a] - whole[truth, a]:+.1f}: {c['outcome']} {c.get('interval')}{more}")
+            cells.append("; ".join(said))
+        print(f"| {m} | " + " | ".join(cells) + " |")
+    for m, runs in sorted(verdicts.items()):
+        margins = [{a: scores[truth, a] - whole[truth, a] for a in aspects} for scores, _ in runs]
+        said = [{a: check[a]["outcome"] for a in aspects} for _, check in runs]
+        against = sum(1 for mg, sd in zip(margins, said) for a in aspects
+                      if (sd[a] == BETTER and mg[a] < 0) or (sd[a] == WORSE and mg[a] > 0))
+        clear = [sum(sd[a] != UNSURE for a in aspects if mg[a] >= 5) for mg, sd in zip(margins, said)]
+        told = [sum(mg[a] >= 5 for a in aspects) for mg in margins]
+        print(f"at {m} marks: {against} verdicts against the labels' sign; per user seed, aspects given a verdict "
+              "where the labels' margin is 5 or more: " + ", ".join(f"{c} of {t}" for c, t in zip(clear, told))
+              + "; outcomes: " + ", ".join("/".join(sd[a] for a in aspects) for sd in said))
 
 
 def main(argv=None) -> None:
@@ -265,17 +348,24 @@ def main(argv=None) -> None:
     parser.add_argument("--aclsum", default="aclsum", help="the ACLSum corpus (a load_corpus spec; '' to skip)")
     parser.add_argument("--truths", nargs="+", default=["minilm"],
                         help="encoders pooling CSAbstruct's truths (minilm mpnet: both; the bars use the first)")
+    parser.add_argument("--folds", type=int, default=None, help="the verdict's folds (default: verdict.FOLDS)")
+    parser.add_argument("--level", type=float, default=None, help="the verdict's interval (default: verdict.LEVEL)")
     parser.add_argument("--csabstruct", action=argparse.BooleanOptionalAction, default=True,
                         help="run CSAbstruct (--no-csabstruct: ACLSum alone)")
     add_smoke(parser, argv, csab_docs=4, aclsum="aclsum:train[:2],test[:3]", marks=[1, 2], seeds=[0], batch=4)
     args = parser.parse_args(argv)
+    VERDICT.update({k: v for k, v in (("folds", args.folds), ("level", args.level)) if v is not None})
     start = time.perf_counter()
     folder = None if args.cache else tempfile.TemporaryDirectory(prefix="teach-")
-    cache = FeatureCache(Path(args.cache or folder.name) / "minilm", FrozenBackbone("minilm"))
-    print(f"# Teaching loop (CSAbstruct {args.split} papers scored)\n\nmatrix product: {matmul_gflops():.0f} "
+    # Smoke mode reads hashed word vectors, in memory, for the encoders' (no model to load: seconds, not tens).
+    where = (lambda name: None) if args.smoke else (lambda name: Path(args.cache or folder.name) / name)
+    backbone = (lambda name: HashedBackbone()) if args.smoke else FrozenBackbone
+    cache = FeatureCache(where("minilm"), backbone("minilm"))
+    print(f"# Teaching loop (CSAbstruct {args.split} papers scored)\n\nmatrix product: "
+          f"{matmul_gflops(1 if args.smoke else 5):.0f} "
           f"GFLOP/s (1600 x 768 @ 768 x 3072 fp32, torch); load {os.getloadavg()[0]:.1f}")
     acl = load_aspects("acl")
-    truth_caches = {name: FeatureCache(Path(args.cache or folder.name) / name, FrozenBackbone(name))
+    truth_caches = {name: FeatureCache(where(name), backbone(name))
                     for name in args.truths if name != "minilm"}
     families = [csabstruct_family(cache, acl, args.csab_docs, args.split, truth_caches)] if args.csabstruct else []
     if args.aclsum:
