@@ -6,6 +6,7 @@ brute-force computation, not for quality.
 """
 
 import dataclasses
+import types
 
 import numpy as np
 import pytest
@@ -159,7 +160,11 @@ def _pane_arguments(explorer, monkeypatch, **options) -> dict:
         return {k: v for key, given in kwargs.items()
                 for k, v in (vars(given).items() if dataclasses.is_dataclass(given) else [(key, given)])}
 
-    monkeypatch.setattr(explore_module, "MapPane", lambda *args, **kwargs: seen.update(flat(kwargs), meta=args[1]))
+    def stub(*args, **kwargs):  # a pane the teaching widget can be put under
+        seen.update(flat(kwargs), meta=args[1])
+        return types.SimpleNamespace(layout=types.SimpleNamespace(children=()))
+
+    monkeypatch.setattr(explore_module, "MapPane", stub)
     explorer.pane(**options)
     return seen
 

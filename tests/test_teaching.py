@@ -93,3 +93,16 @@ def test_escaping_and_a_refit_moves_a_map_through_the_warm_path():
     new = old.with_embeddings({"a": rng.normal(size=(60, 8))}, n_iter=30, on_frame=frames.append)
     assert not np.allclose(new.coords, old.coords) and np.allclose(new.embeddings["b"], old.embeddings["b"])
     assert new.weights == old.weights
+
+
+def test_the_verdict_shows_before_teaching_starts_and_after_a_refit(tmp_path):
+    from workbench.maps.teaching import verdict_for
+
+    verdict = verdict_for(tmp_path)  # no stage 03 yet: nothing checked, said in words
+    features, ids = corpus()
+    p = TeachPanel(lambda: TeachLoop(features, floor(), ids, marks=Marks.of_run(tmp_path)), ["a", "b"],
+                   {d: d for d in ids}, verdict=lambda: verdict() or ["a: <not checked>"])
+    assert "Verdict" in p.paper.value and "&lt;not checked&gt;" in p.paper.value  # escaped, before any start
+    p.start()
+    p.refit()
+    assert "Verdict" in p.status.value

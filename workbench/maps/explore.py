@@ -583,7 +583,7 @@ class Explorer:
         return export_html(path, coords, self.meta, labels_by_preset=drawn, title=title, records=self.corpus.docs,
                            options=PageOptions(color_by=color_by),
                            details=PresetDetails(weights_by_preset=used, questions_by_preset=questions,
-                                                 regions_by_preset=numbered))
+                                                 regions_by_preset=numbered, verdicts=verdict_for(self.run_dir)()))
 
     def default_presets(self) -> dict[str, dict[str, float]]:
         """Current weights, equal weights, and each aspect alone."""

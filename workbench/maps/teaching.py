@@ -16,7 +16,6 @@ colleague's. Paper text is escaped wherever it is shown.
 from __future__ import annotations
 
 import base64
-import importlib
 import tempfile
 import time
 from pathlib import Path
@@ -31,6 +30,7 @@ from ..embed.aspectfile import aspect_prototypes
 from ..embed.floor import fit_floor
 from ..teach.loop import TeachLoop
 from ..teach.marks import NONE, SKIP, Marks, sentence_key
+from ..teach.verdict import verdict_lines
 
 SEVERAL = "several"
 BATCH = 10  # questions asked between two looks at the chooser: it reads the heads as the last refit left them
@@ -95,13 +95,10 @@ def corpus_loop(model, corpus, aspect_set, aspects: Sequence[str], run_dir):
                      word_vectors=model.cache.word_vectors)
 
 
-def verdict_for(run_dir) -> Callable[[], list[str]] | None:
-    """The verdict lines of a run's aspects in plain words (`teach.verdict`), where this workbench has them."""
-    try:  # by name: a workbench without the verdict module still teaches
-        verdict = importlib.import_module("workbench.teach.verdict")
-    except ImportError:
-        return None
-    return lambda: verdict.verdict_lines(run_dir)
+def verdict_for(run_dir) -> Callable[[], list[str]]:
+    """The verdict lines of a run's aspects in plain words (`teach.verdict`), read afresh at each call: stage 03
+    run again with new marks changes them."""
+    return lambda: verdict_lines(run_dir)
 
 
 def attach(pane, panel: "TeachPanel", apply_taught: Callable):
@@ -131,7 +128,8 @@ class TeachPanel:
     def build(self) -> None:
         import ipywidgets as widgets
 
-        self.paper = widgets.HTML("<em>Start teaching: the workbench reads the corpus's sentences first.</em>")
+        self.paper = widgets.HTML(verdict_html(self.verdict) + "<em>Start teaching: the workbench reads the "
+                                  "corpus's sentences first.</em>")
         self.start_button = widgets.Button(description="start teaching", layout=widgets.Layout(width="auto"))
         self.start_button.on_click(lambda _: self.start())
         self.key_box = widgets.Text(placeholder=f"click here, then type 1-{len(self.keys)}", continuous_update=True,
@@ -273,13 +271,8 @@ class TeachPanel:
         """Per aspect its marks and how sure its head is, the verdict lines where there are some, and the
         CSV link."""
         lines = status_words(self.loop.status())
-        try:
-            verdict = list(self.verdict()) if self.verdict is not None else []
-        except Exception as exc:  # the verdict reads files of its own; the marks' counts stand without it
-            verdict = [f"no verdict: {exc}"]
         self.status.value = ("<ul>" + "".join(f"<li>{esc(line)}</li>" for line in lines) + "</ul>"
-                             + ("<b>Verdict</b><ul>" + "".join(f"<li>{esc(v)}</li>" for v in verdict) + "</ul>"
-                                if verdict else ""))
+                             + verdict_html(self.verdict))
         self.export.value = csv_link(self.loop.marks.to_csv())
 
     def uploaded(self, change) -> None:
@@ -305,3 +298,12 @@ class TeachPanel:
         self.advance()
         self.show_status()
         return count
+
+
+def verdict_html(verdict: Callable[[], list[str]] | None) -> str:
+    """Stage 03's verdict of each aspect in plain words, as an escaped list ("" without one)."""
+    try:
+        lines = list(verdict()) if verdict is not None else []
+    except Exception as exc:  # the verdict reads files of its own; the marks' counts stand without it
+        lines = [f"no verdict: {exc}"]
+    return "<b>Verdict</b><ul>" + "".join(f"<li>{esc(v)}</li>" for v in lines) + "</ul>" if lines else ""
