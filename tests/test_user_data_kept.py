@@ -16,6 +16,7 @@ import runpy
 import subprocess
 import sys
 import textwrap
+import types
 from pathlib import Path
 
 import numpy as np
@@ -49,6 +50,14 @@ def _hashed_embeddings(model_dir, corpus, run_dir=None, progress=False):
     return {a: np.stack([vector(a, d) for d in corpus.docs["doc_id"].astype(str)]) for a in ASPECTS}
 
 
+class _RecordedPane(dict):
+    """MapPane's arguments, as a pane the teaching widget can be put under (`teaching.attach`)."""
+
+    def __init__(self, kwargs):
+        super().__init__(kwargs)
+        self.layout = types.SimpleNamespace(children=())
+
+
 @pytest.fixture
 def open_explorer(tmp_path, monkeypatch):
     """A function (corpus) -> Explorer on one run folder under tmp_path; the pane's MapPane records its arguments."""
@@ -57,7 +66,7 @@ def open_explorer(tmp_path, monkeypatch):
     from workbench.maps.options import MapLayout
 
     monkeypatch.setattr(explore_module, "embed_corpus", _hashed_embeddings)
-    monkeypatch.setattr(explore_module, "MapPane", lambda *args, **kwargs: kwargs)
+    monkeypatch.setattr(explore_module, "MapPane", lambda *args, **kwargs: _RecordedPane(kwargs))
     run = tmp_path / "run"
     RunDir(run).unified_model.mkdir(parents=True)  # the Explorer asks for stage 03's folder
 
