@@ -7,6 +7,10 @@ Stage 01 as `params/demo.yaml` runs it (the `acl` preset, SmolLM2-135M-Instruct 
 `label`, for a person to fill in (keep or drop) by reading each answer against its abstract.
 
     .venv/bin/python scripts/junk_draw.py aclsum:validation RUN_DIR OUT.jsonl --n 30 --seed 56
+
+`--features LABELLED.json` instead writes, beside the labelled file, what the grounding check reads of each
+labelled answer through the reference encoder (its cosines with every abstract, with the nearest sentence
+of its own abstract and of another's), so that a test can apply the rule to them without loading a model.
 """
 
 from __future__ import annotations
@@ -34,6 +38,30 @@ def kept_answers(corpus_name: str, run_dir: str, k: int = 4, max_new_tokens: int
     return corpus, [(d, a, t) for a, v in views.items() for d, texts in v.views.items() for t in texts]
 
 
+def reference_features(corpus, run_dir: str, texts) -> list[dict]:
+    """What `embed.grounding.judge_views` reads of each (doc_id, aspect, text) through the reference encoder."""
+    import numpy as np
+
+    from workbench.core.vectors import unit_rows
+    from workbench.data.sentences import split_sentences
+    from workbench.embed import grounding
+    from workbench.embed.features import FeatureCache, FrozenBackbone
+
+    cache = FeatureCache.for_run(run_dir, FrozenBackbone(grounding.REFERENCE))
+    docs = cache.documents(corpus.texts())
+    abstracts = unit_rows(docs.whole)
+    sentences, owners = grounding.corpus_sentences(docs.sentences, abstracts.shape[1])
+    row = {str(d): i for i, d in enumerate(corpus.ids)}
+    out = []
+    for doc, _, text in texts:
+        parts = split_sentences(text)
+        vectors = unit_rows(cache.vectors([text] + (parts if len(parts) > 1 else [])))
+        mine, theirs = grounding.copy_cosines(vectors, row[doc], sentences, owners)
+        out.append({"own": row[doc], "cosines": np.round(vectors[0] @ abstracts.T, 4).tolist(),
+                    "own sentence": round(mine, 4), "other sentence": round(theirs, 4)})
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("corpus")
@@ -41,7 +69,21 @@ def main() -> None:
     parser.add_argument("out")
     parser.add_argument("--n", type=int, default=30)
     parser.add_argument("--seed", type=int, default=56)
+    parser.add_argument("--features", help="a labelled file: write the reference encoder's readings beside it")
     args = parser.parse_args()
+    if args.features:
+        from workbench.data.corpus import load_corpus
+
+        labelled = json.load(open(args.features))
+        texts = [(t["doc_id"], t["aspect"], t["text"]) for t in labelled["texts"]]
+        found = reference_features(load_corpus(args.corpus), args.run_dir, texts)
+        with open(args.out, "w") as out:
+            json.dump({"how": f"scripts/junk_draw.py {args.corpus} RUN_DIR {args.out} --features {args.features}: "
+                              "per labelled text, in its order, its cosines with the corpus's abstracts (its own at "
+                              "`own`) and with the nearest sentence of its own abstract and of another's, by the "
+                              "grounding check's reference encoder",
+                       "corpus size": len(found[0]["cosines"]) if found else 0, "texts": found}, out)
+        return
     corpus, kept = kept_answers(args.corpus, args.run_dir)
     drawn = random.Random(args.seed).sample(sorted(kept), args.n)
     abstracts = dict(zip(map(str, corpus.ids), corpus.texts()))

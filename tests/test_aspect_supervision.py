@@ -715,8 +715,9 @@ def test_llm_answers_must_find_their_abstract_and_not_copy_it(tmp_path, monkeypa
     corpus = Corpus(frame[["doc_id", "title", "abstract"]])
     first, sentence = frame.iloc[0], frame.iloc[0]["sentences"][0]
     store = summary_store(tmp_path)
-    said = first["sentences"]  # a paraphrase stands in for the LLM: words of two of the paper's sentences
-    specific = " ".join(said[0].rstrip(".").split()[-5:] + said[1].rstrip(".").split()[-5:]) + "."
+    # A paraphrase stands in for the LLM: the last six words of each of the paper's sentences. With the stand-in's
+    # 48-dimensional bags of words, fewer words do not lift the paper's own abstract clear of the others.
+    specific = ", ".join(" ".join(s.rstrip(".").split()[-6:]) for s in first["sentences"]) + "."
     answers = {"specific": "The paper concerns " + specific,
                "generic": "This is a summary of the method of the study.", "copy": sentence}
     for n, (kind, text) in enumerate(answers.items()):
@@ -728,7 +729,8 @@ def test_llm_answers_must_find_their_abstract_and_not_copy_it(tmp_path, monkeypa
     kept = views["disease"].views.get(first["doc_id"], [])
     assert answers["specific"] in kept and answers["generic"] not in kept and sentence not in kept
     table = grounding.grounding_table(tmp_path)
-    assert table.loc["disease"].to_dict() == {"llm views": 3, "kept": 1, "generic": 1, "copy": 1}
+    assert table.loc["disease"].to_dict() == {"llm views": 3, "kept": 1, "announces": 0, "cut": 0, "repeats": 0,
+                                              "copy": 1, "copies another abstract": 0, "generic": 1}
 
 
 def test_human_views_alone_are_not_judged_and_nothing_is_encoded(tmp_path, monkeypatch):
@@ -746,8 +748,7 @@ def test_human_views_alone_are_not_judged_and_nothing_is_encoded(tmp_path, monke
     views = grounding.grounded_views(["disease"], tmp_path, corpus)
     assert views["disease"].views == collect_views(["disease"], tmp_path, corpus)["disease"].views
     assert len(views["disease"].views) == 16 and encoder.texts == 0
-    assert grounding.grounding_table(tmp_path).loc["disease"].to_dict() == \
-        {"llm views": 0, "kept": 0, "generic": 0, "copy": 0}
+    assert set(grounding.grounding_table(tmp_path).loc["disease"]) == {0}
 
 
 def test_the_guard_table_shows_each_aspect_file_head_s_blend():

@@ -1,7 +1,8 @@
 """Stage 04: which statements of a paper may enter an aspect's retrieval memory (`retrieval.build_memories`).
 
 Its human statements, and its LLM answers where stage 02's grounding check keeps them
-(`embed/grounding.py`), none with a prompt artefact (`artefacts.py`). A paper left with none
+(`embed/grounding.py`: grounded in its abstract, no copy, no text cut short, looping or only
+announcing), none with a prompt artefact (`artefacts.py`). A paper left with none
 gets its own sentence for the aspect (`retrieval.own_sentences`).
 """
 
@@ -34,7 +35,7 @@ class Entries:
 
 
 def grounding_verdicts(views, run_dir, corpus) -> dict[str, dict]:
-    """{aspect: {(doc_id, view index): "kept" | "generic" | "copy"}}: stage 02's grounding check of the LLM
+    """{aspect: {(doc_id, view index): "kept" or why not}}: stage 02's grounding check of the LLM
     views (`embed.grounding.judge_views`), read from the run's feature cache where stage 02 left it."""
     from ..embed.grounding import REFERENCE, judge_views
 
@@ -53,7 +54,7 @@ def shown_entries(views, verdicts: dict, abstracts: dict[str, str], allowed: set
             continue
         for k, (text, source) in enumerate(zip(items, views.sources[doc])):
             if source == "llm" and verdicts.get((doc, k), "kept") != "kept":
-                entries.leave_out(f"LLM answer not grounded ({verdicts[(doc, k)]})")
+                entries.leave_out(f"LLM answer left out by the grounding check ({verdicts[(doc, k)]})")
                 continue
             why = artefact_reason(text, prompt if source == "llm" else "", abstracts.get(doc, ""))
             if why:

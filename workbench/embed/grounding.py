@@ -9,8 +9,17 @@ embedded by a fixed reference encoder (MiniLM, never trained here) and kept when
 * it finds its own abstract: among the corpus's abstracts, its own is in the top
   `TOP_SHARE` by cosine (at least the top `TOP_MIN`); else it is *generic*;
 * it is not a copy: its cosine with every sentence of its abstract stays below
-  `COPY_COSINE`; else it is a *copy*.
+  `COPY_COSINE`, and so does each of its own sentences; else it is a *copy*. Where one of its
+  sentences is that near a sentence of another paper's abstract, it *copies another abstract*;
+* it stands out: its own abstract's cosine lies at least `GENERIC_Z` standard deviations above
+  the mean of the other abstracts'; a text that would fit any paper ("This is a very interesting
+  paper.") scores about alike against all of them, and is *generic* too;
+* its text is usable (`generate.unusable`): it does not stop mid-sentence (*cut*, the token
+  limit), loop on a word or phrase (*repeats*), or open a statement it never makes
+  (*announces*: "Our main findings are:").
 
+An answer that fails several counts under the first of `REASONS`. Stage 04 takes the same
+verdicts (`decode.statements`), so what is left out here is never shown in the pane either.
 Human summaries and highlights are kept as they are. The counts per aspect, and why the
 others went, are written to `<run_dir>/grounding.json` and shown by notebooks 02 and 03.
 """
@@ -20,12 +29,15 @@ from __future__ import annotations
 import json
 import math
 
+import numpy as np
 import pandas as pd
 
 from ..core.files import write_json
 from ..core.progress import notice
 from ..core.rundir import RunDir
 from ..core.vectors import unit_rows
+from ..data.sentences import split_sentences
+from ..generate.unusable import text_reason
 from ..generate.views import AspectViews, collect_views
 from .features import FeatureCache, FrozenBackbone
 
@@ -33,10 +45,15 @@ REFERENCE = "minilm"  # the encoder that judges grounding: fixed, so the rule do
 TOP_SHARE = 0.1
 TOP_MIN = 3
 COPY_COSINE = 0.95
+# Chosen on ACLSum validation and CSAbstruct dev (the 135M model's answers, read): grounded answers stand 3 to 6
+# standard deviations above the corpus's mean cosine, answers that fit any paper below 2.5.
+GENERIC_Z = 3.0
+# Why an LLM answer is left out, in the order it is counted: broken text first, then copies, then generic.
+REASONS = ("announces", "cut", "repeats", "copy", "copies another abstract", "generic")
 
 
 def judge_views(views: dict[str, AspectViews], corpus, cache: FeatureCache) -> dict[str, dict]:
-    """{aspect: {(doc_id, view index): "kept" | "generic" | "copy"}} for every LLM view of a corpus paper."""
+    """{aspect: {(doc_id, view index): "kept" or one of `REASONS`}} for every LLM view of a corpus paper."""
     ids = [str(d) for d in corpus.ids]
     row = {d: i for i, d in enumerate(ids)}
     llm = {aspect: [(d, k, text) for d, texts in v.views.items() if d in row
@@ -48,19 +65,70 @@ def judge_views(views: dict[str, AspectViews], corpus, cache: FeatureCache) -> d
     # Every abstract and sentence of the corpus: minutes on 5,000 abstracts, cached for stage 03 after it.
     docs = cache.documents(corpus.texts(), progress=True)
     abstracts = unit_rows(docs.whole)
+    sentences, owners = corpus_sentences(docs.sentences, abstracts.shape[1])
     top = max(TOP_MIN, math.ceil(TOP_SHARE * len(ids)))
     for aspect, items in llm.items():
         if not items:
             continue
         vectors = unit_rows(cache.vectors([t for _, _, t in items]))
         sims = vectors @ abstracts.T                                         # [views, papers]
-        for (d, k, _), vec, sim in zip(items, vectors, sims):
-            own = sim[row[d]]
-            rank = int((sim > own).sum())                                    # 0: its own abstract is the nearest
-            sentences = docs.sentences[row[d]]
-            copied = len(sentences) and float((unit_rows(sentences) @ vec).max()) >= COPY_COSINE
-            verdicts[aspect][(d, k)] = "copy" if copied else ("kept" if rank < top else "generic")
+        # An answer of several sentences is also read sentence by sentence: a copy of three shows only so.
+        parts = [split_sentences(t) for _, _, t in items]
+        flat = [p for ps in parts for p in ps if len(ps) > 1]
+        part_vectors = unit_rows(cache.vectors(flat)) if flat else np.zeros((0, abstracts.shape[1]))
+        start = 0
+        for (d, k, text), vec, sim, ps in zip(items, vectors, sims, parts):
+            n = len(ps) if len(ps) > 1 else 0
+            mine, theirs = copy_cosines(np.vstack([vec[None], part_vectors[start:start + n]]), row[d], sentences,
+                                        owners)
+            start += n
+            verdicts[aspect][(d, k)] = verdict(text, sim, row[d], top, mine, theirs)
     return verdicts
+
+
+def verdict(text: str, sim, own: int, top: int, mine: float, theirs: float) -> str:
+    """"kept" or the first of `REASONS` that an answer fails: `text` itself, `sim` its cosines with every abstract
+    of the corpus (its own at `own`), `mine`/`theirs` its cosines with the nearest sentence of its own abstract
+    and of another (`copy_cosines`)."""
+    reason = text_reason(text)
+    if reason:
+        return reason
+    if mine >= COPY_COSINE:
+        return "copy"
+    if theirs >= COPY_COSINE:
+        return "copies another abstract"
+    return "kept" if stands_out(sim, own, top) else "generic"
+
+
+def corpus_sentences(per_doc, dim: int):
+    """(every sentence of the corpus as unit rows [S, H], the row of the paper each comes from [S])."""
+    rows = [s for s in per_doc if len(s)]
+    if not rows:
+        return np.zeros((0, dim), dtype=np.float32), np.zeros(0, dtype=int)
+    owners = np.concatenate([np.full(len(s), i) for i, s in enumerate(per_doc) if len(s)])
+    return unit_rows(np.concatenate(rows)), owners
+
+
+def copy_cosines(vectors, own: int, sentences, owners) -> tuple[float, float]:
+    """(the highest cosine with a sentence of its own abstract, with one of another's) of an answer's `vectors`
+    (unit rows: the whole answer, then each of its sentences where it has several)."""
+    if not len(sentences):
+        return 0.0, 0.0
+    best = (vectors @ sentences.T).max(axis=0)                               # [S]
+    mine = owners == own
+    return (float(best[mine].max()) if mine.any() else 0.0), (float(best[~mine].max()) if (~mine).any() else 0.0)
+
+
+def stands_out(sim, own: int, top: int) -> bool:
+    """Whether an answer's own abstract is among its `top` nearest and `GENERIC_Z` standard deviations above the
+    mean of the other abstracts' cosines (with fewer than 3 others there is no spread to measure: rank alone)."""
+    if int((sim > sim[own]).sum()) >= top:
+        return False
+    others = np.delete(sim, own)
+    if len(others) < 3:
+        return True
+    spread = float(others.std())
+    return spread > 0 and (float(sim[own]) - float(others.mean())) / spread >= GENERIC_Z
 
 
 def grounded_views(aspects, run_dir, corpus, include_human: bool = True, **options) -> dict[str, AspectViews]:
@@ -83,11 +151,13 @@ def grounded_views(aspects, run_dir, corpus, include_human: bool = True, **optio
                     kept.add(d, text, source)
         counts = pd.Series(list(verdicts[aspect].values()), dtype=object).value_counts().to_dict()
         report[aspect] = {"llm views": len(verdicts[aspect]), "kept": int(counts.get("kept", 0)),
-                          "generic": int(counts.get("generic", 0)), "copy": int(counts.get("copy", 0))}
+                          **{why: int(counts.get(why, 0)) for why in REASONS}}
         out[aspect] = kept
     write_json(RunDir(run_dir).grounding,
                {"rule": f"kept when its own abstract is in the top {TOP_SHARE:.0%} (at least {TOP_MIN}) of the "
-                        f"corpus by {REFERENCE} cosine and no sentence of it has cosine {COPY_COSINE} or more",
+                        f"corpus by {REFERENCE} cosine, {GENERIC_Z} standard deviations above the corpus's mean, "
+                        f"no sentence of any abstract has cosine {COPY_COSINE} or more with it or one of its "
+                        "sentences, and it neither stops mid-sentence, repeats words nor only announces",
                 "aspects": report})
     return out
 
@@ -98,5 +168,7 @@ def grounding_table(run_dir) -> pd.DataFrame:
     if not path.is_file():  # a missing report changes what the notebook shows: say so, never an empty table alone
         notice(f"{path} is missing: the grounding check's counts are written when stage 02 or 03 gathers the "
                "views; re-run stage 02 to see them")
-        return pd.DataFrame(columns=["llm views", "kept", "generic", "copy"])
-    return pd.DataFrame(json.loads(path.read_text())["aspects"]).T.rename_axis("aspect")
+        return pd.DataFrame(columns=["llm views", "kept", *REASONS])
+    # A report written before the text rules has no column for them: 0, not a gap in the table.
+    table = pd.DataFrame(json.loads(path.read_text())["aspects"]).T.rename_axis("aspect")
+    return table.reindex(columns=["llm views", "kept", *REASONS]).fillna(0).astype(int)
