@@ -91,3 +91,24 @@ def test_copies_and_generic_texts_by_their_cosines():
         == "generic"
     # With fewer than three other abstracts there is no spread to measure: the rank alone decides.
     assert stands_out(np.array([0.5, 0.4, 0.3]), 0, 3)
+
+
+def test_the_hover_shows_only_the_llm_answers_the_readout_shows(tmp_path):
+    """The hover takes a paper's LLM answer from the retrieval memory (what the grounding check kept), never the
+    run's raw answers: "This is a very interesting paper." in the store does not reach it."""
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    from workbench.data.corpus import Corpus
+    from workbench.maps.readout import hover_meta, llm_statements
+
+    corpus = Corpus(pd.DataFrame({"doc_id": ["a", "b"], "title": ["A", "B"],
+                                  "abstract": ["We parse trees.", "We tag words."]}))
+    memory = SimpleNamespace(texts=["A parser for trees in linear time.", "We tag words."], doc_ids=["a", "b"],
+                             sources=["llm", "sentence"])
+    shown = llm_statements({"outcome": SimpleNamespace(memory=memory)})
+    assert shown == {"outcome": {"a": "A parser for trees in linear time."}}
+    meta = hover_meta(corpus, ["outcome"], shown)
+    assert meta["summary_outcome"][0] == "A parser for trees in linear time." and pd.isna(meta["summary_outcome"][1])
+    assert hover_meta(corpus, ["outcome"])["summary_outcome"].isna().all()

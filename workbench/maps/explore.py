@@ -37,7 +37,7 @@ from .saved import reopen_map, save_map
 from .selection import Selection
 from .options import MapLayout, PaneCallbacks, PaneState, PaneView
 from .pane import MapPane
-from .readout import decoded_html, hover_meta, own_statements_html, pick_own
+from .readout import decoded_html, hover_meta, llm_statements, own_statements_html, pick_own
 from .tsne import AspectMap, normalize_weights
 from .weights import FitSettings, fit_weights, map_weights
 from ..core.rundir import RunDir
@@ -69,7 +69,7 @@ class Explorer:
         if unknown:
             raise ValueError(f"the unified model has no aspects {unknown}; it has {sorted(emb)}")
         self.embeddings = {a: unit_rows(emb[a]) for a in self.aspects}
-        self.meta = hover_meta(corpus, self.aspects, self.run_dir)
+        self.meta = hover_meta(corpus, self.aspects)  # the LLM answers the readout shows join it below
         # doc_id -> title: a decoded statement names its paper by id
         self.titles = dict(zip(self.meta["doc_id"].astype(str), self.meta["title"].fillna("").astype(str)))
         # The run's saved map when it fits (papers added since are placed on it, nothing else moves), else a fit.
@@ -96,6 +96,8 @@ class Explorer:
                 self.decoders = load_decoders(self.run_dir, self.aspects, device=device)
             except FileNotFoundError as exc:  # a map without text is still a map
                 notice(f"decoding off: {exc}")
+            if self.decoders:
+                self.meta = hover_meta(corpus, self.aspects, llm_statements(self.decoders))
             try:
                 self.confidence = load_confidence(self.run_dir)
             except ValueError as exc:  # decoded text is still shown, with its round trip and no level
