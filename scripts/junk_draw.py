@@ -5,6 +5,8 @@ Stage 01 as `params/demo.yaml` runs it (the `acl` preset, SmolLM2-135M-Instruct 
 02's grounding check (`embed.grounding.grounded_views`, the corpus's abstracts as the pool), then
 `--n` of the kept answers drawn with `random.Random(--seed)`. Writes JSON lines with an empty
 `label`, for a person to fill in (keep or drop) by reading each answer against its abstract.
+`tests/data/junk_texts.json` was drawn so with the grounding check as it stood before its text rules,
+copy of any abstract and floor (git 780be4c); run there to draw the same 30 again.
 
     .venv/bin/python scripts/junk_draw.py aclsum:validation RUN_DIR OUT.jsonl --n 30 --seed 56
 
