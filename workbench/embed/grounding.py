@@ -161,8 +161,9 @@ def grounded_views(aspects, run_dir, corpus, include_human: bool = True, **optio
     write_json(RunDir(run_dir).grounding,
                {"rule": f"kept when its own abstract is in the top {TOP_SHARE:.0%} (at least {TOP_MIN}) of the "
                         f"corpus by {REFERENCE} cosine, at {OWN_MIN} or more and {GENERIC_Z} standard deviations "
-                        f"above the other abstracts' mean, no sentence of any abstract has cosine {COPY_COSINE} or more with it or one of its "
-                        "sentences, and it neither stops mid-sentence, repeats words nor only announces",
+                        f"above the other abstracts' mean, no sentence of any abstract has cosine {COPY_COSINE} or "
+                        "more with it or one of its sentences, and it neither stops mid-sentence, repeats words nor "
+                        "only announces",
                 "aspects": report})
     return out
 
