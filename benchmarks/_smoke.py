@@ -80,3 +80,33 @@ def tiny_run(run_dir, corpus_spec: str = SMOKE_CORPUS, aspects: Sequence[str] | 
         build_retrieval_decoders(run, corpus, aspects, RetrievalSettings(context=context))
         set_default_decoder(run, "retrieval")
     return run
+
+
+class HashedBackbone:
+    """A stand-in frozen encoder for smoke runs: a text's vector is the unit sum of a fixed random vector per word
+    (seeded by the word's hash), so a smoke run passes every code path without loading a model. Its numbers mean
+    nothing; a benchmark takes it in place of `FrozenBackbone` in smoke mode only."""
+
+    name, pooling, max_length, hidden_size, key = "hashed-words", "mean", 256, 32, "hashed-words"
+
+    def __init__(self):
+        self.words: dict = {}
+
+    def word(self, word: str):
+        import zlib
+
+        import numpy as np
+
+        if word not in self.words:
+            self.words[word] = np.random.default_rng(zlib.crc32(word.encode())).standard_normal(self.hidden_size)
+        return self.words[word]
+
+    def embed(self, texts, batch_size: int = 32, progress: bool = False):
+        import numpy as np
+
+        out = np.zeros((len(texts), self.hidden_size), np.float32)
+        for i, text in enumerate(texts):
+            for w in str(text).lower().split() or [""]:
+                out[i] += self.word(w)
+            out[i] /= max(float(np.linalg.norm(out[i])), 1e-12)
+        return out

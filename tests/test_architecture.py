@@ -82,7 +82,7 @@ def workbench_imports(path: Path) -> tuple[tuple[str, str | None, int], ...]:
 
 SUBPACKAGES = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()}
 # The subpackages from the bottom layer up (docs/architecture.md): each imports only those before it.
-LAYERS = ["core", "data", "generate", "measures", "embed", "decode", "questions", "maps", "evaluate", "run"]
+LAYERS = ["core", "data", "generate", "measures", "embed", "teach", "decode", "questions", "maps", "evaluate", "run"]
 
 
 def import_graph() -> dict[str, dict[str, int]]:

@@ -19,17 +19,35 @@ ROOT = Path(__file__).resolve().parents[1]
 HEADER = "id,title,abstract\n"
 
 
-@pytest.fixture(scope="module")
-def notebooks(tmp_path_factory) -> Path:
-    """A stand-in stage that declares the corpus as the real ones do, and notes that it ran."""
-    folder = tmp_path_factory.mktemp("notebooks")
-    parameters = "corpus = 'aclsum'\nencoding = 'utf-8'\nabstract_column = None\nrun_dir = '.'"
+LOADS = "corpus = 'aclsum'\nencoding = 'utf-8'\nabstract_column = None\nrun_dir = '.'"
+
+
+def _stand_in(folder: Path, stage: str, parameters: str = LOADS) -> None:
+    """A stand-in stage that declares the corpus as the real ones do (and `parameters`), and notes that it ran."""
     cells = [{"cell_type": "code", "metadata": {"tags": ["parameters"]}, "source": parameters},
              {"cell_type": "code", "metadata": {}, "source": "from pathlib import Path\nPath('ran').write_text('yes')"}]
     kernel = {"name": "python3", "language": "python", "display_name": "Python 3"}
     notebook = {"cells": [{**cell, "execution_count": None, "outputs": []} for cell in cells],
                 "metadata": {"kernelspec": kernel}, "nbformat": 4, "nbformat_minor": 4}
-    (folder / "01_load.ipynb").write_text(json.dumps(notebook))
+    (folder / f"{stage}.ipynb").write_text(json.dumps(notebook))
+
+
+@pytest.fixture(scope="module")
+def notebooks(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("notebooks")
+    _stand_in(folder, "01_load")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def stages(tmp_path_factory) -> Path:
+    """Stand-ins of the stages that a corpus of a few papers concerns, with the parameters that decide how many
+    papers they read and split, at their notebooks' defaults."""
+    folder = tmp_path_factory.mktemp("stages")
+    _stand_in(folder, "01_generate", LOADS + "\nsubset = 6\nsubset_seed = 0")
+    _stand_in(folder, "02_train", LOADS + "\nval_split = 'validation'")
+    _stand_in(folder, "03_distill", LOADS + "\nsubset = None\nval_split = 'validation'\ninclude_human = True")
+    _stand_in(folder, "05_visualize", LOADS)
     return folder
 
 
@@ -136,6 +154,37 @@ def test_every_stage_drops_the_invalid_rows_of_the_corpus_it_loads():
                          if c["cell_type"] == "code")
         if "load_corpus(corpus" in code:
             assert "drop_invalid(" in code, notebook.name
+
+
+def test_a_corpus_too_small_for_the_stages_asked_is_refused_before_any_stage(tmp_path, stages, monkeypatch):
+    """Stage 03 validates on at least two held-out papers and trains on the rest, stage 05 draws a t-SNE map:
+    on one to three usable papers stage 03 died after stages 01 and 02 had run ("need documents with targets or
+    sentence labels for training and validation, got 1 and 1"), which said nothing of the corpus."""
+    repeated = _file(HEADER + "p1,One,First text.\np1,Two,Second text.\np1,Three,Third text.\n")(tmp_path / "one.csv")
+    message = _refused(tmp_path, stages, repeated, monkeypatch, duplicate_ids="first")
+    assert re.search(r"one\.csv has 1 usable paper \(2 of its 3 rows dropped, as every stage drops them: "
+                     r"2 duplicate_id\), and stage 03_distill needs at least 4: it validates .* on at least 2 papers "
+                     r"held out at random .*--stages 01,02\.$", message), message
+    declared = {stage: declared_parameters(stages / f"{stage}.ipynb") for stage in
+                ["01_generate", "02_train", "03_distill", "05_visualize"]}
+
+    def check(corpus: Path, resolved: list[str], **overrides) -> None:
+        check_corpus(load_params(None, {"corpus": str(corpus), **overrides}), declared, resolved, lambda *_: None)
+
+    check(repeated, ["01_generate", "02_train"], duplicate_ids="first")  # they run on a single paper
+    rows = "".join(f"p{i},Title {i},Text number {i}.\n" for i in range(4))
+    three, four = (_file(HEADER + rows[:n * 26])(tmp_path / f"{n}.csv") for n in (3, 4))
+    with pytest.raises(RunConfigError, match=r"3 usable papers, and stage 05_visualize needs at least 4: .*t-SNE"):
+        check(three, ["05_visualize"])
+    check(four, list(declared))
+    with pytest.raises(RunConfigError, match=r"stage 01 summarises subset=3.*-p 01_generate\.subset=4 or more"):
+        check(four, list(declared), **{"01_generate.subset": 3})
+    # A split column decides stage 03's validation papers: two of them, and one other paper, are needed.
+    split = _file("id,title,abstract,split\n" + "".join(f"p{i},T{i},Text {i}.,{s}\n" for i, s in
+                                                         enumerate(["train"] * 5 + ["validation"])))(tmp_path / "s.csv")
+    with pytest.raises(RunConfigError, match=r"6 usable papers, of which 1 usable paper in its 'validation' split"):
+        check(split, ["03_distill"])
+    check(split, ["03_distill"], val_split=None)
 
 
 @pytest.mark.slow  # a `workbench run` process: its imports take a second or two

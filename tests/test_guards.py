@@ -165,7 +165,7 @@ def test_notebook_04_says_faithfulness_was_skipped_when_no_aspect_has_two_valida
     shown = []
     data = {a: decoding.DecoderData(aspect=a, doc_ids=["d0", "d1"], embeddings=np.eye(2, dtype=np.float32),
                                     texts=[["s0"], ["s1"]], train_idx=[0], val_idx=[1]) for a in ("x", "y")}
-    namespace = {"pd": pd, "plt": plt, "run_dir": RunDir(tmp_path), "names": ["x", "y"], "kinds": ["retrieval"],
+    namespace = {"pd": pd, "plt": plt, "run_dir": RunDir(tmp_path), "names": ["x", "y"], "scored": ["x", "y"], "kinds": ["retrieval"],
                  "decoder": "retrieval", "shared": False, "device": None, "eval_docs": 50, "perplexity_docs": 10,
                  "bertscore_model": "mpnet", "max_new_tokens": 48, "seed": 0, "data": data, "titles": {},
                  "examples_per_aspect": 3, "display": shown.append, "HTML": str, "styled": styled,

@@ -153,6 +153,23 @@ def test_stage_02_trains_no_model_of_an_aspect_without_views_and_says_why(serve,
     assert not RunDir(tmp_path).aspect_model("challenge").exists()
 
 
+def test_stage_02_fine_tuning_records_an_aspect_with_too_few_views_as_left_without_a_model(serve, tmp_path,
+                                                                                           monkeypatch):
+    """Fine-tuning (a GPU's mode) has no frozen teacher to fall back on: an aspect with usable answers for too few
+    papers got no model and no record, and stage 03 asked to run stage 02 again for it. Now untrained.json says
+    why, so stage 03 knows it has no teacher (its head: the floor, or, fine-tuning, a refusal that says so)."""
+    from stand_ins import BagOfWords
+    from workbench.embed import grounding
+    from workbench.embed.aspect_training import TrainConfig, train_aspect_models
+
+    monkeypatch.setattr(grounding, "FrozenBackbone", lambda name: BagOfWords())  # no encoder to load
+    generate(serve(good_for="challenge"), tmp_path, load_aspects("acl").subset(["challenge"]))
+    assert train_aspect_models(["challenge"], tmp_path, three_papers(), TrainConfig(mode="finetune"),
+                               progress=False) == {}
+    untrained = json.loads(RunDir(tmp_path).untrained.read_text())["aspects"]
+    assert list(untrained) == ["challenge"] and untrained["challenge"].startswith("too few documents with two")
+
+
 def test_stage_03_heads_without_any_supervision_are_saved_untrained_for_the_floor(tmp_path, monkeypatch):
     """No target and no sentence label for any aspect: stage 03 stopped on "need documents with targets"; now
     its heads are saved as they start, marked untrained (stage 03's check puts the aspect-file floor there)."""
@@ -169,6 +186,53 @@ def test_stage_03_heads_without_any_supervision_are_saved_untrained_for_the_floo
     config = json.loads((tmp_path / "u" / "workbench_config.json").read_text())
     assert config["extra"]["untrained"] == ["challenge", "approach"] and config["aspects"] == ["challenge", "approach"]
     assert isinstance(PooledAspectModel.from_pretrained(tmp_path / "u", device="cpu"), PooledAspectModel)
+
+
+def test_stage_03_floors_the_heads_too_few_papers_can_train_says_why_and_trains_the_rest(tmp_path, monkeypatch,
+                                                                                           capsys):
+    """Usable answers for a few papers only (a weak model, answers cut off): stage 03 died with "need documents
+    with targets or sentence labels for training and validation, got 1 and 1". Now it says how many papers each
+    aspect has and what to do; a head too few papers can train and validate is marked untrained, with why, for
+    stage 03's check to put the aspect-file floor there, and the others are trained."""
+    import numpy as np
+
+    from stand_ins import BagOfWords
+    from workbench.embed import distill
+    from workbench.embed.distill import DistillConfig, train_unified_model
+    from workbench.embed.guard import untrained_verdict
+
+    monkeypatch.setattr(distill, "frozen_backbone", lambda *args: BagOfWords())  # no encoder to load
+    vector = dict(zip(["d0", "d1", "d2"], np.random.default_rng(0).standard_normal((3, BagOfWords.hidden_size))))
+    frozen = DistillConfig(mode="frozen", head_steps=20, eval_every=10)
+
+    def train(targets, split, folder, config=frozen):
+        result = train_unified_model(three_papers(), targets, split, tmp_path / folder, config, progress=False,
+                                     run_dir=tmp_path, sentence_labels={})
+        extra = json.loads((tmp_path / folder / "workbench_config.json").read_text())["extra"]
+        return result, extra, capsys.readouterr().out
+
+    # Two papers with a summary of challenge, one of approach: no head can be both trained and checked.
+    result, extra, out = train({"challenge": {d: vector[d] for d in ("d0", "d1")}, "approach": {"d0": vector["d0"]}},
+                               (["d0"], ["d1"]), "none")
+    assert result.n_train == 0 and extra["untrained"] == ["challenge", "approach"]
+    assert out.count("[notice] ") == 1 and "stage 03 cannot train the heads of challenge, approach" in out
+    assert ("challenge: only 2 of the 3 papers have a usable summary of it: 1 to train on and 1 held out to check "
+            "it on, where a head needs 1 and 2; approach: only 1 of the 3 papers has") in out
+    assert "Every head is the aspect file's own" in out
+    assert "01_generate.subset" in out and "max_new_tokens" in out and "JSON" in out
+    gpu = DistillConfig(mode="finetune")  # a GPU's mode: with no head to train, the floor's frozen heads too
+    assert train({"challenge": {"d0": vector["d0"]}}, (["d0"], []), "gpu", gpu)[1]["untrained"] == ["challenge"]
+    why = extra["untrained_reasons"]["approach"]
+    assert untrained_verdict("approach", why)["verdict"] == (f"no trained head: {why}, so the aspect file's own "
+                                                             "head reads it")
+
+    # Enough papers for challenge, too few held out for approach: challenge is trained, approach gets the floor.
+    result, extra, out = train({"challenge": vector, "approach": {d: vector[d] for d in ("d0", "d1")}},
+                               (["d0"], ["d1", "d2"]), "one")
+    assert result.n_train == 1 and result.n_val == 2 and result.steps == 20
+    assert extra["untrained"] == ["approach"] and list(extra["untrained_reasons"]) == ["approach"]
+    assert "stage 03 cannot train the head of approach for want of papers: approach: only 2 of the 3" in out
+    assert "reads it; the heads of challenge are trained" in out
 
 
 def test_stage_04_decodes_an_aspect_without_a_model_into_its_papers_own_sentences(tmp_path, capsys, monkeypatch):

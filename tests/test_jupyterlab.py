@@ -361,6 +361,8 @@ def _drive_the_pane(server: JupyterLab, browser: Browser, app: str, name: str, r
     browser.wait(lambda: _weights(browser) != weights_before_fit, 90, "fitting did not change the weights")
     _shot_of("06_fitted")
     assert _watched_errors(browser) == []
+    if app == "lab":  # the teaching widget: the same widgets in Notebook 7, its keys the same text box
+        _teach_six_sentences(browser, run, _shot_of)
 
     # A selection made in the page (what the lasso sets) reaches the kernel: the pane counts it and the run
     # directory keeps it for explorer.selection after a restart. Cleared again, so the next pane starts bare.
@@ -381,6 +383,38 @@ def _drive_the_pane(server: JupyterLab, browser: Browser, app: str, name: str, r
     browser.wait(lambda: _map_ink(browser) > 2000, 30, "after a reload the map drew no points")
     _shot_of("07_reloaded")
     assert _watched_errors(browser) == []
+
+
+def _teach_six_sentences(browser: Browser, run: Path, shot) -> None:
+    """Start teaching under the pane, answer 6 sentences with number keys typed into its key box (1 challenge,
+    2 approach, 3 none), refit: the marks are in the run directory, the status says the heads are taught, and
+    the map's points move."""
+    start = time.perf_counter()
+    asked = lambda: browser.js("const m = document.querySelector('.wb-teach-paper mark'); "  # noqa: E731
+                               "return m ? m.innerText : null;")
+    browser.js("document.querySelector('.wb-teach-start').scrollIntoView({block: 'center'})")
+    browser.driver.find_element("css selector", ".wb-teach-start").click()
+    browser.wait(lambda: asked() is not None, 60, "no sentence to teach was shown")
+    status = browser.js("return document.querySelector('.wb-teach-status').innerText")
+    assert "not taught yet" in status, status
+    box = browser.driver.find_element("css selector", ".wb-teach-keys input")
+    box.click()
+    for key in "123123":
+        shown = asked()
+        box.send_keys(key)
+        browser.wait(lambda: asked() != shown, 30, f"key {key} did not move on to the next sentence")
+    marks = RunDir(run).marks
+    browser.wait(lambda: len(marks.read_text().splitlines()) == 6, 10, "the 6 answers are not in the run directory")
+    drawn = browser.map_points()["x"]
+    browser.driver.find_element("css selector", ".wb-teach-refit").click()
+    browser.wait(lambda: "Refit:" in browser.js("return document.querySelector('.wb-teach-message').innerText"),
+                 60, "the refit did not finish")
+    status = browser.js("return document.querySelector('.wb-teach-status').innerText")
+    assert "taught and sure of" in status and "challenge: 2 sentences marked" in status, status
+    browser.wait(lambda: browser.map_points()["x"] != drawn, 30, "the map did not move after the refit")
+    browser.js("document.querySelector('.wb-teach-status').scrollIntoView({block: 'center'})")
+    shot("08_taught")
+    print(f"teaching: 6 sentences marked, refit and the map moved in {time.perf_counter() - start:.1f} s")
 
 
 def _time_weight_change(browser: Browser, aspect: str, value: float) -> tuple[float, float, int]:

@@ -15,6 +15,7 @@
                                           and confidence.json (the confidence calibration)
     maps/<name>/                          05 visualize: saved maps
     maps/selection.json                   05 visualize: the pane's selection and marked pairs
+    marks.jsonl                           the user's answers about sentences (which aspect each states)
     metrics.json                          06 evaluate: every number of the run
     questions/<aspect>/                   07 questions: the question axes of an aspect
     .workbench-run.json                   the marker: this folder is a workbench run, and which of its
@@ -65,6 +66,7 @@ GROUNDING_NAME = "grounding.json"
 GUARD_NAME = "guard.json"
 PARAMS_FILE = "params.yaml"
 RUN_FILE = "run.json"
+MARKS_FILE = "marks.jsonl"
 # Folders that can be deleted and are rebuilt when needed (`workbench runs --clean`).
 CACHES = (FEATURES_DIR, EMBEDDINGS_DIR)
 MARKER_NAME = ".workbench-run.json"
@@ -258,6 +260,11 @@ class RunDir(os.PathLike):
     def selection(self) -> Path:
         """The papers selected on the map and the pairs marked similar or not (`Explorer.selection`)."""
         return self.path / MAPS / "selection.json"
+
+    @property
+    def marks(self) -> Path:
+        """The sentences a person (or a highlights column, or an LLM) said which aspects they state."""
+        return self.path / MARKS_FILE
 
     @property
     def metrics(self) -> Path:

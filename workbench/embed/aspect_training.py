@@ -384,6 +384,8 @@ def train_aspect_models(aspects: Sequence[str], run_dir, corpus=None, config: Tr
     retrained (its stored result is returned, with skipped=True) unless overwrite=True.
     An aspect with nothing to learn from (`without_supervision`) is not trained: a notice says why, and
     `<run_dir>/aspect_models/untrained.json` records it for stage 03, which reads it with the aspect-file floor.
+    One with too few papers of two views keeps the frozen encoder as its teacher, or, fine-tuning (no frozen
+    teacher of the fine-tuned models' kind), is recorded there too.
     """
     config = config or TrainConfig()
     run_dir = Path(run_dir)
@@ -416,8 +418,11 @@ def train_aspect_models(aspects: Sequence[str], run_dir, corpus=None, config: Tr
         n_train, n_val = len(eligible_docs(views[aspect], train_ids)), len(eligible_docs(views[aspect], val_ids))
         if n_train < 2 or n_val < 2:
             few = f"too few documents with two or more views ({n_train} train, {n_val} validation; need 2 each)"
-            if not frozen:
-                print(f"{aspect}: not trained, {few}")
+            if not frozen:  # no frozen teacher to fall back on: recorded as left without a model, as stages 03
+                untrained[aspect] = few  # and 04 read it (else stage 03 asked to run stage 02 again for it)
+                write_json(RunDir(run_dir).untrained, {"aspects": untrained})
+                notice(f"{aspect}: no aspect model trained: {few}, and fine-tuning has no frozen teacher to fall "
+                       "back on")
                 continue
             print(f"{aspect}: {few}: the teacher is the frozen encoder itself")
             results[aspect] = train_view_head(views[aspect], train_ids, val_ids, out_dir, config, cache,

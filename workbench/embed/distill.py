@@ -48,7 +48,7 @@ from ..measures.metrics import mean_rank, mrr, retrieval_ranks
 from ..core.progress import close_bar, progress_bar
 from .targets import views_of
 from .training import Criterion, DistillResult, EarlyStopping, abstracts_of, documents_with_targets, stack_targets
-from .untaught import untrained_heads
+from .untaught import mark_untrained, say_too_few, too_few_to_train, untrained_heads
 
 BASELINE_DIR = "unified_baseline"
 
@@ -319,16 +319,30 @@ def train_unified_model(
     validation document's true target among all validation targets of that aspect, by
     cosine similarity to the prediction; the checkpoint with the best average mean rank
     is saved to `out_dir`, with history.json and distill_config.json next to it.
+
+    Where too few papers have a target (or, frozen, sentence labels) of an aspect to train and validate its head
+    (`untaught.too_few_to_train`), a notice says so and what to do; its head is marked untrained and stage 03's
+    check puts the aspect-file floor there. Where that leaves no head to train, in either mode, the unified
+    model is frozen heads as they start (`untaught.untrained_heads`); the fine-tuned model trains the rest.
     """
     config = config or DistillConfig()
-    if resolve_mode(config.mode, config.device) == "frozen":
+    frozen = resolve_mode(config.mode, config.device) == "frozen"
+    labels = (sentence_labels or {}) if frozen else {}  # the fine-tuned model learns from targets alone
+    # An aspect whose usable answers cover too few papers (a weak model, answers cut off) cannot be trained and
+    # validated: said with its counts, and its head is the aspect-file floor, as for one with no answer at all.
+    few = too_few_to_train(targets, labels, split, len(corpus))
+    taught = [a for a, t in targets.items() if (t or labels.get(a)) and a not in few]
+    say_too_few(few, taught)
+    if frozen or not taught:  # with no head to train, the fine-tuned model too would be the floor: frozen heads
         if run_dir is None:
-            raise ValueError("the frozen mode keeps its feature cache in the run directory: pass run_dir")
+            raise ValueError("the frozen heads keep their feature cache in the run directory: pass run_dir")
         cache = FeatureCache.for_run(run_dir, frozen_backbone(config.base_model, config.pooling))
-        if not any(targets.values()) and not any((sentence_labels or {}).values()):  # no aspect has a usable view
-            return untrained_heads(corpus, list(targets), out_dir, config, cache)  # the guard puts the floor there
-        return train_unified_heads(corpus, targets, split, out_dir, config, cache,
-                                   sentence_labels=sentence_labels, progress=progress)
+        if not taught:  # the heads as they start, marked untrained: the guard puts the floor there
+            return untrained_heads(corpus, list(targets), out_dir, config, cache, few)
+        result = train_unified_heads(corpus, targets, split, out_dir, config, cache,
+                                     sentence_labels=sentence_labels, progress=progress)
+        mark_untrained(out_dir, few)
+        return result
     untaught = [a for a, t in targets.items() if not t]
     if untaught:  # the aspect-file floor is a pooling head on the frozen encoder: the fine-tuned model has none
         raise ValueError(f"no target for {untaught} (stage 02 trained no model of them: nothing to learn from); "

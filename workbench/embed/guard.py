@@ -238,7 +238,7 @@ def check_heads(run_dir, corpus, aspect_set, aspects: Sequence[str], doc_ids: Se
         out[BASE] = model.base_vectors(batch)
         return out
 
-    untrained = {a: untrained_verdict(a) for a in aspects if a in (model.extra.get("untrained") or ())}  # floor
+    untrained = untrained_verdicts(model.extra, aspects)  # the floor, said why
     probe = swap_probe(texts, marks, encode, n_pairs, seed)
     results = {a: probe_verdict(probe["matrix"], a) for a in aspects}
     labelled = label_verdicts(held, aspects, encode(texts)) if texts else {}
@@ -298,12 +298,21 @@ def save_decisions(model, floor, results: dict, run: RunDir) -> None:
     model.save_pretrained(run.unified_model, extra={"guard": kept})
 
 
-def untrained_verdict(aspect: str) -> dict:
+def untrained_verdicts(extra: dict, aspects: Sequence[str]) -> dict:
+    """{aspect: `untrained_verdict`} for the heads the unified model's config (`extra`) marks untrained, with the
+    reason it records (too few papers: `untaught.too_few_to_train`), else that stage 02 had nothing."""
+    reasons = extra.get("untrained_reasons") or {}
+    return {a: untrained_verdict(a, reasons.get(a)) for a in aspects if a in (extra.get("untrained") or ())}
+
+
+def untrained_verdict(aspect: str, why: str | None = None) -> dict:
     """The guard's decision for a head stage 03 could not train (its aspect had no usable view and no sentence
-    label): the aspect file's head takes its place, unchecked, since there is nothing to compare it with."""
+    label, or `why`: too few papers had one, `untaught.too_few_to_train`): the aspect file's head takes its
+    place, unchecked, since there is nothing to compare it with."""
+    why = why or (f"stage 02 had nothing to learn {aspect} from (no usable LLM answer, no human summary or "
+                  "sentence label)")
     return {"kept": "aspect file", "verified": False,
-            "verdict": (f"no trained head: stage 02 had nothing to learn {aspect} from (no usable LLM answer, no "
-                        "human summary or sentence label), so the aspect file's own head reads it")}
+            "verdict": f"no trained head: {why}, so the aspect file's own head reads it"}
 
 
 def unverified(result: dict, aspect: str) -> dict:

@@ -159,7 +159,7 @@ def train_view_head(views, train_ids, val_ids, out_dir, config, cache: FeatureCa
                 pairs = [rng.sample(views.views[d], 2) for d in docs]
                 first = vectors[[row[a] for a, _ in pairs]]
                 second = vectors[[row[b] for _, b in pairs]]
-                loss = _info_nce(head.projection(first), head.projection(second), config.temperature)
+                loss = info_nce(head.projection(first), head.projection(second), config.temperature)
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 optimizer.step()
@@ -205,10 +205,6 @@ def _frozen_teacher(model, out_dir: Path, config, record: dict) -> TrainResult:
     write_json(out_dir / HISTORY_NAME, [])
     write_json(out_dir / TRAIN_CONFIG_NAME, record)  # last: "finished" only once everything is there
     return result
-
-
-def _info_nce(a: torch.Tensor, b: torch.Tensor, temperature: float) -> torch.Tensor:
-    return info_nce(a, b, temperature)
 
 
 # --------------------------------------------------------------------------- stage 03: the unified heads
@@ -522,7 +518,7 @@ def _loss(model: PooledAspectModel, data: dict, rows: np.ndarray, config) -> tup
             if config.kd_weight:
                 terms.append(config.kd_weight * similarity_kd(emb[has], target, config.head_temperature))
             if config.nce_weight:
-                terms.append(config.nce_weight * _info_nce(emb[has], target, config.head_temperature))
+                terms.append(config.nce_weight * info_nce(emb[has], target, config.head_temperature))
         # L2 towards the untrained head (uniform weights, identity projection): the prior is the base encoder.
         terms.append(config.l2 * (head.scorer.penalty() + head.projection.penalty()))
         parts[a] = torch.stack([t.reshape(()) for t in terms]).sum()

@@ -42,6 +42,7 @@ from .boilerplate import NEAR as BOILERPLATE_NEAR
 from .encoders import AspectModel, CheckpointError, read_config, valid_aspects
 from .features import (N_POSITION, DocumentFeatures, FeatureCache, FrozenBackbone, blend_documents,
                        marked_word_vectors)
+from .taught_head import TaughtHeadScorer
 from .mixture import MixtureScorer
 from .phrases import stating
 from ..core.files import write_json, write_tensors
@@ -87,14 +88,19 @@ def scorer_config(scorer: nn.Module) -> dict:
 
 
 def scorer_from_config(hidden: int, config: dict) -> nn.Module:
-    """The (untrained) scorer a checkpoint's config names: `LinearScorer` or `mixture.MixtureScorer`."""
+    """The (untrained) scorer a checkpoint's config names: `LinearScorer`, `mixture.MixtureScorer` or
+    `taught_head.TaughtHeadScorer` (a scorer taught by marks, holding the floor's scorers)."""
     config = dict(config)
     kind = config.pop("kind", "linear")
     if kind == "linear":
         return LinearScorer(hidden)
     if kind == MixtureScorer.kind:
         return MixtureScorer(hidden, **config)
-    raise CheckpointError(f"unknown sentence scorer {kind!r} in the checkpoint's config (known: linear, mixture)")
+    if kind == TaughtHeadScorer.kind:
+        floors = [scorer_from_config(hidden, c) for c in config.pop("floors")]
+        return TaughtHeadScorer(hidden, floors, **config)
+    raise CheckpointError(f"unknown sentence scorer {kind!r} in the checkpoint's config "
+                          "(known: linear, mixture, taught)")
 
 
 class SentencePooling(nn.Module):
@@ -228,8 +234,15 @@ class SentencePoolingHead(nn.Module):
 
     def sentence_weights(self, sentences: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor):
         """The pooling weights [B, M] the head gives the sentences."""
-        return self.pooling.weights(self.scorer(sentences, positions),
+        return self.pooling.weights(self.scores(sentences, positions, mask),
                                     self.pooling.without_boilerplate(sentences, mask))
+
+    def scores(self, sentences: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """The scorer's scores [B, M]; a scorer that normalises over the abstract (`needs_mask`, the taught one)
+        also reads which sentences are pooled (the mask, boilerplate off)."""
+        if getattr(self.scorer, "needs_mask", False):
+            return self.scorer(sentences, positions, self.pooling.without_boilerplate(sentences, mask))
+        return self.scorer(sentences, positions)
 
     def share_whole(self) -> float:
         """The learned share g of the whole-text vector in the blend."""
@@ -240,7 +253,7 @@ class SentencePoolingHead(nn.Module):
         `sentences`; the pooled vectors from `word_sentences` [B, M, H] where given (`pools_words`)."""
         if not self.pool:
             return self.projection(whole), None, None
-        scores = self.scorer(sentences, positions)
+        scores = self.scores(sentences, positions, mask)
         pooled, w = self.pooling(scores, sentences, mask, whole, word_sentences)
         return self.projection(self.blend(whole, pooled)), w, scores
 

@@ -40,6 +40,7 @@ from ..embed.encoders import CONFIG_NAME
 from ..embed.features import FROZEN_MAX_LENGTH, FeatureCache, FrozenBackbone
 from ..embed.guard import load_guard
 from ..maps.tsne import leave_one_out_reconstruction
+from ..maps.tsne_math import MIN_MAP_POINTS
 from ..measures.health import BASE
 from ..measures.evaluation import (judge_similarity, label_similarity, summary_similarity, permutation_test, bootstrap_ci,
                          rowwise_spearman)
@@ -465,7 +466,8 @@ def held_out_decoding(decoders, unified: Mapping[str, np.ndarray], held, aspects
     `all_embeddings` (every paper of the run, where a map's points lie).
 
     Returns {"table", "examples", "reconstruction_cosine", "confidence", "warnings"} (the last three may be
-    absent; "warnings": a missing decoders/confidence.json, for the caller to say and record in metrics.json).
+    absent; "warnings": a missing decoders/confidence.json, or too few held-out papers for the reconstruction,
+    for the caller to say and record in metrics.json).
     """
     docs = held.docs.reset_index(drop=True)
     use = np.arange(min(config.eval_docs, len(docs)))
@@ -478,7 +480,11 @@ def held_out_decoding(decoders, unified: Mapping[str, np.ndarray], held, aspects
     emb = {a: unified[a][use][keep] for a in aspects}
     refs = {a: [refs[a][i] for i in keep] for a in aspects}
     out, reconstructed = {}, {}
-    if config.reconstruct_docs:
+    # Each paper is left out of a map of the other held-out papers: too few of them leave no map to draw.
+    if config.reconstruct_docs and len(docs) - 1 < MIN_MAP_POINTS:
+        out["warnings"] = [f"reconstruction skipped: {len(docs)} held-out papers, and the map of the others that "
+                           f"each is placed on needs {MIN_MAP_POINTS} (reconstruct_docs=0 turns it off)"]
+    elif config.reconstruct_docs:
         picked = list(range(min(config.reconstruct_docs, len(keep))))
         outs = [leave_one_out_reconstruction(unified, int(use[keep[i]]), None, seed=config.seed) for i in picked]
         reconstructed = {a: (np.stack([o["reconstructed"][a] for o in outs]), picked) for a in aspects}
@@ -494,7 +500,7 @@ def held_out_decoding(decoders, unified: Mapping[str, np.ndarray], held, aspects
         out["confidence"] = check
     missing = missing_confidence(run_dir)
     if missing:
-        out["warnings"] = [f"confidence check skipped: {missing}"]
+        out["warnings"] = [*out.get("warnings", []), f"confidence check skipped: {missing}"]
     return out
 
 

@@ -37,6 +37,7 @@ from .saved import reopen_map, save_map
 from .selection import Selection
 from .options import MapLayout, PaneCallbacks, PaneState, PaneView
 from .pane import MapPane
+from .teaching import TeachPanel, attach, corpus_loop, verdict_for
 from .readout import decoded_html, hover_meta, llm_statements, own_statements_html, pick_own
 from .tsne import AspectMap, normalize_weights
 from .weights import FitSettings, fit_weights, map_weights
@@ -69,7 +70,21 @@ class Explorer:
         if unknown:
             raise ValueError(f"the unified model has no aspects {unknown}; it has {sorted(emb)}")
         self.embeddings = {a: unit_rows(emb[a]) for a in self.aspects}
-        self.meta = hover_meta(corpus, self.aspects)  # the LLM answers the readout shows join it below
+        self.decoders = None
+        self.confidence: dict = {}  # stage 04's calibration of the decoded texts' confidence, per aspect
+        if decode:
+            from ..decode.decoding import load_decoders
+            from ..decode.faithfulness import load_confidence
+
+            try:
+                self.decoders = load_decoders(self.run_dir, self.aspects, device=device)
+            except FileNotFoundError as exc:  # a map without text is still a map
+                notice(f"decoding off: {exc}")
+            try:
+                self.confidence = load_confidence(self.run_dir)
+            except ValueError as exc:  # decoded text is still shown, with its round trip and no level
+                notice(f"confidence levels off: {exc}")
+        self.meta = hover_meta(corpus, self.aspects, llm_statements(self.decoders))  # LLM text: the readout's
         # doc_id -> title: a decoded statement names its paper by id
         self.titles = dict(zip(self.meta["doc_id"].astype(str), self.meta["title"].fillna("").astype(str)))
         # The run's saved map when it fits (papers added since are placed on it, nothing else moves), else a fit.
@@ -86,22 +101,7 @@ class Explorer:
         self._aspect_models: dict[str, object] = {}
         self._axes: dict | None = None  # question axes, loaded on first use (question_axes)
         self._inverted = None  # (map, (x, y), vectors) of the last inverted spot: a tap and its comparison share it
-        self.decoders = None
-        self.confidence: dict = {}  # stage 04's calibration of the decoded texts' confidence, per aspect
-        if decode:
-            from ..decode.decoding import load_decoders
-            from ..decode.faithfulness import load_confidence
-
-            try:
-                self.decoders = load_decoders(self.run_dir, self.aspects, device=device)
-            except FileNotFoundError as exc:  # a map without text is still a map
-                notice(f"decoding off: {exc}")
-            if self.decoders:
-                self.meta = hover_meta(corpus, self.aspects, llm_statements(self.decoders))
-            try:
-                self.confidence = load_confidence(self.run_dir)
-            except ValueError as exc:  # decoded text is still shown, with its round trip and no level
-                notice(f"confidence levels off: {exc}")
+        self.teach_loop = None  # the teaching loop (`teach`), built on first use
 
     # ------------------------------------------------------------------ models, lazily
 
@@ -164,6 +164,23 @@ class Explorer:
         """Refit the map for new aspect weights, warm-started from the current layout (on_frame: a first frame)."""
         self.map = self.map.with_weights(normalize_weights(weights, self.aspects), on_frame=on_frame)
         return self.map.coords
+
+    def apply_taught(self, embeddings, on_frame=None) -> np.ndarray:
+        """Taught aspects' new embeddings ({aspect: [N, H]}) onto the map through the weight change's warm path."""
+        self.embeddings.update({a: unit_rows(v) for a, v in embeddings.items() if a in self.embeddings})
+        self.map = self.map.with_embeddings(self.embeddings, on_frame=on_frame)
+        return self.map.coords
+
+    def teach(self, aspect_set=None, start: bool = True) -> TeachPanel:
+        """The teaching widget (`teaching.TeachPanel`): a sentence at a time, answered by button or number key; a
+        refit moves the map (`apply_taught`). Its loop (`teaching.corpus_loop`; aspect_set: a preset, a YAML file
+        or an AspectSet, None the run's own) is built on first use and kept."""
+        def loop():
+            self.teach_loop = self.teach_loop or corpus_loop(self.unified(), self.corpus, aspect_set, self.aspects,
+                                                             self.run_dir)
+            return self.teach_loop
+        panel = TeachPanel(loop, self.aspects, self.titles, self.apply_taught, verdict_for(self.run_dir))
+        return panel.start() if start else panel
 
     def fit_weights(self, labels=None, pairs=None, groups=None, negative: Sequence[str] = (), apply: bool = True,
                     settings: FitSettings = FitSettings()):
@@ -445,13 +462,15 @@ class Explorer:
         decoded = self._decoded_html({a: vectors[a][0] for a in self.map_aspects()}, point="abstract")
         return float(x), float(y), f"<h4>Placed at ({x:.1f}, {y:.1f})</h4><p>Most similar papers:</p><ul>{titles}</ul>{decoded}"
 
-    def pane(self, labels: bool | int = True, color_by=None, label_source: str = "terms", fine: bool = False):
+    def pane(self, labels: bool | int = True, color_by=None, label_source: str = "terms", fine: bool = False,
+             aspect_set=None):
         """The interactive JupyterLab pane (ipywidgets sliders + Bokeh map).
 
         label_source: "terms" (shared terms, the nearest statement in the detail), "statements" (decoded) or
         "questions" (question axes) region labels; fine=True labels the sub-regions ("3.2"). Colours are the
         labelled regions, and keep their numbers and colours when the weights change (`self.regions`).
-        With question axes, two tapped papers (or a paper and then an empty spot) are compared.
+        With question axes, two tapped papers (or a paper and then an empty spot) are compared. Below it, the
+        teaching widget (`teach`, aspect_set as there; `pane.teaching`), whose refit moves this map.
         """
         k = labels if isinstance(labels, int) and labels > 1 else 8
         relabel = (lambda: self.region_labels(k, by=label_source, fine=fine)) if labels else None
@@ -464,8 +483,9 @@ class Explorer:
                                   on_select=self.select, on_marks=self.set_marks)
         state = PaneState(selected=[row[d] for d in self.picked.doc_ids if d in row],  # papers it can show
                           marks=[(row[a], row[b], s) for a, b, s in self.picked.marks if a in row and b in row])
-        return MapPane(self.coords, self.meta, self.aspects, self.weights, on_weights=self.reweight,
+        pane = MapPane(self.coords, self.meta, self.aspects, self.weights, on_weights=self.reweight,
                        callbacks=callbacks, view=view, state=state)
+        return attach(pane, self.teach(aspect_set, start=False), self.apply_taught)  # started by its button
 
     # ------------------------------------------------------------------ the user's selection
 

@@ -222,11 +222,21 @@ class PresetDetails:
     `weights_by_preset` the aspect weights, said in the caption and legend; `questions_by_preset`
     one text per paper, an extra hover line; `regions_by_preset` each paper's region number
     (`mapview.MapRegions`), so that a region keeps its number and colour from preset to preset
-    (None: each preset's clusters numbered from 1)."""
+    (None: each preset's clusters numbered from 1); `verdicts` each aspect's verdict in words
+    (`teach.verdict.verdict_lines`), said under the weights (None: nothing said)."""
 
     weights_by_preset: dict | None = None
     questions_by_preset: dict | None = None
     regions_by_preset: dict | None = None
+    verdicts: Sequence[str] | None = None
+
+
+def verdicts_html(lines: Sequence[str] | None) -> str:
+    """Each aspect's verdict, one line each, escaped (empty: nothing)."""
+    if not lines:
+        return ""
+    return ("<div style='font-size:90%'><b>How far each aspect is checked</b><br>"
+            + "<br>".join(esc(str(t)) for t in lines) + "</div>")
 
 
 def export_html(path, coords_by_preset: dict[str, np.ndarray], meta: pd.DataFrame,
@@ -276,7 +286,8 @@ def export_html(path, coords_by_preset: dict[str, np.ndarray], meta: pd.DataFram
     # Named so that page scripts (and the browser test) can find models with get_model_by_name.
     layout = column(header, row(select, search, status, name="controls"),
                     row(*([years] if years is not None else []), *choices, filter_status, name="filters"),
-                    caption, row(fig, column(legend, region, *buttons, export_status, hint)), name="page")
+                    caption, Div(text=verdicts_html(details.verdicts), name="verdicts", width=options.width + 360),
+                    row(fig, column(legend, region, *buttons, export_status, hint)), name="page")
     # Written whole or not at all: a full disk leaves the earlier page, not a torn one.
     return write_text(Path(path), standalone_html(layout, title or "Map"))
 

@@ -359,6 +359,14 @@ class MapPane:
             self._fail("Re-weighting", exc)
             return None
 
+    def relayout(self, compute: Callable) -> np.ndarray:
+        """Draw a layout made outside the sliders (a refit of taught aspects): `compute(on_frame)` returns the
+        settled coordinates and hands a first frame to on_frame, as `on_weights` does."""
+        coords = as_coords(compute(self._draw_frame))
+        self._set_coords(coords)
+        self.set_labels(self.on_labels() if self.on_labels is not None else None)
+        return coords
+
     def _draw_frame(self, coords) -> None:
         # Positions only: the colours and labels follow with the settled layout.
         coords = as_coords(coords)

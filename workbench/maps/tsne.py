@@ -223,6 +223,14 @@ class AspectMap:
         new = type(self)(self.embeddings, weights, self.coords, self.perplexity, self.seed, self.engine)
         return self.engine.with_weights(self, new, Job(n_iter, self.seed, warm=True), on_frame, relayout)
 
+    def with_embeddings(self, embeddings, n_iter=None, on_frame=None) -> "AspectMap":
+        """The same papers under the same weights with some aspects' embeddings replaced ({aspect: (n, d)}; a
+        refit of taught heads), laid out through the weight change's warm path (`with_weights`): new neighbours,
+        a first frame for `on_frame`, then the settled map."""
+        new = type(self)({**self.embeddings, **{a: embeddings[a] for a in self.aspects if a in embeddings}},
+                         self.weights, self.coords, self.perplexity, self.seed, self.engine)
+        return self.engine.with_weights(self, new, Job(n_iter, self.seed, warm=True), on_frame, None)
+
     # ------------------------------------------------------------ cached per-map quantities
 
     def prepare(self, background: bool = False, n_components: int = 20, layout: bool = True) -> "AspectMap":

@@ -125,6 +125,10 @@ def weighted_distance(embeddings: Mapping[str, np.ndarray], weights=None) -> np.
 # ---------------------------------------------------------------- affinities
 
 
+#: The fewest papers a map can be drawn of: below it the perplexity, at most (n - 1) / 3, is under one neighbour.
+MIN_MAP_POINTS = 4
+
+
 def effective_perplexity(perplexity: float, n: int) -> float:
     """The perplexity a map of n points can have: at most (n - 1) / 3, with a warning when it is lowered."""
     perplexity = float(perplexity)
@@ -136,7 +140,7 @@ def effective_perplexity(perplexity: float, n: int) -> float:
         warnings.warn(f"perplexity {perplexity:g} is too high for {n} points; using {limit:g}", stacklevel=3)
         perplexity = limit
     if perplexity < 1:
-        raise ValueError(f"t-SNE needs at least 4 points (got {n})")
+        raise ValueError(f"t-SNE needs at least {MIN_MAP_POINTS} points (got {n})")
     return perplexity
 
 

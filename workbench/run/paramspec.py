@@ -156,7 +156,7 @@ _NAMES = ParamSpec("list", items="text", nullable=True, null_means="all of them"
 # Every parameter of notebooks/*.ipynb, by name (one name, one meaning across the stages).
 SPECS: dict[str, ParamSpec] = {
     # the corpus and the aspects, in every stage
-    "corpus": _text(), "encoding": _text(), "abstract_column": _text(nullable=True, null_means="found by name"),
+    "corpus": _text(), "encoding": _text(), "abstract_column": _text(nullable=True, null_means="found by name"), "marks": _text(nullable=True, null_means="the run's own marks only"),
     "aspects": _text(), "aspect_names": _NAMES,
     "subset": _int(1, nullable=True, null_means="the whole corpus"), "subset_seed": _int(0), "seed": _int(0),
     "split": _text(nullable=True, null_means="the run's validation papers"),
