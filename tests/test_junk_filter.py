@@ -1,10 +1,11 @@
-"""Only usable LLM text is kept: the grounding check against 30 answers a person labelled, and each reason alone.
+"""Only usable LLM text is shown: the shown filter against 30 answers a person labelled, and each reason alone.
 
 `data/junk_texts.json` holds 30 of the packaged SmolLM2-135M's answers on ACLSum's validation papers that
-the grounding check of the time kept, drawn at random and labelled keep or drop by reading each one
-against its abstract before the filter was written (how, in the file). `data/junk_texts_features.json`
-holds what the reference encoder reads of each (its cosines with the 50 abstracts and with the nearest
-sentences), so that the rule runs here without a model. No test here loads one: well under a second.
+the grounding check kept (the training views' rule, which the shown filter does not change), drawn at
+random and labelled keep or drop by reading each one against its abstract before the filter was written
+(how, in the file). `data/junk_texts_features.json` holds what the reference encoder reads of each (its
+cosines with the 50 abstracts and with the nearest sentences), so that the rule runs here without a
+model. No test here loads one: well under a second.
 """
 
 import json
@@ -98,7 +99,7 @@ def test_copies_and_generic_texts_by_their_cosines():
 
 
 def test_the_hover_shows_only_the_llm_answers_the_readout_shows(tmp_path):
-    """The hover takes a paper's LLM answer from the retrieval memory (what the grounding check kept), never the
+    """The hover takes a paper's LLM answer from the retrieval memory (what the shown filter let through), never the
     run's raw answers: "This is a very interesting paper." in the store does not reach it."""
     from types import SimpleNamespace
 
@@ -116,3 +117,17 @@ def test_the_hover_shows_only_the_llm_answers_the_readout_shows(tmp_path):
     meta = hover_meta(corpus, ["outcome"], shown)
     assert meta["summary_outcome"][0] == "A parser for trees in linear time." and pd.isna(meta["summary_outcome"][1])
     assert hover_meta(corpus, ["outcome"])["summary_outcome"].isna().all()
+
+
+def test_the_memory_leaves_out_what_the_shown_filter_drops():
+    """Stage 04's memory takes the shown filter's verdicts; an LLM answer no verdict covers is read by its text."""
+    from types import SimpleNamespace
+
+    from workbench.decode.statements import shown_entries
+
+    views = SimpleNamespace(views={"a": ["A parser for trees in linear time.", "Our main findings are:", "We parse."],
+                                   "b": ["We tag words with a", "We tag words."]},
+                            sources={"a": ["llm", "llm", "abstract"], "b": ["llm", "abstract"]})
+    entries = shown_entries(views, {("a", 0): "kept", ("a", 1): "announces"}, {}, {"a", "b"})
+    assert entries.texts == ["A parser for trees in linear time.", "We parse.", "We tag words."]
+    assert entries.left_out == {"LLM answer not shown (announces)": 1, "LLM answer not shown (cut)": 1}
