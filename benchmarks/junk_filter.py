@@ -1,12 +1,13 @@
-"""What the grounding check leaves out of the packaged 135M model's answers, by reason, on CSAbstruct and ACLSum.
+"""What the shown filter leaves out of the packaged 135M model's answers, by reason, on CSAbstruct and ACLSum.
 
 Stage 01 as `params/own-corpus.yaml` runs it (the `acl` preset, SmolLM2-135M-Instruct on the CPU, k = 2,
 48 new tokens, temperature 0.7, top-p 0.95, top-k 50, seed 0) on a seeded sample of each corpus, then
-stage 02's grounding check (`embed.grounding.grounded_views`: the sample's abstracts are the pool, as a
-user's own corpus would be) and stage 04's prompt-artefact check (`decode.artefacts`) on what it keeps:
-what is left is what the pane may show. Prints, per corpus, the answers parsed and what became of them
-by reason (the counts `grounding.json` holds, plus the artefacts), then `--show` answers left out and
-`--show` shown, drawn at random from both corpora, each with its paper's id and why, to be read.
+stage 02's grounding check and the shown filter (`embed.grounding.judge_views`, as `grounded_views` runs
+them: the sample's abstracts are the pool, as a user's own corpus would be) and stage 04's prompt-artefact
+check (`decode.artefacts`) on what the filter lets through: what is left is what the pane may show. Prints,
+per corpus, the answers parsed and what became of them by reason (the shown counts `grounding.json` holds,
+plus the artefacts; how many train as views apart), then `--show` answers left out and `--show` shown,
+drawn at random from both corpora, each with its paper's id and why, to be read.
 
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/junk_filter.py [--docs 80] [--aclsum-docs 70]
         [--csabstruct-split test] [--aclsum-split train] [--k 2] [--max-new-tokens 48] [--show 20]
@@ -17,8 +18,10 @@ default they go to a temporary folder. The defaults take CSAbstruct's test abstr
 papers: the rule's constants were chosen on ACLSum validation and CSAbstruct dev. No label of either
 corpus is read.
 
---smoke (or WORKBENCH_BENCH_SMOKE=1): 1 paper of each, k = 1, 6 new tokens, the tests' short instructions
-(`tests/data/short_aspects.yaml`, the acl preset's aspects), 3 texts listed.
+--smoke (or WORKBENCH_BENCH_SMOKE=1): no model and no generation. The 30 stored answers of
+`tests/data/junk_texts.json` (ACLSum validation; their labels are not read), judged from the reference
+encoder's cosines stored beside them (`junk_texts_features.json`), 3 texts listed: the table's and the
+listing's code paths in about a second.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ from _machine import matmul_gflops  # noqa: E402
 from _smoke import add_smoke  # noqa: E402
 
 ASPECTS = "acl"
-SMOKE_ASPECTS = str(ROOT / "tests" / "data" / "short_aspects.yaml")  # a prompt pass of seconds, not tens
+STORED = ROOT / "tests" / "data"  # the smoke run's answers: junk_texts.json and the cosines of each
 
 
 def corpora(args):
@@ -61,7 +64,7 @@ def corpora(args):
 def judged(corpus, run_dir: Path, backend, args) -> list[tuple[str, str, str, str]]:
     """[(doc_id, aspect, text, "shown" or why not)] of every parsed answer of the packaged model on `corpus`."""
     from workbench.data.aspects import load_aspects
-    from workbench.decode.artefacts import artefact_reason, prompt_text
+    from workbench.decode.artefacts import prompt_text
     from workbench.embed.features import FeatureCache, FrozenBackbone
     from workbench.embed.grounding import REFERENCE, grounded_views, judge_views
     from workbench.generate.sampling import Sampling
@@ -77,15 +80,40 @@ def judged(corpus, run_dir: Path, backend, args) -> list[tuple[str, str, str, st
     views = collect_views(aspects.names, run_dir, corpus, include_human=False, exclude_splits=())
     verdicts = judge_views(views, corpus, FeatureCache.for_run(run_dir, FrozenBackbone(REFERENCE)))
     prompt, abstracts = prompt_text(aspects), dict(zip(map(str, corpus.ids), corpus.texts()))
-    out = []
-    for aspect, v in views.items():
-        for (doc, k), why in sorted(verdicts[aspect].items()):
-            text = v.views[doc][k]
-            if why == "kept":
-                artefact = artefact_reason(text, prompt, abstracts.get(doc, ""))
-                why = "artefact" if artefact else "shown"
-            out.append((doc, aspect, text, why))
-    return out
+    return [(doc, aspect, views[aspect].views[doc][k], shown_or_why(views[aspect].views[doc][k], v.shown, v.training,
+                                                                    prompt, abstracts.get(doc, "")))
+            for aspect in views for (doc, k), v in sorted(verdicts[aspect].items())]
+
+
+def shown_or_why(text: str, shown: str, training: str, prompt: str, abstract: str) -> str:
+    """"shown", or why not: the shown filter's reason, or "artefact"; "trains" marks one kept as a training view."""
+    from workbench.decode.artefacts import artefact_reason
+
+    why = ("artefact" if artefact_reason(text, prompt, abstract) else "shown") if shown == "kept" else shown
+    return why + (" (trains)" if training == "kept" else "")
+
+
+def stored(args) -> dict[str, list]:
+    """The smoke run's rows: the 30 stored answers on ACLSum validation, judged from their stored cosines (all 30
+    were kept by the grounding check, so all train). Their labels are not read."""
+    import json
+    import math
+
+    import numpy as np
+
+    from workbench.data.aspects import load_aspects
+    from workbench.decode.artefacts import prompt_text
+    from workbench.embed.grounding import TOP_MIN, TOP_SHARE, verdict
+
+    texts = json.loads((STORED / "junk_texts.json").read_text())["texts"]
+    read = json.loads((STORED / "junk_texts_features.json").read_text())
+    top = max(TOP_MIN, math.ceil(TOP_SHARE * read["corpus size"]))
+    prompt = prompt_text(load_aspects(args.aspects))
+    rows = [(t["doc_id"], t["aspect"], t["text"],
+             shown_or_why(t["text"], verdict(t["text"], np.asarray(f["cosines"]), f["own"], top, f["own sentence"],
+                                             f["other sentence"]), "kept", prompt, ""))
+            for t, f in zip(texts, read["texts"])]
+    return {"ACLSum validation (stored)": rows}
 
 
 def table(found: dict[str, list]) -> str:
@@ -94,10 +122,13 @@ def table(found: dict[str, list]) -> str:
 
     columns = ["shown", *REASONS, "artefact"]
     lines = ["| corpus | parsed answers | " + " | ".join(columns) + " |", "|---|---:|" + "---:|" * len(columns)]
+    trains = []
     for name, rows in found.items():
-        counts = Counter(why for *_, why in rows)
+        counts = Counter(why.removesuffix(" (trains)") for *_, why in rows)
         lines.append(f"| {name} | {len(rows)} | " + " | ".join(str(counts.get(c, 0)) for c in columns) + " |")
-    return "\n".join(lines)
+        trains.append(f"{name}: {sum(why.endswith('(trains)') for *_, why in rows)} of {len(rows)} train as views")
+    return "\n".join(lines) + "\n\nThe grounding check (training views, not filtered for showing): " + \
+        "; ".join(trains)
 
 
 def main() -> None:
@@ -112,8 +143,12 @@ def main() -> None:
     parser.add_argument("--runs", help="keep the generated answers here (reused by a second run)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--aspects", default=ASPECTS, help="an aspect preset or file")
-    add_smoke(parser, docs=1, aclsum_docs=1, k=1, max_new_tokens=6, show=3, aspects=SMOKE_ASPECTS)
+    add_smoke(parser, show=3)
     args = parser.parse_args()
+    if args.smoke:  # no model: the stored answers, judged from their stored cosines
+        print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores; smoke run: stored answers")
+        listing(args, stored(args), "no generation")
+        return
 
     import torch
 
@@ -133,13 +168,17 @@ def report(args, runs: Path) -> None:
     found, t0 = {}, time.perf_counter()
     for name, corpus in corpora(args).items():
         found[name] = judged(corpus, runs / name.replace(" ", "-"), backend, args)
-    print(f"\n{sum(map(len, found.values()))} parsed answers judged in {time.perf_counter() - t0:.0f}s "
-          f"(generation included); answers in {runs}\n")
+    listing(args, found, f"judged in {time.perf_counter() - t0:.0f}s (generation included); answers in {runs}")
+
+
+def listing(args, found: dict[str, list], how: str) -> None:
+    """Print the table and `--show` answers left out and shown, drawn at random."""
+    print(f"\n{sum(map(len, found.values()))} parsed answers, {how}\n")
     print(table(found))
     pool = [(name, *row) for name, rows in found.items() for row in rows]
     draw = random.Random(args.seed)
-    for title, rows in (("left out", [r for r in pool if r[-1] != "shown"]),
-                        ("shown", [r for r in pool if r[-1] == "shown"])):
+    for title, rows in (("left out", [r for r in pool if not r[-1].startswith("shown")]),
+                        ("shown", [r for r in pool if r[-1].startswith("shown")])):
         picked = draw.sample(rows, min(args.show, len(rows)))
         print(f"\n{len(picked)} of the {len(rows)} answers {title}, at random:")
         for i, (name, doc, aspect, text, why) in enumerate(picked, 1):
