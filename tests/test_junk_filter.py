@@ -131,3 +131,16 @@ def test_the_memory_leaves_out_what_the_shown_filter_drops():
     entries = shown_entries(views, {("a", 0): "kept", ("a", 1): "announces"}, {}, {"a", "b"})
     assert entries.texts == ["A parser for trees in linear time.", "We parse.", "We tag words."]
     assert entries.left_out == {"LLM answer not shown (announces)": 1, "LLM answer not shown (cut)": 1}
+
+
+def test_a_grounding_report_written_before_the_shown_filter_still_reads(tmp_path):
+    """An older grounding.json (training counts only) reads as before; its shown counts are empty, never 0."""
+    import pandas as pd
+
+    from workbench.embed.grounding import grounding_table
+
+    (tmp_path / "grounding.json").write_text(json.dumps(
+        {"rule": "...", "aspects": {"outcome": {"llm views": 5, "kept": 3, "generic": 1, "copy": 1}}}))
+    row = grounding_table(tmp_path).loc["outcome"]
+    assert row[["llm views", "kept", "generic", "copy"]].tolist() == [5, 3, 1, 1]
+    assert pd.isna(row["shown"]) and pd.isna(row["not shown: cut"])
