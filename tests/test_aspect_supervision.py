@@ -728,7 +728,60 @@ def test_llm_answers_must_find_their_abstract_and_not_copy_it(tmp_path, monkeypa
     kept = views["disease"].views.get(first["doc_id"], [])
     assert answers["specific"] in kept and answers["generic"] not in kept and sentence not in kept
     table = grounding.grounding_table(tmp_path)
-    assert table.loc["disease"].to_dict() == {"llm views": 3, "kept": 1, "generic": 1, "copy": 1}
+    assert table.loc["disease", ["llm views", "kept", "generic", "copy"]].to_dict() == \
+        {"llm views": 3, "kept": 1, "generic": 1, "copy": 1}
+    # The shown filter counts apart, over the same three answers, and shows no more than trains.
+    shown = table.loc["disease", ["shown", *(f"not shown: {why}" for why in grounding.REASONS)]]
+    assert shown.sum() == 3 and shown["shown"] <= 1 and shown["not shown: copy"] == 1
+
+
+def test_the_training_views_are_judged_by_the_grounding_rule_alone(tmp_path, monkeypatch):
+    """Stage 02's training views are the grounding check's (own abstract in the top share, no copy of its own
+    sentences), whatever the shown filter leaves out: the kept set equals that of the rule written out here, on
+    answers of every kind the shown filter drops (cut, looping, announcing, copying another abstract, generic)."""
+    import math
+
+    from stand_ins import BagOfWords
+    from workbench.core.vectors import unit_rows
+    from workbench.embed import grounding
+    from workbench.embed.features import FeatureCache
+    from workbench.generate.summaries import summary_store
+    from workbench.generate.views import collect_views
+
+    frame = synthetic_frame(n_train=0, n_val=0, n_test=40, seed=5)
+    corpus = Corpus(frame[["doc_id", "title", "abstract"]])
+    rows = []
+    for i, paper in frame.head(20).iterrows():
+        said, other = paper["sentences"], frame.iloc[(i + 7) % len(frame)]["sentences"]
+        texts = [" ".join(said[0].rstrip(".").split()[-5:] + said[1].rstrip(".").split()[-5:]) + ".",
+                 " ".join(said[0].split()[:-1]), "Our main findings are:", said[0] + " " + other[0],
+                 " ".join(said[1].rstrip(".").split()[-4:] * 2) + ".", "This is a very interesting paper.", said[0]]
+        rows += [{"doc_id": paper["doc_id"], "aspect": "disease", "key": "disease", "sample": n, "status": "ok",
+                  "text": text, "raw": json.dumps({"sentence": text}), "model": "fake", "prompt_hash": "h"}
+                 for n, text in enumerate(texts)]
+    summary_store(tmp_path).append(rows)
+    encoder = BagOfWords()
+    monkeypatch.setattr(grounding, "FrozenBackbone", lambda name: encoder)
+    kept = grounding.grounded_views(["disease"], tmp_path, corpus, include_human=False)["disease"]
+
+    # The rule, as written before the shown filter existed.
+    views = collect_views(["disease"], tmp_path, corpus, include_human=False)["disease"]
+    docs = FeatureCache.for_run(tmp_path, encoder).documents(corpus.texts())
+    abstracts, row = unit_rows(docs.whole), {d: i for i, d in enumerate(map(str, corpus.ids))}
+    top = max(grounding.TOP_MIN, math.ceil(grounding.TOP_SHARE * len(row)))
+    expected = set()
+    for d, texts in views.views.items():
+        for text in texts:
+            vec = unit_rows(encoder.embed([text]))[0]
+            sim = abstracts @ vec
+            copied = float((unit_rows(docs.sentences[row[d]]) @ vec).max()) >= grounding.COPY_COSINE
+            if not copied and int((sim > sim[row[d]]).sum()) < top:
+                expected.add((d, text))
+    got = {(d, t) for d, texts in kept.views.items() for t in texts}
+    assert got == expected and 0 < len(got) < 140
+    report = json.loads((tmp_path / "grounding.json").read_text())["aspects"]["disease"]
+    assert report["kept"] == len(got) and report["shown"]["kept"] < len(got)  # the shown filter drops some kept
+    assert report["shown"]["cut"] and report["shown"]["announces"] and report["shown"]["repeats"]
 
 
 def test_human_views_alone_are_not_judged_and_nothing_is_encoded(tmp_path, monkeypatch):
@@ -746,8 +799,7 @@ def test_human_views_alone_are_not_judged_and_nothing_is_encoded(tmp_path, monke
     views = grounding.grounded_views(["disease"], tmp_path, corpus)
     assert views["disease"].views == collect_views(["disease"], tmp_path, corpus)["disease"].views
     assert len(views["disease"].views) == 16 and encoder.texts == 0
-    assert grounding.grounding_table(tmp_path).loc["disease"].to_dict() == \
-        {"llm views": 0, "kept": 0, "generic": 0, "copy": 0}
+    assert set(grounding.grounding_table(tmp_path).loc["disease"]) == {0}
 
 
 def test_the_guard_table_shows_each_aspect_file_head_s_blend():

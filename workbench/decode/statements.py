@@ -1,8 +1,11 @@
 """Stage 04: which statements of a paper may enter an aspect's retrieval memory (`retrieval.build_memories`).
 
-Its human statements, and its LLM answers where stage 02's grounding check keeps them
-(`embed/grounding.py`), none with a prompt artefact (`artefacts.py`). A paper left with none
-gets its own sentence for the aspect (`retrieval.own_sentences`).
+Its human statements, and its LLM answers where the shown filter lets them through
+(`embed/grounding.py`: grounded in its abstract and standing out of the others, no copy of
+any abstract, no text cut short, looping or only announcing), none with a prompt artefact
+(`artefacts.py`). The memory is all the readout, the legend and the hover show of a paper's
+LLM answers. A paper left with none gets its own sentence for the aspect
+(`retrieval.own_sentences`).
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..embed.features import FeatureCache, FrozenBackbone
+from ..generate.unusable import text_reason
 from .artefacts import artefact_reason
 
 
@@ -34,26 +38,29 @@ class Entries:
 
 
 def grounding_verdicts(views, run_dir, corpus) -> dict[str, dict]:
-    """{aspect: {(doc_id, view index): "kept" | "generic" | "copy"}}: stage 02's grounding check of the LLM
-    views (`embed.grounding.judge_views`), read from the run's feature cache where stage 02 left it."""
+    """{aspect: {(doc_id, view index): "kept" or why not}}: the shown filter's verdicts of the LLM views
+    (`embed.grounding.judge_views`, `Verdict.shown`), read from the run's feature cache where stage 02 left it."""
     from ..embed.grounding import REFERENCE, judge_views
 
     has_llm = any(s == "llm" for v in views.values() for sources in v.sources.values() for s in sources)
     if corpus is None or not len(corpus) or not has_llm:
         return {a: {} for a in views}
-    return judge_views(views, corpus, FeatureCache.for_run(run_dir, FrozenBackbone(REFERENCE)))
+    judged = judge_views(views, corpus, FeatureCache.for_run(run_dir, FrozenBackbone(REFERENCE)))
+    return {a: {key: v.shown for key, v in verdicts.items()} for a, verdicts in judged.items()}
 
 
 def shown_entries(views, verdicts: dict, abstracts: dict[str, str], allowed: set[str], prompt: str = "") -> Entries:
-    """The views of the allowed papers worth showing: LLM answers only where grounding kept them, and no text
-    with a prompt artefact (`artefacts.artefact_reason`; an LLM answer is also checked against the prompt)."""
+    """The views of the allowed papers worth showing: LLM answers only where the shown filter lets them through
+    (`verdicts`; one no verdict covers, its text alone: `generate.unusable`), and no text with a prompt artefact
+    (`artefacts.artefact_reason`; an LLM answer is also checked against the prompt)."""
     entries = Entries()
     for doc, items in views.views.items():
         if doc not in allowed:
             continue
         for k, (text, source) in enumerate(zip(items, views.sources[doc])):
-            if source == "llm" and verdicts.get((doc, k), "kept") != "kept":
-                entries.leave_out(f"LLM answer not grounded ({verdicts[(doc, k)]})")
+            shown = (verdicts.get((doc, k)) or text_reason(text) or "kept") if source == "llm" else "kept"
+            if shown != "kept":
+                entries.leave_out(f"LLM answer not shown ({shown})")
                 continue
             why = artefact_reason(text, prompt if source == "llm" else "", abstracts.get(doc, ""))
             if why:

@@ -38,7 +38,7 @@ from .selection import Selection
 from .options import MapLayout, PaneCallbacks, PaneState, PaneView
 from .pane import MapPane
 from .teaching import TeachPanel, attach, corpus_loop, verdict_for
-from .readout import decoded_html, hover_meta, own_statements_html, pick_own
+from .readout import decoded_html, hover_meta, llm_statements, own_statements_html, pick_own
 from .tsne import AspectMap, normalize_weights
 from .weights import FitSettings, fit_weights, map_weights
 from ..core.rundir import RunDir
@@ -70,7 +70,21 @@ class Explorer:
         if unknown:
             raise ValueError(f"the unified model has no aspects {unknown}; it has {sorted(emb)}")
         self.embeddings = {a: unit_rows(emb[a]) for a in self.aspects}
-        self.meta = hover_meta(corpus, self.aspects, self.run_dir)
+        self.decoders = None
+        self.confidence: dict = {}  # stage 04's calibration of the decoded texts' confidence, per aspect
+        if decode:
+            from ..decode.decoding import load_decoders
+            from ..decode.faithfulness import load_confidence
+
+            try:
+                self.decoders = load_decoders(self.run_dir, self.aspects, device=device)
+            except FileNotFoundError as exc:  # a map without text is still a map
+                notice(f"decoding off: {exc}")
+            try:
+                self.confidence = load_confidence(self.run_dir)
+            except ValueError as exc:  # decoded text is still shown, with its round trip and no level
+                notice(f"confidence levels off: {exc}")
+        self.meta = hover_meta(corpus, self.aspects, llm_statements(self.decoders))  # LLM text: the readout's
         # doc_id -> title: a decoded statement names its paper by id
         self.titles = dict(zip(self.meta["doc_id"].astype(str), self.meta["title"].fillna("").astype(str)))
         # The run's saved map when it fits (papers added since are placed on it, nothing else moves), else a fit.
@@ -88,20 +102,6 @@ class Explorer:
         self._axes: dict | None = None  # question axes, loaded on first use (question_axes)
         self._inverted = None  # (map, (x, y), vectors) of the last inverted spot: a tap and its comparison share it
         self.teach_loop = None  # the teaching loop (`teach`), built on first use
-        self.decoders = None
-        self.confidence: dict = {}  # stage 04's calibration of the decoded texts' confidence, per aspect
-        if decode:
-            from ..decode.decoding import load_decoders
-            from ..decode.faithfulness import load_confidence
-
-            try:
-                self.decoders = load_decoders(self.run_dir, self.aspects, device=device)
-            except FileNotFoundError as exc:  # a map without text is still a map
-                notice(f"decoding off: {exc}")
-            try:
-                self.confidence = load_confidence(self.run_dir)
-            except ValueError as exc:  # decoded text is still shown, with its round trip and no level
-                notice(f"confidence levels off: {exc}")
 
     # ------------------------------------------------------------------ models, lazily
 

@@ -24,7 +24,6 @@ from typing import Mapping, Sequence
 import pandas as pd
 
 from ..decode.faithfulness import held_out_line, levels_line
-from ..generate.summaries import summaries_frame
 from ..decode.retrieval import KIND_GENERATED, KIND_NEAREST, KIND_OWN
 
 # How the paper's own statements are named, by the memory's source, in the order one is preferred.
@@ -104,11 +103,14 @@ def decoded_html(frame: pd.DataFrame, titles: Mapping[str, str], corpus_size: in
     return decoded_heading(frame, point) + "<ul>" + items + "</ul>" + foot
 
 
-def hover_meta(corpus, aspects: Sequence[str], run_dir=None) -> pd.DataFrame:
+def hover_meta(corpus, aspects: Sequence[str], shown: Mapping[str, Mapping[str, str]] | None = None) -> pd.DataFrame:
     """Per document: doc_id, title, year and one summary per aspect for the hover text.
 
     Takes the corpus's own `summary_<aspect>` column where it has one (ACLSum's human
-    summaries), else the first LLM summary of the run's store, else nothing.
+    summaries), else the paper's LLM answer that the readout shows (`shown`: {aspect: {doc_id:
+    text}}, `llm_statements` of the run's retrieval memory, which holds only what the grounding
+    check kept), else nothing. The run's raw answers are never read here: most of what a small
+    model writes is cut short, generic or copied, and the hover must not show what the readout hides.
     """
     docs = corpus.docs.reset_index(drop=True)
     meta = pd.DataFrame({"doc_id": docs["doc_id"].astype(str), "title": docs.get("title", "").fillna("")})
@@ -117,12 +119,24 @@ def hover_meta(corpus, aspects: Sequence[str], run_dir=None) -> pd.DataFrame:
     for extra in ("split", "labels"):
         if extra in docs:
             meta[extra] = docs[extra].map(lambda v: ", ".join(map(str, v)) if isinstance(v, (list, tuple)) else v)
-    llm = summaries_frame(run_dir, status="ok") if run_dir is not None else pd.DataFrame()
     for aspect in aspects:
         column = f"summary_{aspect}"
         values = docs[column] if column in docs else pd.Series([None] * len(docs))
-        if len(llm):
-            first = llm[llm["aspect"] == aspect].groupby("doc_id")["text"].first()
-            values = [v if isinstance(v, str) and v else first.get(d) for v, d in zip(values, meta["doc_id"])]
-        meta[column] = list(values)
+        llm = (shown or {}).get(aspect, {})
+        meta[column] = [v if isinstance(v, str) and v else llm.get(d) for v, d in zip(values, meta["doc_id"])]
     return meta
+
+
+def llm_statements(decoders: Mapping | None) -> dict[str, dict[str, str]]:
+    """{aspect: {doc_id: its first LLM answer in the retrieval memory}}: the LLM text a tap may show of a paper."""
+    out: dict[str, dict[str, str]] = {}
+    for aspect, decoder in (decoders or {}).items():
+        memory = getattr(decoder, "memory", None)
+        if memory is None:
+            continue
+        first: dict[str, str] = {}
+        for text, doc, source in zip(memory.texts, memory.doc_ids, memory.sources):
+            if source == "llm":
+                first.setdefault(str(doc), text)
+        out[aspect] = first
+    return out
