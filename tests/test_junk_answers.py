@@ -15,12 +15,12 @@ import json
 import os
 import subprocess
 import sys
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pandas as pd
 import pytest
+
+from loopback import FakeServer
 
 from workbench.core.rundir import RunDir
 from workbench.data.aspects import load_aspects
@@ -30,47 +30,19 @@ from workbench.generate.sampling import RetryPolicy
 from workbench.generate.summaries import generate_summaries, summaries_frame
 
 ROOT = Path(__file__).resolve().parents[1]
-HOST = "127.0.0.1"
 JUNK = "<html><title>Welcome to nginx!</title>  If you see this page, the nginx web server is installed.</html>"
 
 
-class JunkServer:
-    """An OpenAI-compatible server on 127.0.0.1 whose every chat completion is `JUNK`, or, with `good_for`,
-    a proper summary for the prompts that name that aspect (so only the other aspects get junk)."""
-
-    def __init__(self, good_for: str | None = None):
-        self.requests = 0
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
-            def do_POST(self):
-                body = self.rfile.read(int(self.headers.get("Content-Length") or 0)).decode()
-                server.requests += 1
-                good = good_for is not None and f"Aspect: {good_for}." in body
-                content = json.dumps({"sentence": "A parser that reads long documents in linear time."}) if good \
-                    else JUNK
-                reply = json.dumps({"choices": [{"index": 0, "finish_reason": "stop",
-                                                 "message": {"role": "assistant", "content": content}}],
-                                    "usage": {"completion_tokens": 9}}).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(reply)))
-                self.end_headers()
-                self.wfile.write(reply)
-
-        self.httpd = ThreadingHTTPServer((HOST, 0), Handler)
-        self.httpd.daemon_threads = True
-        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-        self.thread.start()
-        self.base_url = f"http://{HOST}:{self.httpd.server_address[1]}/v1"
-
-    def close(self):
-        self.httpd.shutdown()
-        self.httpd.server_close()
-        self.thread.join(timeout=5)
+def junk_replies(good_for: str | None = None):
+    """A `FakeServer` reply: every chat completion is `JUNK`, or, with `good_for`, a proper summary for the
+    prompts that name that aspect (so only the other aspects get junk)."""
+    def respond(n, request):
+        good = good_for is not None and f"Aspect: {good_for}." in json.dumps(request["body"])
+        content = json.dumps({"sentence": "A parser that reads long documents in linear time."}) if good else JUNK
+        return 200, {"choices": [{"index": 0, "finish_reason": "stop",
+                                  "message": {"role": "assistant", "content": content}}],
+                     "usage": {"completion_tokens": 9}}
+    return respond
 
 
 @pytest.fixture
@@ -78,7 +50,7 @@ def serve():
     servers = []
 
     def start(**options):
-        servers.append(JunkServer(**options))
+        servers.append(FakeServer(junk_replies(**options)))
         return servers[-1]
 
     yield start
@@ -109,7 +81,7 @@ def test_stage_01_says_that_no_answer_was_kept_and_what_the_server_answered(serv
     server = serve()
     aspects = load_aspects("acl").subset(["challenge", "approach"])
     generate(server, tmp_path, aspects)
-    assert server.requests == 12
+    assert len(server.posts) == 12
     said = say_nothing_kept(summaries_frame(tmp_path), aspects.names)
     out = capsys.readouterr().out
     assert list(said) == ["*"]  # said once for the run, not once per aspect
