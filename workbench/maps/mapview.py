@@ -387,6 +387,17 @@ def caption_html(weights: dict | None, color_by=None, n: int | None = None) -> s
             "(t-SNE keeps neighbours, not far distances).</p>")
 
 
+def message_html(text: str) -> str:
+    """A status line of the pane's readout ("Computing the new layout…"), escaped."""
+    return f"<div style='color:#555'><em>{esc(text)}</em></div>"
+
+
+def error_html(action: str, exc: BaseException) -> str:
+    """What failed and why, escaped: shown in the pane's readout instead of raised into the kernel."""
+    return (f"<div style='color:#b00020'><b>{esc(action)} failed</b>: "
+            f"{esc(type(exc).__name__)}: {esc(exc)}</div>")
+
+
 def weights_text(weights: dict) -> str:
     """ "method 0.60, task 0.40": aspect weights as the sliders show them (escaped)."""
     return ", ".join(f"{esc(a)} {float(w):.2f}" for a, w in weights.items())

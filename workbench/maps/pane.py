@@ -2,7 +2,8 @@
 
 The pane takes the maths (t-SNE, re-weighting, placing an abstract, decoding a spot) as
 callbacks, so it can be driven and tested without a model or a browser; its figure and data
-come from `mapview.py`. Paper text in the pane's HTML goes through `display.esc`.
+come from `mapview.py`, marking pairs and fitting the weights to them from `panemarks.py`. Paper
+text in the pane's HTML goes through `display.esc`.
 """
 
 from __future__ import annotations
@@ -16,10 +17,12 @@ from typing import Callable, Sequence
 import numpy as np
 import pandas as pd
 
-from ..core.display import esc, html_table
+from ..core.display import html_table
 from .options import PaneCallbacks, PaneState, PaneView
-from .mapview import (READOUT_WIDTH, MapRegions, as_coords, as_text, build_figure, by_cluster,
-                      group_title, label_source_data, legend_html, map_frame, point_colors, region_colors, region_count)
+from .mapview import (READOUT_WIDTH, MapRegions, as_coords, as_text, build_figure, by_cluster, error_html,
+                      group_title, label_source_data, legend_html, map_frame, message_html, point_colors,
+                      region_colors, region_count)
+from .panemarks import PaneMarks
 
 log = logging.getLogger(__name__)
 
@@ -82,15 +85,6 @@ def map_output(bokeh_widget, width: str):
     return out
 
 
-def _error_html(action: str, exc: BaseException) -> str:
-    return (f"<div style='color:#b00020'><b>{esc(action)} failed</b>: "
-            f"{esc(type(exc).__name__)}: {esc(exc)}</div>")
-
-
-def _message_html(text: str) -> str:
-    return f"<div style='color:#555'><em>{esc(text)}</em></div>"
-
-
 def _widgets():
     """ipywidgets, imported when a pane is built (the package imports without it)."""
     import ipywidgets
@@ -98,7 +92,7 @@ def _widgets():
     return ipywidgets
 
 
-class MapPane:
+class MapPane(PaneMarks):
     """The map in JupyterLab, with aspect-weight sliders, tap, place-an-abstract and query search.
 
     All maths is in the callbacks; each may be None, which disables its widgets:
@@ -210,7 +204,7 @@ class MapPane:
         widgets = _widgets()
         on_place, on_search = self.on_place, self.on_search
         # The readout stands beside the map, so what a tap produced is in view where the tap was.
-        self.detail = widgets.HTML(value=_message_html("Tap a paper or an empty spot on the map to read it."),
+        self.detail = widgets.HTML(value=message_html("Tap a paper or an empty spot on the map to read it."),
                                    layout=widgets.Layout(width=f"{READOUT_WIDTH}px",
                                                          max_height=f"{view.height + 40}px", overflow="auto"))
         self.place_text = widgets.Textarea(placeholder="Paste an abstract to place it on the map",
@@ -293,7 +287,7 @@ class MapPane:
 
     def _fail(self, action: str, exc: BaseException) -> None:
         log.exception("map pane: %s failed", action)
-        self._show(_error_html(action, exc))
+        self._show(error_html(action, exc))
 
     def _queries(self) -> dict[str, tuple[str, float]]:
         return {a: (self.query_texts[a].value, float(self.query_weights[a].value)) for a in self.aspects}
@@ -333,13 +327,13 @@ class MapPane:
             self._set_sliders(merged)
             total = sum(merged.values())
             if total <= 0:
-                self._show(_message_html("All aspect weights are zero: raise at least one to lay out the map."))
+                self._show(message_html("All aspect weights are zero: raise at least one to lay out the map."))
                 return None
             if self.on_weights is None:
-                self._show(_message_html("Re-weighting is not available for this map."))
+                self._show(message_html("Re-weighting is not available for this map."))
                 return None
             normalised = {a: w / total for a, w in merged.items()}
-            self._show(_message_html("Computing the new layout…"))
+            self._show(message_html("Computing the new layout…"))
             self._show_legend(pending=normalised)
             # A first frame, where on_weights offers one (large maps), is drawn while the layout settles.
             takes_frames = "on_frame" in inspect.signature(self.on_weights).parameters
@@ -351,7 +345,7 @@ class MapPane:
             self.drawn_weights = normalised
             self._set_coords(coords)
             self.set_labels(self.on_labels() if self.on_labels is not None else None)
-            self._show(_message_html("Layout: " + ", ".join(f"{a} {w:.2f}" for a, w in normalised.items())))
+            self._show(message_html("Layout: " + ", ".join(f"{a} {w:.2f}" for a, w in normalised.items())))
             return coords
         except Exception as exc:  # shown to the user, never raised into the kernel
             self._set_sliders(self.drawn_weights)  # the map drawn is still the old one: so are the weights shown
@@ -440,7 +434,7 @@ class MapPane:
                 pair = (previous, (float(x), float(y)))
         if self.on_tap is None and pair is None:
             return None
-        self._show(_message_html("Describing this spot…"))
+        self._show(message_html("Describing this spot…"))
         calls = []
         if self.on_tap is not None:
             calls.append(("Describing the spot", lambda: self.on_tap(float(x), float(y), index)))
@@ -452,7 +446,7 @@ class MapPane:
                 parts.append(str(call()))
             except Exception as exc:
                 log.exception("map pane: %s failed", action)
-                parts.append(_error_html(action, exc))
+                parts.append(error_html(action, exc))
                 ok = False
         html = "<hr>".join(parts)
         self._show(html)
@@ -461,12 +455,12 @@ class MapPane:
     def place(self, text: str) -> tuple[float, float] | None:
         """Place an abstract with `on_place`, mark it on the map and show its description."""
         if not str(text or "").strip():
-            self._show(_message_html("Paste an abstract first."))
+            self._show(message_html("Paste an abstract first."))
             return None
         if self.on_place is None:
             return None
         try:
-            self._show(_message_html("Placing the abstract…"))
+            self._show(message_html("Placing the abstract…"))
             x, y, html = self.on_place(str(text))
             x, y = float(x), float(y)
             if not (np.isfinite(x) and np.isfinite(y)):
@@ -482,115 +476,23 @@ class MapPane:
         """Run `on_search` with the non-blank queries and show its results as an escaped table."""
         active = {a: (str(q).strip(), float(w)) for a, (q, w) in queries.items() if str(q or "").strip()}
         if not active:
-            self._show(_message_html("Type a query for at least one aspect."))
+            self._show(message_html("Type a query for at least one aspect."))
             return None
         if self.on_search is None:
             return None
         try:
-            self._show(_message_html("Searching…"))
+            self._show(message_html("Searching…"))
             frame = self.on_search(active)
             if not isinstance(frame, pd.DataFrame):
                 raise TypeError(f"on_search returned {type(frame).__name__}, not a DataFrame")
             shown = html_table(frame.head(MAX_RESULT_ROWS)) if len(frame) else "<p><em>No results.</em></p>"
             more = len(frame) - MAX_RESULT_ROWS
             self.results.value = shown + (f"<p><small>{more} more rows not shown</small></p>" if more > 0 else "")
-            self._show(_message_html(f"{len(frame)} results."))
+            self._show(message_html(f"{len(frame)} results."))
             return frame
         except Exception as exc:
             self.results.value = ""
             self._fail("Search", exc)
-            return None
-
-    # -- marking pairs and fitting the weights to them
-
-    def _title(self, i: int) -> str:
-        title = as_text(self.meta["title"].iloc[i], 60) if "title" in self.meta else ""
-        return title or f"#{i}"
-
-    def _marks_html(self) -> str:
-        n_sim = sum(1 for *_, s in self.marks if s)
-        pair = (" and ".join(esc(self._title(i)) for i in self.tapped) if len(self.tapped) == 2
-                else "tap two papers to compare them")
-        return (f"<small>Pair: {pair}<br>{n_sim} similar, {len(self.marks) - n_sim} not similar marked</small>")
-
-    def _selection_html(self) -> str:
-        n = len(self.source.selected.indices) if hasattr(self, "source") else 0
-        return ("<small>Lasso or box-select papers (toolbar above the map).</small>" if not n else
-                f"<small>{n} papers selected: <code>explorer.selection</code> is the table, "
-                "<code>explorer.export_selection('papers.ris')</code> (or .csv) writes them.</small>")
-
-    def _on_selection(self, indices) -> None:
-        try:
-            if self.on_select is not None:
-                self.on_select([int(i) for i in indices])
-            self.selection_info.value = self._selection_html()
-        except Exception as exc:
-            self._fail("Keeping the selection", exc)
-
-    def select(self, indices: Sequence[int]) -> None:
-        """Select papers by row index, as the lasso does (the map highlights them; `on_select` keeps them)."""
-        self.source.selected.indices = [int(i) for i in indices]
-
-    def _marks_changed(self) -> None:
-        self.mark_info.value = self._marks_html()
-        if self.on_marks is not None:
-            try:
-                self.on_marks(list(self.marks))
-            except Exception as exc:
-                self._fail("Keeping the marks", exc)
-
-    def mark(self, similar: bool) -> tuple[int, int, bool] | None:
-        """Record the last two tapped papers as a similar (or not similar) pair."""
-        if len(self.tapped) < 2:
-            self._show(_message_html("Tap two papers first, then mark them similar or not similar."))
-            return None
-        i, j = self.tapped
-        pair = (int(i), int(j), bool(similar))
-        # Marking the same pair again replaces the earlier mark: the user changed their mind.
-        self.marks = [m for m in self.marks if {m[0], m[1]} != {i, j}] + [pair]
-        self._marks_changed()
-        return pair
-
-    def clear_marks(self) -> None:
-        """Forget the marked pairs and the tapped papers."""
-        self.marks, self.tapped = [], []
-        self._marks_changed()
-
-    def fit_marks(self) -> dict[str, float] | None:
-        """Fit the aspect weights to the marked pairs (`on_fit_weights`) and re-layout the map with them.
-
-        Shows the fit's summary (escaped) above the layout message. Returns the weights the
-        map uses (negative ones clipped to 0), or None when there was nothing to fit or it failed.
-        """
-        if self.on_fit_weights is None:
-            return None
-        if not self.marks:
-            self._show(_message_html("Mark a few pairs first (tap two papers, then similar / not similar)."))
-            return None
-        try:
-            self._show(_message_html(f"Fitting the weights to {len(self.marks)} marked pairs…"))
-            fit = self.on_fit_weights(list(self.marks))
-            fitted = dict(fit.weights if hasattr(fit, "weights") else fit)
-            unknown = set(fitted) - set(self.aspects)
-            if unknown:
-                raise ValueError(f"on_fit_weights returned unknown aspects: {sorted(unknown)}")
-            text = fit.summary() if hasattr(fit, "summary") else ", ".join(f"{a} {w:.2f}" for a, w in fitted.items())
-            positive = {a: max(float(fitted.get(a, 0.0)), 0.0) for a in self.aspects}
-            total = sum(positive.values())
-            if total <= 0:
-                raise ValueError(f"no aspect has a positive fitted weight ({fitted}): the map cannot use them")
-            mapped = {a: w / total for a, w in positive.items()}
-            note = ""
-            negatives = sorted(a for a, w in fitted.items() if w < 0)
-            if negatives:
-                note = (f"Negative weights ({', '.join(negatives)}) cannot be drawn on a map; "
-                        "it uses the positive weights only.")
-            self.set_weights(mapped)  # refits warm through on_weights and shows the layout (or its error)
-            self._show(f"<pre style='white-space:pre-wrap'>{esc(text)}</pre>"
-                       + (_message_html(note) if note else "") + self.detail.value)
-            return mapped
-        except Exception as exc:
-            self._fail("Fitting the weights", exc)
             return None
 
 
