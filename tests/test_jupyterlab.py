@@ -295,6 +295,11 @@ def _drive_the_pane(server: JupyterLab, browser: Browser, app: str, name: str, r
     drawn, drawn_points = browser.element_png(".wb-map"), browser.map_points()
     _shot_of("01_opened")
     _no_sideways_scroll(browser)
+    # The run's verdict, in plain words, under the weights (stage 03 of the tiny run checked no aspect).
+    verdict = browser.js("return document.querySelector('.wb-verdict').innerText")
+    assert f"{ASPECTS[0]}: not checked against anything you gave" in verdict, verdict
+    shown = browser.js("return document.querySelector('.wb-map').closest('.jp-OutputArea').innerText").lower()
+    assert "selectivity" not in shown and "swap" not in shown
     # The readout of a tap stands beside the map, inside a 1,280 x 800 window.
     box = browser.js("const r = document.querySelector('.wb-readout').getBoundingClientRect();"
                      "return [r.left, r.right, r.top];")

@@ -274,6 +274,37 @@ def test_display_is_an_ipywidgets_layout(pane):
     assert view["data"]["application/vnd.jupyter.widget-view+json"]["model_id"] == pane.bokeh.model_id
 
 
+def test_the_verdict_stands_under_the_weights_escaped_and_read_again_after_a_refit(meta, presets, tmp_path):
+    """Each aspect's verdict, in the words stage 03's guard.json gives, directly under the weight sliders; read
+    again when taught aspects move the map; a failing read is said, not raised."""
+    import json
+
+    from workbench.core.rundir import RunDir
+    from workbench.maps.teaching import verdict_for
+
+    guard = RunDir(tmp_path).guard
+    guard.parent.mkdir(parents=True, exist_ok=True)
+    guard.write_text(json.dumps({"aspects": {"method": {"verified": False}}}))
+    said = {"lines": None}
+    read = verdict_for(tmp_path)
+    pane = MapPane(presets["balanced"], meta, ["method", "task"], {"method": 0.5, "task": 0.5},
+                   on_weights=lambda w: presets["balanced"],
+                   callbacks=PaneCallbacks(on_verdict=lambda: said["lines"] or read()))
+    controls = pane.layout.children[1].children[0].children
+    assert controls.index(pane.verdict) == 1 + controls.index(pane.sliders["task"])  # right under the sliders
+    text = html.unescape(re.sub(r"<[^>]+>", " ", pane.verdict.value))
+    assert "method: not checked against anything you gave; mark some sentences to check it" in text
+    assert "selectivity" not in text.lower() and "swap" not in text.lower()
+    said["lines"] = [f"method: checked on 4 of the papers you marked {XSS_TITLE}"]
+    pane.relayout(lambda on_frame: presets["balanced"] + 1)  # what a teaching refit calls
+    assert "checked on 4 of the papers" in pane.verdict.value and "<script" not in pane.verdict.value
+    said["lines"] = None
+    guard.write_text("{not json")
+    pane.show_verdict()
+    assert "no verdict" in pane.verdict.value
+    assert MapPane(presets["balanced"], meta, ["method", "task"], {"method": 1.0}).verdict.value == ""  # none given
+
+
 def test_pane_without_bokehjs_only_for_the_negative_control(meta, presets, monkeypatch):
     from workbench.maps import pane as pane_module
 

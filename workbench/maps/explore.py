@@ -480,7 +480,7 @@ class Explorer:
         callbacks = PaneCallbacks(on_tap=self.on_tap, on_place=self.on_place, on_search=self.search, on_labels=relabel,
                                   on_fit_weights=lambda marked: self.fit_weights(pairs=marked, apply=False),
                                   on_compare=self.on_compare if self.question_axes() else None,
-                                  on_select=self.select, on_marks=self.set_marks)
+                                  on_select=self.select, on_marks=self.set_marks, on_verdict=verdict_for(self.run_dir))
         state = PaneState(selected=[row[d] for d in self.picked.doc_ids if d in row],  # papers it can show
                           marks=[(row[a], row[b], s) for a, b, s in self.picked.marks if a in row and b in row])
         pane = MapPane(self.coords, self.meta, self.aspects, self.weights, on_weights=self.reweight,

@@ -37,6 +37,7 @@ class PaneCallbacks:
     on_compare: Callable[[int, int | tuple[float, float]], str] | None = None
     on_select: Callable[[list[int]], object] | None = None
     on_marks: Callable[[list], object] | None = None
+    on_verdict: Callable[[], list[str]] | None = None  # each aspect's verdict in words, under the weights
 
 
 @dataclass(frozen=True)

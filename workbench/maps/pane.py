@@ -22,6 +22,7 @@ from .options import PaneCallbacks, PaneState, PaneView
 from .mapview import (READOUT_WIDTH, MapRegions, as_coords, as_text, build_figure, by_cluster, error_html,
                       group_title, label_source_data, legend_html, map_frame, message_html, point_colors,
                       region_colors, region_count)
+from .page import verdicts_html
 from .panemarks import PaneMarks
 
 log = logging.getLogger(__name__)
@@ -115,7 +116,9 @@ class MapPane(PaneMarks):
       tapped right after paper i. Shown below `on_tap`'s description; the caller escapes it;
     * `on_select(indices)`: the papers selected with the lasso or box tool (or `select`);
       `on_marks(marks)`: the marked pairs after each change. `selected` and `marks` restore
-      both when the pane is built again (after a kernel restart, from the run directory).
+      both when the pane is built again (after a kernel restart, from the run directory);
+    * `on_verdict() -> [line, ...]`: each aspect's verdict in plain words (`teach.verdict.verdict_lines`),
+      shown under the weights and read again after a refit of taught aspects (`relayout`).
 
     `on_weights` is a parameter of its own; the other callbacks come as one `PaneCallbacks`
     (callbacks=), how the map is drawn (labels, colours, size, regions) as a `PaneView` (view=),
@@ -145,6 +148,7 @@ class MapPane(PaneMarks):
         self.last_tap: int | None = None  # the paper of the last tap (None: an empty spot), for on_compare
         self.marks: list[tuple[int, int, bool]] = [tuple(m) for m in state.marks]  # (i, j, similar) pairs marked
         self.on_select, self.on_marks = callbacks.on_select, callbacks.on_marks
+        self.on_verdict = callbacks.on_verdict
         # A tap within this fraction of the map's extent of a point counts as tapping it.
         self.hit_fraction = view.hit_fraction
         self.coords = as_coords(coords)
@@ -234,6 +238,8 @@ class MapPane(PaneMarks):
         self.fit_button.on_click(lambda _: self.fit_marks())
         self.clear_marks_button = widgets.Button(description="clear marks")
         self.clear_marks_button.on_click(lambda _: self.clear_marks())
+        self.verdict = widgets.HTML(value="")
+        self.show_verdict()
 
     def _name_widgets(self) -> None:
         """CSS classes on the parts a user reaches for, so a browser test (or a user's CSS) can find them."""
@@ -241,7 +247,7 @@ class MapPane(PaneMarks):
                  "wb-place-text": self.place_text, "wb-place-button": self.place_button,
                  "wb-similar": self.similar_button, "wb-not-similar": self.dissimilar_button,
                  "wb-fit": self.fit_button, "wb-marks": self.mark_info, "wb-search": self.search_button,
-                 "wb-selection": self.selection_info}
+                 "wb-selection": self.selection_info, "wb-verdict": self.verdict}
         named.update({"wb-weight-" + re.sub(r"[^A-Za-z0-9_-]", "-", a): s for a, s in self.sliders.items()})
         for css, widget in named.items():
             widget.add_class(css)
@@ -256,7 +262,7 @@ class MapPane(PaneMarks):
         """
         self.map_output = map_output(self.bokeh, f"{self.width + 10}px")
         controls = widgets.VBox([widgets.HTML("<b>Aspect weights</b> <small>(they sum to 1)</small>"),
-                                 *self.sliders.values(),
+                                 *self.sliders.values(), self.verdict,  # how far to trust what they weigh
                                  widgets.HTML("<b>What I mean by similar</b>"), self.mark_info,
                                  widgets.HBox([self.similar_button, self.dissimilar_button]),
                                  widgets.HBox([self.fit_button, self.clear_marks_button]),
@@ -359,7 +365,21 @@ class MapPane(PaneMarks):
         coords = as_coords(compute(self._draw_frame))
         self._set_coords(coords)
         self.set_labels(self.on_labels() if self.on_labels is not None else None)
+        self.show_verdict()
         return coords
+
+    def show_verdict(self) -> None:
+        """Each aspect's verdict under the weights, read afresh (`on_verdict`): a refit or stage 03 run again
+        changes it. An expert weighs an aspect by how far it was checked; the teaching widget at the bottom is
+        out of view."""
+        if self.on_verdict is None:
+            return
+        try:
+            lines = [str(v) for v in self.on_verdict()]
+        except Exception as exc:  # the verdict reads files of its own; the map stands without it
+            log.exception("map pane: reading the verdict failed")
+            lines = [f"no verdict: {exc}"]
+        self.verdict.value = verdicts_html(lines)
 
     def _draw_frame(self, coords) -> None:
         # Positions only: the colours and labels follow with the settled layout.
