@@ -305,6 +305,17 @@ def test_the_verdict_stands_under_the_weights_escaped_and_read_again_after_a_ref
     assert MapPane(presets["balanced"], meta, ["method", "task"], {"method": 1.0}).verdict.value == ""  # none given
 
 
+def test_a_hover_lists_three_papers_and_counts_the_others(meta, presets):
+    from bokeh.models import CustomJSHover, HoverTool
+
+    fig = map_figure(presets["balanced"], meta)
+    hover = fig.select_one(HoverTool)
+    assert hover.limit == mapview.HOVER_PAPERS == 3
+    more = hover.formatters["@x"]
+    assert isinstance(more, CustomJSHover) and "special_vars.indices.length" in more.code
+    assert "@x{more}" in hover.tooltips
+
+
 def test_pane_without_bokehjs_only_for_the_negative_control(meta, presets, monkeypatch):
     from workbench.maps import pane as pane_module
 

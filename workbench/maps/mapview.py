@@ -41,6 +41,12 @@ TOOLTIP_WIDTH = 250
 # browser open (about 880 px for an output): 480 + 340 px and the gaps, no sideways scroll.
 MAP_WIDTH, MAP_HEIGHT, READOUT_WIDTH = 480, 420, 340
 ROW_DISPLAY = "-webkit-box"  # a hover row shown: a box whose lines are clamped
+# Stacked points listed 8 to 14 papers in one hover, about 600 px over the map and the notebook's toolbar. A hover
+# lists HOVER_PAPERS of them (Bokeh's `limit`) and says how many more are under the pointer.
+HOVER_PAPERS = 3
+# How many papers under the pointer the hover leaves out, said once, under the last one listed.
+MORE_JS = (f"const n = special_vars.indices.length; return n > {HOVER_PAPERS} ? "
+           f"'and ' + (n - {HOVER_PAPERS}) + ' more here: zoom in to tell them apart' : '';")
 QUESTIONS = "questions"  # optional meta column: a paper's likeliest yes-questions (Explorer.hover_questions)
 
 
@@ -458,7 +464,8 @@ def tooltip_template(data: dict, group_name: str) -> str:
 
     def row(name: str, field: str, value: str, lines: int) -> str:
         shown = f"@{{{shown_column(field)}}}" if shown_column(field) in data else ROW_DISPLAY
-        return f"<div style='{clamp}{lines};display:{shown}'><span style='color:#666'>{esc(name)}:</span> {value}</div>"
+        return (f"<div style='{clamp}{lines};display:{shown}'><span style='color:#666'>{esc(name)}:"
+                f"</span> {value}</div>")
 
     heading = "title" if any(data.get("title", [])) or "doc_id" not in data else "doc_id"
     rows = [f"<div style='font-weight:bold;{clamp}2;display:{ROW_DISPLAY}'>@{heading}</div>"]
@@ -471,13 +478,16 @@ def tooltip_template(data: dict, group_name: str) -> str:
     rows += [row(c[len("summary_"):], c, f"@{{{c}}}", 1) for c in data if c.startswith("summary_") and any(data[c])]
     if QUESTIONS in data:
         rows.append(row("yes to", QUESTIONS, f"@{QUESTIONS}", 2))
+    # Under each listed paper, empty unless more lie under the pointer (MORE_JS); Bokeh strips a <style> from
+    # a template, so the line cannot be kept for the last paper alone.
+    rows.append("<div style='color:#666;font-style:italic'>@x{more}</div>")
     return (f"<div style='width:{TOOLTIP_WIDTH}px;white-space:normal;overflow-wrap:anywhere;font-size:12px;"
             f"line-height:1.25'>" + "".join(rows) + "</div>")
 
 
 def build_figure(data: dict, labels, group_name: str, title: str, width: int, height: int):
     """(figure, points source, label source) for map data from `map_frame`."""
-    from bokeh.models import ColumnDataSource, HoverTool, LabelSet, TapTool
+    from bokeh.models import ColumnDataSource, CustomJSHover, HoverTool, LabelSet, TapTool
     from bokeh.plotting import figure
 
     source = ColumnDataSource(data, name="points")
@@ -489,7 +499,8 @@ def build_figure(data: dict, labels, group_name: str, title: str, width: int, he
                  active_scroll="wheel_zoom", match_aspect=True, output_backend="webgl")
     points = fig.scatter("x", "y", source=source, size="size", fill_color="color", line_color="color",
                          fill_alpha="alpha", line_alpha="alpha", name="points_glyph")
-    fig.add_tools(HoverTool(renderers=[points], tooltips=tooltip_template(data, group_name)),
+    fig.add_tools(HoverTool(renderers=[points], tooltips=tooltip_template(data, group_name), limit=HOVER_PAPERS,
+                            formatters={"@x": CustomJSHover(code=MORE_JS)}),
                   TapTool(renderers=[points]))
     fig.add_layout(LabelSet(x="x", y="y", text="number", source=label_source, text_font_size="10pt",
                             text_font_style="bold", text_align="center", text_baseline="middle",
