@@ -191,6 +191,15 @@ def floor_papers(run, corpus, check_ids: Sequence[str], seed: int = 0, n: int = 
     return [d for d in map(str, corpus.ids) if d in chosen]
 
 
+def guard_floor(run, corpus, model, protos, check_ids: Sequence[str], seed: int = 0):
+    """The aspect-file floor of stage 03's check: fitted by `model`'s frozen encoder to `floor_papers`. The check,
+    the marks' stage 03 (`teach.stage`) and the teaching widget fit this one floor, so a head taught in the pane is
+    the head stage 03 saves from the same marks. Returns the floor and the papers it was fitted to."""
+    fit_ids = floor_papers(run, corpus, check_ids, seed)
+    return fit_floor(model.features(corpus.subset(ids=fit_ids).texts()), protos, model.cache.word_vectors,
+                     seed), fit_ids
+
+
 def check_heads(run_dir, corpus, aspect_set, aspects: Sequence[str], doc_ids: Sequence[str] | None = None,
                 n_pairs: int = 50, seed: int = 0, apply: bool = True) -> dict:
     """Check each head of the run's unified model against the aspect-file floor and the base; keep the best.
@@ -220,8 +229,7 @@ def check_heads(run_dir, corpus, aspect_set, aspects: Sequence[str], doc_ids: Se
         report = {"checked": False, "reason": str(exc)}
         write_json(run.guard, report)
         return report
-    fit_ids = floor_papers(run, corpus, ids, seed)
-    fitted = fit_floor(model.features(corpus.subset(ids=fit_ids).texts()), protos, model.cache.word_vectors, seed)
+    fitted, fit_ids = guard_floor(run, corpus, model, protos, ids, seed)
     marks, source = aspect_sentences(held, aspects, run, features, fitted.scorer, fitted.boilerplate)
 
     # The floor is a copy of the model's heads; the feature cache (every cached vector) is shared, not copied.

@@ -27,7 +27,7 @@ from ..core.display import esc
 from ..core.rundir import RunDir
 from ..data.aspects import list_presets, load_aspects
 from ..embed.aspectfile import aspect_prototypes
-from ..embed.floor import fit_floor
+from ..embed.guard import guard_floor, load_guard
 from ..teach.loop import TeachLoop
 from ..teach.marks import NONE, SKIP, Marks, sentence_key
 from ..teach.verdict import verdict_lines
@@ -88,10 +88,10 @@ def corpus_loop(model, corpus, aspect_set, aspects: Sequence[str], run_dir):
                          "this run's is fine-tuned")
     if aspect_set is None or isinstance(aspect_set, (str, Path)):
         aspect_set = run_aspect_set(run_dir, aspects) if aspect_set is None else load_aspects(aspect_set)
-    features = model.features(corpus.texts())
     protos = aspect_prototypes(aspect_set, list(aspects), model.cache.vectors)
-    floor = fit_floor(features, protos, model.cache.word_vectors)
-    return TeachLoop(features, floor, [str(d) for d in corpus.ids], marks=Marks.of_run(run_dir),
+    checked = (load_guard(run_dir) or {}).get("paper_ids") or []
+    floor, _ = guard_floor(RunDir(run_dir), corpus, model, protos, checked)  # stage 03's floor, as its marks refit
+    return TeachLoop(model.features(corpus.texts()), floor, [str(d) for d in corpus.ids], marks=Marks.of_run(run_dir),
                      word_vectors=model.cache.word_vectors)
 
 

@@ -16,8 +16,7 @@ from ..core.progress import notice
 from ..core.rundir import RunDir
 from ..embed.aspectfile import aspect_prototypes
 from ..embed.checkpoints import load_model
-from ..embed.floor import fit_floor
-from ..embed.guard import base_state, floor_papers, load_guard
+from ..embed.guard import base_state, guard_floor, load_guard
 from ..embed.heads import PooledAspectModel
 from .loop import TeachLoop
 from .marks import Marks
@@ -53,8 +52,8 @@ def teach_heads(run_dir, corpus, aspect_set, aspects: Sequence[str], marks_csv=N
         aspects = list(aspects)
         protos = aspect_prototypes(aspect_set, aspects, model.cache.vectors)
         report = load_guard(run) or {}
-        fit_ids = floor_papers(run, corpus, report.get("paper_ids") or [], seed)  # the guard's floor, refitted
-        fitted = fit_floor(model.features(corpus.subset(ids=fit_ids).texts()), protos, model.cache.word_vectors, seed)
+        # the floor of stage 03's check, fitted again to the same papers
+        fitted, _ = guard_floor(run, corpus, model, protos, report.get("paper_ids") or [], seed)
         loop = TeachLoop(model.features(corpus.subset(ids=papers).texts()), fitted, papers, marks=marks,
                          word_vectors=model.cache.word_vectors, seed=seed)
         checks = cross_check(loop, seed=seed)
