@@ -61,7 +61,7 @@ from workbench.core.vectors import unit_rows  # noqa: E402
 from workbench.data.aspects import load_aspects  # noqa: E402
 from workbench.data.corpus import Corpus  # noqa: E402
 from workbench.embed.aspectfile import aspect_prototypes  # noqa: E402
-from workbench.embed.features import FeatureCache, FrozenBackbone  # noqa: E402
+from workbench.embed.features import FeatureCache, FrozenBackbone, position_features  # noqa: E402
 from workbench.embed.floor import fit_floor  # noqa: E402
 from workbench.teach.loop import TeachLoop  # noqa: E402
 from workbench.teach.marks import Marks  # noqa: E402
@@ -77,6 +77,10 @@ SCORED_SHARE = 0.5  # the half of each corpus never shown, scored
 LABELS = ("highlights_", "summary_", "label_")  # columns only the simulated user reads
 WHOLE, FLOOR = "MiniLM whole abstract", "stage 03's label-free floor"
 OWN = "own factor"  # print_verdicts' truth key: each head against "same value" of its own factor
+CONTRAST = 0.5  # the diagnostic rows' share of a paper's other sentences taken away (chosen on generator c seed 0)
+STATED = "the true stating sentences pooled (every paper, no marks needed: what the encoder allows)"
+STATED_LESS = f"the same less {CONTRAST} x the paper's other sentences"
+TAUGHT_LESS = f"{{m}} marks, the head less {CONTRAST} x the paper's sentences it reads as not stating (candidate)"
 
 
 @dataclass
@@ -144,6 +148,39 @@ def score(corpus: GeneratedCorpus, emb: dict) -> dict:
     return out
 
 
+def stated_pooled(corpus: GeneratedCorpus, less: float = 0.0) -> dict:
+    """{aspect: [N, H]}: each paper's sentences the user says state the aspect, their unit mean, less `less` x the
+    unit mean of its other sentences (a paper with none: its whole abstract). A diagnostic bound: what pooling
+    the right sentences gives with this encoder's sentence vectors."""
+    F, out = corpus.features, {}
+    for a in corpus.generator.aspects:
+        rows = []
+        for i, doc_id in enumerate(corpus.doc_ids):
+            S = unit_rows(np.asarray(F.sentences[i], np.float32))
+            yes = np.array([a in corpus.answers[doc_id, k] for k in range(len(S))], bool)
+            if not yes.any():
+                rows.append(F.whole[i])
+                continue
+            rows.append(S[yes].mean(0) - (less * S[~yes].mean(0) if (~yes).any() else 0.0))
+        out[a] = unit_rows(np.stack(rows).astype(np.float32))
+    return out
+
+
+def less_unstated(loop: TeachLoop, emb: dict, less: float = CONTRAST) -> dict:
+    """{aspect: [N, H]}: the taught head less `less` x its paper's sentences weighted by how surely the taught
+    scorer reads them as not stating the aspect (1 - p): what a paper's other sentences share (the drug, on these
+    generators) taken away. A candidate step, measured here only."""
+    out = {}
+    for j, a in enumerate(loop.aspects):
+        rows = []
+        for i, sents in enumerate(loop.features.sentences):
+            S = unit_rows(np.asarray(sents, np.float32))
+            w = 1 - loop.scorer.probabilities(S, position_features(len(S)))[:, j] if len(S) else np.zeros(0)
+            rows.append(emb[a][i] - less * (w @ S) / max(float(w.sum()), 1e-9) if len(S) else emb[a][i])
+        out[a] = unit_rows(np.stack(rows).astype(np.float32))
+    return out
+
+
 def floor_verdict(loop: TeachLoop) -> dict:
     """The verdict on the label-free floor itself, a head built to lose where it reads an aspect worse than the
     whole abstract: a loop with no marks teaching embeds by the floor, judged on the held-out papers' TRUE marks
@@ -166,7 +203,8 @@ def run_seed(corpus: GeneratedCorpus, marks: list[int], batch: int) -> dict:
                      word_vectors=corpus.word_vectors, seed=corpus.seed)
     out = {"whole": score(corpus, {a: unit_rows(corpus.features.whole) for a in aspects}),
            "floor": score(corpus, corpus.floor.embeddings(corpus.features, corpus.word_vectors)),
-           "taught": {}, "verdict": {}, "shuffled": {}, "floor verdict": {}}
+           "stated": score(corpus, stated_pooled(corpus)), "stated less": score(corpus, stated_pooled(corpus, CONTRAST)),
+           "taught": {}, "taught less": {}, "verdict": {}, "shuffled": {}, "floor verdict": {}}
     given = 0
     for m in sorted(marks):
         budget = m * (len(aspects) + 1)
@@ -175,6 +213,7 @@ def run_seed(corpus: GeneratedCorpus, marks: list[int], batch: int) -> dict:
         emb = teach(loop, corpus.answers, [step], batch, said, lost)[step]
         given = budget
         out["taught"][m] = score(corpus, emb)
+        out["taught less"][m] = score(corpus, less_unstated(loop, emb))
         out["verdict"][m] = said[step]
         head, check = lost["shuffled"][step]
         out["shuffled"][m] = (score(corpus, head), check)
@@ -212,6 +251,8 @@ def print_scores(gen: Generator, corpora: dict, runs: dict, marks: list[int]) ->
                                              for a in aspects) + " | |")
     rows = [(WHOLE, lambda r: r["whole"]), (FLOOR, lambda r: r["floor"])]
     rows += [(f"{m} marks per aspect, the workbench asking", lambda r, m=m: r["taught"][m]) for m in marks]
+    rows += [(STATED, lambda r: r["stated"]), (STATED_LESS, lambda r: r["stated less"])]
+    rows += [(TAUGHT_LESS.format(m=m), lambda r, m=m: r["taught less"][m]) for m in marks]
     for name, get in rows:
         cells = [cell([(get(r)[a, a], share(seed, get(r), a)) for seed, r in runs.items()]) for a in aspects]
         drug = max(get(r)[a, NUISANCE] for r in runs.values() for a in aspects)
