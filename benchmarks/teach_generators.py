@@ -203,7 +203,8 @@ def run_seed(corpus: GeneratedCorpus, marks: list[int], batch: int) -> dict:
                      word_vectors=corpus.word_vectors, seed=corpus.seed)
     out = {"whole": score(corpus, {a: unit_rows(corpus.features.whole) for a in aspects}),
            "floor": score(corpus, corpus.floor.embeddings(corpus.features, corpus.word_vectors)),
-           "stated": score(corpus, stated_pooled(corpus)), "stated less": score(corpus, stated_pooled(corpus, CONTRAST)),
+           "stated": score(corpus, stated_pooled(corpus)),
+           "stated less": score(corpus, stated_pooled(corpus, CONTRAST)),
            "taught": {}, "taught less": {}, "verdict": {}, "shuffled": {}, "floor verdict": {}}
     given = 0
     for m in sorted(marks):
@@ -289,7 +290,8 @@ def quality_bars(gen: Generator, corpora: dict, runs: dict, marks: list[int]) ->
     else:
         gap = {a: min(share(seed, r["taught"][top], a) - share(seed, r["floor"], a) for seed, r in runs.items())
                for a in aspects}
-        out.append((f"{gen.name}: at {top} marks each head within 1 point of the floor's share of the ceiling, or above",
+        out.append((f"{gen.name}: at {top} marks each head within 1 point of the floor's share of the ceiling, "
+                    "or above",
                     min(gap.values()) >= -1, "head's share less the floor's, worst seed: "
                     + ", ".join(f"{a} {v:+.1f}" for a, v in gap.items())))
     gap = {a: min(r["taught"][low][a, a] - r["floor"][a, a] for r in runs.values()) for a in aspects}
@@ -302,14 +304,14 @@ def verdict_bars(gen: Generator, runs: dict) -> list[tuple[str, bool, str]]:
     """(bar, met, figures) of the verdict's bars on one generator."""
     aspects, out = gen.aspects, []
     taught = margins(runs, "verdict")
-    said = [(m, mg[OWN, a], c[a]) for m, seeds in taught.items() for mg, c in seeds for a in aspects]
+    said = [(m, a, mg[OWN, a], c[a]) for m, seeds in taught.items() for mg, c in seeds for a in aspects]
     out.append((f"{gen.name}: with marks every aspect gets a verdict from them (verified)",
                 all(c.get("outcome") in (BETTER, WORSE, UNSURE) for *_, c in said),
                 f"{len(said)} verdicts"))
-    against = [(m, g, c["outcome"]) for m, g, c in said
+    against = [(m, a, round(g, 1), c["outcome"]) for m, a, g, c in said
                if (c["outcome"] == BETTER and g < 0) or (c["outcome"] == WORSE and g > 0)]
     out.append((f"{gen.name}: the verdict never contradicts the labels' (head against encoder)", not against,
-                f"{len(against)} against: {against}" if against else "none against"))
+                f"{len(against)} against (marks, aspect, margin, verdict): {against}" if against else "none against"))
     told = []
     for m, seeds in taught.items():
         for mg, c in seeds:
