@@ -299,8 +299,11 @@ def run_family(family: Family, aspects, args) -> None:
         for budget, emb in teach(loop, family.answers, budgets, args.batch, said, lost, pooled).items():
             m = budget // (len(aspects) + 1)
             taught[m].append(score({a: v[scored] for a, v in emb.items()}))
-            if pooled is not None:
+            if pooled is not None:  # its TAUGHT_BLEND row is the loop's own head, recomputed: check it
                 studied.setdefault(m, []).append(pooling_study(family, pooled[budget], m, score))
+                kept = studied[m][-1][f"sentences' share {TAUGHT_BLEND}"]
+                assert np.allclose([kept[k] for k in kept], [taught[m][-1][k] for k in kept], atol=1e-3,
+                                   equal_nan=True), "the pooling study does not rebuild the loop's head"
             if tested:
                 signif[m].append(significance({a: v[scored] for a, v in emb.items()}, whole_scored, tested,
                                               args.permutations, seed))
@@ -354,7 +357,8 @@ def pooling_variants(taught: np.ndarray, floor: np.ndarray, whole: np.ndarray, m
     summed probability of stating the aspect, `marks` the marks per aspect."""
     u = lambda v: unit_rows(np.asarray(v, np.float64))  # noqa: E731
     kept = u(TAUGHT_BLEND * taught + (1 - TAUGHT_BLEND) * whole)  # what the loop embeds
-    out = {f"sentences' share {b}": u(b * taught + (1 - b) * whole) for b in (1.0, 0.85, 0.7, 0.5)}
+    out = {f"sentences' share {b}": u(b * taught + (1 - b) * whole)
+           for b in sorted({1.0, TAUGHT_BLEND, 0.7, 0.5}, reverse=True)}
     out.update({f"mixed with the floor's vector, taught share {w}": u(w * kept + (1 - w) * floor)
                 for w in (0.7, 0.5, 0.3)})
     out.update({f"shrunk to the floor, taught share n / (n + {n0})": u(marks / (marks + n0) * kept
