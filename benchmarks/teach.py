@@ -20,12 +20,16 @@ pooled by its probability), run here.
 At each budget it also prints the verdict the marks give (`workbench.teach.verdict.cross_check` on each user
 seed's marks) beside the labels' margin (the head less MiniLM's whole abstract on the scored papers), and the
 same for heads built to lose (`built_to_lose`: the answers shuffled among the shown sentences, or inverted),
-judged on the held-out papers' true marks. Smoke mode reads hashed word vectors (`_smoke.HashedBackbone`) in
-place of the encoders: no model to load.
+judged on the held-out papers' true marks. On ACLSum, whose bar asks it, each head is tested against MiniLM's
+whole abstract on the human summaries (read by MiniLM and by each encoder of `--truths`) with appendix A.6's
+cell-mixing permutation test (`--permutations`). `--pooling` also scores, per truth, other ways to pool what the
+marks taught (the taught sentences with more or less of the whole abstract, the taught vector mixed with the
+floor's or shrunk to it as marks come, per-paper shares): `pooling_variants`. Smoke mode reads hashed word
+vectors (`_smoke.HashedBackbone`) in place of the encoders: no model to load.
 
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/teach.py --cache /tmp/teach-cache [--split dev] [--marks 10 30]
         [--seeds 0 1 2] [--batch 10] [--truths minilm mpnet] [--aclsum SPEC] [--no-csabstruct] [--folds F]
-        [--level L] [--smoke]
+        [--level L] [--permutations P] [--pooling] [--smoke]
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ import os
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
@@ -57,7 +61,8 @@ from workbench.data.sentences import match_highlights  # noqa: E402
 from workbench.embed.aspectfile import aspect_prototypes  # noqa: E402
 from workbench.embed.features import FeatureCache, FrozenBackbone  # noqa: E402
 from workbench.embed.floor import fit_floor  # noqa: E402
-from workbench.measures.evaluation import summary_similarity  # noqa: E402
+from workbench.measures.evaluation import permutation_test, summary_similarity  # noqa: E402
+from workbench.teach.learner import TAUGHT_BLEND  # noqa: E402
 from workbench.teach.loop import TeachLoop  # noqa: E402
 from workbench.teach.marks import Marks  # noqa: E402
 from workbench.teach.verdict import BETTER, UNSURE, WORSE, cross_check  # noqa: E402
@@ -81,6 +86,7 @@ class Family:
     truths: dict             # {truth: {aspect: (similarity over the scored papers, which have it)}}, the bars' first
     recipe_tables: tuple     # (askable table, scored table) for `recipe`: (X, owner, class, unit vectors)
     word_vectors: object = None
+    significance: tuple = ()  # truths whose bar asks for appendix A.6's test against MiniLM's whole abstract
 
 
 def user_answers(doc_ids, features, stated_texts) -> dict:
@@ -134,10 +140,11 @@ def csabstruct_family(cache, acl, docs: int | None, split: str, truth_caches: di
                   word_vectors)
 
 
-def aclsum_family(cache, acl, spec: str, split: str = "test") -> Family:
+def aclsum_family(cache, acl, spec: str, split: str = "test", truth_caches: dict | None = None) -> Family:
     """ACLSum as a user has it (`load_corpus`): every paper the corpus, train and validation papers askable, test
-    papers scored against the human summaries (Table 2's truth, MiniLM); a sentence states an aspect where it is
-    in that aspect's highlights. `split` "validation": train papers askable, validation papers scored."""
+    papers scored against the human summaries (Table 2's truth: their cosine, read by MiniLM and by each encoder
+    of `truth_caches`); a sentence states an aspect where it is in that aspect's highlights. `split`
+    "validation": train papers askable, validation papers scored."""
     corpus = load_corpus(spec)
     docs = corpus.docs.reset_index(drop=True)
     aspects = list(acl.names)
@@ -149,18 +156,19 @@ def aclsum_family(cache, acl, spec: str, split: str = "test") -> Family:
     askable = np.flatnonzero(docs["split"].isin(["train", "validation"] if split == "test" else ["train"]))
     scored = np.flatnonzero(docs["split"] == split)
     answers = user_answers(docs["doc_id"], features, human)
-    summaries = {}
-    for a in aspects:
-        texts = [docs[f"summary_{a}"][i] for i in scored]
-        has = np.array([isinstance(t, str) and bool(t.strip()) for t in texts])
-        v = np.full((len(scored), cache.backbone.hidden_size), np.nan, np.float32)
-        v[has] = cache.vectors([t for t, h in zip(texts, has) if h])
-        summaries[a] = (np.nan_to_num(summary_similarity(v)), has)
+    truths = {}
+    for name, c in {"MiniLM": cache, **(truth_caches or {})}.items():
+        summaries = truths[f"the human summaries ({name})"] = {}
+        for a in aspects:
+            texts = [docs[f"summary_{a}"][i] for i in scored]
+            has = np.array([isinstance(t, str) and bool(t.strip()) for t in texts])
+            v = np.full((len(scored), c.backbone.hidden_size), np.nan, np.float32)
+            v[has] = c.vectors([t for t, h in zip(texts, has) if h])
+            summaries[a] = (np.nan_to_num(summary_similarity(v)), has)
     # Beside it, what the user answers from: the abstract's sentences that match a highlight, pooled.
     marked = {a: pooled_truth(cache, [[t for k, t in enumerate(features.sentence_texts[i])
                                       if a in answers[docs["doc_id"][i], k]] for i in scored]) for a in aspects}
-    truths = {"the human summaries (MiniLM)": summaries,
-              "the abstract's highlighted sentences pooled (MiniLM), what the user answers from": marked}
+    truths["the abstract's highlighted sentences pooled (MiniLM), what the user answers from"] = marked
 
     def table(rows):  # the workbench's sentences, classed by the highlights (the first aspect a sentence states)
         said = [answers[docs["doc_id"][i], k] for i in rows for k in range(len(features.sentence_texts[i]))]
@@ -168,7 +176,20 @@ def aclsum_family(cache, acl, spec: str, split: str = "test") -> Family:
         vectors = [v for i in rows for v in features.sentences[i]]
         return sentence_table([features.sentence_texts[i] for i in rows], vectors, classes)
     return Family("ACLSum", docs["doc_id"].tolist(), features, floor, askable, scored, answers, truths,
-                  (table(askable), table(scored)), word_vectors)
+                  (table(askable), table(scored)), word_vectors, tuple(t for t in truths if "summaries" in t))
+
+
+def significance(emb: dict, whole: np.ndarray, truths: dict, permutations: int, seed: int) -> dict:
+    """{(truth, aspect): (head less MiniLM's whole abstract x100, p)}: appendix A.6's cell-mixing permutation
+    test (`evaluation.permutation_test`) of each head's similarities against the whole abstract's, on the
+    scored papers that have the truth."""
+    cos = lambda v: unit_rows(np.asarray(v, np.float64)) @ unit_rows(np.asarray(v, np.float64)).T  # noqa: E731
+    out = {}
+    for t, truth in truths.items():
+        for a, (sim, has) in truth.items():
+            test = permutation_test(cos(emb[a][has]), cos(whole[has]), sim[np.ix_(has, has)], permutations, seed)
+            out[t, a] = (100 * test["observed_difference"], test["p_value"])
+    return out
 
 
 def built_to_lose(loop: TeachLoop, seed: int, how: str = "shuffled") -> tuple[dict, dict]:
@@ -195,10 +216,11 @@ def built_to_lose(loop: TeachLoop, seed: int, how: str = "shuffled") -> tuple[di
 
 
 def teach(loop: TeachLoop, answers: dict, budgets: list[int], batch: int, verdicts: dict | None = None,
-          losing: dict | None = None) -> dict:
+          losing: dict | None = None, pooled: dict | None = None) -> dict:
     """Drive the loop until each budget of answers (in all) is spent; {budget: the embeddings then}. `verdicts`,
     where given, gets {budget: the marks' verdict then} (`teach.verdict.cross_check`); `losing`, {how: {}} each
-    {} given {budget: (the embeddings, the verdict) of a head built to lose so then} (`built_to_lose`)."""
+    {} given {budget: (the embeddings, the verdict) of a head built to lose so then} (`built_to_lose`); `pooled`,
+    {budget: (the taught sentences alone, no whole abstract; each paper's summed probabilities)} (`pooling_study`)."""
     out, given = {}, 0
     for budget in sorted(budgets):
         while given < budget:
@@ -210,6 +232,13 @@ def teach(loop: TeachLoop, answers: dict, budgets: list[int], batch: int, verdic
             given += len(questions)
             loop.refit()
         out[budget] = loop.embeddings()
+        if pooled is not None:
+            taught = loop.taught()
+            p = loop.scorer.read(loop.inputs)
+            mass = {a: np.bincount(loop.doc, weights=p[:, j], minlength=len(loop.doc_ids))
+                    for j, a in enumerate(loop.aspects)}
+            pooled[budget] = (replace(taught, blends={a: 1.0 for a in loop.aspects}).embeddings(
+                loop.features, loop.word_vectors), mass)
         if verdicts is not None:
             verdicts[budget] = cross_check(loop, **VERDICT)
         for how, lost in (losing or {}).items():
@@ -256,6 +285,9 @@ def run_family(family: Family, aspects, args) -> None:
     budgets = [m * (len(aspects) + 1) for m in args.marks]
     taught, random_marks, shown, verdicts = {m: [] for m in args.marks}, {m: [] for m in args.marks}, {}, {}
     losers = {how: {} for how in LOSERS}  # {how: {marks per aspect: [(scores, verdict) per user seed]}}
+    tested = {t: family.truths[t] for t in family.significance}
+    whole_scored = unit_rows(family.features.whole[scored])
+    signif, studied = {m: [] for m in args.marks}, {}  # {marks per aspect: [A.6, pooling study] per user seed}
     for seed in args.seeds:
         rng = np.random.default_rng(seed)
         askable = [family.doc_ids[i] for i in
@@ -263,10 +295,18 @@ def run_family(family: Family, aspects, args) -> None:
         t1 = time.perf_counter()
         loop = TeachLoop(family.features, family.floor, family.doc_ids, askable=askable,
                          word_vectors=family.word_vectors, seed=seed)
-        said, lost = {}, {how: {} for how in LOSERS}
-        for budget, emb in teach(loop, family.answers, budgets, args.batch, said, lost).items():
+        said, lost, pooled = {}, {how: {} for how in LOSERS}, ({} if args.pooling else None)
+        for budget, emb in teach(loop, family.answers, budgets, args.batch, said, lost, pooled).items():
             m = budget // (len(aspects) + 1)
             taught[m].append(score({a: v[scored] for a, v in emb.items()}))
+            if pooled is not None:  # its TAUGHT_BLEND row is the loop's own head, recomputed: check it
+                studied.setdefault(m, []).append(pooling_study(family, pooled[budget], m, score))
+                kept = studied[m][-1][f"sentences' share {TAUGHT_BLEND}"]
+                assert np.allclose([kept[k] for k in kept], [taught[m][-1][k] for k in kept], atol=1e-3,
+                                   equal_nan=True), "the pooling study does not rebuild the loop's head"
+            if tested:
+                signif[m].append(significance({a: v[scored] for a, v in emb.items()}, whole_scored, tested,
+                                              args.permutations, seed))
             verdicts.setdefault(m, []).append((taught[m][-1], said[budget]))
             for how, heads in lost.items():
                 losers[how].setdefault(m, []).append((score({a: v[scored] for a, v in heads[budget][0].items()}),
@@ -290,6 +330,10 @@ def run_family(family: Family, aspects, args) -> None:
                       worst(random_marks[m], t), aspects, of(floor, t)))
             print(row(f"{m} marks per aspect, the workbench asking (teach loop)", worst(taught[m], t), aspects,
                       of(floor, t)))
+    if tested:
+        print_significance(signif, aspects, args.permutations)
+    if studied:
+        print_pooling_study(studied, floor, family.truths, aspects)
     print_verdicts(verdicts, whole, next(iter(family.truths)), aspects)
     for how, words in LOSERS.items():
         print_verdicts(losers[how], whole, next(iter(family.truths)), aspects,
@@ -304,6 +348,67 @@ def run_family(family: Family, aspects, args) -> None:
               + ", ".join(f"{t[a] - f[a]:+.1f}" for a in aspects)
               + f"; mean over aspects above the random-marks recipe by {np.mean([t[a] - r[a] for a in aspects]):+.1f}")
     print(f"({time.perf_counter() - t0:.0f} s)")
+
+
+def pooling_variants(taught: np.ndarray, floor: np.ndarray, whole: np.ndarray, mass: np.ndarray,
+                     marks: int) -> dict[str, np.ndarray]:
+    """{name: [n, H]} the pooling alternatives `--pooling` compares (chosen on the dev papers): `taught` the taught
+    sentences alone (unit rows), `floor` the floor's vectors, `whole` the whole abstract's, `mass` each paper's
+    summed probability of stating the aspect, `marks` the marks per aspect."""
+    u = lambda v: unit_rows(np.asarray(v, np.float64))  # noqa: E731
+    kept = u(TAUGHT_BLEND * taught + (1 - TAUGHT_BLEND) * whole)  # what the loop embeds
+    out = {f"sentences' share {b}": u(b * taught + (1 - b) * whole)
+           for b in sorted({1.0, TAUGHT_BLEND, 0.7, 0.5}, reverse=True)}
+    out.update({f"mixed with the floor's vector, taught share {w}": u(w * kept + (1 - w) * floor)
+                for w in (0.7, 0.5, 0.3)})
+    out.update({f"shrunk to the floor, taught share n / (n + {n0})": u(marks / (marks + n0) * kept
+                                                                       + n0 / (marks + n0) * floor)
+                for n0 in (3, 10, 30)})
+    share = (mass / (mass + 0.5))[:, None]  # a paper whose sentences hardly state the aspect keeps its whole
+    out["per paper, sentences' share m / (m + 0.5)"] = u(share * taught + (1 - share) * whole)
+    out["per paper, taught share m / (m + 1) against the floor's vector"] = u(
+        (mass / (mass + 1))[:, None] * kept + (1 / (mass + 1))[:, None] * floor)
+    return out
+
+
+def pooling_study(family: Family, pooled: tuple, marks: int, score) -> dict:
+    """{variant: scores} of one user seed's taught pooling at one budget (`pooling_variants`)."""
+    sentences, mass = pooled
+    floor = family.floor.embeddings(family.features, family.word_vectors)
+    whole = unit_rows(family.features.whole[family.scored])
+    rows = family.scored
+    heads = {a: pooling_variants(sentences[a][rows], floor[a][rows], whole, mass[a][rows], marks)
+             for a in sentences}
+    return {name: score({a: heads[a][name] for a in heads}) for name in next(iter(heads.values()))}
+
+
+def print_pooling_study(studied: dict, floor: dict, truths: dict, aspects) -> None:
+    """Per pooling variant, budget and truth: each head's worst (over the user seeds) less the floor."""
+    print("\nPooling alternatives (`--pooling`): per truth and marks per aspect, each head's worst over the user "
+          "seeds less the floor\n")
+    names = list(studied[min(studied)][0])
+    print("| pooling | " + " | ".join(f"{m} marks, {t}" for m in sorted(studied) for t in truths) + " |")
+    print("|---|" + "---|" * (len(studied) * len(truths)))
+    for name in names:
+        cells = []
+        for m in sorted(studied):
+            for t in truths:
+                cells.append(" / ".join(f"{min(r[name][t, a] for r in studied[m]) - floor[t, a]:+.1f}"
+                                        for a in aspects))
+        print(f"| {name} | " + " | ".join(cells) + " |")
+
+
+def print_significance(signif: dict, aspects, permutations: int) -> None:
+    """Per truth and budget, each head's worst (smallest) gain over MiniLM's whole abstract over the user seeds
+    and its worst (largest) A.6 p-value."""
+    print(f"\nAppendix A.6 against MiniLM's whole abstract ({permutations} permutations): per aspect, the smallest "
+          "gain over the user seeds and the largest p\n")
+    print("| truth | marks per aspect | " + " | ".join(aspects) + " |")
+    print("|---|---:|" + "---|" * len(aspects))
+    for m, runs in sorted(signif.items()):
+        for t in sorted({t for t, _ in runs[0]}):
+            cells = [f"{min(r[t, a][0] for r in runs):+.1f} (p {max(r[t, a][1] for r in runs):.3f})" for a in aspects]
+            print(f"| {t} | {m} | " + " | ".join(cells) + " |")
 
 
 def print_verdicts(verdicts: dict, whole: dict, truth: str, aspects,
@@ -350,9 +455,14 @@ def main(argv=None) -> None:
                         help="encoders pooling CSAbstruct's truths (minilm mpnet: both; the bars use the first)")
     parser.add_argument("--folds", type=int, default=None, help="the verdict's folds (default: verdict.FOLDS)")
     parser.add_argument("--level", type=float, default=None, help="the verdict's interval (default: verdict.LEVEL)")
+    parser.add_argument("--permutations", type=int, default=1000,
+                        help="appendix A.6's permutations (ACLSum's summaries truths against MiniLM's whole abstract)")
+    parser.add_argument("--pooling", action="store_true",
+                        help="also compare pooling alternatives (taught with the floor, per-paper blends; dev)")
     parser.add_argument("--csabstruct", action=argparse.BooleanOptionalAction, default=True,
                         help="run CSAbstruct (--no-csabstruct: ACLSum alone)")
-    add_smoke(parser, argv, csab_docs=4, aclsum="aclsum:train[:2],test[:3]", marks=[1, 2], seeds=[0], batch=4)
+    add_smoke(parser, argv, csab_docs=4, aclsum="aclsum:train[:2],test[:3]", marks=[1, 2], seeds=[0], batch=4,
+              permutations=10)
     args = parser.parse_args(argv)
     VERDICT.update({k: v for k, v in (("folds", args.folds), ("level", args.level)) if v is not None})
     start = time.perf_counter()
@@ -369,7 +479,8 @@ def main(argv=None) -> None:
                     for name in args.truths if name != "minilm"}
     families = [csabstruct_family(cache, acl, args.csab_docs, args.split, truth_caches)] if args.csabstruct else []
     if args.aclsum:
-        families.append(aclsum_family(cache, acl, args.aclsum, "validation" if args.split == "dev" else "test"))
+        families.append(aclsum_family(cache, acl, args.aclsum, "validation" if args.split == "dev" else "test",
+                                      truth_caches))
     for family in families:
         run_family(family, list(acl.names), args)
     print(f"\n{time.perf_counter() - start:.0f} s in all")
