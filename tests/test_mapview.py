@@ -571,7 +571,7 @@ window.Blob = function (parts, options) { made.push(parts.join("")); return new 
     out.region_options = Array.from(region.options);
     region.value = region.options[1];
     await pause();
-    out.region = Array.from(src.data.group).map((g, k) => g === "region 1" ? k : -1).filter(k => k >= 0);
+    out.region = Array.from(src.data.group).map((g, k) => g.split(":")[0] === "region 1" ? k : -1).filter(k => k >= 0);
     out.selected = Array.from(src.selected.indices);
     src.selected.indices = [0, 1, 3, 7];
     out.csv = await download("export_csv");
