@@ -10,11 +10,11 @@ largest log weight another aspect's head gives it: positive where the sentence i
 any other's.
 
 `stated_level` joins the two: a near text (rank level high or medium) whose margin is below `STATES_MARGIN`
-reads "topic only" (near, but it states another aspect), and one whose margin clears `HIGH_MARGIN` is "high"
-up to `WIDEN` times the rank that makes a text high. A human summary, a highlight and an LLM answer written
+reads "topic only" (near, but not more this aspect's sentence than another's), and only one whose margin clears
+`HIGH_MARGIN` is "high", up to `WIDEN` times the rank that makes a text high. A human summary, a highlight and an LLM answer written
 for the aspect keep the rank's level (no abstract around them to weigh; an LLM answer is checked by the shown
-filter, `embed.grounding`). The constants were chosen on CSAbstruct dev and ACLSum validation
-(`benchmarks/aspect_confidence.py`).
+filter, `embed.grounding`). The constants were chosen on CSAbstruct dev (`benchmarks/aspect_confidence.py`;
+docs/results.md has what they give on its test split).
 """
 
 from __future__ import annotations
@@ -25,9 +25,11 @@ import numpy as np
 
 from .faithfulness import rank_level, rank_thresholds
 
-STATES_MARGIN = 0.0  # below it, a near sentence is more another aspect's than the shown one's: "topic only"
-HIGH_MARGIN = 0.0    # at or above it, a sentence near enough (`WIDEN`) is "high"
-WIDEN = 1            # a sentence clearing HIGH_MARGIN reads high up to WIDEN x the rank that makes a text high
+# Chosen on CSAbstruct dev (`benchmarks/aspect_confidence.py --split dev`, stage 03's floor and a head taught from
+# 120 marks): the least HIGH_MARGIN at which 80% of the sentences marked high state their aspect under both heads.
+STATES_MARGIN = 1.0  # below it, a near sentence reads "topic only": about as much another aspect's as this one's
+HIGH_MARGIN = 2.5    # at or above it, a sentence near enough (`WIDEN`) is "high"; below it, never high
+WIDEN = 5            # such a sentence reads high up to WIDEN x the rank that makes a text high
 TOPIC_ONLY = "topic only"
 CHECKED_SOURCES = ("sentence",)  # memory sources that are sentences of an abstract the heads can weigh
 LOG_FLOOR = 1e-12
@@ -72,17 +74,18 @@ def find_margin(weighed: list[tuple[str, dict[str, float]]], sentence: str, aspe
 
 def stated_level(rank, corpus_size, margin: float | None) -> str | None:
     """The level of a shown text from its rank (`rank_level`) and, for a sentence the heads weighed, its aspect
-    margin (None: not checked, the rank's level): "topic only" where near but below `STATES_MARGIN`; "high"
-    where within `WIDEN` x the high rank and at or above `HIGH_MARGIN`."""
+    margin (None: not checked, the rank's level): "topic only" where near (not low) but below `STATES_MARGIN`;
+    "high" where within `WIDEN` x the high rank and at or above `HIGH_MARGIN`; a sentence the rank calls high
+    but the margin does not is medium; far is low."""
     level = rank_level(rank, corpus_size)
     if level is None or margin is None:
         return level
+    if level != "low" and margin < STATES_MARGIN:
+        return TOPIC_ONLY
     high, _ = rank_thresholds(corpus_size)
     if margin >= HIGH_MARGIN and float(rank) <= WIDEN * high:
         return "high"
-    if margin < STATES_MARGIN and level != "low":
-        return TOPIC_ONLY
-    return level
+    return "medium" if level == "high" else level
 
 
 def with_stated(frame, reader: Callable | None):
