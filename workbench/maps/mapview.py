@@ -45,7 +45,7 @@ ROW_DISPLAY = "-webkit-box"  # a hover row shown: a box whose lines are clamped
 # Stacked points listed 8 to 14 papers in one hover, about 600 px over the map and the notebook's toolbar. A hover
 # lists HOVER_PAPERS of them (Bokeh's `limit`) and says how many more are under the pointer.
 HOVER_PAPERS = 3
-MAP_NAME_CHARS = 24  # a region's label on the map itself: short enough not to cover its neighbours
+MAP_NAME_CHARS = 26  # a region's label on the map itself: short enough not to cover its neighbours
 # How many papers under the pointer the hover leaves out, said once, under the last one listed.
 MORE_JS = (f"const n = special_vars.indices.length; return n > {HOVER_PAPERS} ? "
            f"'and ' + (n - {HOVER_PAPERS}) + ' more here: zoom in to tell them apart' : '';")
