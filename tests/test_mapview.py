@@ -305,12 +305,12 @@ def test_the_verdict_stands_under_the_weights_escaped_and_read_again_after_a_ref
     assert MapPane(presets["balanced"], meta, ["method", "task"], {"method": 1.0}).verdict.value == ""  # none given
 
 
-def test_a_hover_lists_three_papers_and_counts_the_others(meta, presets):
+def test_a_hover_lists_two_papers_and_counts_the_others(meta, presets):
     from bokeh.models import CustomJSHover, HoverTool
 
     fig = map_figure(presets["balanced"], meta)
     hover = fig.select_one(HoverTool)
-    assert hover.limit == mapview.HOVER_PAPERS == 3
+    assert hover.limit == mapview.HOVER_PAPERS == 2
     more = hover.formatters["@x"]
     assert isinstance(more, CustomJSHover) and "special_vars.indices.length" in more.code
     assert "@x{more}" in hover.tooltips

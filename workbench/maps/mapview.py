@@ -43,8 +43,10 @@ TOOLTIP_WIDTH = 250
 MAP_WIDTH, MAP_HEIGHT, READOUT_WIDTH = 480, 420, 340
 ROW_DISPLAY = "-webkit-box"  # a hover row shown: a box whose lines are clamped
 # Stacked points listed 8 to 14 papers in one hover, about 600 px over the map and the notebook's toolbar. A hover
-# lists HOVER_PAPERS of them (Bokeh's `limit`) and says how many more are under the pointer.
-HOVER_PAPERS = 3
+# lists HOVER_PAPERS of them (Bokeh's `limit`) and says how many more are under the pointer. Three made the hover
+# over the most crowded point of the 2,155-paper map 180 px tall in JupyterLab (an id, its region and three
+# one-line summaries each); two keep it under 160 px.
+HOVER_PAPERS = 2
 MAP_NAME_CHARS = 26  # a region's label on the map itself: short enough not to cover its neighbours
 # How many papers under the pointer the hover leaves out, said once, under the last one listed.
 MORE_JS = (f"const n = special_vars.indices.length; return n > {HOVER_PAPERS} ? "
