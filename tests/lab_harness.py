@@ -338,6 +338,31 @@ class Browser:
               if (m.data_source && m.data_source.name === 'points') { return rv.glyph.glglyph != null; } } }
             return null;"""))
 
+    def map_labels(self) -> dict | None:
+        """The region labels the map draws: the LabelSet's text field, whether it is visible, and its texts."""
+        return self.js(_PLOT_JS.replace("return plots;", """
+            for (const v of plots) { for (const [m, rv] of v.renderer_views) {
+              if (m.source && m.source.name === 'labels') {
+                const field = m.text.field;
+                return {field: field, visible: m.visible, texts: Array.from(m.source.data[field] || [])}; } } }
+            return null;"""))
+
+    def hover_at(self, x: float, y: float) -> list[dict]:
+        """Move the pointer to page point (x, y), as a mouse does, and return each tooltip's box and text."""
+        self.driver.execute_cdp_cmd("Input.dispatchMouseEvent", {"type": "mouseMoved", "x": 1, "y": 1})
+        time.sleep(0.2)
+        self.driver.execute_cdp_cmd("Input.dispatchMouseEvent", {"type": "mouseMoved", "x": x, "y": y})
+        time.sleep(0.5)
+        return self.js("""
+            const out = [];
+            const walk = root => { for (const el of root.querySelectorAll('*')) {
+              if (el.shadowRoot) { walk(el.shadowRoot); }
+              if (String(el.className).includes('bk-tooltip-content')) {
+                const r = el.getBoundingClientRect();
+                if (r.width) { out.push({top: r.top, bottom: r.bottom, text: el.textContent}); } } } };
+            walk(document);
+            return out;""")
+
     def source_length(self, name: str) -> int:
         return self.js(_PLOT_JS.replace("return plots;", """
             for (const v of plots) { for (const r of v.model.renderers) {

@@ -324,7 +324,8 @@ PAGE_CHECKS = """
 const doc = Bokeh.documents[0];
 const src = doc.get_model_by_name("points"), labels = doc.get_model_by_name("labels");
 return {caption: doc.get_model_by_name("caption").text, legend: doc.get_model_by_name("legend").text,
-        labels: Array.from(labels.data.text), color: Array.from(src.data.color), group: Array.from(src.data.group),
+        labels: Array.from(labels.data.text), names: Array.from(labels.data.name),
+        color: Array.from(src.data.color), group: Array.from(src.data.group),
         shown: doc.get_model_by_name("points_glyph").view.filter.booleans.filter(b => b).length};
 """
 
@@ -382,8 +383,13 @@ def test_the_exported_map_explains_itself_in_a_1280_by_800_window(explorer_run, 
             # The legend's swatch of region m is the colour of every point the hover calls "region m".
             swatches = re.findall(r"background:(#[0-9a-fA-F]{6})'></span><b>(\d+)\. ", state["legend"])
             assert len(swatches) == 4
+            # The map itself draws each region's number and name; the hover names the region as the map does.
+            drawn = dict(name.split(". ", 1) for name in state["names"])
+            assert sorted(drawn) == sorted(m for _, m in swatches), state["names"]
             for colour, group in zip(state["color"], state["group"]):
-                assert colour == {m: c for c, m in swatches}[group.split()[-1]], (colour, group)
+                number = group.split(":")[0].split()[-1]
+                assert colour == {m: c for c, m in swatches}[number], (colour, group)
+                assert group == f"region {number}: {drawn[number]}", (group, drawn)
 
         viewport = browser.js("return [window.innerWidth, window.innerHeight]")
 
@@ -408,7 +414,7 @@ def test_the_exported_map_explains_itself_in_a_1280_by_800_window(explorer_run, 
             for tip in tips:
                 assert tip["left"] >= 0 and tip["top"] >= 0, tip
                 assert tip["right"] <= viewport[0] and tip["bottom"] <= viewport[1], tip
-            assert any(f"region: {state['group'][k]}" in t["text"] for t in tips), (tips, state["group"][k])
+            assert any(state['group'][k] in t["text"] for t in tips), (tips, state["group"][k])
 
         browser.js("Bokeh.documents[0].get_model_by_name('years').value = [2010, 2011];")
         time.sleep(0.4)

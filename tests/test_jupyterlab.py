@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from pathlib import Path
 
@@ -246,6 +247,22 @@ def _empty_spot(browser: Browser, count: int = 1):
     return tuple(spots[0]) if count == 1 else [tuple(s) for s in spots]
 
 
+def _tallest_hover(browser: Browser) -> tuple[float, int]:
+    """(height in px, papers under the pointer) of the hover over the point with the most papers within a point's
+    radius of it: where Bokeh lists the most papers."""
+    from workbench.maps.mapview import POINT_SIZE
+
+    _scroll_to_map(browser)
+    pts = browser.map_points()
+    px, py = np.array(pts["px"]), np.array(pts["py"])
+    under = np.array([int((np.hypot(px - x, py - y) <= POINT_SIZE / 2).sum()) for x, y in zip(px, py)])
+    k = int(np.argmax(under))
+    tips = browser.hover_at(float(px[k]), float(py[k]))
+    assert tips, f"no hover over paper {k}"
+    # Each listed paper may be a box of its own: the hover is all of them, top to bottom.
+    return max(t["bottom"] for t in tips) - min(t["top"] for t in tips), int(under[k])
+
+
 def _wait_readout(browser: Browser, *needles: str, timeout: float = 60) -> str:
     browser.wait(lambda: all(n in _readout(browser) for n in needles), timeout,
                  f"the readout did not show {needles}: {_readout(browser)[:300]!r}")
@@ -294,6 +311,10 @@ def _drive_the_pane(server: JupyterLab, browser: Browser, app: str, name: str, r
     browser.wait(lambda: _map_ink(browser) > 2000, 30, "the map drew no points")
     drawn, drawn_points = browser.element_png(".wb-map"), browser.map_points()
     _shot_of("01_opened")
+    # The regions are named on the map itself ("3. translation, bilingual"), not only in the legend below it.
+    drawn_labels = browser.map_labels()
+    assert drawn_labels and drawn_labels["visible"] and len(drawn_labels["texts"]) == 3, drawn_labels
+    assert all(re.match(r"^\d+\. \S", t) for t in drawn_labels["texts"]), drawn_labels
     _no_sideways_scroll(browser)
     # The run's verdict, in plain words, under the weights (stage 03 of the tiny run checked no aspect).
     verdict = browser.js("return document.querySelector('.wb-verdict').innerText")
@@ -494,6 +515,9 @@ def test_a_map_of_real_abstracts_moves_in_two_updates_and_answers_taps_in_time(l
     n = len(browser.map_points()["x"])
     assert n > 2000
     browser.wait(lambda: _map_ink(browser) > 1000, 30, "the map drew no points")
+    height, under = _tallest_hover(browser)
+    print(f"\nthe hover over the most crowded point ({under} papers under the pointer): {height:.0f} px tall")
+    assert height <= 160, f"the hover over {under} stacked papers is {height:.0f} px tall"
     a, b = torch.randn(1600, 768), torch.randn(768, 3072)
     a @ b
     t0 = time.perf_counter()

@@ -305,12 +305,12 @@ def test_the_verdict_stands_under_the_weights_escaped_and_read_again_after_a_ref
     assert MapPane(presets["balanced"], meta, ["method", "task"], {"method": 1.0}).verdict.value == ""  # none given
 
 
-def test_a_hover_lists_three_papers_and_counts_the_others(meta, presets):
+def test_a_hover_lists_two_papers_and_counts_the_others(meta, presets):
     from bokeh.models import CustomJSHover, HoverTool
 
     fig = map_figure(presets["balanced"], meta)
     hover = fig.select_one(HoverTool)
-    assert hover.limit == mapview.HOVER_PAPERS == 3
+    assert hover.limit == mapview.HOVER_PAPERS == 2
     more = hover.formatters["@x"]
     assert isinstance(more, CustomJSHover) and "special_vars.indices.length" in more.code
     assert "@x{more}" in hover.tooltips
@@ -571,7 +571,7 @@ window.Blob = function (parts, options) { made.push(parts.join("")); return new 
     out.region_options = Array.from(region.options);
     region.value = region.options[1];
     await pause();
-    out.region = Array.from(src.data.group).map((g, k) => g === "region 1" ? k : -1).filter(k => k >= 0);
+    out.region = Array.from(src.data.group).map((g, k) => g.split(":")[0] === "region 1" ? k : -1).filter(k => k >= 0);
     out.selected = Array.from(src.selected.indices);
     src.selected.indices = [0, 1, 3, 7];
     out.csv = await download("export_csv");

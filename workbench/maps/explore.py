@@ -28,9 +28,10 @@ from ..data.writers import write_records
 from ..core.progress import notice
 from ..decode.faithfulness import describe_with_confidence
 from ..decode.retrieval import own_sentences
+from ..decode.stating import MarginReader, with_stated
 from ..embed.embeddings import embed_corpus
-from .labels import question_labels, term_labels
-from .mapview import MapRegions, by_cluster, region_count, region_order
+from .labels import question_labels, statement_labels, term_labels
+from .mapview import MapRegions, by_cluster, region_count
 from .page import PageOptions, PresetDetails, export_html
 from ..questions.overview import compare_html
 from .saved import reopen_map, save_map
@@ -98,6 +99,7 @@ class Explorer:
         self.picked = Selection.load(self.run_dir, self.meta["doc_id"])  # kept across kernel restarts
         self.sampling = {"greedy": True, "max_new_tokens": 40, **(sampling or {})}
         self._unified = None
+        self._margins = None  # each shown sentence's aspect margin, its abstract weighed once (`decode.stating`)
         self._aspect_models: dict[str, object] = {}
         self._axes: dict | None = None  # question axes, loaded on first use (question_axes)
         self._inverted = None  # (map, (x, y), vectors) of the last inverted spot: a tap and its comparison share it
@@ -211,7 +213,8 @@ class Explorer:
     def describe(self, vectors: Mapping[str, np.ndarray], exclude: str | None = None,
                  point: str | None = None) -> pd.DataFrame:
         """Decode {aspect: [D]} with the run's decoders: each text's kind and source, and, where an aspect model
-        exists, its confidence: the rank of the point among the map's papers for it (`describe_with_confidence`).
+        exists, its confidence: the rank of the point among the map's papers for it (`describe_with_confidence`),
+        and for another paper's sentence whether its own abstract reads it as the aspect (`stating.with_stated`).
 
         exclude: a paper of the corpus whose own statements the retrieval decoder may not use
         (when that paper is the one decoded, so the text is read from its embedding alone);
@@ -220,8 +223,11 @@ class Explorer:
         if self.decoders is None:
             raise RuntimeError("this run has no decoders (stage 04), so points cannot be described in words")
         models = {a: m for a in vectors if (m := self.aspect_model(a)) is not None}
-        return describe_with_confidence(self.decoders, vectors, models, self.embeddings, self.sampling, exclude,
-                                        levels=self.confidence, point=point)
+        frame = describe_with_confidence(self.decoders, vectors, models, self.embeddings, self.sampling, exclude,
+                                         levels=self.confidence, point=point)
+        if self._margins is None:  # a shown sentence is read in its own abstract by the heads (`decode.stating`)
+            self._margins = MarginReader(dict(zip(map(str, self.corpus.ids), self.corpus.texts())), self.unified)
+        return with_stated(frame, self._margins)
 
     def invert(self, x: float, y: float) -> dict[str, np.ndarray]:
         """An embedding per weighted aspect that the map would place at (x, y) (appendix A.10).
@@ -303,38 +309,7 @@ class Explorer:
             return self.region_term_labels(k, words, aspect, fine)
         if by != "statements":
             raise ValueError(f"by={by!r}: use 'terms', 'statements' or 'questions'")
-        if self.decoders is None:
-            return []
-        aspect = aspect or max(self.weights, key=self.weights.get)
-        decoder = self.decoders[aspect]
-        groups = self.region_numbers(k, fine)
-        ids = self.meta["doc_id"].astype(str).to_numpy()
-        out, texts = [], []
-        for g in region_order(groups):
-            members = groups == g
-            centre = self.coords[members].mean(axis=0)
-            mean = self.embeddings[aspect][members].mean(axis=0)
-            settings = {**self.sampling, "max_new_tokens": 32}
-            # Only the region's own papers may speak for it (the others are excluded), unless
-            # none of them has a known statement.
-            found = decoder.statements(mean, exclude=[list(ids[~members])], **settings)[0]
-            if decoder.names_sources and found["cosine"] == float("-inf"):
-                found = decoder.statements(mean, **settings)[0]
-            title = self.titles.get(str(found["doc_id"]), "") if found["doc_id"] else ""
-            texts.append((centre, found["text"], found["text"] + (f" (from: {title})" if title else ""), g))
-        split = [t.split() for _, t, _, _ in texts]
-        # Soft-prompt decodings often open with the same boilerplate ("The main challenge of the
-        # paper is that ..."); drop the words every label shares at the start so the labels show
-        # what tells the regions apart.
-        common = 0
-        while len(split) > 1 and all(len(w) > common + 1 for w in split) and \
-                len({w[common].lower() for w in split}) == 1:
-            common += 1
-        for ((x, y), _, detail, g), w in zip(texts, split):
-            rest = w[common:]
-            short = ("…" if common else "") + " ".join(rest[:words]) + ("…" if len(rest) > words else "")
-            out.append((float(x), float(y), short, detail, str(g)))
-        return out
+        return statement_labels(self, k, words, aspect, fine)
 
     def region_numbers(self, k: int = 8, fine: bool = False) -> np.ndarray:
         """Per paper, its region's number on the current map (1..; kept across weight changes, `MapRegions`);

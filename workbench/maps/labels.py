@@ -33,6 +33,7 @@ from ..data.sentences import split_sentences
 from ..generate.sentence_labels import SENTENCE_LABELS
 from ..measures.health import corpus_sentence_aspects
 from .mapview import region_order
+from .readout import kind_words
 
 MAX_CHARS = 60
 # Words of research writing that name no topic: a region "shares" them only by chance. Treated as stop words.
@@ -350,5 +351,47 @@ def question_labels(explorer, k: int = 8, words: int = 10, aspect: str | None = 
             detail = f"{aspect}: " + "; ".join(f"{q} ({share:.0%} of its papers: yes)" for q, share in found)
         else:
             short = detail = f"{aspect}: no question that most of its papers answer yes"
+        out.append((float(x), float(y), short, detail, str(g)))
+    return out
+
+
+def statement_labels(explorer, k: int = 8, words: int = 10, aspect: str | None = None, fine: bool = False) -> list:
+    """The k regions labelled by a decoded statement each (`Explorer.region_labels`, by="statements"): the
+    statement of a paper in the region nearest the mean embedding of its papers in one aspect (default: the most
+    heavily weighted one), cut to `words` words; the full text says what it is (`readout.kind_words`: the paper
+    it is from and its source, or generated)."""
+    if explorer.decoders is None:
+        return []
+    aspect = aspect or max(explorer.weights, key=explorer.weights.get)
+    decoder = explorer.decoders[aspect]
+    groups = explorer.region_numbers(k, fine)
+    ids = explorer.meta["doc_id"].astype(str).to_numpy()
+    out, texts = [], []
+    for g in region_order(groups):
+        members = groups == g
+        centre = explorer.coords[members].mean(axis=0)
+        mean = explorer.embeddings[aspect][members].mean(axis=0)
+        settings = {**explorer.sampling, "max_new_tokens": 32}
+        # Only the region's own papers may speak for it (the others are excluded), unless
+        # none of them has a known statement.
+        found = decoder.statements(mean, exclude=[list(ids[~members])], **settings)[0]
+        if decoder.names_sources and found["cosine"] == float("-inf"):
+            found = decoder.statements(mean, **settings)[0]
+        # Said what it is, as the readout says it: a known statement of one named paper (and its source), or
+        # generated text.
+        kind = kind_words({"kind": found.get("kind"), "from paper": found.get("doc_id"), "source": found.get("source")},
+                          explorer.titles)
+        texts.append((centre, found["text"], f"{found['text']} ({kind})", g))
+    split = [t.split() for _, t, _, _ in texts]
+    # Soft-prompt decodings often open with the same boilerplate ("The main challenge of the
+    # paper is that ..."); drop the words every label shares at the start so the labels show
+    # what tells the regions apart.
+    common = 0
+    while len(split) > 1 and all(len(w) > common + 1 for w in split) and \
+            len({w[common].lower() for w in split}) == 1:
+        common += 1
+    for ((x, y), _, detail, g), w in zip(texts, split):
+        rest = w[common:]
+        short = ("…" if common else "") + " ".join(rest[:words]) + ("…" if len(rest) > words else "")
         out.append((float(x), float(y), short, detail, str(g)))
     return out

@@ -18,6 +18,7 @@ and Bokeh escapes `@field` tooltips; the few HTML snippets built here use `displ
 
 from __future__ import annotations
 
+import re
 import textwrap
 from typing import Mapping, Sequence
 
@@ -42,8 +43,11 @@ TOOLTIP_WIDTH = 250
 MAP_WIDTH, MAP_HEIGHT, READOUT_WIDTH = 480, 420, 340
 ROW_DISPLAY = "-webkit-box"  # a hover row shown: a box whose lines are clamped
 # Stacked points listed 8 to 14 papers in one hover, about 600 px over the map and the notebook's toolbar. A hover
-# lists HOVER_PAPERS of them (Bokeh's `limit`) and says how many more are under the pointer.
-HOVER_PAPERS = 3
+# lists HOVER_PAPERS of them (Bokeh's `limit`) and says how many more are under the pointer. Three made the hover
+# over the most crowded point of the 2,155-paper map 180 px tall in JupyterLab (an id, its region and three
+# one-line summaries each); two keep it under 160 px.
+HOVER_PAPERS = 2
+MAP_NAME_CHARS = 26  # a region's label on the map itself: short enough not to cover its neighbours
 # How many papers under the pointer the hover leaves out, said once, under the last one listed.
 MORE_JS = (f"const n = special_vars.indices.length; return n > {HOVER_PAPERS} ? "
            f"'and ' + (n - {HOVER_PAPERS}) + ' more here: zoom in to tell them apart' : '';")
@@ -368,17 +372,40 @@ def label_source_data(labels) -> dict[str, list]:
     """Region labels [(x, y, text[, detail[, number]]), ...] as LabelSet source data (drawn on the canvas, not as
     HTML). A label's number is the region's (`MapRegions`; "3.2" a sub-region), else its place in the list.
 
-    The canvas shows only the region's number ("number"), so labels never cover the points;
-    the text and its detail go into the legend beside the map (`legend_html`).
+    The canvas shows each region's number and its label cut short ("name", `short_name`), so the map itself
+    says what a region is; the whole text and its detail go into the legend beside the map (`legend_html`).
     """
     labels = list(labels or [])
+    numbers = [str(label[4]) if len(label) > 4 else str(i + 1) for i, label in enumerate(labels)]
+    texts = [as_text(label[2]) for label in labels]
     return {
         "x": [float(label[0]) for label in labels],
         "y": [float(label[1]) for label in labels],
-        "text": [as_text(label[2]) for label in labels],
+        "text": texts,
         "detail": [as_text(label[3] if len(label) > 3 else label[2]) for label in labels],
-        "number": [str(label[4]) if len(label) > 4 else str(i + 1) for i, label in enumerate(labels)],
+        "number": numbers,
+        "name": [f"{m}. {short_name(t)}" for m, t in zip(numbers, texts)],
     }
+
+
+def short_name(text: str, chars: int = MAP_NAME_CHARS) -> str:
+    """A region's label as drawn on the map: without the aspect its terms come from ("approach: "), its first
+    `chars` characters, cut at a word, "…" where cut."""
+    text = " ".join(str(text).split())
+    text = re.sub(r"^\w+: (?=\S)", "", text)
+    if len(text) <= chars:
+        return text
+    cut = text[:chars].rsplit(" ", 1)[0].rstrip(",;:")
+    return (cut or text[:chars]) + "…"
+
+
+def named_groups(groups: Sequence[str], labels) -> list[str]:
+    """Each point's region ("region 7", `point_colors`) with its label's name ("region 7: translation,
+    bilingual") for the hover; a group no label numbers is left as it is. The part before ":" stays the
+    region's identity (the page's region picker reads it)."""
+    data = label_source_data(labels)
+    names = {f"region {m}": f"region {m}: {short_name(t)}" for m, t in zip(data["number"], data["text"]) if t}
+    return [names.get(str(g).split(":", 1)[0], g) for g in groups]
 
 
 def caption_html(weights: dict | None, color_by=None, n: int | None = None) -> str:
@@ -473,7 +500,9 @@ def tooltip_template(data: dict, group_name: str) -> str:
     if any(data.get("year", [])):
         shown = f"@{{{shown_column('year')}}}" if shown_column("year") in data else "inline"
         year = f"<span style='display:{shown}'> · <span style='color:#666'>year:</span> @year</span>"
-    rows.append(f"<div><span style='color:#666'>{esc(group_name)}:</span> @group{year}</div>")
+    # A region's group names itself ("region 7: translation, bilingual"); another grouping says what it is.
+    named = "" if group_name == "region" else f"<span style='color:#666'>{esc(group_name)}:</span> "
+    rows.append(f"<div>{named}@group{year}</div>")
     # A summary gets one line: the tapped paper's readout has it whole.
     rows += [row(c[len("summary_"):], c, f"@{{{c}}}", 1) for c in data if c.startswith("summary_") and any(data[c])]
     if QUESTIONS in data:
@@ -490,6 +519,8 @@ def build_figure(data: dict, labels, group_name: str, title: str, width: int, he
     from bokeh.models import ColumnDataSource, CustomJSHover, HoverTool, LabelSet, TapTool
     from bokeh.plotting import figure
 
+    if group_name == "region" and labels:  # the hover names each point's region as the map does
+        data = {**data, "group": named_groups(data["group"], labels)}
     source = ColumnDataSource(data, name="points")
     label_source = ColumnDataSource(label_source_data(labels), name="labels")
     # WebGL draws the points (canvas still draws labels and tooltips): at 10,000 points a redraw
@@ -502,7 +533,7 @@ def build_figure(data: dict, labels, group_name: str, title: str, width: int, he
     fig.add_tools(HoverTool(renderers=[points], tooltips=tooltip_template(data, group_name), limit=HOVER_PAPERS,
                             formatters={"@x": CustomJSHover(code=MORE_JS)}),
                   TapTool(renderers=[points]))
-    fig.add_layout(LabelSet(x="x", y="y", text="number", source=label_source, text_font_size="10pt",
+    fig.add_layout(LabelSet(x="x", y="y", text="name", source=label_source, text_font_size="9pt",
                             text_font_style="bold", text_align="center", text_baseline="middle",
                             background_fill_color="white", background_fill_alpha=0.7,
                             name="labels_glyph"))

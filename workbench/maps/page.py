@@ -44,7 +44,8 @@ from ..core.display import esc
 from ..core.files import write_text
 from ..data.writers import LINE_BREAKS, WHITESPACE
 from .mapview import (BASE_ALPHA, DIM_ALPHA, HIT_SIZE, POINT_SIZE, QUESTIONS, as_text, build_figure, caption_html,
-                      group_title, label_source_data, legend_html, map_frame, region_colors, shown_column)
+                      by_cluster, group_title, label_source_data, legend_html, map_frame, named_groups,
+                      region_colors, shown_column)
 
 MAX_FILTER_VALUES = 40  # a column with more distinct values is text, not a category to filter by
 PAGE_ABSTRACTS_MAX = 20000  # above this many papers the page leaves the abstracts out (see the module doc)
@@ -105,11 +106,11 @@ status.text = shown === n ? "" : shown + " of " + n + " papers shown";
 _REGION_JS = """
 const v = cb_obj.value;
 if (!v || v === none) { source.selected.indices = []; return; }
-const group = "region " + v.split(":")[0];
+const group = "region " + v.split(":")[0];  // a point's group is "region 7" or "region 7: its name"
 const mask = view.filter.booleans;
 const picked = [];
 for (let k = 0; k < source.data.group.length; k++) {
-  if (source.data.group[k] === group && (!mask || mask[k])) { picked.push(k); }
+  if (String(source.data.group[k]).split(":")[0] === group && (!mask || mask[k])) { picked.push(k); }
 }
 source.selected.indices = picked;
 """
@@ -257,7 +258,7 @@ def export_html(path, coords_by_preset: dict[str, np.ndarray], meta: pd.DataFram
         raise ValueError("export_html needs at least one preset")
     names = [str(name) for name in coords_by_preset]
     labels_by_preset = labels_by_preset or {}
-    data, columns = _preset_columns(coords_by_preset, meta, options.color_by, details)
+    data, columns = _preset_columns(coords_by_preset, meta, options.color_by, details, labels_by_preset)
     records, filters, with_abstracts = _add_records(data, meta, records, options.filters)
 
     fig, source, label_source = build_figure(data, labels_by_preset.get(names[0]), group_title(options.color_by),
@@ -292,9 +293,11 @@ def export_html(path, coords_by_preset: dict[str, np.ndarray], meta: pd.DataFram
     return write_text(Path(path), standalone_html(layout, title or "Map"))
 
 
-def _preset_columns(coords_by_preset: dict, meta: pd.DataFrame, color_by, details: PresetDetails) -> tuple[dict, list]:
+def _preset_columns(coords_by_preset: dict, meta: pd.DataFrame, color_by, details: PresetDetails,
+                    labels_by_preset: dict) -> tuple[dict, list]:
     """The page's point data: the first preset's columns, and every preset's as indexed columns (x__0, y__0, ...)
-    so that any preset name is safe; returns (data, the per-preset column names)."""
+    so that any preset name is safe, each region named by its preset's labels; returns (data, the per-preset
+    column names)."""
     questions_by_preset = details.questions_by_preset
     metas = {k: meta if questions_by_preset is None else meta.assign(**{QUESTIONS: questions_by_preset[k]})
              for k in coords_by_preset}
@@ -305,6 +308,9 @@ def _preset_columns(coords_by_preset: dict, meta: pd.DataFrame, color_by, detail
     # The plain-text "hover" one-liner repeats the title and summaries the tooltip shows from their own
     # columns; the page has no use for it (a tenth of a 100,000-paper page).
     frames = [{k: v for k, v in frame.items() if k != "hover"} for frame in frames]
+    for frame, name in zip(frames, coords_by_preset):  # the hover names each point's region as the map does
+        if by_cluster(color_by) and labels_by_preset.get(name):
+            frame["group"] = named_groups(frame["group"], labels_by_preset[name])
     data = dict(frames[0])
     for i, frame in enumerate(frames):
         for c in columns:

@@ -20,8 +20,8 @@ import pandas as pd
 from ..core.display import html_table
 from .options import PaneCallbacks, PaneState, PaneView
 from .mapview import (READOUT_WIDTH, MapRegions, as_coords, as_text, build_figure, by_cluster, error_html,
-                      group_title, label_source_data, legend_html, map_frame, message_html, point_colors,
-                      region_colors, region_count)
+                      group_title, label_source_data, legend_html, map_frame, message_html, named_groups,
+                      point_colors, region_colors, region_count)
 from .page import verdicts_html
 from .panemarks import PaneMarks
 
@@ -427,6 +427,8 @@ class MapPane(PaneMarks):
         """Replace the region labels, [(x, y, text[, detail[, number]]), ...] (after a re-layout), and the legend."""
         self.label_source.data = label_source_data(labels)
         self.labels = labels
+        if by_cluster(self.color_by) and labels:  # the hover names each point's region as the map does
+            self.source.data.update({"group": named_groups(self.source.data["group"], labels)})
         self._show_legend()
 
     def _on_tap_event(self, event) -> None:

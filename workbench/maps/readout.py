@@ -25,6 +25,7 @@ import pandas as pd
 
 from ..decode.faithfulness import held_out_line, levels_line
 from ..decode.retrieval import KIND_GENERATED, KIND_NEAREST, KIND_OWN
+from ..decode.stating import LINE as STATED_LINE
 
 # How the paper's own statements are named, by the memory's source, in the order one is preferred.
 OWN_KINDS = {"human": "human summary", "llm": "LLM answer, kept by the grounding check",
@@ -96,6 +97,8 @@ def decoded_html(frame: pd.DataFrame, titles: Mapping[str, str], corpus_size: in
     notes = []
     if "round-trip rank" in frame:
         notes.append(levels_line(corpus_size, point))
+        if "aspect margin" in frame and frame["aspect margin"].notna().any():
+            notes.append(STATED_LINE)
         figures = held_out_line(shown)
         if figures:
             notes.append(figures)
