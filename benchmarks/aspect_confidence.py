@@ -36,6 +36,7 @@ import pandas as pd  # noqa: E402
 
 import csabstruct  # noqa: E402
 from _machine import matmul_gflops  # noqa: E402
+from _smoke import add_smoke  # noqa: E402
 from workbench.data.sentences import match_highlights, split_sentences  # noqa: E402
 from workbench.decode.faithfulness import rank_level  # noqa: E402
 from workbench.decode.stating import TOPIC_ONLY, stated_level  # noqa: E402
@@ -132,7 +133,10 @@ def main(argv=None) -> None:
     parser.add_argument("--rows", default=None, help="write every shown text's row to this CSV")
     parser.add_argument("--marks-out", default=None, help="write a simulated user's marks here and stop")
     parser.add_argument("--marks", type=int, default=30, help="marks per group for --marks-out")
+    smoke = add_smoke(parser, argv)
     args = parser.parse_args(argv)
+    if smoke:  # no finished run to tap: the levels' tables on made-up rows
+        return print_levels(smoke_rows())
     if args.marks_out:
         print(f"{write_marks(Path(args.marks_out), args.marks)} marks written to {args.marks_out}")
         return
@@ -147,15 +151,30 @@ def main(argv=None) -> None:
     print(f"\n{rows['tapped'].nunique()} {args.split} papers tapped, {len(rows)} texts: {len(llm)} LLM answers "
           f"(apart), {len(unknown)} sentences without a matched role (left out), sources "
           f"{rows['source'].value_counts().to_dict()}\n")
+    print_levels(rows)
+    if len(llm):
+        print("LLM answers by the pane's level: " + str(llm["pane"].value_counts().to_dict()))
+    print(f"\nmatrix product at the end: {matmul_gflops():.0f} GFLOP/s")
+
+
+def smoke_rows() -> pd.DataFrame:
+    """Made-up shown sentences: rank, corpus size, aspect margin, whether the role matches."""
+    ranks, margins = [1, 3, 40, 80, 200, 5], [3.0, 0.5, 2.8, -1.0, 1.5, None]
+    rows = pd.DataFrame({"rank": ranks, "size": 500, "margin": margins, "source": "corpus",
+                         "matches": [True, False, True, False, True, True]})
+    rows["today"] = [rank_level(r, 500) for r in ranks]
+    rows["pane"] = relevel(rows)
+    return rows
+
+
+def print_levels(rows: pd.DataFrame) -> None:
+    """Per level, today's and the pane's: how many sentences and what share has a role matching the aspect."""
     today, pane = shares(rows, "today"), shares(rows, "pane")
     print("| level | today: sentences | today: role matches | pane: sentences | pane: role matches |")
     print("|---|---:|---:|---:|---:|")
     for t, p in zip(today.itertuples(), pane.itertuples()):
         print(f"| {t.level} | {t.sentences} | {t.matching:.0%} | {p.sentences} | {p.matching:.0%} |")
     print(f"\n'topic only' among the pane's low: {int((rows['pane'] == TOPIC_ONLY).sum())}")
-    if len(llm):
-        print("LLM answers by the pane's level: " + str(llm["pane"].value_counts().to_dict()))
-    print(f"\nmatrix product at the end: {matmul_gflops():.0f} GFLOP/s")
 
 
 if __name__ == "__main__":

@@ -25,7 +25,12 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import numpy as np  # noqa: E402
 
+from _smoke import add_smoke  # noqa: E402
 from workbench.maps.labels import LabelRules  # noqa: E402
+
+# Smoke mode's input: (x, y, text, detail, number) labels, each paper's region number, the abstracts.
+SMOKE_LABELS = ([(0, 0, "1: graph, tree", "", 1), (1, 1, "2: speech", "", 2), (2, 2, "mixed", "", 3)],
+                [1, 1, 2, 2, 3, 3], ["a graph and a tree", "tree graph", "speech data", "speech", "x", "y"])
 
 
 def occurs(term: str, texts) -> np.ndarray:
@@ -57,7 +62,10 @@ def main(argv=None) -> None:
     parser.add_argument("--run-dir", default="runs/csabstruct")
     parser.add_argument("--corpus", default=None, help="the run's export (default: csabstruct.csv beside the run)")
     parser.add_argument("--k", type=int, default=8)
+    smoke = add_smoke(parser, argv)
     args = parser.parse_args(argv)
+    if smoke:  # no finished run to read: the check itself on three made-up regions
+        return print_rows(check(*SMOKE_LABELS))
     from workbench.data.corpus import load_corpus
     from workbench.maps.explore import Explorer
 
@@ -67,6 +75,12 @@ def main(argv=None) -> None:
     labels = explorer.region_labels(args.k)
     rows = check(labels, explorer.region_numbers(args.k), corpus.texts())
     print(f"{len(explorer.meta)} papers, {args.k} regions; weights {explorer.weights}\n")
+    print_rows(rows)
+    print("\nDrawn on the map: " + " | ".join(explorer_names(labels)))
+
+
+def print_rows(rows: list[dict]) -> None:
+    """The table of labels, each term's shares, and whether each passes."""
     print("| region | papers | label | each term: share of the region's abstracts (of the map's) | passes |")
     print("|---|---:|---|---|---|")
     for r in rows:
@@ -74,7 +88,6 @@ def main(argv=None) -> None:
         print(f"| {r['number']} | {r['size']} | {r['text']} | {terms} | {'yes' if r['passes'] else 'no'} |")
     print(f"\nmixed: {sum(r['mixed'] for r in rows)} of {len(rows)}; every label passes: "
           f"{all(r['passes'] for r in rows)}")
-    print("\nDrawn on the map: " + " | ".join(explorer_names(labels)))
 
 
 def explorer_names(labels) -> list[str]:
