@@ -20,7 +20,8 @@ import numpy as np
 from ..core.devices import use_free_cores
 from .checkpoints import is_model, load_model
 from .encoders import CONFIG_NAME, WEIGHTS_NAME
-from .engine import EmbeddingParts, make_engine
+from .engine import make_engine
+from .engine_parts import EmbeddingParts
 from ..core.files import write_json
 from ..core.rundir import RunDir
 

@@ -17,38 +17,34 @@ and a rerun computes only the rest.
 
 from __future__ import annotations
 
-import json
-import shutil
-from pathlib import Path
+import importlib.util
 from typing import Sequence
 
 import numpy as np
 
-from ..core.files import write_arrays, write_json
-from ..core.rundir import RunDir
-from ..data.sentences import split_sentences
+from .engine_parts import SCALE_EXTRA, EmbeddingParts, document_texts
 from .features import FeatureCache, frozen_backbone
+from .ray_engine import RayEngine  # light: Ray itself is imported only when a RayEngine runs
 
 # Below this many papers the in-process path is faster on one machine: starting Ray and its actors costs about
 # 25 s on 2 cores (`ray.init` 13 s, two encoder actors 12 s), which a 50,000-paper pass (about an hour here)
 # does not notice, and a 5,000-paper pass (5 minutes) would. `engine="ray"` takes Ray at any size.
 AUTO_RAY_PAPERS = 50_000
 ENGINES = ("auto", "local", "ray")
-PART_ROWS = 2048  # papers per embeddings part: a killed job loses at most this much of stage 03's pass
-SCALE_EXTRA = 'pip install -e ".[scale]"'
 
 
 def ray_available() -> bool:
     """Whether Ray is installed (the `scale` extra), checked without importing it."""
-    import importlib.util
-
     return importlib.util.find_spec("ray") is not None
 
 
 def make_engine(engine: str = "auto", n_papers: int = 0, ray_address: str | None = None, workers: int | None = None,
                 batch_size: int = 32):
     """The engine for a pass over `n_papers` papers: `local`, `ray`, or `auto` (Ray from AUTO_RAY_PAPERS papers
-    on, or whenever `ray_address` names a cluster to join; in-process below, or where Ray is not installed)."""
+    on, or whenever `ray_address` names a cluster to join; in-process below, or where Ray is not installed).
+    An engine object (`LocalEngine`, `RayEngine`) is returned as it is."""
+    if not isinstance(engine, str):
+        return engine
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {ENGINES}, not {engine!r}")
     if engine == "auto":
@@ -59,8 +55,6 @@ def make_engine(engine: str = "auto", n_papers: int = 0, ray_address: str | None
         engine = "ray" if wanted and ray_available() else "local"
     if engine == "local":
         return LocalEngine(batch_size=batch_size)
-    from .ray_engine import RayEngine
-
     return RayEngine(address=ray_address, workers=workers, batch_size=batch_size)
 
 
@@ -77,11 +71,6 @@ def encode_features(run_dir, texts: Sequence[str], base_model: str = "minilm", p
     return n
 
 
-def document_texts(texts: Sequence[str]) -> list[str]:
-    """Every text the feature pass of `FeatureCache.documents` reads: each abstract, then each of its sentences."""
-    return list(texts) + [s for t in texts for s in split_sentences(t)]
-
-
 class LocalEngine:
     """Today's path: the passes run in this process (`FeatureCache.vectors`, the model's `encode`)."""
 
@@ -96,56 +85,7 @@ class LocalEngine:
         cache.vectors(todo, progress=progress)
         return len(todo)
 
-    def embed_rows(self, model, model_dir, texts: Sequence[str], pairs=None, parts: "EmbeddingParts | None" = None,
+    def embed_rows(self, model, model_dir, texts: Sequence[str], pairs=None, parts: EmbeddingParts | None = None,
                    progress: bool = False) -> dict[str, np.ndarray]:
         """{aspect: unit rows [len(texts), dim]} from the loaded `model`, in this process (the rest is unused)."""
         return model.encode(list(texts), batch_size=self.batch_size, normalize=True, progress=progress)
-
-
-class EmbeddingParts:
-    """The finished parts of one embeddings entry: ``part-NNNNN.safetensors`` with each aspect's rows, then
-    ``part-NNNNN.json`` with their papers' (id, text hash) pairs, written last (a part without it is ignored).
-
-    Rows are found by (id, text hash), never by position, so a rerun with the same corpus picks up
-    every finished row whatever order the engine finished them in.
-    """
-
-    def __init__(self, run_dir, key: str):
-        self.run = RunDir(run_dir)
-        self.folder = self.run.embedding_parts(key)
-
-    def finished(self) -> dict[tuple[str, str], tuple[Path, int]]:
-        """{(doc id, text hash): (part's tensor file, row)} of every finished part."""
-        out = {}
-        for meta in sorted(self.folder.glob("part-*.json")) if self.folder.is_dir() else []:
-            try:
-                pairs = json.loads(meta.read_text())["pairs"]
-            except (OSError, ValueError, KeyError):
-                continue  # a damaged part: its papers are embedded again
-            for row, pair in enumerate(pairs):
-                out.setdefault(tuple(pair), (meta.with_suffix(".safetensors"), row))
-        return out
-
-    def write(self, pairs: Sequence[tuple[str, str]], arrays: dict[str, np.ndarray]) -> Path:
-        """Store one part: the rows of `arrays` belong to `pairs`, in order."""
-        self.folder.mkdir(parents=True, exist_ok=True)
-        numbers = [int(p.name.split(".")[0].split("-")[-1]) for p in self.folder.glob("part-*.json")] or [0]
-        stem = self.folder / f"part-{max(numbers) + 1:05d}"
-        self.run.record_cache(write_arrays(Path(f"{stem}.safetensors"), arrays))
-        self.run.record_cache(write_json(Path(f"{stem}.json"), {"pairs": [list(p) for p in pairs]}, indent=None))
-        return stem
-
-    def read(self, pairs: Sequence[tuple[str, str]]) -> dict[str, np.ndarray]:
-        """{aspect: rows [len(pairs), dim]} of the given papers, in that order; KeyError for one not finished."""
-        from safetensors.numpy import load_file
-
-        where = self.finished()
-        located = [where[tuple(p)] for p in pairs]
-        loaded = {path: load_file(str(path)) for path in dict.fromkeys(path for path, _ in located)}
-        aspects = list(next(iter(loaded.values()))) if loaded else []
-        return {a: np.stack([loaded[path][a][row] for path, row in located]) if located else
-                np.zeros((0, 0), dtype=np.float32) for a in aspects}
-
-    def remove(self) -> None:
-        """Drop the parts once the whole entry is written (the ledger's notes of them go stale, harmlessly)."""
-        shutil.rmtree(self.folder, ignore_errors=True)

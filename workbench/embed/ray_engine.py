@@ -26,7 +26,7 @@ from typing import Sequence
 import numpy as np
 
 from ..core.rundir import RunDir
-from .engine import PART_ROWS, SCALE_EXTRA, EmbeddingParts, document_texts
+from .engine_parts import PART_ROWS, SCALE_EXTRA, EmbeddingParts, document_texts
 from .features import SHARD_ROWS, FeatureCache, FrozenBackbone
 
 BLOCK_ROWS = 4096  # texts per Parquet block at most (a million abstracts and their sentences: about 2,000 blocks)
@@ -35,15 +35,30 @@ ACTOR_BATCH = 256  # texts per `map_batches` call of an actor: a killed actor lo
 READ_CPUS = 0.1  # reading Parquet is light: the read tasks must not wait for a CPU the encoders hold
 
 
+def on_this_machine(address: str | None) -> bool:
+    """Whether a session at `address` stays on this machine: a local instance (None), or a head on loopback."""
+    if address is None:
+        return True
+    host = address.split("://")[-1].rsplit(":", 1)[0].strip("[]")
+    return host in ("localhost", "::1") or host.startswith("127.")
+
+
 def ray_session(address: str | None = None, num_cpus: int | None = None):
     """The `ray` module with a session started (`ray.init()`, local) or joined (`address`); reused if one is up."""
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    if address is None:
+    local = on_this_machine(address)
+    if local:
         os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     try:
         import ray
+        from ray._private import ray_constants
     except ImportError as exc:
         raise ImportError(f"engine 'ray' needs Ray, which is not installed: {SCALE_EXTRA} (the scale extra)") from exc
+    if local and os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] == "0":
+        # Ray reads the variable once, when it is first imported: a Ray imported before this call (by the user,
+        # by a test) would still put this machine's own network address in place of 127.0.0.1, both to start a
+        # local instance and to join a head on loopback, and connect through it.
+        ray_constants.ENABLE_RAY_CLUSTER = False
     if not ray.is_initialized():
         if address is None:
             # One CPU more than the encoders take: Ray Data's reads need one free (`RayEngine._pool`).
@@ -54,6 +69,9 @@ def ray_session(address: str | None = None, num_cpus: int | None = None):
 
     context = DataContext.get_current()
     context.enable_progress_bars = False
+    # Ray Data's newer Parquet reader (2.60's default) hands a small dataset's files to the actors as one input,
+    # so one actor did all the work and every result came back at once; the first reader keeps a block per file.
+    context.use_datasource_v2 = False
     return ray
 
 
@@ -96,8 +114,10 @@ class RayEngine:
 
     name = "ray"
 
-    def __init__(self, address: str | None = None, workers: int | None = None, batch_size: int = 32):
-        self.address, self.workers, self.batch_size = address, workers, batch_size
+    def __init__(self, address: str | None = None, workers: int | None = None, batch_size: int = 32,
+                 part_rows: int = PART_ROWS):
+        self.address, self.workers, self.batch_size, self.part_rows = address, workers, batch_size, part_rows
+        self.computed = 0  # texts (or papers) the last pass sent to the actors: a resumed pass sends only the rest
 
     def _pool(self, ray) -> tuple[int, dict]:
         """(actors, resources of each) for `map_batches`: one per GPU where the cluster has any, else `workers` (default:
@@ -128,7 +148,7 @@ class RayEngine:
         # One block per file: Ray would otherwise merge small files into fewer blocks than there are actors.
         ds = ray.data.read_parquet(str(folder), num_cpus=READ_CPUS, override_num_blocks=len(starts))
         return ds.map_batches(actor, fn_constructor_kwargs={**kwargs, "threads": max(1, round(resources["num_cpus"]))},
-                              batch_size=ACTOR_BATCH, batch_format="numpy",
+                              batch_size=min(ACTOR_BATCH, rows), batch_format="numpy",
                               compute=ray.data.ActorPoolStrategy(size=size), **resources)
 
     def _input(self, run, tag: str) -> Path:
@@ -138,6 +158,7 @@ class RayEngine:
     def encode_documents(self, cache: FeatureCache, texts: Sequence[str], progress: bool = False) -> int:
         """Put every abstract and sentence of `texts` in the cache, a shard per SHARD_ROWS vectors as they arrive."""
         todo = cache.missing(document_texts(texts))
+        self.computed = len(todo)
         if not todo:
             return 0
         b = cache.backbone
@@ -167,19 +188,20 @@ class RayEngine:
         written as parts of PART_ROWS papers; then every row is read back from the parts, in the order given."""
         finished = parts.finished()
         pending = [i for i, p in enumerate(pairs) if tuple(p) not in finished]
+        self.computed = len(pending)
         if pending:
             folder = self._input(parts.run, f"embeddings-{parts.folder.name}-{os.getpid()}")
             ds = self._dataset(folder, {"row": pending, "text": [texts[i] for i in pending]}, EmbedActor,
                                {"model_dir": str(Path(model_dir).resolve()), "batch_size": self.batch_size})
             try:
-                self._write_parts(ds, pairs, parts, len(pending), progress)
+                self._write_parts(ds, pairs, parts, self.part_rows, progress)
             finally:
                 shutil.rmtree(folder, ignore_errors=True)
         return parts.read(pairs)
 
     @staticmethod
-    def _write_parts(ds, pairs, parts: EmbeddingParts, total: int, progress: bool) -> None:
-        """Collect the actors' rows and write a part whenever PART_ROWS papers are in hand, and the rest at the end."""
+    def _write_parts(ds, pairs, parts: EmbeddingParts, part_rows: int, progress: bool) -> None:
+        """Collect the actors' rows and write a part whenever `part_rows` papers are in hand, and the rest at the end."""
         rows, chunks, done = [], [], 0
 
         def flush():
@@ -190,10 +212,10 @@ class RayEngine:
         for batch in ds.iter_batches(batch_size=None, batch_format="numpy"):
             rows += [int(r) for r in batch["row"]]
             chunks.append(batch)
-            if len(rows) >= PART_ROWS:
+            if len(rows) >= part_rows:
                 flush()
                 done, rows, chunks = done + len(rows), [], []
                 if progress:
-                    print(f"embeddings: {done} of {total} papers")
+                    print(f"embeddings: {done} papers written")
         if rows:
             flush()
