@@ -4,7 +4,10 @@ A real HTTP/1.1 server on loopback (stdlib asyncio, its own process) answers eve
 `--delay` seconds, as a busy vLLM cluster would; stage 01's client (`OpenAIBackend`, `concurrency` requests
 in flight) sends `--requests` requests through `summaries.run_requests` into a real summary store:
 
-    .venv/bin/python benchmarks/client_inflight.py [--requests 2048] [--concurrency 256 512] [--delay 2]
+    .venv/bin/python benchmarks/client_inflight.py [--requests 2048] [--concurrency 256 512] [--delay 2] [--smoke]
+
+From `http_backend.ASYNC_FROM` in flight the client runs on one event loop, below it on threads; a row says
+which. `--smoke`: 64 requests at 8 and 48 in flight, answered after 0.2 s.
 
 The ideal is concurrency / delay answers a second (256/s at 512 in flight and 2 s); the bar is 200/s at 512.
 """
@@ -25,9 +28,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from workbench.generate.http_backend import OpenAIBackend  # noqa: E402
+from workbench.generate.http_backend import ASYNC_FROM, OpenAIBackend  # noqa: E402
 from workbench.generate.sampling import RetryPolicy, Sampling  # noqa: E402
 from workbench.generate.summaries import Reporting, run_requests, summary_store  # noqa: E402
+
+from _smoke import add_smoke  # noqa: E402
 
 ANSWER = json.dumps({"choices": [{"message": {"content": "The method is a slow served answer."}}],
                      "usage": {"completion_tokens": 8}}).encode()
@@ -77,8 +82,7 @@ def measure(port: int, n: int, concurrency: int) -> dict:
         store.close()
         stored = sum(1 for _ in open(Path(run) / "summaries.jsonl"))
     backend.close()
-    return {"concurrency": concurrency, "requests": n, "stored": stored, "seconds": round(seconds, 2),
-            "answers_per_s": round(stored / seconds, 1), "ideal_per_s": None}
+    return {"requests": n, "stored": stored, "seconds": round(seconds, 2), "answers_per_s": round(stored / seconds, 1)}
 
 
 def main() -> None:
@@ -86,6 +90,7 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=2048)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[256, 512])
     parser.add_argument("--delay", type=float, default=2.0)
+    add_smoke(parser, requests=64, concurrency=[8, 48], delay=0.2)
     args = parser.parse_args()
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -93,12 +98,15 @@ def main() -> None:
     server = multiprocessing.Process(target=serve, args=(port, args.delay), daemon=True)
     server.start()
     time.sleep(1.0)
-    print(f"date {datetime.date.today()}, load {os.getloadavg()[0]:.2f} (1 min), {os.cpu_count()} CPUs")
+    print(f"date {datetime.date.today()}, load {os.getloadavg()[0]:.2f} (1 min), {os.cpu_count()} CPUs; "
+          f"the server answers after {args.delay} s")
+    print("| in flight | client | requests | stored | seconds | answers/s | ideal/s |\n|---:|---|---:|---:|---:|---:|---:|")
     try:
         for c in args.concurrency:
             row = measure(port, args.requests, c)
-            row["ideal_per_s"] = round(c / args.delay, 1)
-            print(json.dumps(row))
+            client = "event loop" if c >= ASYNC_FROM else "threads"
+            print(f"| {c} | {client} | {row['requests']} | {row['stored']} | {row['seconds']} | "
+                  f"{row['answers_per_s']} | {c / args.delay:.1f} |")
     finally:
         server.terminate()
 

@@ -38,22 +38,26 @@ def ray_available() -> bool:
     return importlib.util.find_spec("ray") is not None
 
 
-def make_engine(engine: str = "auto", n_papers: int = 0, ray_address: str | None = None, workers: int | None = None,
-                batch_size: int = 32):
-    """The engine for a pass over `n_papers` papers: `local`, `ray`, or `auto` (Ray from AUTO_RAY_PAPERS papers
-    on, or whenever `ray_address` names a cluster to join; in-process below, or where Ray is not installed).
-    An engine object (`LocalEngine`, `RayEngine`) is returned as it is."""
-    if not isinstance(engine, str):
-        return engine
+def resolve_engine(engine: str = "auto", n_papers: int = 0, ray_address: str | None = None) -> str:
+    """"local" or "ray" for a pass over `n_papers` papers: `auto` takes Ray from AUTO_RAY_PAPERS papers on, or
+    whenever `ray_address` names a cluster to join, and stays in process below, or where Ray is not installed."""
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {ENGINES}, not {engine!r}")
-    if engine == "auto":
-        wanted = ray_address is not None or n_papers >= AUTO_RAY_PAPERS
-        if wanted and not ray_available():
-            print(f"engine auto: {n_papers} papers would run on Ray, which is not installed ({SCALE_EXTRA}); "
-                  "running in this process")
-        engine = "ray" if wanted and ray_available() else "local"
-    if engine == "local":
+    if engine != "auto":
+        return engine
+    wanted = ray_address is not None or n_papers >= AUTO_RAY_PAPERS
+    if wanted and not ray_available():
+        print(f"engine auto: {n_papers} papers would run on Ray, which is not installed ({SCALE_EXTRA}); "
+              "running in this process")
+    return "ray" if wanted and ray_available() else "local"
+
+
+def make_engine(engine: str = "auto", n_papers: int = 0, ray_address: str | None = None, workers: int | None = None,
+                batch_size: int = 32):
+    """The engine `resolve_engine` picks, or an engine object (`LocalEngine`, `RayEngine`) as it is."""
+    if not isinstance(engine, str):
+        return engine
+    if resolve_engine(engine, n_papers, ray_address) == "local":
         return LocalEngine(batch_size=batch_size)
     return RayEngine(address=ray_address, workers=workers, batch_size=batch_size)
 
