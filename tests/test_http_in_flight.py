@@ -53,6 +53,7 @@ def backend(fake, concurrency: int) -> OpenAIBackend:
                          retry=RetryPolicy(timeout=10.0, retries=2, backoff=0.01))
 
 
+@pytest.mark.slow  # about 1.2 s: two waves of 0.3 s on a loaded machine
 def test_many_in_flight_every_answer_once_with_its_seed(server):
     fake, state = server
     n, concurrency = 128, max(ASYNC_FROM, 64)
