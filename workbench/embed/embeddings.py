@@ -20,6 +20,8 @@ import numpy as np
 from ..core.devices import use_free_cores
 from .checkpoints import is_model, load_model
 from .encoders import CONFIG_NAME, WEIGHTS_NAME
+from .engine import make_engine
+from .engine_parts import EmbeddingParts
 from ..core.files import write_json
 from ..core.rundir import RunDir
 
@@ -67,12 +69,16 @@ def embeddings_key(model_dir: str | os.PathLike, corpus) -> str:
 
 
 def embed_corpus(model_dir: str | os.PathLike, corpus, run_dir: str | os.PathLike, batch_size: int = 32,
-                 progress: bool = True, device: str | None = None) -> dict[str, np.ndarray]:
+                 progress: bool = True, device: str | None = None, engine: str = "auto",
+                 ray_address: str | None = None) -> dict[str, np.ndarray]:
     """Embeddings {aspect: float32 [len(corpus), dim], unit rows, corpus order}, cached in the run directory.
 
     Stored as ``<run_dir>/embeddings/<key>.safetensors`` + ``<key>.json`` (the key hashes
     the model's weights and config and the corpus's ids and abstracts), so a notebook
     re-run loads them and any change to the model or the corpus computes afresh.
+    `engine` (`engine.make_engine`): where the papers to embed go through the model, in this process
+    (local) or on Ray (ray, or auto from `engine.AUTO_RAY_PAPERS` papers or with `ray_address`); Ray writes
+    them as parts first, so a killed job resumes with the papers no finished part holds.
     """
     from safetensors.numpy import load_file, save_file
 
@@ -98,10 +104,13 @@ def embed_corpus(model_dir: str | os.PathLike, corpus, run_dir: str | os.PathLik
     model = load_model(model_dir, device=device, run_dir=run_dir) if todo or not known else None
     if todo and known and progress:
         print(f"embedding {len(todo)} new abstracts; {len(corpus) - len(todo)} reused from the cache")
+    parts = EmbeddingParts(run_dir, key)
     if model is not None:
         use_free_cores()  # two threads on a core another job keeps busy run several times slower
-        fresh = model.encode([texts[i] for i in todo], batch_size=batch_size, normalize=True, progress=progress)
-        aspects, dim, max_length = list(fresh), int(model.dim), model.max_length
+        runner = make_engine(engine, len(todo), ray_address, batch_size=batch_size)
+        fresh = runner.embed_rows(model, model_dir, [texts[i] for i in todo],
+                                  [(str(corpus.ids[i]), hashes[i]) for i in todo], parts, progress)
+        aspects, dim, max_length = list(model.aspects), int(model.dim), model.max_length
     else:
         fresh, (aspects, dim, max_length) = {}, next(iter(known.values()))[1]
     reused = [(i, known[pair][0]) for i, pair in enumerate(zip(corpus.ids, hashes)) if pair in known]
@@ -126,6 +135,7 @@ def embed_corpus(model_dir: str | os.PathLike, corpus, run_dir: str | os.PathLik
         "created": time.strftime("%Y-%m-%d %H:%M:%S"), "doc_ids": corpus.ids, "text_hashes": hashes,
     }, indent=1)
     RunDir(run_dir).record_cache(meta_path)
+    parts.remove()  # the whole entry is in place: the parts a Ray pass wrote are not needed again
     return vectors
 
 

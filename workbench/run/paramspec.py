@@ -173,6 +173,7 @@ SPECS: dict[str, ParamSpec] = {
     "weight_decay": _num(0.0), "clip_value": _num(0.0, above=True, nullable=True, null_means="no clipping"),
     "unified_baseline": _BOOL, "embed_batch_size": _int(1), "label_weight": _num(0.0), "distant_weight": _num(0.0),
     "kd_weight": _num(0.0), "head_refit": _BOOL, "show_docs": _int(0),
+    "engine": _text(), "ray_address": _text(nullable=True, null_means="a local Ray instance when Ray runs"),
     # decoding (04)
     "decoder": _text(), "compare": _BOOL, "lm": _text(), "k_neighbours": _int(1), "context": _int(1),
     "rewrite": _BOOL, "source": _text(), "shared": _BOOL,

@@ -1,0 +1,72 @@
+"""Stage 03's feature pass (every abstract and sentence through the frozen MiniLM) in process and on Ray Data.
+
+The first `--docs` CSAbstruct abstracts (text only) go through `LocalEngine` into one run's feature cache and
+through `RayEngine` (a local `ray.init()`, `--workers` actors) into another; the script prints the seconds of
+each (Ray's start included, and apart), the texts a second, and the largest difference between the vectors:
+
+    .venv/bin/python benchmarks/ray_engine.py [--docs 2000] [--workers 2] [--smoke]
+
+`--smoke`: 4 abstracts, 1 worker (Ray's start is most of its 30 s).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # loopback only (../shared/OFFLINE_ASSETS.md)
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # run from a checkout without installing
+
+import numpy as np  # noqa: E402
+
+from workbench.embed.engine import LocalEngine  # noqa: E402
+from workbench.embed.engine_parts import document_texts  # noqa: E402
+from workbench.embed.features import FeatureCache, frozen_backbone  # noqa: E402
+from workbench.embed.ray_engine import RayEngine, ray_session  # noqa: E402
+
+from _smoke import add_smoke  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--docs", type=int, default=2000)
+    parser.add_argument("--workers", type=int, default=2)
+    add_smoke(parser, docs=4, workers=1)
+    args = parser.parse_args()
+    rows = [json.loads(line) for line in (ROOT / "data" / "csabstruct" / "csabstruct.jsonl").open()][:args.docs]
+    texts = [" ".join(r["sentences"]) for r in rows]
+    every = document_texts(texts)
+    print(f"date {datetime.date.today()}, load {os.getloadavg()[0]:.2f} (1 min), {os.cpu_count()} CPUs; "
+          f"{len(texts)} abstracts, {len(set(every))} texts")
+    backbone = frozen_backbone("minilm")
+    runs = [tempfile.mkdtemp(prefix="bench-local-"), tempfile.mkdtemp(prefix="bench-ray-")]
+    t0 = time.perf_counter()
+    LocalEngine().encode_documents(FeatureCache.for_run(runs[0], backbone), texts)
+    local = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    ray_session(None, args.workers)
+    start = time.perf_counter() - t0
+    engine = RayEngine(workers=args.workers)
+    t0 = time.perf_counter()
+    engine.encode_documents(FeatureCache.for_run(runs[1], backbone), texts)
+    remote = time.perf_counter() - t0
+    a = FeatureCache.for_run(runs[0], backbone).vectors(every)
+    b = FeatureCache.for_run(runs[1], backbone).vectors(every)
+    n = len(set(every))
+    diff = float(np.abs(a - b).max())
+    print("| engine | seconds | texts/s | max abs diff |\n|---|---:|---:|---:|")
+    print(f"| in process | {local:.1f} | {n / local:.1f} | |")
+    print(f"| Ray, {args.workers} workers, pass | {remote:.1f} | {n / remote:.1f} | {diff:.2e} |")
+    print(f"| Ray, with its start ({start:.1f} s) | {remote + start:.1f} | {n / (remote + start):.1f} | |")
+    print(f"every text once: {engine.computed == n}; throughput ratio Ray / in process {local / remote:.2f}x")
+
+if __name__ == "__main__":
+    main()

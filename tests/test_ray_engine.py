@@ -1,0 +1,221 @@
+"""Stage 03's encoder passes on Ray Data against the in-process path: same numbers, a real head, loopback only, resume.
+
+One Ray head for the module (`ray start --head`, started here, joined by address), kept on loopback by
+RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 and RAY_USAGE_STATS_ENABLED=0 (../shared/OFFLINE_ASSETS.md). The
+backbone reads at most 64 tokens here (the engines take the cache's backbone as it is), so the passes
+cost seconds; the numbers compared are the engines', not the length's.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import ipaddress
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+# Before Ray is first imported: it reads these once. Without the first, it swaps 127.0.0.1 for this machine's
+# network address and connects through it (../shared/OFFLINE_ASSETS.md). The head asks for Ray's token
+# (~/.ray/auth_token, made by Ray at its first start); a driver whose Ray was imported before it turned token
+# auth on sends none and is refused, so the mode is set here for both.
+RAY_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "token"}
+os.environ.update(RAY_ENV)
+if importlib.util.find_spec("ray") is None:
+    pytest.skip("Ray is not installed (the scale extra)", allow_module_level=True)
+
+from workbench.core.rundir import RunDir  # noqa: E402
+from workbench.data.corpus import Corpus  # noqa: E402
+from workbench.embed.embeddings import embed_corpus, embeddings_key, text_hashes  # noqa: E402
+from workbench.embed.engine import LocalEngine, make_engine  # noqa: E402
+from workbench.embed.engine_parts import EmbeddingParts, document_texts  # noqa: E402
+from workbench.embed.features import FeatureCache, FrozenBackbone, text_key  # noqa: E402
+from workbench.embed.heads import PooledAspectModel  # noqa: E402
+
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parents[1]
+N_DOCS = 200
+MAX_LENGTH = 64
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _session_processes(temp_dir: str) -> list:
+    """The head's processes (their command line names its own temp dir) and all they started (workers, actors)."""
+    import psutil
+
+    roots = []
+    for proc in psutil.process_iter(["cmdline"]):
+        if temp_dir in " ".join(proc.info["cmdline"] or []):
+            roots.append(proc)
+    found = {p.pid: p for p in roots}
+    for proc in roots:
+        try:
+            found.update({c.pid: c for c in proc.children(recursive=True)})
+        except psutil.Error:
+            pass
+    return list(found.values())
+
+
+@pytest.fixture(scope="module")
+def head():
+    """A Ray head started as a user would (`ray start --head`, its own temp dir), yielding its address; its
+    processes are ended by id at the end (never `ray stop`, which would end every Ray session on the machine)."""
+    import psutil
+
+    port, temp_dir = _free_port(), tempfile.mkdtemp(prefix="wbray", dir="/tmp")  # short: Ray's socket paths
+    env = {**os.environ, **RAY_ENV, "PYTHONPATH": str(ROOT)}
+    ray_bin = str(Path(sys.executable).with_name("ray"))
+    started = subprocess.run([ray_bin, "start", "--head", "--port", str(port), "--num-cpus", "2",
+                              "--include-dashboard=false", "--disable-usage-stats", "--temp-dir", temp_dir],
+                             env=env, capture_output=True, text=True, timeout=120)
+    assert started.returncode == 0, started.stderr[-2000:]
+    try:
+        yield f"127.0.0.1:{port}", temp_dir
+    finally:
+        import ray
+
+        if ray.is_initialized():
+            ray.shutdown()
+        procs = _session_processes(temp_dir)
+        for proc in procs:
+            try:
+                proc.kill()
+            except psutil.Error:
+                pass
+        psutil.wait_procs(procs, timeout=10)
+        shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    """The first N_DOCS CSAbstruct abstracts (text only: no label is read)."""
+    rows = [json.loads(line) for line in (ROOT / "data" / "csabstruct" / "csabstruct.jsonl").open()][:N_DOCS]
+    return Corpus(pd.DataFrame({"doc_id": [r["doc_id"] for r in rows], "title": "",
+                                "abstract": [" ".join(r["sentences"]) for r in rows]}), name="csabstruct-200")
+
+
+@pytest.fixture(scope="module")
+def passes(tmp_path_factory, head, corpus):
+    """The feature pass in process (run A) and on the head with 2 workers (run B), and the Ray engine used.
+    Run B starts with one shard of run A's, as a killed job would leave it: the Ray pass resumes from there."""
+    runs = [RunDir(tmp_path_factory.mktemp(name)) for name in ("local", "ray")]
+    backbone = FrozenBackbone("minilm", max_length=MAX_LENGTH)
+    with pytest.MonkeyPatch.context() as patch:  # shards of 500 texts: run A holds several
+        patch.setattr("workbench.embed.features.SHARD_ROWS", 500)
+        LocalEngine().encode_documents(FeatureCache.for_run(runs[0], backbone), corpus.texts())
+    (runs[1] / "features" / backbone.key).mkdir(parents=True)
+    for suffix in (".safetensors", ".json"):
+        shutil.copy(runs[0] / "features" / backbone.key / f"shard-00001{suffix}",
+                    runs[1] / "features" / backbone.key / f"shard-00001{suffix}")
+    engine = make_engine("ray", ray_address=head[0], workers=2)
+    t0 = time.perf_counter()
+    engine.encode_documents(FeatureCache.for_run(runs[1], backbone), corpus.texts())
+    print(f"ray feature pass: {time.perf_counter() - t0:.1f}s")
+    return runs, backbone, engine
+
+
+def test_features_same_numbers_on_a_real_head_and_resume_by_shard(passes, corpus):
+    (run_a, run_b), backbone, engine = passes
+    texts = document_texts(corpus.texts())
+    kept = json.loads((run_b / "features" / backbone.key / "shard-00001.json").read_text())["keys"]
+    assert 0 < len(kept) < len(set(texts))
+    assert engine.computed == len(set(texts)) - len(kept)  # the finished shard was not encoded again
+    assert len(list((run_b / "features" / backbone.key).glob("shard-*.json"))) > 1  # today's cache format
+    a = FeatureCache.for_run(run_a, backbone).vectors(texts)
+    fresh = FeatureCache.for_run(run_b, backbone)  # read back from the shards alone
+    assert fresh.missing(texts) == []
+    b = fresh.vectors(texts)
+    assert a.shape == b.shape == (len(texts), 384)
+    assert np.abs(a - b).max() <= 1e-5
+    # An independent computation: the backbone itself, one text at a time, for texts the actors encoded.
+    ray_made = [t for t in texts if text_key(t) not in set(kept)]
+    alone = np.stack([backbone.embed([t])[0] for t in ray_made[:3] + ray_made[-3:]])
+    assert np.abs(alone - fresh.vectors(ray_made[:3] + ray_made[-3:])).max() <= 1e-5
+    leftover = RunDir(run_b).engine_input("x").parent
+    assert not leftover.exists() or not any(leftover.iterdir())  # the Parquet blocks are removed
+
+
+def _model(run: RunDir) -> Path:
+    """A unified model of two pooling heads (seeded, untrained) on the test's backbone, saved in the run."""
+    PooledAspectModel("minilm", ["method", "result"], hidden=384, max_length=MAX_LENGTH,
+                      pool=True).save_pretrained(run.unified_model)
+    return run.unified_model
+
+
+def test_embeddings_same_numbers_and_resume_after_kill(passes, corpus, head, tmp_path):
+    """Stage 03's embeddings: in process vs Ray (same rows, same order); a driver killed -9 after its first part
+    leaves that part, and the rerun embeds only the papers no finished part holds."""
+    (run_a, run_b), _, _ = passes
+    local = embed_corpus(_model(run_a), corpus, run_a, progress=False, engine="local")
+    model_dir = _model(run_b)
+    key = embeddings_key(model_dir, corpus)
+    parts = EmbeddingParts(run_b, key)
+    script = (f"from workbench.embed.checkpoints import load_model\n"
+              f"from workbench.embed.engine import EmbeddingParts\n"
+              f"from workbench.embed.ray_engine import RayEngine\n"
+              f"import json, sys\n"
+              f"texts, pairs = json.load(sys.stdin)\n"
+              f"RayEngine({head[0]!r}, workers=2, part_rows=40).embed_rows(load_model({str(model_dir)!r}), "
+              f"{str(model_dir)!r}, texts, [tuple(p) for p in pairs], EmbeddingParts({str(run_b)!r}, {key!r}))\n")
+    pairs = [list(p) for p in zip(corpus.ids, text_hashes(corpus.texts()))]
+    driver = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, cwd=ROOT, text=True,
+                              env={**os.environ, **RAY_ENV, "PYTHONPATH": str(ROOT)},
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    driver.stdin.write(json.dumps([corpus.texts(), pairs]))
+    driver.stdin.close()
+    deadline = time.time() + 120
+    while not parts.finished() and driver.poll() is None and time.time() < deadline:
+        time.sleep(0.2)
+    driver.send_signal(signal.SIGKILL)
+    driver.wait()
+    done = len(parts.finished())
+    assert 0 < done < N_DOCS, done  # killed after a part and before the last
+    engine = make_engine("ray", ray_address=head[0], workers=2)
+    remote = embed_corpus(model_dir, corpus, run_b, progress=False, engine=engine)
+    assert engine.computed == N_DOCS - done
+    assert list(local) == list(remote) == ["method", "result"]
+    for aspect in local:
+        assert local[aspect].shape == (N_DOCS, 384)
+        assert np.abs(local[aspect] - remote[aspect]).max() <= 1e-5
+    meta = json.loads((run_b.embeddings / f"{key}.json").read_text())
+    assert meta["doc_ids"] == corpus.ids  # same ids, same order
+    assert not parts.folder.exists()  # the parts are gone once the entry is whole
+
+
+def test_every_ray_socket_is_on_loopback(passes, head):
+    """Every socket of the head's processes, their workers and this driver: TCP/UDP, listening or connected,
+    on 127.0.0.0/8 or ::1 only."""
+    import psutil
+
+    procs = _session_processes(head[1]) + [psutil.Process()]
+    checked, outside = 0, []
+    for proc in procs:
+        try:
+            conns = proc.net_connections(kind="inet")
+        except psutil.Error:
+            continue
+        for c in conns:
+            for addr in (c.laddr, c.raddr):
+                if addr:
+                    checked += 1
+                    ip = ipaddress.ip_address(addr.ip.split("%")[0])
+                    mapped = getattr(ip, "ipv4_mapped", None)
+                    if not (ip.is_loopback or (mapped is not None and mapped.is_loopback)):
+                        outside.append((proc.pid, proc.name(), addr, c.status))
+    assert len(procs) >= 4 and checked >= 4, (len(procs), checked)  # the head's processes were found
+    assert not outside, outside

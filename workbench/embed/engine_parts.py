@@ -1,0 +1,76 @@
+"""What both engines of `engine.py` share: the texts of a feature pass, and stage 03's embeddings parts.
+
+Kept apart from `engine.py` so that the Ray engine (`ray_engine.py`), which `engine.make_engine` imports only
+when asked for, can use them without importing its caller.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from ..core.files import write_arrays, write_json
+from ..core.rundir import RunDir
+from ..data.sentences import split_sentences
+
+PART_ROWS = 2048  # papers per embeddings part: a killed job loses at most this much of stage 03's pass
+SCALE_EXTRA = 'pip install -e ".[scale]"'
+
+
+def document_texts(texts: Sequence[str]) -> list[str]:
+    """Every text the feature pass of `FeatureCache.documents` reads: each abstract, then each of its sentences."""
+    return list(texts) + [s for t in texts for s in split_sentences(t)]
+
+
+
+class EmbeddingParts:
+    """The finished parts of one embeddings entry: ``part-NNNNN.safetensors`` with each aspect's rows, then
+    ``part-NNNNN.json`` with their papers' (id, text hash) pairs, written last (a part without it is ignored).
+
+    Rows are found by (id, text hash), never by position, so a rerun with the same corpus picks up
+    every finished row whatever order the engine finished them in.
+    """
+
+    def __init__(self, run_dir, key: str):
+        self.run = RunDir(run_dir)
+        self.folder = self.run.embedding_parts(key)
+
+    def finished(self) -> dict[tuple[str, str], tuple[Path, int]]:
+        """{(doc id, text hash): (part's tensor file, row)} of every finished part."""
+        out = {}
+        for meta in sorted(self.folder.glob("part-*.json")) if self.folder.is_dir() else []:
+            try:
+                pairs = json.loads(meta.read_text())["pairs"]
+            except (OSError, ValueError, KeyError):
+                continue  # a damaged part: its papers are embedded again
+            for row, pair in enumerate(pairs):
+                out.setdefault(tuple(pair), (meta.with_suffix(".safetensors"), row))
+        return out
+
+    def write(self, pairs: Sequence[tuple[str, str]], arrays: dict[str, np.ndarray]) -> Path:
+        """Store one part: the rows of `arrays` belong to `pairs`, in order."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        numbers = [int(p.name.split(".")[0].split("-")[-1]) for p in self.folder.glob("part-*.json")] or [0]
+        stem = self.folder / f"part-{max(numbers) + 1:05d}"
+        self.run.record_cache(write_arrays(Path(f"{stem}.safetensors"), arrays))
+        self.run.record_cache(write_json(Path(f"{stem}.json"), {"pairs": [list(p) for p in pairs]}, indent=None))
+        return stem
+
+    def read(self, pairs: Sequence[tuple[str, str]]) -> dict[str, np.ndarray]:
+        """{aspect: rows [len(pairs), dim]} of the given papers, in that order; KeyError for one not finished."""
+        from safetensors.numpy import load_file
+
+        where = self.finished()
+        located = [where[tuple(p)] for p in pairs]
+        loaded = {path: load_file(str(path)) for path in dict.fromkeys(path for path, _ in located)}
+        aspects = list(next(iter(loaded.values()))) if loaded else []
+        return {a: np.stack([loaded[path][a][row] for path, row in located]) if located else
+                np.zeros((0, 0), dtype=np.float32) for a in aspects}
+
+    def remove(self) -> None:
+        """Drop the parts once the whole entry is written (the ledger's notes of them go stale, harmlessly)."""
+        shutil.rmtree(self.folder, ignore_errors=True)
