@@ -181,7 +181,7 @@ def main() -> None:
                                    "score": score(frames[0][1], queries, truth_new)}
     row("change, first frame")
     row("change, settled")
-    del changed, frames
+    del changed
     if args.papers <= args.full_max:
         with measured(runs.setdefault("full", {})):
             full = AspectMap.fit(data, W_OLD, method="opentsne", n_iter=n_iter)
