@@ -117,15 +117,18 @@ class KNNEngine(MapEngine):
         return "bh" if n < (WARM_FFT_MIN if warm else FFT_MIN) else "fft"
 
     def layout(self, amap, y0, job):
+        return self.layout_features(amap.features(), amap.perplexity, y0, job)
+
+    def layout_features(self, features: np.ndarray, perplexity: float, y0: np.ndarray, job: Job) -> Layout:
+        """`layout` of unit weighted features (n, D) at `perplexity`: what `SampledEngine` lays its sample out with."""
         from openTSNE import TSNEEmbedding
 
         n_jobs = self._threads()
         # Euclidean on unit features: |f_i - f_j|^2 = 2 d(i, j), and openTSNE squares its distances, so its
         # rows are the exact path's rows restricted to the k-NN. The neighbours and rows are kept for
         # placing and inverting (`AspectMap._rows`).
-        affinities, knn, rows = reweighted_affinities(amap.features(), amap.perplexity, n_jobs, job.seed,
-                                                      search=self.search)
-        emb = TSNEEmbedding(y0, affinities, negative_gradient_method=self.gradient(len(amap), job.warm),
+        affinities, knn, rows = reweighted_affinities(features, perplexity, n_jobs, job.seed, search=self.search)
+        emb = TSNEEmbedding(y0, affinities, negative_gradient_method=self.gradient(len(features), job.warm),
                             n_jobs=n_jobs, random_state=job.seed, verbose=job.verbose)
         for phase in (self.schedule or Schedule()).phases(self.n_iter(job), job.warm):
             if phase.iterations:

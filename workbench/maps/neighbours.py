@@ -109,12 +109,12 @@ class AnnoySearch(NeighbourSearch):
     def search(self, features, k, n_jobs=1, seed=0):
         from openTSNE.dependencies.annoy import AnnoyIndex  # openTSNE's own copy of Annoy, as its Annoy class builds
 
-        data = np.asarray(features, dtype=np.float64)  # Annoy reads Python floats: float64 rows convert fastest
+        data = np.asarray(features, dtype=np.float32)  # float32 kept: a float64 copy of a million rows is 9 GB
         n, k = len(data), min(int(k), len(data) - 1)
         index = AnnoyIndex(data.shape[1], "euclidean")
         index.set_seed(int(np.random.RandomState(seed).randint(np.iinfo(np.int32).max)))
         for i, row in enumerate(data):
-            index.add_item(i, row)
+            index.add_item(i, row.astype(np.float64))  # Annoy reads Python floats: float64 rows convert fastest
         index.build(self.trees, n_jobs=max(1, int(n_jobs)))
         idx, dist = np.empty((n, k), np.int64), np.empty((n, k), np.float64)
 

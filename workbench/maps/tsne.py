@@ -68,6 +68,7 @@ from ..core.vectors import unit_rows
 from .engine import ENGINES, Job, MapEngine
 from .optimiser import Adam, Schedule
 from .reweight import kernel_sum, knn_affinities, neighbours
+from .sampled import SAMPLED_MIN  # registers the "sampled" engine in ENGINES
 from .tsne_math import (calibrate_rows, check_embeddings, effective_perplexity, inversion_distances,
                         inversion_objective, joint_probabilities, new_features, normalize_weights, pca_init, unit32,
                         weighted_features)
@@ -104,8 +105,8 @@ def thread_count(sample_seconds: float = 0.3) -> int:
 
 
 def engine_for(method, n: int) -> MapEngine:
-    """The engine of a map of n points for `method`: "exact", "opentsne", "auto" (exact below EXACT_MAX points)
-    or a `MapEngine` (its parts left None filled in); the one place a method's name is looked at.
+    """The engine of a map of n points for `method`: "exact", "opentsne", "sampled", "auto" (exact below EXACT_MAX
+    points, sampled from SAMPLED_MIN) or a `MapEngine` (its parts left None filled in); the one place a method's name is looked at.
 
     The schedule comes from EARLY_EXAGGERATION and EXAGGERATION_ITER as they are now, the threads from
     `thread_count` when a run starts.
@@ -113,7 +114,7 @@ def engine_for(method, n: int) -> MapEngine:
     if isinstance(method, MapEngine):
         engine = method
     elif method == "auto":
-        engine = ENGINES["exact" if n < EXACT_MAX else "opentsne"]()
+        engine = ENGINES["exact" if n < EXACT_MAX else "sampled" if n >= SAMPLED_MIN else "opentsne"]()
     elif isinstance(method, str) and method in ENGINES:  # ENGINES, not METHODS: engines added later count
         engine = ENGINES[method]()
     else:
