@@ -94,7 +94,7 @@ class Explorer:
         self.map = reopened or AspectMap.fit(self.embeddings, weights, perplexity=layout.perplexity,
                                              method=layout.method, seed=layout.seed)
         self.regions, self.term_indexes = MapRegions(), {}  # regions numbered alike across maps; terms per aspect
-        if reopened is not None and reopened.method == "opentsne" and reopened.preparing is None:
+        if reopened is not None and reopened.engine.sparse and reopened.preparing is None:
             reopened.prepare(background=True)  # the first click on a reopened map need not build its caches
         self.picked = Selection.load(self.run_dir, self.meta["doc_id"])  # kept across kernel restarts
         self.sampling = {"greedy": True, "max_new_tokens": 40, **(sampling or {})}
