@@ -2,6 +2,7 @@
 
 import numpy as np
 
+from map_quality import neighbours_kept
 from workbench.maps.engine import KNNEngine
 from workbench.maps.neighbours import NeighbourSearch
 from workbench.maps.optimiser import Schedule
@@ -31,17 +32,6 @@ def _clusters(n=300, clusters=4, seed=0):
     return emb, labels
 
 
-def _knn_kept(coords, features, k=10):
-    """The mean share of each point's k nearest map neighbours among its k nearest in the weighted space."""
-    f = np.asarray(features, dtype=np.float64)
-    sims = f @ f.T
-    np.fill_diagonal(sims, -np.inf)
-    d2 = np.sum((coords[:, None] - coords[None]) ** 2, axis=-1)
-    np.fill_diagonal(d2, np.inf)
-    near, drawn = np.argsort(-sims, axis=1)[:, :k], np.argsort(d2, axis=1)[:, :k]
-    return np.mean([len(set(a) & set(b)) / k for a, b in zip(near, drawn)])
-
-
 def test_a_plugged_in_neighbour_search_lays_out_the_map_and_stays_with_it():
     emb, labels = _clusters()
     weights = {"task": 0.6, "method": 0.4}
@@ -50,7 +40,7 @@ def test_a_plugged_in_neighbour_search_lays_out_the_map_and_stays_with_it():
                          method=KNNEngine(search=toy, schedule=Schedule(exaggeration_iter=100)))
     assert toy.calls == [(300, 30)]  # 3 x perplexity neighbours of every paper, searched once
     assert amap.method == "opentsne" and amap.search is toy
-    kept = _knn_kept(amap.coords, weighted_features(emb, weights))
+    kept = neighbours_kept(amap.coords, weighted_features(emb, weights))
     assert kept > 0.25, kept  # 0.41 here; chance: 10 of 299, 0.03; from random lists (below) 0.03
     # each cluster stays together: its points nearer their own centre than any other's
     centres = np.stack([amap.coords[labels == c].mean(axis=0) for c in range(4)])
@@ -75,4 +65,4 @@ def test_a_search_that_finds_the_wrong_neighbours_draws_a_worse_map():
     weights = {"task": 0.5, "method": 0.5}
     engine = KNNEngine(search=Random(), schedule=Schedule(exaggeration_iter=100))
     amap = AspectMap.fit(emb, weights, perplexity=10, n_iter=200, seed=0, method=engine)
-    assert _knn_kept(amap.coords, weighted_features(emb, weights)) < 0.1  # 0.04 here, against 0.40 searched
+    assert neighbours_kept(amap.coords, weighted_features(emb, weights)) < 0.1  # 0.04 here, against 0.40 searched

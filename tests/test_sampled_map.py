@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 
+from map_quality import neighbours_kept
 from workbench.maps import sampled, tsne
 from workbench.maps.engine import KNNEngine
 from workbench.maps.optimiser import Schedule
@@ -18,17 +19,6 @@ def _clusters(n=N, clusters=6, seed=0):
     emb = {name: rng.normal(size=(clusters, d))[labels] + 0.6 * rng.normal(size=(n, d))
            for name, d in (("task", 12), ("method", 10), ("outcome", 8))}
     return emb, labels
-
-
-def _kept(coords, features, k=10, m=30):
-    """The mean share of each paper's k nearest papers (weighted cosine) among its m nearest on the map."""
-    f = np.asarray(features, dtype=np.float64)
-    sims = f @ f.T
-    np.fill_diagonal(sims, -np.inf)
-    d2 = np.sum((coords[:, None] - coords[None]) ** 2, axis=-1)
-    np.fill_diagonal(d2, np.inf)
-    near, drawn = np.argsort(-sims, axis=1)[:, :k], np.argsort(d2, axis=1)[:, :m]
-    return np.mean([len(set(a) & set(b)) / k for a, b in zip(near, drawn)])
 
 
 @pytest.fixture(scope="module")
@@ -97,7 +87,7 @@ def test_the_sampled_map_keeps_neighbourhoods_in_float32(fitted):
     assert amap.features().dtype == np.float32 and all(e.dtype == np.float32 for e in amap.embeddings.values())
     sample, sample_idx = amap._cache[sampled.SAMPLE_KEY]
     assert len(sample) == SAMPLE and sample_idx.max() < SAMPLE  # the sample's neighbours index the sample
-    kept = _kept(amap.coords, amap.features())
+    kept = neighbours_kept(amap.coords, amap.features(), m=30)
     assert kept > 0.5, kept  # chance: 30 of 899, 0.03
     centres = np.stack([amap.coords[labels == c].mean(axis=0) for c in range(6)])
     own = np.argmin(np.sum((amap.coords[:, None] - centres[None]) ** 2, axis=-1), axis=1)
@@ -110,8 +100,8 @@ def test_a_weight_change_gives_a_first_frame_then_the_settled_map(fitted):
     assert len(frames) == 1
     frame = frames[0]
     assert frame.shape == (N, 2) and not np.allclose(frame, moved.coords) and not np.allclose(frame, amap.coords)
-    settled = _kept(moved.coords, moved.features())
-    assert _kept(frame, moved.features()) > 0.6 * settled > 0.25, settled
+    settled = neighbours_kept(moved.coords, moved.features(), m=30)
+    assert neighbours_kept(frame, moved.features(), m=30) > 0.6 * settled > 0.25, settled
     assert moved.method == "sampled" and moved._cache[sampled.SAMPLE_KEY][0] is amap._cache[sampled.SAMPLE_KEY][0]
 
 
