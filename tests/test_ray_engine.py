@@ -159,7 +159,8 @@ def _model(run: RunDir) -> Path:
 
 def test_embeddings_same_numbers_and_resume_after_kill(passes, corpus, head, tmp_path):
     """Stage 03's embeddings: in process vs Ray (same rows, same order); a driver killed -9 after its first part
-    leaves that part, and the rerun embeds only the papers no finished part holds."""
+    leaves that part, and the rerun embeds only the papers no finished part holds. One actor each (every actor
+    loads torch and the model: seconds): the features pass above is the one with two."""
     (run_a, run_b), _, _ = passes
     local = embed_corpus(_model(run_a), corpus, run_a, progress=False, engine="local")
     model_dir = _model(run_b)
@@ -170,7 +171,7 @@ def test_embeddings_same_numbers_and_resume_after_kill(passes, corpus, head, tmp
               f"from workbench.embed.ray_engine import RayEngine\n"
               f"import json, sys\n"
               f"texts, pairs = json.load(sys.stdin)\n"
-              f"RayEngine({head[0]!r}, workers=2, part_rows=40).embed_rows(load_model({str(model_dir)!r}), "
+              f"RayEngine({head[0]!r}, workers=1, part_rows=40).embed_rows(load_model({str(model_dir)!r}), "
               f"{str(model_dir)!r}, texts, [tuple(p) for p in pairs], EmbeddingParts({str(run_b)!r}, {key!r}))\n")
     pairs = [list(p) for p in zip(corpus.ids, text_hashes(corpus.texts()))]
     driver = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, cwd=ROOT, text=True,
@@ -185,7 +186,7 @@ def test_embeddings_same_numbers_and_resume_after_kill(passes, corpus, head, tmp
     driver.wait()
     done = len(parts.finished())
     assert 0 < done < N_DOCS, done  # killed after a part and before the last
-    engine = make_engine("ray", ray_address=head[0], workers=2)
+    engine = make_engine("ray", ray_address=head[0], workers=1)  # one actor: the features pass holds two
     remote = embed_corpus(model_dir, corpus, run_b, progress=False, engine=engine)
     assert engine.computed == N_DOCS - done
     assert list(local) == list(remote) == ["method", "result"]
@@ -219,3 +220,16 @@ def test_every_ray_socket_is_on_loopback(passes, head):
                         outside.append((proc.pid, proc.name(), addr, c.status))
     assert len(procs) >= 4 and checked >= 4, (len(procs), checked)  # the head's processes were found
     assert not outside, outside
+
+
+def test_the_ray_benchmark_runs_in_smoke_mode_on_the_head(head):
+    """benchmarks/ray_engine.py --smoke, as tests/test_benchmarks.py runs every other script, but joining this
+    module's head (`--address`): one Ray start for the suite, not two."""
+    from test_benchmarks import RESULT, smoke_env
+
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "ray_engine.py"), "--smoke", "--address", head[0]],
+                          cwd=ROOT, env={**smoke_env(), **RAY_ENV}, capture_output=True, text=True, timeout=300)
+    tail = done.stdout[-3000:] + "\n--- stderr ---\n" + done.stderr[-3000:]
+    assert done.returncode == 0, tail
+    assert RESULT.search(done.stdout) and "every text once: True" in done.stdout, tail
+    assert "Ray, with its join" in done.stdout, tail  # it joined the head rather than starting its own
