@@ -43,6 +43,7 @@ from ..core.files import RunLock, write_arrays, write_json
 from ..core.vectors import unit_rows
 from ..core.rundir import RunDir
 from .phrases import TEMPERATURE as PHRASE_TEMPERATURE, frequencies_tag, penalties, phrases, pool_phrases
+from .vector_index import ShardChanged, ShardFile, VectorIndex
 
 # Frozen mode reads every text up to 256 tokens, whatever the stage: teachers (views) and the
 # unified model (abstracts, sentences) then share one cache, and MiniLM was trained at 256.
@@ -217,7 +218,7 @@ class FeatureCache:
         self.folder = Path(folder) if folder is not None else None
         self.backbone, self.batch_size = backbone, batch_size
         self.run = RunDir(run) if run is not None else None
-        self._vectors: dict[str, np.ndarray] = {}
+        self._index = VectorIndex()  # keys and where their vectors are: the vectors stay in the shards until read
         self._read_shards: set[str] = set()  # shard JSONs already read: another process's new ones are read later
         if self.folder is not None:
             self._load()
@@ -228,25 +229,21 @@ class FeatureCache:
         return cls(RunDir(run_dir).features(backbone.key), backbone, run=run_dir, **kwargs)
 
     def __len__(self) -> int:
-        return len(self._vectors)
+        return len(self._index)
 
     def _load(self) -> None:
         """Read the finished shards not read yet (all of them on opening; under the lock, what others added)."""
-        from safetensors.numpy import load_file
-
         for index in sorted(self.folder.glob("shard-*.json")):
             if index.name in self._read_shards:
                 continue
-            tensor = index.with_suffix(".safetensors")
+            shard = ShardFile.open(index.with_suffix(".safetensors"))  # its header only: rows are read when asked for
             try:
                 keys = json.loads(index.read_text())["keys"]
-                vectors = load_file(str(tensor))["vectors"]
-            except Exception:  # a damaged shard is re-encoded, never trusted
+            except (OSError, ValueError, KeyError, TypeError):  # a damaged shard is re-encoded, never trusted
                 continue
-            if len(keys) == len(vectors):
+            if shard is not None and len(keys) == shard.rows:
                 self._read_shards.add(index.name)
-                for key, vector in zip(keys, vectors):
-                    self._vectors.setdefault(key, vector)  # the first stored vector of a text is its vector
+                self._index.add_block(keys, shard)  # the first stored vector of a text is its vector
 
     def _next_shard(self) -> Path:
         """The stem of a new shard: one past every number in use (finished, or torn: a vector file left alone)."""
@@ -262,7 +259,7 @@ class FeatureCache:
         with RunLock(self.folder, f"feature cache writer of {self.backbone!r}", wait=True) as lock:
             self._record(lock.path)  # the lock's file is the run's too: --clean may remove it with the shards
             self._load()  # what other processes stored since this cache was opened
-            fresh = {k: v for k, v in zip(keys, vectors) if k not in self._vectors}
+            fresh = {k: v for k, v in zip(keys, vectors) if k not in self._index}
             if not fresh:
                 return
             stem = self._next_shard()
@@ -272,7 +269,8 @@ class FeatureCache:
             self._record(write_json(Path(f"{stem}.json"), {"backbone": repr(self.backbone), "keys": list(fresh)},
                                     indent=None))
             self._read_shards.add(f"{stem.name}.json")
-            self._vectors.update(fresh)
+            shard = ShardFile.open(Path(f"{stem}.safetensors"))
+            self._index.add_block(list(fresh), shard if shard is not None else np.stack(list(fresh.values())))
 
     def _record(self, *paths: Path) -> None:
         """Note the files just put in place in the run's ledger (`RunDir.record_cache`); nothing outside a run."""
@@ -281,7 +279,7 @@ class FeatureCache:
 
     def missing(self, texts: Sequence[str]) -> list[str]:
         """The texts not cached yet, each once, in order of first appearance."""
-        return list({text_key(t): t for t in texts if text_key(t) not in self._vectors}.values())
+        return list({text_key(t): t for t in texts if text_key(t) not in self._index}.values())
 
     def add(self, texts: Sequence[str], vectors: np.ndarray) -> None:
         """Cache vectors computed elsewhere from the same backbone (e.g. `bertscore.read`'s pooled pass)."""
@@ -289,7 +287,25 @@ class FeatureCache:
         if self.folder is not None and keys:
             self._save(keys, vectors)  # keeps a vector another process stored first for the same text
         else:
-            self._vectors.update(zip(keys, vectors))
+            self._index.add_block(keys, np.asarray(vectors, dtype=np.float32))
+
+    def _after_changes(self, compute):
+        """compute(), again where a shard it read changed under this cache (a rerun with --clean in another
+        process): that shard's keys are forgotten, the folder is read again, and what is missing is encoded."""
+        for _ in range(3):
+            try:
+                return compute()
+            except ShardChanged as changed:
+                self._index.forget_block(changed.block)
+                self._read_shards.discard(changed.path.with_suffix(".json").name)
+                if self.folder is not None:
+                    self._load()
+        return compute()
+
+    def _read(self, keys: list[str]) -> np.ndarray:
+        if not keys:
+            return np.zeros((0, self.backbone.hidden_size), dtype=np.float32)
+        return self._index.get(keys)
 
     def word_vectors(self, texts: Sequence[str], directions: np.ndarray, frequencies: dict[str, float] | None = None,
                      temperature: float = PHRASE_TEMPERATURE, progress: bool = False) -> np.ndarray:
@@ -297,12 +313,15 @@ class FeatureCache:
         `directions` [D, H] (`phrases.pool_phrases`, scores less the `frequencies` penalty of their pieces),
         cached like the texts' own vectors under keys that name the direction, temperature and table. The
         phrases' own vectors are not kept: a text's phrases are encoded once for all the directions it lacks."""
+        return self._after_changes(lambda: self._word_vectors(texts, directions, frequencies, temperature, progress))
+
+    def _word_vectors(self, texts, directions, frequencies, temperature, progress) -> np.ndarray:
         directions = np.atleast_2d(np.asarray(directions, dtype=np.float32))
         table = frequencies_tag(frequencies)
         tags = ["phrases " + hashlib.sha1(d.tobytes() + repr(float(temperature)).encode() + table.encode())
                 .hexdigest()[:12] + " " for d in directions]
         todo = list({t: None for t in texts
-                     if any(text_key(tag + t) not in self._vectors for tag in tags)})
+                     if any(text_key(tag + t) not in self._index for tag in tags)})
         for start in range(0, len(todo), SHARD_ROWS):
             chunk = todo[start:start + SHARD_ROWS]
             cut = [phrases(t) for t in chunk]
@@ -316,10 +335,13 @@ class FeatureCache:
                          np.stack([pool_phrases(v, d, c, temperature) for v, c in zip(vectors, costs)]))
         if not len(texts):
             return np.zeros((len(directions), 0, self.backbone.hidden_size), dtype=np.float32)
-        return np.stack([np.stack([self._vectors[text_key(tag + t)] for t in texts]) for tag in tags])
+        return np.stack([self._read([text_key(tag + t) for t in texts]) for tag in tags])
 
     def vectors(self, texts: Sequence[str], progress: bool = False) -> np.ndarray:
         """[len(texts), H] unit vectors; texts not yet cached are encoded (and saved) first."""
+        return self._after_changes(lambda: self._vectors(texts, progress))
+
+    def _vectors(self, texts: Sequence[str], progress: bool) -> np.ndarray:
         keys = [text_key(t) for t in texts]
         todo = self.missing(texts)
         if len(todo) >= FREE_CORES_MIN_TEXTS:
@@ -329,9 +351,7 @@ class FeatureCache:
         for start in range(0, len(todo), SHARD_ROWS):
             chunk = todo[start:start + SHARD_ROWS]
             self.add(chunk, self.backbone.embed(chunk, batch_size=self.batch_size, progress=progress))
-        if not keys:
-            return np.zeros((0, self.backbone.hidden_size), dtype=np.float32)
-        return np.stack([self._vectors[k] for k in keys])
+        return self._read(keys)
 
     def documents(self, texts: Sequence[str], progress: bool = False) -> DocumentFeatures:
         """Whole-text and per-sentence vectors of each document (all new texts encoded in one go)."""

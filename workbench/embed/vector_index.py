@@ -1,0 +1,123 @@
+"""Where each cached vector lives: a key -> (block, row) index over shard files read on demand.
+
+The feature cache (`features.FeatureCache`) of a million abstracts holds about nine million texts (abstracts and
+their sentences): 13.8 GB of float32 at 384 dimensions. Holding them all in memory, as a dict of arrays, made
+every stage that opened the cache pay for all of it. Here only the keys and their places stay in memory
+(about 200 bytes a text); a vector is read from its shard when asked for. Each read opens the shard as a
+read-only memory map and copies the rows asked for: no file stays open, whatever the number of shards, and
+the operating system's page cache keeps the shards a stage reads again and again in memory where it has room.
+
+A shard file is safetensors (one float32 tensor "vectors", rows x dim). Its place is checked against the file
+at every read (inode, size, modification time): a shard replaced under a live kernel (a rerun with --clean
+in another process) raises `ShardChanged` instead of handing back another text's vector.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import numpy as np
+
+
+class ShardChanged(RuntimeError):
+    """A shard file indexed earlier is gone or is another file now."""
+
+    def __init__(self, block: int, path: Path):
+        super().__init__(f"the feature shard {path} changed since it was read")
+        self.block, self.path = block, path
+
+
+@dataclass(frozen=True)
+class ShardFile:
+    """One shard's vectors on disk: the file, where its float32 rows start, their shape, and the file's stamp."""
+
+    path: Path
+    offset: int
+    rows: int
+    dim: int
+    stamp: tuple
+
+    @classmethod
+    def open(cls, path: str | os.PathLike) -> "ShardFile | None":
+        """The shard at `path` from its safetensors header, or None where the file is not a whole float32 shard
+        (torn by a kill, damaged): such a shard is never trusted, its texts are encoded again."""
+        path = Path(path)
+        try:
+            with path.open("rb") as f:
+                size = int.from_bytes(f.read(8), "little")
+                if not 0 < size < 1 << 20:
+                    return None
+                info = json.loads(f.read(size))["vectors"]
+            rows, dim = (int(x) for x in info["shape"])
+            start, end = (int(x) for x in info["data_offsets"])
+            st = path.stat()
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        if info.get("dtype") != "F32" or end - start != rows * dim * 4 or st.st_size != 8 + size + end:
+            return None
+        return cls(path, 8 + size + start, rows, dim, _stamp(st))
+
+    def read(self, rows: np.ndarray, block: int) -> np.ndarray:
+        """A copy of `rows` of this shard ([len(rows), dim] float32)."""
+        try:
+            same = _stamp(self.path.stat()) == self.stamp
+        except OSError:
+            same = False
+        if not same:
+            raise ShardChanged(block, self.path)
+        mapped = np.memmap(self.path, dtype=np.float32, mode="r", offset=self.offset, shape=(self.rows, self.dim))
+        try:
+            return np.array(mapped[rows])
+        finally:
+            del mapped  # unmapped here: no shard stays mapped between reads
+
+
+def _stamp(st: os.stat_result) -> tuple:
+    return st.st_ino, st.st_size, st.st_mtime_ns
+
+
+class VectorIndex:
+    """Keys of vectors -> (block, row): blocks are in-memory arrays (vectors added without a folder) or shard
+    files (`ShardFile`). The first block that holds a key keeps it, as the cache's first stored vector of a
+    text is its vector."""
+
+    def __init__(self):
+        self._where: dict[str, tuple[int, int]] = {}
+        self._blocks: list = []
+
+    def __len__(self) -> int:
+        return len(self._where)
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._where
+
+    def add_block(self, keys: Sequence[str], block) -> None:
+        """Index `block` (an array or a ShardFile, rows in the order of `keys`); keys already held keep theirs."""
+        number = len(self._blocks)
+        self._blocks.append(block)
+        for row, key in enumerate(keys):
+            self._where.setdefault(key, (number, row))
+
+    def forget_block(self, number: int) -> None:
+        """Drop a block's keys (a shard that changed): their texts count as not cached again."""
+        self._where = {k: w for k, w in self._where.items() if w[0] != number}
+        self._blocks[number] = None
+
+    def get(self, keys: Sequence[str]) -> np.ndarray:
+        """[len(keys), dim] float32: each key's vector (every key must be held, and one at least), one read per
+        block touched."""
+        places = np.array([self._where[k] for k in keys], dtype=np.int64).reshape(-1, 2)
+        out = None
+        order = np.argsort(places[:, 0], kind="stable")  # the keys grouped by block, each block read once
+        for at in np.split(order, np.flatnonzero(np.diff(places[order, 0])) + 1):
+            number = int(places[at[0], 0])
+            block, rows = self._blocks[number], places[at, 1]
+            part = block.read(rows, number) if isinstance(block, ShardFile) else block[rows]
+            if out is None:
+                out = np.empty((len(places), part.shape[1]), dtype=np.float32)
+            out[at] = part
+        return out
