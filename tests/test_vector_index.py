@@ -126,3 +126,25 @@ def test_in_memory_vectors_keep_the_first_stored_vector_of_a_text():
     cache.add(["a", "b"], np.zeros((2, 48), np.float32))
     assert np.array_equal(cache.vectors(["a", "b"]), np.vstack([first, np.zeros((1, 48), np.float32)]))
     assert cache.vectors([]).shape == (0, 48)
+
+
+def test_the_index_finds_what_a_dict_of_first_places_finds(monkeypatch):
+    """Blocks of random keys with repeats, merged into the sorted array every few hundred, one block forgotten:
+    every lookup agrees with a plain dict that keeps each key's first place."""
+    from workbench.embed.vector_index import VectorIndex
+
+    monkeypatch.setattr(VectorIndex, "MERGE_AT", 300)
+    rng = np.random.default_rng(0)
+    pool = [f"{i:024x}" for i in rng.choice(10**12, 3000, replace=False)]
+    index, reference = VectorIndex(), {}
+    for number in range(12):
+        keys = [pool[i] for i in rng.integers(0, 2000, 250)]
+        index.add_block(keys, rng.standard_normal((250, 4)).astype(np.float32))
+        for row, key in enumerate(keys):
+            reference.setdefault(key, (number, row))
+    index.forget_block(5)
+    reference = {k: w for k, w in reference.items() if w[0] != 5}
+    assert len(index._keys) > 0 and len(index) == len(reference)
+    found = index.find(pool)
+    expected = np.array([reference.get(k, (-1, -1)) for k in pool])
+    assert np.array_equal(found, expected)

@@ -259,7 +259,7 @@ class FeatureCache:
         with RunLock(self.folder, f"feature cache writer of {self.backbone!r}", wait=True) as lock:
             self._record(lock.path)  # the lock's file is the run's too: --clean may remove it with the shards
             self._load()  # what other processes stored since this cache was opened
-            fresh = {k: v for k, v in zip(keys, vectors) if k not in self._index}
+            fresh = {k: v for k, v, held in zip(keys, vectors, self._index.held(keys)) if not held}
             if not fresh:
                 return
             stem = self._next_shard()
@@ -279,7 +279,8 @@ class FeatureCache:
 
     def missing(self, texts: Sequence[str]) -> list[str]:
         """The texts not cached yet, each once, in order of first appearance."""
-        return list({text_key(t): t for t in texts if text_key(t) not in self._index}.values())
+        keys = [text_key(t) for t in texts]
+        return list({k: t for k, t, held in zip(keys, texts, self._index.held(keys)) if not held}.values())
 
     def add(self, texts: Sequence[str], vectors: np.ndarray) -> None:
         """Cache vectors computed elsewhere from the same backbone (e.g. `bertscore.read`'s pooled pass)."""
@@ -320,8 +321,8 @@ class FeatureCache:
         table = frequencies_tag(frequencies)
         tags = ["phrases " + hashlib.sha1(d.tobytes() + repr(float(temperature)).encode() + table.encode())
                 .hexdigest()[:12] + " " for d in directions]
-        todo = list({t: None for t in texts
-                     if any(text_key(tag + t) not in self._index for tag in tags)})
+        held = np.stack([self._index.held([text_key(tag + t) for t in texts]) for tag in tags]) if len(texts) else None
+        todo = list({t: None for t, every in zip(texts, held.all(axis=0) if held is not None else []) if not every})
         for start in range(0, len(todo), SHARD_ROWS):
             chunk = todo[start:start + SHARD_ROWS]
             cut = [phrases(t) for t in chunk]

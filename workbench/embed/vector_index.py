@@ -3,7 +3,7 @@
 The feature cache (`features.FeatureCache`) of a million abstracts holds about nine million texts (abstracts and
 their sentences): 13.8 GB of float32 at 384 dimensions. Holding them all in memory, as a dict of arrays, made
 every stage that opened the cache pay for all of it. Here only the keys and their places stay in memory
-(about 200 bytes a text); a vector is read from its shard when asked for. Each read opens the shard as a
+(32 bytes a text); a vector is read from its shard when asked for. Each read opens the shard as a
 read-only memory map and copies the rows asked for: no file stays open, whatever the number of shards, and
 the operating system's page cache keeps the shards a stage reads again and again in memory where it has room.
 
@@ -83,34 +83,82 @@ def _stamp(st: os.stat_result) -> tuple:
 class VectorIndex:
     """Keys of vectors -> (block, row): blocks are in-memory arrays (vectors added without a folder) or shard
     files (`ShardFile`). The first block that holds a key keeps it, as the cache's first stored vector of a
-    text is its vector."""
+    text is its vector.
+
+    The keys (24 hex digits, `features.text_key`) sit in a sorted array of 24-byte strings beside their places,
+    32 bytes a key (a dict of str keys and tuples takes about ten times that), looked up by binary search; keys
+    added since the last merge wait in a dict, merged in one pass once there are MERGE_AT of them.
+    """
+
+    MERGE_AT = 500_000
 
     def __init__(self):
-        self._where: dict[str, tuple[int, int]] = {}
+        self._keys = np.empty(0, dtype="S24")  # sorted
+        self._places = np.empty((0, 2), dtype=np.int32)  # (block, row) of each key above
+        self._recent: dict[str, tuple[int, int]] = {}
         self._blocks: list = []
 
     def __len__(self) -> int:
-        return len(self._where)
+        return len(self._keys) + len(self._recent)
+
+    def find(self, keys: Sequence[str]) -> np.ndarray:
+        """[len(keys), 2] int64: each key's (block, row), or (-1, -1) where it is not held."""
+        out = np.full((len(keys), 2), -1, dtype=np.int64)
+        if not len(keys):
+            return out
+        if len(self._keys):
+            wanted = np.array(keys, dtype="S24")
+            at = np.minimum(np.searchsorted(self._keys, wanted), len(self._keys) - 1)
+            hit = self._keys[at] == wanted
+            out[hit] = self._places[at[hit]]
+        if self._recent:
+            for i, key in enumerate(keys):
+                place = self._recent.get(key)
+                if place is not None:
+                    out[i] = place
+        return out
+
+    def held(self, keys: Sequence[str]) -> np.ndarray:
+        """A bool per key: whether it is held."""
+        return self.find(keys)[:, 0] >= 0
 
     def __contains__(self, key: str) -> bool:
-        return key in self._where
+        return bool(self.held([key])[0])
 
     def add_block(self, keys: Sequence[str], block) -> None:
         """Index `block` (an array or a ShardFile, rows in the order of `keys`); keys already held keep theirs."""
         number = len(self._blocks)
         self._blocks.append(block)
+        held = self.held(keys)
         for row, key in enumerate(keys):
-            self._where.setdefault(key, (number, row))
+            if not held[row]:
+                self._recent.setdefault(key, (number, row))
+        if len(self._recent) >= self.MERGE_AT:
+            self._merge()
+
+    def _merge(self) -> None:
+        """The recent keys into the sorted array: one pass over it (`np.insert` at their sorted places)."""
+        new = np.array(list(self._recent), dtype="S24")
+        places = np.array(list(self._recent.values()), dtype=np.int32).reshape(-1, 2)
+        order = np.argsort(new)
+        at = np.searchsorted(self._keys, new[order])
+        self._keys = np.insert(self._keys, at, new[order])
+        self._places = np.insert(self._places, at, places[order], axis=0)
+        self._recent = {}
 
     def forget_block(self, number: int) -> None:
         """Drop a block's keys (a shard that changed): their texts count as not cached again."""
-        self._where = {k: w for k, w in self._where.items() if w[0] != number}
+        kept = self._places[:, 0] != number
+        self._keys, self._places = self._keys[kept], self._places[kept]
+        self._recent = {k: w for k, w in self._recent.items() if w[0] != number}
         self._blocks[number] = None
 
     def get(self, keys: Sequence[str]) -> np.ndarray:
         """[len(keys), dim] float32: each key's vector (every key must be held, and one at least), one read per
         block touched."""
-        places = np.array([self._where[k] for k in keys], dtype=np.int64).reshape(-1, 2)
+        places = self.find(keys)
+        if (places[:, 0] < 0).any():
+            raise KeyError(f"{int((places[:, 0] < 0).sum())} keys are not in the index")
         out = None
         order = np.argsort(places[:, 0], kind="stable")  # the keys grouped by block, each block read once
         for at in np.split(order, np.flatnonzero(np.diff(places[order, 0])) + 1):

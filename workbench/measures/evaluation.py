@@ -557,7 +557,7 @@ def aspect_space_correlations(embeddings: Mapping[str, np.ndarray], max_docs: in
     off = ~np.eye(len(idx), dtype=bool)  # a document's similarity to itself says nothing
     z = {}
     for name in names:
-        x = np.asarray(embeddings[name], dtype=np.float64)[idx]
+        x = np.asarray(embeddings[name])[idx].astype(np.float64)  # the sample first: no float64 copy of a million rows
         x = x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
         sims = (x @ x.T)[off].reshape(len(idx), len(idx) - 1)
         r = rankdata(sims, axis=1)
