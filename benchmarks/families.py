@@ -53,7 +53,8 @@ against the human ones (micro precision, recall, F1) on the real families and is
 
 --cache: a folder of encoder vectors kept between runs (one subfolder per encoder); default a temporary
 folder. --smoke (or WORKBENCH_BENCH_SMOKE=1): 4 CSAbstruct papers per split, 10 ACLSum papers, 10
-synthetic papers and two seeds per generator, 10 permutations, MiniLM alone pooling the truths.
+synthetic papers and two seeds per generator, 10 permutations, one truth encoder, and hashed word vectors
+(`_smoke.HashedBackbone`) in place of every encoder: each code path, no model to load.
 """
 
 from __future__ import annotations
@@ -76,7 +77,7 @@ import numpy as np  # noqa: E402
 
 import csabstruct  # noqa: E402
 from _machine import matmul_gflops  # noqa: E402
-from _smoke import add_smoke  # noqa: E402
+from _smoke import HashedBackbone, add_smoke  # noqa: E402
 from aspect_file import ASPECT_FILE, ceiling, floor_heads, same_value  # noqa: E402
 from synthetic_corpus import ASPECTS as SYN_ASPECTS, NUISANCE, synthetic_frame  # noqa: E402
 from workbench.core.vectors import unit_rows  # noqa: E402
@@ -776,7 +777,9 @@ def main(argv=None) -> None:
     if args.cache is None:
         folder = tempfile.TemporaryDirectory(prefix="families-")  # removed when the script ends
     root = Path(args.cache or folder.name)
-    caches = {enc: FeatureCache(root / enc, FrozenBackbone(enc)) for enc in ("minilm",) + TRUTH_ENCODERS}
+    # Smoke mode: hashed word vectors in place of the encoders (every code path, no model to load).
+    encoder = (lambda name: HashedBackbone()) if args.smoke else FrozenBackbone
+    caches = {enc: FeatureCache(root / enc, encoder(enc)) for enc in ("minilm",) + TRUTH_ENCODERS}
     print(f"# Aspect-file floors across families\n\nmatrix product: {matmul_gflops():.0f} GFLOP/s "
           "(1600 x 768 @ 768 x 3072 fp32, torch)\n")
     families = load_families(args, caches)
