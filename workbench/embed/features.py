@@ -94,7 +94,9 @@ class FrozenBackbone:
         """The underlying model (an `AspectEncoder` whose heads are unused), loaded once per session."""
         from .encoders import AspectEncoder
 
-        memo = (self.name, self.pooling, self.max_length, self.device)
+        # Not keyed by max_length: every caller passes its own length to the encoder, and a second copy of the
+        # same weights per length (256 for stage 03's features, 512 for BERTScore) cost seconds and memory.
+        memo = (self.name, self.pooling, self.device, self.trust_remote_code)
         if memo not in LOADED:
             LOADED[memo] = AspectEncoder.from_base(self.name, ["base"], pooling=self.pooling,
                                                     max_length=self.max_length, device=self.device,
