@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ["aspect_file", "families", "generate", "train", "heads", "embed", "decode", "decode_synthetic", "maps",
            "weights", "health", "evaluate", "questions", "threads", "runner", "generator_c",
            "check", "corpus_check", "junk_filter", "teach", "teach_speed", "teach_generators",
-           "map_labels", "aspect_confidence", "client_inflight", "ray_engine", "map_million"]
+           "map_labels", "aspect_confidence", "client_inflight", "ray_engine", "map_million", "store_resume"]
 # What a benchmark's results look like: a markdown table row with a number, a ratio such as "2.31x", a line
 # naming a ratio with its value, or a fixed-width table row ending in numbers ("challenge head   87.5   50.0").
 RESULT = re.compile(r"^\|.*\d.*\|\s*$"

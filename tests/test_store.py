@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from workbench.core.store import RecordStore, StoreError
+from workbench.core.store import RecordStore, StoreError, _parse
 
 KEY = ("doc_id", "key", "sample")
 
@@ -68,7 +68,7 @@ def test_second_writer_is_refused(tmp_path):
     first = RecordStore(path, KEY)
     first.append([rec("a", 0)])
     code = textwrap.dedent(f"""
-        from workbench.core.store import RecordStore, StoreError
+        from workbench.core.store import RecordStore, StoreError, _parse
         try:
             RecordStore({str(path)!r}, {KEY!r}).append([{{"doc_id": "b", "key": "k", "sample": 0}}])
         except StoreError as exc:
@@ -315,3 +315,16 @@ def test_opening_keeps_keys_not_texts(tmp_path):
     assert len(store) == 4000 and size > 20e6
     assert peak < size / 10, (peak, size)  # about 1.5 MB here: the read buffer and 4,000 keys
     assert next(store.iter_records())["text"] == f"0 {words}"  # the text is on disk, read when asked
+
+
+@pytest.mark.parametrize("line", [b'{"a": 1}\n', b' {"a": 1}\n', b'{"a": 1} x\n', b"{broken\n", b"null\n", b"[1, 2]\n",
+                                  b'\xef\xbb\xbf{"a": 1}\n', b'{"a": "\xff"}\n', b'{"a": 1}\x0b\n', b"1 2\n",
+                                  b'{"a": "\x01"}\n', b'{"a": 1}\r\n', '{"é": "ü\\n"}\n'.encode()])
+def test_fast_line_parse_is_json_loads(line):
+    """The scan's parser gives json.loads's value, or raises its error with its message."""
+    def outcome(parse):
+        try:
+            return "value", parse(line)
+        except ValueError as exc:
+            return type(exc).__name__, getattr(exc, "msg", str(exc))
+    assert outcome(_parse) == outcome(json.loads)

@@ -53,6 +53,23 @@ MAX_LISTED_LINES = 10  # bad lines named one by one in the warning; the rest are
 READ_BUFFER = 1 << 20  # bytes per read while scanning: a million lines in large reads, not a million small ones
 
 
+_scan = json.JSONDecoder().scan_once  # the C scanner under json.loads
+
+
+def _parse(line: bytes):
+    """`json.loads(line)`, faster for the usual line (UTF-8, no leading space): the scanner is called directly,
+    without json.loads's encoding detection and wrappers. Any other line goes to json.loads, so the value
+    and the error raised are json.loads's."""
+    try:
+        text = line.decode("utf-8")
+        value, end = _scan(text, 0)
+    except (UnicodeDecodeError, StopIteration, ValueError):
+        return json.loads(line)
+    if text[end:].strip(" \t\n\r"):  # json's whitespace; anything else after the value is an error
+        return json.loads(line)
+    return value
+
+
 class StoreError(RuntimeError):
     """A store that another process is writing, or a record without its key fields given to `append`."""
 
@@ -195,20 +212,27 @@ class RecordStore:
             "generated again when its stage runs.", stacklevel)
 
     def _take(self, line: bytes, lineno: int, offset: int) -> None:
-        """Parse one line; keep its key and offset (not its text), or note why it cannot be used."""
+        """Parse one line; keep its key and offset (not its text), or note why it cannot be used.
+
+        Run once per line of the file (a million times on a resume), hence the common case first: a
+        dict with plain key values goes straight in; anything else is looked at by `_problem`.
+        """
         if not line.strip():
             return
         try:
-            record = json.loads(line)
+            record = _parse(line)
         except ValueError as exc:  # JSONDecodeError, or bytes that are not UTF-8
             self.skipped_lines.append((lineno, f"not valid JSON ({getattr(exc, 'msg', None) or exc})"))
             return
-        problem = self._problem(record)
-        if problem:
-            self.skipped_lines.append((lineno, problem))
+        values = self._values
+        try:
+            key = tuple([values.setdefault(v, v) if type(v) is str else v
+                         for v in map(record.__getitem__, self.key_fields)])
+            new = key not in self._keys  # TypeError if a key value is a list or an object
+        except (AttributeError, KeyError, TypeError):  # not an object, a key field missing, or not plain
+            self.skipped_lines.append((lineno, self._problem(record) or "not a usable record"))
             return
-        key = self._share(record[f] for f in self.key_fields)
-        if key not in self._keys:  # tolerate duplicates written by hand; keep the first
+        if new:  # tolerate duplicates written by hand; keep the first
             self._keys.add(key)
             self._order.append(key)
             self._offsets.append(offset)
@@ -297,7 +321,7 @@ class RecordStore:
     def _read_line(self, line: bytes, key: tuple, offset: int) -> dict:
         """The record on `line`, read at `offset` for `key`; StoreError if it is not that record any more."""
         try:
-            record = json.loads(line)
+            record = _parse(line)
         except ValueError:
             record = None
         if self._problem(record) is not None or tuple(record[f] for f in self.key_fields) != key:
