@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from workbench.core.store import RecordStore, StoreError
+from workbench.core.store import RecordStore, StoreError, _parse
 
 KEY = ("doc_id", "key", "sample")
 
@@ -68,7 +68,7 @@ def test_second_writer_is_refused(tmp_path):
     first = RecordStore(path, KEY)
     first.append([rec("a", 0)])
     code = textwrap.dedent(f"""
-        from workbench.core.store import RecordStore, StoreError
+        from workbench.core.store import RecordStore, StoreError, _parse
         try:
             RecordStore({str(path)!r}, {KEY!r}).append([{{"doc_id": "b", "key": "k", "sample": 0}}])
         except StoreError as exc:
@@ -225,3 +225,106 @@ def test_writer_sees_records_appended_after_it_opened(tmp_path):
         with pytest.raises(StoreError, match="another process"):
             RecordStore(path, KEY).lock()
     assert len(path.read_text().splitlines()) == 2
+
+
+# -- keys in memory, texts read when needed ---------------------------------------------------------------
+
+
+def whole_read(path: Path) -> list[dict]:
+    """The stored records as a plain reading sees them: every whole line parsed, the first of each key kept."""
+    kept, seen = [], set()
+    for line in path.read_bytes().split(b"\n"):
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and all(isinstance(record.get(f), (str, int)) for f in KEY):
+            key = tuple(record[f] for f in KEY)
+            if key not in seen:
+                seen.add(key)
+                kept.append(record)
+    return kept
+
+
+def test_resume_from_keys_and_offsets_matches_a_whole_read(tmp_path):
+    """Keys, records and frame equal an independent parse of every line, before and after the writer's
+    read under the lock continues where opening stopped (records appended meanwhile by another writer)."""
+    path = tmp_path / "s.jsonl"
+    with RecordStore(path, KEY) as store:
+        store.append([rec(f"d{i}", s, f"été {i} {s} " * 20) for i in range(30) for s in range(2)])
+    with open(path, "a") as fh:  # a hand-copied duplicate (kept once, the first) and a bad line
+        fh.write(json.dumps(rec("d3", 1, "a later copy")) + "\n{broken\n")
+    with pytest.warns(UserWarning, match="line 62: not valid JSON"):
+        late = RecordStore(path, KEY)
+    with pytest.warns(UserWarning, match="line 62"), RecordStore(path, KEY) as other:  # a writer, after `late`
+        assert other.append([rec("e", 0, "new"), rec("d0", 0, "dup")]) == 1
+    expected = whole_read(path)
+    assert len(expected) == 61 and ("e", "challenge", 0) not in late
+    with late:
+        late.lock()
+        assert late._unchanged()  # continued from where opening stopped, not read again from the start
+        assert late.keys() == [tuple(r[f] for f in KEY) for r in expected]
+        assert late.records() == expected and late.to_frame()["text"].tolist() == [r["text"] for r in expected]
+        assert late.append([rec("f", 0, "last")]) == 1
+    with pytest.warns(UserWarning, match="line 62"):
+        assert RecordStore(path, KEY).records() == whole_read(path) == expected + [rec("f", 0, "last")]
+    assert late.skipped_lines == [(62, "not valid JSON (Expecting property name enclosed in double quotes)")]
+
+
+def test_killed_write_seen_by_an_open_store_is_cut_without_loss_or_duplicates(tmp_path):
+    """A store opened before a writer was killed mid-line, then locked: the torn line is cut, the rest kept."""
+    path = tmp_path / "s.jsonl"
+    with RecordStore(path, KEY) as store:
+        store.append([rec("a", 0, "ä" * 50), rec("a", 1)])
+    opened = RecordStore(path, KEY)
+    with open(path, "a", encoding="utf-8") as fh:  # the killed writer: one whole record, then half of one
+        fh.write(json.dumps(rec("b", 0), ensure_ascii=False) + "\n" + json.dumps(rec("b", 1, "ü" * 9))[:40])
+    with opened, pytest.warns(UserWarning, match="cut off an incomplete last line"):
+        assert opened.append([rec(d, s) for d in "abc" for s in range(2)]) == 3  # b1, c0, c1
+    records = whole_read(path)
+    assert [(r["doc_id"], r["sample"]) for r in records] == [("a", 0), ("a", 1), ("b", 0), ("b", 1), ("c", 0),
+                                                           ("c", 1)]
+    assert len(path.read_bytes().split(b"\n")) == 7 and opened.records() == records
+    assert opened.repaired_bytes == 40
+
+
+def test_reading_a_changed_file_is_refused(tmp_path):
+    path = tmp_path / "s.jsonl"
+    with RecordStore(path, KEY) as store:
+        store.append([rec("a", 0), rec("b", 0)])
+    path.write_text(json.dumps(rec("b", 0)) + "\n")  # edited by hand after it was read
+    with pytest.raises(StoreError, match="changed since it was read"):
+        store.records()
+
+
+def test_opening_keeps_keys_not_texts(tmp_path):
+    """Memory is bounded by the keys: opening a 20 MB store allocates well under a tenth of its size."""
+    import tracemalloc
+
+    path = tmp_path / "s.jsonl"
+    words = " ".join(f"word{i}" for i in range(700))  # about 5 kB a record
+    with open(path, "w") as fh:
+        fh.writelines(json.dumps(rec(f"d{i}", 0, f"{i} {words}")) + "\n" for i in range(4000))
+    size = path.stat().st_size
+    tracemalloc.start()
+    try:
+        store = RecordStore(path, KEY)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert len(store) == 4000 and size > 20e6
+    assert peak < size / 10, (peak, size)  # about 1.5 MB here: the read buffer and 4,000 keys
+    assert next(store.iter_records())["text"] == f"0 {words}"  # the text is on disk, read when asked
+
+
+@pytest.mark.parametrize("line", [b'{"a": 1}\n', b' {"a": 1}\n', b'{"a": 1} x\n', b"{broken\n", b"null\n", b"[1, 2]\n",
+                                  b'\xef\xbb\xbf{"a": 1}\n', b'{"a": "\xff"}\n', b'{"a": 1}\x0b\n', b"1 2\n",
+                                  b'{"a": "\x01"}\n', b'{"a": 1}\r\n', '{"é": "ü\\n"}\n'.encode()])
+def test_fast_line_parse_is_json_loads(line):
+    """The scan's parser gives json.loads's value, or raises its error with its message."""
+    def outcome(parse):
+        try:
+            return "value", parse(line)
+        except ValueError as exc:
+            return type(exc).__name__, getattr(exc, "msg", str(exc))
+    assert outcome(_parse) == outcome(json.loads)

@@ -79,8 +79,11 @@ class GenerationReport:
 
 def _superseded(store: RecordStore, todo: list[dict]) -> int:
     """How many tasks to do have an answer in the store under another prompt hash or model."""
+    if not todo:
+        return 0
     task_of = [f for f in store.key_fields if f not in ("prompt_hash", "model")]
-    stored = {tuple(r.get(f) for f in task_of) for r in store.records()}
+    at = [store.key_fields.index(f) for f in task_of]
+    stored = {tuple(key[i] for i in at) for key in store.keys()}  # from the keys: no record is read
     return sum(tuple(t["record"][f] for f in task_of) in stored for t in todo)
 
 
