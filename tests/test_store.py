@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from workbench.core.store import RecordStore, StoreError, _parse
+from workbench.core.store import RecordStore, StoreError, parse_line
 
 KEY = ("doc_id", "key", "sample")
 
@@ -68,7 +68,7 @@ def test_second_writer_is_refused(tmp_path):
     first = RecordStore(path, KEY)
     first.append([rec("a", 0)])
     code = textwrap.dedent(f"""
-        from workbench.core.store import RecordStore, StoreError, _parse
+        from workbench.core.store import RecordStore, StoreError, parse_line
         try:
             RecordStore({str(path)!r}, {KEY!r}).append([{{"doc_id": "b", "key": "k", "sample": 0}}])
         except StoreError as exc:
@@ -327,4 +327,4 @@ def test_fast_line_parse_is_json_loads(line):
             return "value", parse(line)
         except ValueError as exc:
             return type(exc).__name__, getattr(exc, "msg", str(exc))
-    assert outcome(_parse) == outcome(json.loads)
+    assert outcome(parse_line) == outcome(json.loads)

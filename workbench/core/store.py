@@ -56,7 +56,7 @@ READ_BUFFER = 1 << 20  # bytes per read while scanning: a million lines in large
 _scan = json.JSONDecoder().scan_once  # the C scanner under json.loads
 
 
-def _parse(line: bytes):
+def parse_line(line: bytes):
     """`json.loads(line)`, faster for the usual line (UTF-8, no leading space): the scanner is called directly,
     without json.loads's encoding detection and wrappers. Any other line goes to json.loads, so the value
     and the error raised are json.loads's."""
@@ -220,7 +220,7 @@ class RecordStore:
         if not line.strip():
             return
         try:
-            record = _parse(line)
+            record = parse_line(line)
         except ValueError as exc:  # JSONDecodeError, or bytes that are not UTF-8
             self.skipped_lines.append((lineno, f"not valid JSON ({getattr(exc, 'msg', None) or exc})"))
             return
@@ -321,7 +321,7 @@ class RecordStore:
     def _read_line(self, line: bytes, key: tuple, offset: int) -> dict:
         """The record on `line`, read at `offset` for `key`; StoreError if it is not that record any more."""
         try:
-            record = _parse(line)
+            record = parse_line(line)
         except ValueError:
             record = None
         if self._problem(record) is not None or tuple(record[f] for f in self.key_fields) != key:
