@@ -262,3 +262,43 @@ def test_train_notebook_runs_through_papermill(tmp_path, notebook_kernel):
     # On a CPU the default mode is the frozen one: a head on cached vectors, the encoder untouched.
     assert json.loads((model / "train_config.json").read_text())["mode"] == "frozen"
     assert any((run / "features").rglob("shard-*.safetensors"))
+
+
+@pytest.mark.slow
+def test_stage_01_skips_the_packaged_llm_s_summaries_on_auto_and_says_why(tmp_path, notebook_kernel):
+    """summaries = "auto" with the packaged 135M model: stage 01 writes no summary and no sentence label, and
+    its notebook says why and how to turn them on. (Here, beside stage 02's notebook test, for the kernel this
+    module already holds.)"""
+    from workbench.run.runner import ExecutionOptions, run_pipeline
+
+    run = tmp_path / "run"
+    run_pipeline(None, run_dir=str(run), stages=["01_generate"], report=False, log=lambda *_: None,
+                 overrides={"corpus": "aclsum:train[:2]", "subset": 2, "summaries": "auto", "k": 1},
+                 execution=ExecutionOptions(kernel=notebook_kernel))
+    assert not RunDir(run).summaries.exists()
+    assert not list(run.glob("sentence_labels*"))
+    executed = (run / "01_generate.ipynb").read_text()
+    assert "summaries skipped: smollm2-135m-instruct is the packaged demo LLM" in executed
+    assert "backend = 'openai'" in executed  # how to turn them on
+
+
+@pytest.mark.parametrize("mode, model, backend, wanted", [
+    ("auto", "smollm2-135m-instruct", "transformers", False),
+    ("auto", "SmolLM2", "llama_cpp", False),  # the alias, in process
+    ("auto", "smollm2-135m-instruct", "openai", True),  # a served model under that name
+    ("auto", "meta-llama/Llama-3.1-8B-Instruct", "transformers", True),
+    ("auto", "/models/mistral-7b", "transformers", True),
+    ("on", "smollm2-135m-instruct", "transformers", True),
+    ("off", "meta-llama/Llama-3.1-8B-Instruct", "openai", False),
+])
+def test_which_generators_write_summaries(mode, model, backend, wanted):
+    from workbench.generate.summaries import summaries_wanted
+
+    assert summaries_wanted(mode, model, backend)[0] is wanted
+
+
+def test_summaries_mode_is_checked():
+    from workbench.generate.summaries import summaries_wanted
+
+    with pytest.raises(ValueError, match="on, off, auto"):
+        summaries_wanted("yes", "smollm2-135m-instruct", "transformers")

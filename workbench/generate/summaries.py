@@ -442,3 +442,30 @@ def not_applicable_share(frame):
         return pd.DataFrame(columns=["ok", "not_applicable", "unparsed"])
     table = pd.crosstab(frame["aspect"], frame["status"], normalize="index")
     return table.reindex(columns=["ok", "not_applicable", "unparsed"], fill_value=0.0)
+
+
+SUMMARIES_MODES = ("on", "off", "auto")
+
+
+def summaries_wanted(mode: str, model: str, backend: str) -> tuple[bool, str]:
+    """(whether stage 01 writes summaries, why), for its `summaries` parameter: "on", "off", or "auto".
+
+    "auto" leaves them out where the generator is a packaged demo LLM read in process (the 135M model): on
+    CSAbstruct run as a user would, its answers changed no head (stage 03 kept the aspect-file floor with
+    and without them, docs/results.md "What stage 01's summaries add") and cost most of the run's time. A
+    served model (the openai backend) or any other model, by hub id or folder, turns them back on.
+    """
+    from ..core.models import ALIASES, PACKAGED
+
+    if mode not in SUMMARIES_MODES:
+        raise ValueError(f"summaries must be one of {', '.join(SUMMARIES_MODES)}, not {mode!r}")
+    if mode != "auto":
+        return mode == "on", f"summaries = {mode!r}"
+    name = str(model).lower()
+    packaged = PACKAGED.get(ALIASES.get(name, name))
+    if backend != "openai" and packaged is not None and packaged.kind == "causal-lm":
+        return False, (f"summaries skipped: {model} is the packaged demo LLM, whose answers changed no head on a "
+                       "real corpus (stage 03 reads each aspect with the aspect file's head instead). A capable "
+                       "generator turns them on: a served model (backend = 'openai') or a hub id or folder as model; "
+                       "or summaries = 'on'.")
+    return True, f"summaries on: {model} ({backend})"

@@ -166,6 +166,7 @@ SPECS: dict[str, ParamSpec] = {
     "api_key_env": _text(nullable=True, null_means="no key"),
     "batch_size": _int(1), "k": _int(1), "temperature": _num(0.0), "top_p": _num(0.0, 1.0, above=True),
     "top_k": _int(0), "max_new_tokens": _int(1), "label_sentences": _BOOL, "n_judge_pairs": _int(0),
+    "summaries": _text(),  # on, off or auto (`generate.summaries.summaries_wanted` refuses anything else)
     # training (02, 03, 04)
     "base_model": _text(), "pooling": _text(), "dim": _int(1), "max_length": _int(1), "lr": _num(0.0, above=True),
     "max_steps": _int(0), "eval_every": _int(1), "patience": _int(0), "mode": _text(), "head_lr": _num(0.0, above=True),
