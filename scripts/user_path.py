@@ -66,6 +66,7 @@ def params_for(which: str, corpus: Path, out: Path) -> dict:
     params["parameters"].update(corpus=str(corpus), aspects="acl" if which == "aclsum" else
                                 str(ROOT / "data" / "clinical-study-aspects.yaml"))
     stage["01_generate"]["subset"] = None  # every abstract a run may train or choose on (never the test split)
+    stage["01_generate"]["summaries"] = "on"  # what the packaged LLM's answers are worth is what this measures
     stage["06_evaluate"] = {"n_permutations": 200, "decode": False, "baselines": ["minilm"]}
     if which == "aclsum":
         for name in ("02_train", "03_distill"):
