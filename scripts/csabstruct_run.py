@@ -2,8 +2,9 @@
 
 A user's own corpus has no human summaries. CSAbstruct (`data/csabstruct/`, 2,155 real computer-science
 abstracts) is exported as such a user's file would be (an id and the abstract, nothing else) and run with
-`params/own-corpus.yaml`'s settings and the `acl` preset: stage 01 summarises a seeded sample of 150 abstracts
-with the packaged 135M model, and stages 02-06 embed every abstract. No label reaches the run.
+`params/own-corpus.yaml`'s settings and the `acl` preset: stage 01 writes no summary with the packaged 135M model
+(`summaries: auto`; `--with-summaries` has it summarise a seeded sample of 150 abstracts, as it did before), and
+stages 02-06 embed every abstract. No label reaches the run.
 
 Then the run's unified model (as stage 03 left it: trained heads, or the aspect-file floor where its check
 replaced one) embeds the 193 test abstracts, and each head is judged against the sentences people marked for
@@ -49,12 +50,13 @@ from workbench.embed.checkpoints import load_model  # noqa: E402
 from workbench.embed.features import FeatureCache, FrozenBackbone  # noqa: E402
 
 
-def run_pipeline(run_dir: Path, corpus: Path) -> float:
+def run_pipeline(run_dir: Path, corpus: Path, summaries: bool = False) -> float:
     """Run the six stages as a user would (`params/own-corpus.yaml`, `acl`); the seconds it took."""
     t0 = time.perf_counter()
     subprocess.run([str(ROOT / ".venv" / "bin" / "workbench"), "run",
                     "--params", str(ROOT / "params" / "own-corpus.yaml"), "--run-dir", str(run_dir),
-                    "-p", f"corpus={corpus}", "-p", "aspects=acl", "--no-report"], check=True)
+                    "-p", f"corpus={corpus}", "-p", "aspects=acl", "--no-report",
+                    *(["-p", "01_generate.summaries=on"] if summaries else [])], check=True)
     return time.perf_counter() - t0
 
 
@@ -140,6 +142,8 @@ def main(argv=None) -> None:
     parser.add_argument("--run-dir", default="runs/csabstruct")
     parser.add_argument("--score-only", action="store_true")
     parser.add_argument("--taps", action="store_true", help="also read the pane's text for a tap on each test paper")
+    parser.add_argument("--with-summaries", action="store_true",
+                        help="stage 01 summarises 150 abstracts with the packaged 135M model (params: auto, off)")
     parser.add_argument("--cost", type=int, default=None, metavar="N",
                         help="time stages 02 and 03 alone on N abstracts of a finished run (nothing else)")
     args = parser.parse_args(argv)
@@ -151,7 +155,7 @@ def main(argv=None) -> None:
         return
     if not args.score_only:
         corpus = csabstruct.export(run_dir.parent / "csabstruct.csv")
-        print(f"all six stages: {run_pipeline(run_dir, corpus):.0f} s")
+        print(f"all six stages: {run_pipeline(run_dir, corpus, args.with_summaries):.0f} s")
     scores, aspects = score(run_dir)
     guard = json.loads((RunDir(run_dir).guard).read_text()) if RunDir(run_dir).guard.exists() else {}
     kept = {a: guard.get("aspects", {}).get(a, {}).get("kept", "?") for a in aspects}
