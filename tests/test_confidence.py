@@ -51,3 +51,28 @@ def test_confidence_check_groups_bertscores_by_level():
     table = confidence_check(examples, levels={"a": levels}).set_index("level")
     assert table.loc["high", "BERTScore vs human summary"] == 0.6 and table.loc["low", "papers"] == 1
     assert table.loc["medium", "BERTScore vs human summary"] == 0.5 and table.loc["low", "median rank"] == 20
+
+
+def test_aspects_calibrated_later_keep_the_others_levels(tmp_path):
+    """Stage 04 scores the aspects with known statements, then calibrates the rest from round trips alone
+    (`calibrate_confidence(merge=True)` passes the file's levels as `keep`): both end up in the file."""
+    frame = lambda ranks: pd.DataFrame({"round-trip rank": ranks, "corpus size": 400})  # noqa: E731
+    first = save_confidence(tmp_path, {"challenge": frame([1, 2, 30])})
+    both = save_confidence(tmp_path, {"outcome": frame([5, 6, 7, 90])}, keep=load_confidence(tmp_path, quiet=True))
+    assert set(both) == {"challenge", "outcome"} and both["challenge"] == first["challenge"]
+    assert load_confidence(tmp_path, quiet=True) == both
+    again = save_confidence(tmp_path, {"challenge": frame([3, 3, 3])}, keep=both)  # recomputed: the new one wins
+    assert again["challenge"]["held out"]["high"]["median rank"] == 3.0 and "outcome" in again
+
+
+def test_round_trip_papers_are_the_validation_papers_else_a_seeded_sample_of_the_trainable_ones(tmp_path):
+    from workbench.data.corpus import Corpus
+    from workbench.decode.faithfulness import round_trip_papers
+
+    docs = Corpus(pd.DataFrame({"doc_id": [f"p{i}" for i in range(40)], "title": "", "abstract": [f"Text {i}." for i in range(40)],
+                                "split": ["test"] * 10 + ["train"] * 30}))
+    sample = round_trip_papers(docs, tmp_path, 8, seed=1)  # no split yet (no stage 02)
+    assert len(sample) == 8 == len(set(sample)) and not {f"p{i}" for i in range(10)} & set(sample)  # never held out
+    assert sample == round_trip_papers(docs, tmp_path, 8, seed=1) != round_trip_papers(docs, tmp_path, 8, seed=2)
+    RunDir(tmp_path).write_split([f"p{i}" for i in range(10, 30)], ["p30", "p31", "p32", "p33"])
+    assert round_trip_papers(docs, tmp_path, 3) == ["p30", "p31", "p32"]

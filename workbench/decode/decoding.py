@@ -37,7 +37,7 @@ import pandas as pd
 
 from .soft_prompt import CONFIG_NAME, HISTORY_NAME, DecodeSampling, DecoderConfig, EmbeddingDecoder
 from .soft_prompt_training import DecoderItems, DecoderTrainResult, train_decoder
-from .faithfulness import round_trip, save_confidence
+from .faithfulness import load_confidence, round_trip, save_confidence
 from ..core.rundir import RunDir, decoding_encoder_dir, read_split
 from ..core.files import write_json
 from ..core.vectors import unit_rows
@@ -472,12 +472,14 @@ def plot_loss_curves(history: pd.DataFrame, ax=None, title: str = "decoder valid
 
 
 def calibrate_confidence(run_dir, corpus, aspects: Sequence[str], doc_ids: Sequence[str] | None = None,
-                         max_new_tokens: int = 48) -> dict:
+                         max_new_tokens: int = 48, merge: bool = False) -> dict:
     """Decode the given papers (default: the run's validation papers) from their unified embeddings, their own
     statements hidden, rank each among the whole corpus for its text and save the levels' figures. Stage 04 saves
     them from its own faithfulness pass instead (`save_confidence`), which decodes the same way (and adds the
-    BERTScore against the papers' own statements); this is for a run without that pass."""
+    BERTScore against the papers' own statements); this is for a run without that pass, and for the aspects it
+    could not score (no known statement: stage 04 then calls it with `merge`, which keeps the other aspects')."""
     run_dir = Path(run_dir)
+    kept = load_confidence(run_dir, quiet=True) if merge else {}
     doc_ids = [str(d) for d in (doc_ids if doc_ids is not None else read_split(run_dir)[1])]
     position = {str(d): i for i, d in enumerate(corpus.ids)}
     rows = [position[d] for d in doc_ids]
@@ -491,7 +493,7 @@ def calibrate_confidence(run_dir, corpus, aspects: Sequence[str], doc_ids: Seque
                                                                   greedy=True, max_new_tokens=max_new_tokens)]
         rt = round_trip(texts, vectors, decoding_encoder_dir(run_dir, a), a, everyone)
         ranked[a] = pd.DataFrame({"round-trip rank": rt["rank"], "corpus size": rt["corpus size"]})
-    return save_confidence(run_dir, ranked)
+    return save_confidence(run_dir, ranked, keep=kept)
 
 
 def scored_aspects(run_dir, aspects: Sequence[str], kinds: Sequence[str] = ("retrieval",)) -> list[str]:

@@ -29,6 +29,7 @@ from ..core.vectors import unit_rows
 from ..embed.checkpoints import is_model, load_model
 from .report_cache import ReportStore
 from .retrieval import KIND_GENERATED, KIND_NEAREST
+from ..generate.views import held_out_ids
 
 BERTSCORE_MODEL = "mpnet"  # the fixed reference encoder the workbench never trains
 BERTSCORE_LAYERS = {"mpnet": 9, "minilm": 6}  # OFFLINE_ASSETS: layers that bert-score uses for these
@@ -368,11 +369,11 @@ def is_rank_calibration(levels: Mapping) -> bool:
     return all(k in levels for k in RANK_FIELDS)
 
 
-def save_confidence(run_dir, held_out: Mapping[str, pd.DataFrame]) -> dict:
+def save_confidence(run_dir, held_out: Mapping[str, pd.DataFrame], keep: Mapping | None = None) -> dict:
     """Write decoders/confidence.json from stage 04's decoded validation papers, {aspect: frame} with the columns
     "round-trip rank", "corpus size" and, optionally, "bertscore" (`decoding_report`'s examples). An aspect with
-    fewer than 3 ranked papers is left out, with a notice."""
-    levels = {}
+    fewer than 3 ranked papers is left out, with a notice. `keep`: other aspects' levels, kept as they are."""
+    levels = {a: v for a, v in (keep or {}).items() if a not in held_out}
     for aspect, frame in held_out.items():
         try:
             if "round-trip rank" not in frame or "corpus size" not in frame or not len(frame):
@@ -383,6 +384,19 @@ def save_confidence(run_dir, held_out: Mapping[str, pd.DataFrame]) -> dict:
             notice(f"{aspect}: confidence not calibrated ({exc}); its decodings show their rank with no level")
     write_json(RunDir(run_dir).confidence, {"rule": RULE, "aspects": levels}, indent=1)
     return levels
+
+
+def round_trip_papers(corpus, run_dir, n: int, seed: int = 0) -> list[str]:
+    """Up to `n` papers whose round trips calibrate the aspects stage 04 could not score: the run's validation
+    papers where stage 02 kept some, else a seeded sample of the papers no stage holds out (`held_out_ids`)."""
+    run = RunDir(run_dir)
+    val = run.split()[1] if run.split_file.is_file() else []
+    if len(val) >= 3:
+        return val[:n]
+    held = set(held_out_ids(corpus))
+    pool = [str(d) for d in corpus.ids if str(d) not in held]
+    picked = np.random.default_rng(seed).choice(len(pool), min(n, len(pool)), replace=False) if pool else []
+    return [pool[i] for i in sorted(picked)]
 
 
 def missing_confidence(run_dir) -> str | None:

@@ -32,6 +32,7 @@ from pathlib import Path
 
 from .sampling import Sampling, request_seed
 from .parsing import NOT_APPLICABLE, Parsed, copies_instructions, parse_judgement, parse_sentence
+from ..core.models import ALIASES, PACKAGED
 from ..core.progress import notice
 from ..core.store import RecordStore
 from ..core.rundir import RunDir
@@ -455,8 +456,6 @@ def summaries_wanted(mode: str, model: str, backend: str) -> tuple[bool, str]:
     and without them, docs/results.md "What stage 01's summaries add") and cost most of the run's time. A
     served model (the openai backend) or any other model, by hub id or folder, turns them back on.
     """
-    from ..core.models import ALIASES, PACKAGED
-
     if mode not in SUMMARIES_MODES:
         raise ValueError(f"summaries must be one of {', '.join(SUMMARIES_MODES)}, not {mode!r}")
     if mode != "auto":
