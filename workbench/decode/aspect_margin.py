@@ -1,0 +1,84 @@
+"""How clearly a sentence of an abstract states one aspect: its *aspect margin*, read by the unified model's heads.
+
+Each aspect head of the unified model (stage 03) weighs the sentences of an abstract (`PooledAspectModel.attention`,
+each head's weights summing to 1 over the abstract). A sentence's margin for an aspect is the log of that aspect's
+weight on it less the largest log weight another aspect's head gives it: positive where the sentence is more this
+aspect's than any other's. No label is read: only the model's own weights.
+
+Two readers use it: the pane's confidence (`stating.stated_level`: a near sentence that reads as another aspect is
+"topic only"), and the retrieval memory (`retrieval.build_memories`): a paper with no statement of an aspect gives
+the memory the sentence that states that aspect most clearly (its highest margin), and none at all where even that
+sentence's margin is below `MEMORY_MARGIN`. The sentence a head weighs most is not the one that states its aspect:
+a position-mixture floor's approach head weighs the background sentence most where every head weighs it a lot.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from .artefacts import marker_reason
+
+LOG_FLOOR = 1e-12
+# Chosen on CSAbstruct dev (`benchmarks/aspect_confidence.py --split dev --memory-margin`): the least margin a paper's
+# own sentence needs to enter an aspect's retrieval memory.
+MEMORY_MARGIN = 1.0
+LEFT_OUT = "own sentence reads as another aspect"  # memory.json's "left out" reason for a paper without one
+
+
+def aspect_margins(weights: Mapping[str, float]) -> dict[str, float]:
+    """{aspect: log weight of the aspect less the largest log weight of another} for one sentence's weights
+    ({aspect: the aspect head's pooling weight on it}); 0 for every aspect where there is only one."""
+    names = list(weights)
+    logs = np.log(np.maximum(np.array([float(weights[a]) for a in names], np.float64), LOG_FLOOR))
+    if len(names) < 2:
+        return {a: 0.0 for a in names}
+    out = {}
+    for i, a in enumerate(names):
+        out[a] = float(logs[i] - np.max(np.delete(logs, i)))
+    return out
+
+
+def margin_table(weights: np.ndarray) -> np.ndarray:
+    """Aspect margins [S, A] of S sentences from their heads' weights [S, A] (`aspect_margins`, all rows at once):
+    each column's log weight less the row's largest log weight in another column; zeros for a single aspect."""
+    logs = np.log(np.maximum(np.asarray(weights, np.float64), LOG_FLOOR))
+    if logs.ndim != 2 or logs.shape[1] < 2:
+        return np.zeros_like(logs)
+    order = np.argsort(-logs, axis=1, kind="stable")
+    rows = np.arange(len(logs))
+    first, second = logs[rows, order[:, 0]], logs[rows, order[:, 1]]
+    others = np.where(np.arange(logs.shape[1])[None, :] == order[:, :1], second[:, None], first[:, None])
+    return logs - others
+
+
+def stating_sentences(model, texts: Sequence[str], aspects: Sequence[str],
+                      least: float = MEMORY_MARGIN) -> list[dict[str, tuple[str, float]]]:
+    """Per text, {aspect: (its sentence with the highest margin for the aspect, that margin)} where that margin is
+    `least` or more; the margin is read against every head of the model (as the pane reads it). A sentence with a
+    format marker ("Summary:", a heading) is passed over. A model of one head: its sentence weighed most, at an
+    infinite margin. [] for a model without sentence weights."""
+    if not getattr(model, "pool", False) or not hasattr(model, "attention") or not len(texts):
+        return []
+    heads = list(model.aspects)
+    wanted = [a for a in aspects if a in heads]
+    if not wanted:
+        return [{} for _ in texts]
+    out = []
+    for frame in model.attention(list(texts), heads):
+        sentences = [str(s) for s in frame["sentence"]]
+        clean = np.array([bool(s.strip()) and marker_reason(s) is None for s in sentences], bool)
+        weights = frame[heads].to_numpy()
+        found = {}
+        for a in wanted:
+            # One head has no other to be read against: its sentence weighed most stands, at an infinite margin.
+            score = margin_table(weights)[:, heads.index(a)] if len(heads) > 1 else weights[:, 0]
+            column = np.where(clean, score, -np.inf)
+            best = int(np.argmax(column)) if len(column) else -1
+            if best >= 0 and np.isfinite(column[best]):
+                margin = float(column[best]) if len(heads) > 1 else np.inf
+                if margin >= least:
+                    found[a] = (sentences[best], margin)
+        out.append(found)
+    return out
