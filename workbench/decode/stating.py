@@ -21,7 +21,6 @@ from __future__ import annotations
 
 from typing import Callable, Mapping
 
-
 from .aspect_margin import aspect_margins
 from .faithfulness import rank_level, rank_thresholds
 
