@@ -10,12 +10,13 @@ apart. "topic only" counts as low. --rows writes every text's rank, margin and r
 on the dev split (`--split dev`) and report them on test.
 
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/aspect_confidence.py --run-dir runs/csabstruct --split test
-        [--rows rows.csv] [--memory weighed,MARGIN,...] [--marks-out marks.csv --marks 30]
+        [--rows rows.csv] [--memory weighed,MARGIN,all:MARGIN,...] [--marks-out marks.csv --marks 30]
 
 --memory chooses the retrieval memory's own sentences again, in memory, before the taps: "weighed" takes each
 paper's sentence its aspect's head weighs most (the rule before stage 04 read the aspect margin), a number the
-sentence with the highest margin where it reaches that number (stage 04's rule at another `MEMORY_MARGIN`, to
-sweep it on dev; several, comma-separated, are tapped in turn). Without it, the memory stage 04 wrote.
+sentence with the highest margin where it reaches that number, for the heads that read marks (stage 04's rule at
+another `MEMORY_MARGIN`), "all:NUMBER" the same for every head, the floor's too (to sweep them on dev; several,
+comma-separated, are tapped in turn). Without it, the memory stage 04 wrote.
 
 --marks-out writes a simulated user's marks instead (N train sentences of each group, challenge, approach,
 outcome and none, drawn at random by the roles, seed 0): the CSV stage 03 reads as `marks` to teach the heads.
@@ -56,11 +57,12 @@ def role_of(sentence: str, human: list[str], roles: list[str]) -> str | None:
     return found[0] if found else None
 
 
-def rechoose_memory(explorer, least: float | None) -> dict[str, tuple[int, int]]:
+def rechoose_memory(explorer, least: float | None, every_head: bool = False) -> dict[str, tuple[int, int]]:
     """Each retrieval memory with its papers' own sentences chosen again, in memory (the run untouched): at
-    `least` (`aspect_margin.stating_sentences`, as stage 04 chooses them at `MEMORY_MARGIN`), or, with None, the
-    sentence each head weighs most (`retrieval.own_sentences`, the rule before the margin). {aspect: (papers
-    without another statement, own sentences now held)}."""
+    `least` (`aspect_margin.stating_sentences`, as stage 04 chooses them at `MEMORY_MARGIN`: by margin where the
+    head reads marks, every_head: on every head), or, with None, the sentence each head weighs most
+    (`retrieval.own_sentences`, the rule before the margin). {aspect: (papers without another statement, own
+    sentences now held)}."""
     from workbench.decode.aspect_margin import stating_sentences
     from workbench.decode.retrieval import RetrievalDecoder, StatementMemory, memory_papers, own_sentences
 
@@ -74,7 +76,7 @@ def rechoose_memory(explorer, least: float | None) -> dict[str, tuple[int, int]]
     if least is None:
         found = [{a: (s, 0.0) for a, s in f.items()} for f in own_sentences(explorer.unified(), texts, list(decoders))]
     else:
-        found = stating_sentences(explorer.unified(), texts, list(decoders), least)
+        found = stating_sentences(explorer.unified(), texts, list(decoders), least, every_head)
     chosen = dict(zip(papers, found))
     counts = {}
     for a, dec in decoders.items():
@@ -104,7 +106,8 @@ def tap_rows(explorer, split: str, memory: str | None = None) -> pd.DataFrame:
     by_id = {str(d): (s, r) for d, s, r in zip(labels["doc_id"], labels["sentences"], labels["roles"])}
     tapped = set(labels.loc[labels["split"] == split, "doc_id"].astype(str))
     if memory is not None:
-        counts = rechoose_memory(explorer, None if memory == "weighed" else float(memory))
+        counts = rechoose_memory(explorer, None if memory == "weighed" else float(memory.removeprefix("all:")),
+                                 memory.startswith("all:"))
         print(f"\nmemory {memory}: own sentences held of the papers without another statement: "
               + ", ".join(f"{a} {held} of {n}" for a, (n, held) in counts.items()))
     rows = []
@@ -181,7 +184,8 @@ def main(argv=None) -> None:
     parser.add_argument("--marks", type=int, default=30, help="marks per group for --marks-out")
     parser.add_argument("--memory", default=None,
                         help="choose the memory's own sentences again before the taps: 'weighed' (the sentence each "
-                             "head weighs most, the rule before the margin) or a least aspect margin (a sweep)")
+                             "head weighs most, the rule before the margin), a least aspect margin for the heads that "
+                             "read marks, or all:MARGIN for every head; comma-separated for a sweep")
     smoke = add_smoke(parser, argv)
     args = parser.parse_args(argv)
     if smoke:  # no finished run to tap: the levels' tables on made-up rows

@@ -94,6 +94,7 @@ class _ThreeHeads:
     every head gives it much weight, so it is more challenge's than approach's."""
 
     pool, aspects = True, ["challenge", "approach", "outcome"]
+    heads = {a: type("Head", (), {"scorer": type("Scorer", (), {"kind": "taught"})()})() for a in aspects}
     weights = {"challenge": [0.80, 0.15, 0.05], "approach": [0.50, 0.45, 0.05], "outcome": [0.10, 0.05, 0.85]}
     sentences = ["Parsing is hard.", "We train a graph parser.", "It beats the baseline."]
 
@@ -122,6 +123,17 @@ def test_the_memory_takes_the_sentence_that_states_the_aspect_not_the_one_weighe
     assert int(np.argmax(w[:, 1])) == 0  # the head weighs the background sentence most ...
     assert found["approach"] == (model.sentences[1], pytest.approx(by_hand[1]))  # ... and the method states it
     assert found["challenge"][0] == model.sentences[0] and found["outcome"][0] == model.sentences[2]
+    # A floor's head (no marks) keeps the sentence it weighs most, whatever its margin: there the margin tells little.
+    floor = _ThreeHeads()
+    floor.heads = {**model.heads, "approach": type("Head", (), {"scorer": None})()}
+    assert not aspect_margin.reads_marks(floor, "approach") and aspect_margin.reads_marks(floor, "outcome")
+    found = aspect_margin.stating_sentences(floor, ["abstract"], floor.aspects, least=5.0)[0]
+    assert found == {"approach": (model.sentences[0], np.inf)}
+    assert aspect_margin.stating_sentences(floor, ["abstract"], ["approach"], 5.0, every_head=True) == [{}]
+
+
+def test_the_memory_margin_is_the_panes_own_line_for_a_sentence_of_another_aspect():
+    assert aspect_margin.MEMORY_MARGIN == stating.STATES_MARGIN
 
 
 def test_no_sentence_below_the_memory_margin_enters_and_those_left_out_are_counted(tmp_path, monkeypatch):
