@@ -148,7 +148,7 @@ def test_no_sentence_below_the_memory_margin_enters_and_those_left_out_are_count
     entries = {a: Entries() for a in model.aspects}
     entries["outcome"].add("p2", "A human summary.", "summary")
     entries["challenge"].add("p2", "A human challenge.", "summary")
-    retrieval._add_own_sentences(tmp_path, corpus, entries, ["p1", "p2"], lambda folder: model)
+    retrieval.add_own_sentences(tmp_path, corpus, entries, ["p1", "p2"], lambda folder: model)
     w = np.array([model.weights[a] for a in model.aspects]).T
     logs = np.log(w)
     reader = stating.MarginReader({"p1": "x", "p2": "y"}, lambda: model)
@@ -167,7 +167,7 @@ def test_no_sentence_below_the_memory_margin_enters_and_those_left_out_are_count
     monkeypatch.setattr(retrieval, "MEMORY_MARGIN", 5.0)
     entries = {a: Entries() for a in model.aspects}
     entries["outcome"].add("p2", "A human summary.", "summary")
-    retrieval._add_own_sentences(tmp_path, corpus, entries, ["p1", "p2"], lambda folder: model)
+    retrieval.add_own_sentences(tmp_path, corpus, entries, ["p1", "p2"], lambda folder: model)
     assert entries["approach"].texts == [model.sentences[1]] * 2 and entries["approach"].left_out == {}
     assert entries["outcome"].texts == ["A human summary."]  # it has a statement: no unclear sentence joins it
     assert entries["outcome"].left_out == {aspect_margin.LEFT_OUT: 1}

@@ -405,7 +405,7 @@ def own_sentences(model, texts: Sequence[str], aspects: Sequence[str]) -> list[d
     return out
 
 
-def _add_own_sentences(run_dir: Path, corpus, entries: dict[str, Entries], allowed: list[str], models) -> None:
+def add_own_sentences(run_dir: Path, corpus, entries: dict[str, Entries], allowed: list[str], models) -> None:
     """Give each allowed paper with no statement of an aspect its sentence that states the aspect most clearly
     (`aspect_margin.stating_sentences`: the highest aspect margin), none below `MEMORY_MARGIN` (counted as left
     out) unless the aspect would have no statement at all; models(folder) loads a model once."""
@@ -479,7 +479,7 @@ def build_memories(run_dir, corpus, aspects: Sequence[str], doc_ids: Sequence[st
             loaded[folder] = load_model(folder, run_dir=run_dir)
         return loaded[folder]
 
-    _add_own_sentences(run_dir, corpus, entries, allowed, models)
+    add_own_sentences(run_dir, corpus, entries, allowed, models)
     run = RunDir(run_dir)
     out = {}
     for aspect in aspects:
