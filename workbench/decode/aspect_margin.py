@@ -6,10 +6,11 @@ weight on it less the largest log weight another aspect's head gives it: positiv
 aspect's than any other's. No label is read: only the model's own weights.
 
 Two readers use it: the pane's confidence (`stating.stated_level`: a near sentence that reads as another aspect is
-"topic only"), and the retrieval memory (`retrieval.build_memories`): a paper with no statement of an aspect gives
-the memory the sentence that states that aspect most clearly (its highest margin), and none at all where even that
-sentence's margin is below `MEMORY_MARGIN`. The sentence a head weighs most is not the one that states its aspect:
-a position-mixture floor's approach head weighs the background sentence most where every head weighs it a lot.
+"topic only"), and the retrieval memory (`retrieval.build_memories`): a paper with no statement of an aspect whose
+head a person's marks taught (`reads_marks`) gives the memory the sentence that states that aspect most clearly
+(its highest margin), and none at all where even that sentence's margin is below `MEMORY_MARGIN`. The sentence a
+head weighs most need not state its aspect: an approach head weighs the background sentence most where every head
+weighs it a lot. A floor's head (no marks) keeps the sentence it weighs most: its margin tells no better.
 """
 
 from __future__ import annotations
