@@ -10,7 +10,13 @@ apart. "topic only" counts as low. --rows writes every text's rank, margin and r
 on the dev split (`--split dev`) and report them on test.
 
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/aspect_confidence.py --run-dir runs/csabstruct --split test
-        [--rows rows.csv] [--marks-out marks.csv --marks 30]
+        [--rows rows.csv] [--memory weighed,MARGIN,all:MARGIN,...] [--marks-out marks.csv --marks 30]
+
+--memory chooses the retrieval memory's own sentences again, in memory, before the taps: "weighed" takes each
+paper's sentence its aspect's head weighs most (the rule before stage 04 read the aspect margin), a number the
+sentence with the highest margin where it reaches that number, for the heads that read marks (stage 04's rule at
+another `MEMORY_MARGIN`), "all:NUMBER" the same for every head, the floor's too (to sweep them on dev; several,
+comma-separated, are tapped in turn). Without it, the memory stage 04 wrote.
 
 --marks-out writes a simulated user's marks instead (N train sentences of each group, challenge, approach,
 outcome and none, drawn at random by the roles, seed 0): the CSV stage 03 reads as `marks` to teach the heads.
@@ -51,16 +57,59 @@ def role_of(sentence: str, human: list[str], roles: list[str]) -> str | None:
     return found[0] if found else None
 
 
-def tap_rows(run_dir: Path, corpus_csv: Path, split: str) -> pd.DataFrame:
-    """One row per shown text of a tap on each paper of `split`: aspect, source, rank, margin, today's and the
-    pane's level, and whether the from-paper's human role matches the aspect."""
+def rechoose_memory(explorer, least: float | None, every_head: bool = False) -> dict[str, tuple[int, int]]:
+    """Each retrieval memory with its papers' own sentences chosen again, in memory (the run untouched): at
+    `least` (`aspect_margin.stating_sentences`, as stage 04 chooses them at `MEMORY_MARGIN`: by margin where the
+    head reads marks, every_head: on every head), or, with None, the sentence each head weighs most
+    (`retrieval.own_sentences`, the rule before the margin). {aspect: (papers without another statement, own
+    sentences now held)}."""
+    from workbench.decode.aspect_margin import stating_sentences
+    from workbench.decode.retrieval import RetrievalDecoder, StatementMemory, memory_papers, own_sentences
+
+    decoders = {a: d for a, d in (explorer.decoders or {}).items() if isinstance(d, RetrievalDecoder)}
+    abstracts = dict(zip(map(str, explorer.corpus.ids), explorer.corpus.texts()))
+    allowed = [d for d in memory_papers(explorer.run_dir.path, explorer.corpus) if d in abstracts]
+    missing = {a: [d for d in allowed if d not in {p for p, s in zip(dec.memory.doc_ids, dec.memory.sources)
+                                                   if s != "sentence"}] for a, dec in decoders.items()}
+    papers = list(dict.fromkeys(d for ds in missing.values() for d in ds))
+    texts = [abstracts[d] for d in papers]
+    if least is None:
+        found = [{a: (s, 0.0) for a, s in f.items()} for f in own_sentences(explorer.unified(), texts, list(decoders))]
+    else:
+        found = stating_sentences(explorer.unified(), texts, list(decoders), least, every_head)
+    chosen = dict(zip(papers, found))
+    counts = {}
+    for a, dec in decoders.items():
+        old = dec.memory.subset([s != "sentence" for s in dec.memory.sources])
+        new = [(d, chosen[d][a][0]) for d in missing[a] if a in chosen.get(d, {})]
+        vectors = dec.embed([t for _, t in new]) if new else np.zeros((0, old.vectors.shape[1]), np.float32)
+        dec.memory = StatementMemory(a, old.texts + [t for _, t in new], old.doc_ids + [d for d, _ in new],
+                                     old.sources + ["sentence"] * len(new), np.vstack([old.vectors, vectors]),
+                                     encoder=dec.memory.encoder)
+        counts[a] = (len(missing[a]), len(new))
+    return counts
+
+
+def open_run(run_dir: Path, corpus_csv: Path):
+    """The pane's explorer of the run (its corpus the run's export)."""
     from workbench.data.corpus import load_corpus
     from workbench.maps.explore import Explorer
 
+    return Explorer(run_dir, load_corpus(str(corpus_csv)))
+
+
+def tap_rows(explorer, split: str, memory: str | None = None) -> pd.DataFrame:
+    """One row per shown text of a tap on each paper of `split`: aspect, source, rank, margin, today's and the
+    pane's level, and whether the from-paper's human role matches the aspect. memory: the run's memory (None),
+    or its own sentences chosen again (`rechoose_memory`): "weighed" (the sentence weighed most) or a margin."""
     labels = csabstruct.load()
     by_id = {str(d): (s, r) for d, s, r in zip(labels["doc_id"], labels["sentences"], labels["roles"])}
     tapped = set(labels.loc[labels["split"] == split, "doc_id"].astype(str))
-    explorer = Explorer(run_dir, load_corpus(str(corpus_csv)))
+    if memory is not None:
+        counts = rechoose_memory(explorer, None if memory == "weighed" else float(memory.removeprefix("all:")),
+                                 memory.startswith("all:"))
+        print(f"\nmemory {memory}: own sentences held of the papers without another statement: "
+              + ", ".join(f"{a} {held} of {n}" for a, (n, held) in counts.items()))
     rows = []
     for i, doc_id in enumerate(explorer.meta["doc_id"].astype(str)):
         if doc_id not in tapped:
@@ -133,6 +182,10 @@ def main(argv=None) -> None:
     parser.add_argument("--rows", default=None, help="write every shown text's row to this CSV")
     parser.add_argument("--marks-out", default=None, help="write a simulated user's marks here and stop")
     parser.add_argument("--marks", type=int, default=30, help="marks per group for --marks-out")
+    parser.add_argument("--memory", default=None,
+                        help="choose the memory's own sentences again before the taps: 'weighed' (the sentence each "
+                             "head weighs most, the rule before the margin), a least aspect margin for the heads that "
+                             "read marks, or all:MARGIN for every head; comma-separated for a sweep")
     smoke = add_smoke(parser, argv)
     args = parser.parse_args(argv)
     if smoke:  # no finished run to tap: the levels' tables on made-up rows
@@ -143,9 +196,18 @@ def main(argv=None) -> None:
     run_dir = Path(args.run_dir).resolve()
     corpus = Path(args.corpus) if args.corpus else run_dir.parent / "csabstruct.csv"
     print(f"matrix product: {matmul_gflops():.0f} GFLOP/s")
-    rows = tap_rows(run_dir, corpus, args.split)
+    explorer = open_run(run_dir, corpus)
+    for memory in (args.memory or "").split(",") if args.memory else [None]:
+        report(tap_rows(explorer, args.split, memory), args, memory)
+    print(f"\nmatrix product at the end: {matmul_gflops():.0f} GFLOP/s")
+
+
+def report(rows: pd.DataFrame, args, memory: str | None) -> None:
+    """The levels' table of one memory's taps (and its rows to --rows, suffixed by the memory where several)."""
     if args.rows:
-        rows.to_csv(args.rows, index=False)
+        path = Path(args.rows)
+        rows.to_csv(path if not memory or "," not in args.memory else path.with_stem(f"{path.stem}-{memory}"),
+                    index=False)
     llm = rows[rows["source"] == "llm"]
     unknown = rows[(rows["source"] != "llm") & rows["matches"].isna()]
     print(f"\n{rows['tapped'].nunique()} {args.split} papers tapped, {len(rows)} texts: {len(llm)} LLM answers "
@@ -154,7 +216,6 @@ def main(argv=None) -> None:
     print_levels(rows)
     if len(llm):
         print("LLM answers by the pane's level: " + str(llm["pane"].value_counts().to_dict()))
-    print(f"\nmatrix product at the end: {matmul_gflops():.0f} GFLOP/s")
 
 
 def smoke_rows() -> pd.DataFrame:

@@ -130,7 +130,8 @@ def test_every_text_the_run_can_show_is_a_statement_worth_showing(shown_run):
     assert {(a, t) for a, t, _, s in shown if s == "llm"} <= kept
     assert verdicts["challenge"][(corpus.ids[4], 0)] != "kept"  # the generic answer: not grounded
     assert (("challenge", answers["grounded"][(corpus.ids[0], "challenge")], corpus.ids[0], "llm") in shown)
-    # Where no answer is kept, the paper speaks by its own sentence; every train and validation paper speaks.
+    # Where no answer is kept, the paper speaks by its own sentence; every train and validation paper speaks (no head
+    # here reads marks: each keeps the sentence it weighs most, `aspect_margin.reads_marks`).
     for aspect, memory in memories.items():
         assert set(memory.doc_ids) == set(corpus.ids)  # 8 train + 4 validation papers, test split: none here
         assert set(memory.sources) <= {"llm", "sentence"} and "sentence" in memory.sources

@@ -11,8 +11,9 @@ scores the round trip:
   the answer finds its own abstract and does not copy it) and that carry no prompt artefact
   (`artefacts.py`: "BEGININPUT", "###", an example sentence of the aspect file spliced in);
 * human summaries and highlighted sentences (ACLSum), without artefacts;
-* for a paper with none of those, its *own sentence*: the sentence of its abstract that the
-  unified model (stage 03) weighs most for the aspect (`own_sentences`).
+* for a paper with none of those, its *own sentence*: the sentence of its abstract that states
+  the aspect most clearly by the unified model's (stage 03) heads, its highest aspect margin
+  (`aspect_margin.py`), and none where even that one reads as another aspect.
 
 An aspect stage 02 trained no model of (no usable LLM answer: `aspect_models/untrained.json`)
 still gets a memory, which needs no answer: its papers' own sentences, embedded by the unified
@@ -59,6 +60,7 @@ from ..core.vectors import unit_rows
 from ..core.rundir import RunDir, read_split
 from ..generate.batching import shared_start
 from .artefacts import artefact_reason, marker_reason, prompt_text
+from .aspect_margin import LEFT_OUT as MARGIN_LEFT_OUT, MEMORY_MARGIN, stating_sentences
 from .statements import Entries, grounding_verdicts, shown_entries
 
 FOLDER = "retrieval"
@@ -403,9 +405,10 @@ def own_sentences(model, texts: Sequence[str], aspects: Sequence[str]) -> list[d
     return out
 
 
-def _add_own_sentences(run_dir: Path, corpus, entries: dict[str, Entries], allowed: list[str], models) -> None:
-    """Give each allowed paper with no statement of an aspect its own sentence for it (`own_sentences`);
-    models(folder) loads a model once."""
+def add_own_sentences(run_dir: Path, corpus, entries: dict[str, Entries], allowed: list[str], models) -> None:
+    """Give each allowed paper with no statement of an aspect its sentence that states the aspect most clearly
+    (`aspect_margin.stating_sentences`: the highest aspect margin), none below `MEMORY_MARGIN` (counted as left
+    out) unless the aspect would have no statement at all; models(folder) loads a model once."""
     having = {a: set(e.doc_ids) for a, e in entries.items()}
     missing = {a: [d for d in allowed if d not in having[a]] for a in entries}
     papers = list(dict.fromkeys(d for ds in missing.values() for d in ds))
@@ -414,11 +417,18 @@ def _add_own_sentences(run_dir: Path, corpus, entries: dict[str, Entries], allow
         return
     abstracts = dict(zip(map(str, corpus.ids), corpus.texts()))
     papers = [d for d in papers if d in abstracts]
-    found = own_sentences(models(folder), [abstracts[d] for d in papers], list(entries))
-    for d, sentences in zip(papers, found):
-        for a, sentence in sentences.items():
-            if d not in having[a]:
-                entries[a].add(d, sentence, "sentence")
+    found = dict(zip(papers, stating_sentences(models(folder), [abstracts[d] for d in papers], list(entries),
+                                               least=-np.inf)))
+    for a, e in entries.items():
+        offered = [(d, found[d][a]) for d in missing[a] if a in found.get(d, {})]
+        clear = [(d, s) for d, (s, m) in offered if m >= MEMORY_MARGIN]
+        # A memory with nothing else and no clear sentence keeps its papers' clearest ones (the pane reads them
+        # "topic only"), so that it is never empty for want of a clear sentence.
+        chosen = clear if clear or e.texts else [(d, s) for d, (s, _) in offered]
+        for d, sentence in chosen:
+            e.add(d, sentence, "sentence")
+        for _ in range(len(offered) - len(chosen)):
+            e.leave_out(MARGIN_LEFT_OUT)
 
 
 def memory_papers(run_dir, corpus) -> list[str]:
@@ -469,7 +479,7 @@ def build_memories(run_dir, corpus, aspects: Sequence[str], doc_ids: Sequence[st
             loaded[folder] = load_model(folder, run_dir=run_dir)
         return loaded[folder]
 
-    _add_own_sentences(run_dir, corpus, entries, allowed, models)
+    add_own_sentences(run_dir, corpus, entries, allowed, models)
     run = RunDir(run_dir)
     out = {}
     for aspect in aspects:

@@ -7,7 +7,7 @@ papers for the text: it says that the text is *near* the paper, which a sentence
 abstract: each head weighs the abstract's sentences (`PooledAspectModel.attention`, each head's weights summing
 to 1 over the abstract). The sentence's *aspect margin* is the log of the shown aspect's weight on it less the
 largest log weight another aspect's head gives it: positive where the sentence is more the shown aspect's than
-any other's.
+any other's (`aspect_margin.py`, which also chooses the sentences the retrieval memory holds).
 
 `stated_level` joins the two: a near text (rank level high or medium) whose margin is below `STATES_MARGIN`
 reads "topic only" (near, but not more this aspect's sentence than another's), and only one whose margin clears
@@ -21,8 +21,7 @@ from __future__ import annotations
 
 from typing import Callable, Mapping
 
-import numpy as np
-
+from .aspect_margin import aspect_margins
 from .faithfulness import rank_level, rank_thresholds
 
 # Chosen on CSAbstruct dev (`benchmarks/aspect_confidence.py --split dev`, stage 03's floor and a head taught from
@@ -32,22 +31,8 @@ HIGH_MARGIN = 2.5    # at or above it, a sentence near enough (`WIDEN`) is "high
 WIDEN = 5            # such a sentence reads high up to WIDEN x the rank that makes a text high
 TOPIC_ONLY = "topic only"
 CHECKED_SOURCES = ("sentence",)  # memory sources that are sentences of an abstract the heads can weigh
-LOG_FLOOR = 1e-12
 LINE = ("A sentence of another paper is also read in its own abstract by the aspect heads: \"topic only\" where it "
         "is near but more another aspect's sentence than this one's, and high only where it reads as the aspect.")
-
-
-def aspect_margins(weights: Mapping[str, float]) -> dict[str, float]:
-    """{aspect: log weight of the aspect less the largest log weight of another} for one sentence's weights
-    ({aspect: the aspect head's pooling weight on it}); 0 for every aspect where there is only one."""
-    names = list(weights)
-    logs = np.log(np.maximum(np.array([float(weights[a]) for a in names], np.float64), LOG_FLOOR))
-    if len(names) < 2:
-        return {a: 0.0 for a in names}
-    out = {}
-    for i, a in enumerate(names):
-        out[a] = float(logs[i] - np.max(np.delete(logs, i)))
-    return out
 
 
 def sentence_weights(model, abstract: str, aspects) -> list[tuple[str, dict[str, float]]]:
