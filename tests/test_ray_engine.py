@@ -222,14 +222,17 @@ def test_every_ray_socket_is_on_loopback(passes, head):
     assert not outside, outside
 
 
-def test_the_ray_benchmark_runs_in_smoke_mode_on_the_head(head):
-    """benchmarks/ray_engine.py --smoke, as tests/test_benchmarks.py runs every other script, but joining this
-    module's head (`--address`): one Ray start for the suite, not two."""
-    from test_benchmarks import RESULT, smoke_env
+def test_the_ray_benchmark_runs_in_smoke_mode_on_the_head(head, passes, monkeypatch, capsys):
+    """benchmarks/ray_engine.py --smoke, run as `__main__` as tests/test_benchmarks.py runs every other script, but
+    in this process, joined to this module's head (`--address`): the suite pays for one Ray start, one driver
+    and one MiniLM load, not two."""
+    import runpy
 
-    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "ray_engine.py"), "--smoke", "--address", head[0]],
-                          cwd=ROOT, env={**smoke_env(), **RAY_ENV}, capture_output=True, text=True, timeout=300)
-    tail = done.stdout[-3000:] + "\n--- stderr ---\n" + done.stderr[-3000:]
-    assert done.returncode == 0, tail
-    assert RESULT.search(done.stdout) and "every text once: True" in done.stdout, tail
-    assert "Ray, with its join" in done.stdout, tail  # it joined the head rather than starting its own
+    from test_benchmarks import RESULT
+
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    monkeypatch.setattr(sys, "argv", ["ray_engine.py", "--smoke", "--address", head[0]])
+    runpy.run_path(str(ROOT / "benchmarks" / "ray_engine.py"), run_name="__main__")
+    out = capsys.readouterr().out
+    assert RESULT.search(out) and "every text once: True" in out, out[-3000:]
+    assert "Ray, with its join" in out, out[-3000:]  # it joined the head rather than starting its own
