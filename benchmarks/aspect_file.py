@@ -29,7 +29,8 @@ stage 03's floor.
 --llm: the packaged 135M LLM's "does this sentence state the aspect?" (the probability of Yes) against
 the calibrated aspect file, on seed 0 of each generator: the weight each puts on the true sentences.
 
---smoke (or WORKBENCH_BENCH_SMOKE=1): one seed, 24 synthetic papers, 10 ACLSum test papers.
+--smoke (or WORKBENCH_BENCH_SMOKE=1): one seed, 24 synthetic papers, 10 ACLSum test papers, and hashed word
+vectors (`_smoke.HashedBackbone`) in place of every encoder: each code path, no model to load.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import numpy as np  # noqa: E402
 
-from _smoke import add_smoke  # noqa: E402
+from _smoke import HashedBackbone, add_smoke  # noqa: E402
 from synthetic_corpus import ASPECTS, FACTORS, NUISANCE, synthetic_frame  # noqa: E402
 from workbench.core.vectors import unit_rows  # noqa: E402
 from workbench.data.aspects import load_aspects  # noqa: E402
@@ -242,10 +243,16 @@ def main(argv=None) -> None:
                         help="also score sentences by the packaged 135M LLM's yes/no (about 5 minutes per generator)")
     add_smoke(parser, argv, seeds=[0], docs=24, aclsum_docs=10)
     args = parser.parse_args(argv)
-    global WHOLE
+    global WHOLE, summary_truths, minilm_whole
     WHOLE = MINILM if args.backbone == "minilm" else f"{args.backbone} whole abstract"
     folder = tempfile.TemporaryDirectory(prefix="aspect-file-")  # removed when the script ends
     cache = FeatureCache(Path(folder.name), FrozenBackbone(args.backbone))
+    if args.smoke:  # hashed word vectors in place of every encoder (each code path, no model to load)
+        hashed = HashedBackbone()
+        cache = FeatureCache(Path(folder.name), hashed)
+        minilm_whole = hashed.embed  # noqa: F811
+        summary_truths = lambda corpus, names, encoder: {  # noqa: E731, F811
+            a: (lambda v: v @ v.T)(hashed.embed(corpus.docs[f"summary_{a}"].tolist())) for a in names}
     print(f"Synthetic corpus, {args.docs} papers per seed, aspect file {ASPECT_FILE.relative_to(ROOT)}; "
           f"mean per-paper Spearman x100 against 'same value' (the drug is a nuisance)")
     for style in args.styles:
