@@ -51,7 +51,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import numpy as np  # noqa: E402
 
 from _machine import matmul_gflops  # noqa: E402
-from _smoke import add_smoke  # noqa: E402
+from _smoke import HashedBackbone, add_smoke  # noqa: E402
 from aspect_file import ASPECT_FILE, same_value, spearman100  # noqa: E402
 from generator_c import ASPECTS as C_ASPECTS, generator_c_frame  # noqa: E402
 from synthetic_corpus import ASPECTS as S_ASPECTS, synthetic_frame  # noqa: E402
@@ -143,7 +143,7 @@ def main(argv=None) -> None:
     add_smoke(parser, argv, docs=16, pairs=2, c_seeds=[0], styles=[])
     args = parser.parse_args(argv)
     folder = None if args.cache else tempfile.TemporaryDirectory(prefix="check-")
-    cache = FeatureCache(Path(args.cache or folder.name), FrozenBackbone("minilm"))
+    cache = FeatureCache(Path(args.cache or folder.name), HashedBackbone() if args.smoke else FrozenBackbone("minilm"))  # smoke: no model to load
     print(f"# Stage 03's swap probe against the labels ({args.docs} papers per corpus, {args.pairs} pairs per "
           f"aspect; matrix products at {matmul_gflops():.0f} GFLOP/s)\n")
     print("| corpus | aspect | labels: floor / base | " + " | ".join(f"{k}: floor / base" for k in MARKS) + " |")

@@ -53,7 +53,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import numpy as np  # noqa: E402
 
 from _machine import matmul_gflops  # noqa: E402
-from _smoke import add_smoke  # noqa: E402
+from _smoke import HashedBackbone, add_smoke  # noqa: E402
 from aspect_file import KINDS, MINILM, ceiling, floor_heads, print_table, same_value, spearman100  # noqa: E402
 from generator_c import ASPECTS, FACTORS, NUISANCE, generator_c_frame, repeated_shares  # noqa: E402
 from workbench.core.vectors import unit_rows  # noqa: E402
@@ -137,7 +137,7 @@ def main(argv=None) -> None:
     add_smoke(parser, argv, seeds=[0], docs=24)
     args = parser.parse_args(argv)
     folder = tempfile.TemporaryDirectory(prefix="generator-c-")  # removed when the script ends
-    cache = FeatureCache(Path(folder.name), FrozenBackbone("minilm"))
+    cache = FeatureCache(Path(folder.name), HashedBackbone() if args.smoke else FrozenBackbone("minilm"))  # smoke: no model to load
     print(f"Generator c, {args.docs} papers per seed, the {PRESET!r} preset as the aspect file, MiniLM; mean per-paper "
           f"Spearman x100 against 'same value' ({NUISANCE}: the nuisance); matrix product {matmul_gflops():.0f} "
           f"GFLOP/s, load average {os.getloadavg()[0]:.1f}")
