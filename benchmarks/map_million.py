@@ -53,6 +53,7 @@ from _smoke import add_smoke  # noqa: E402
 
 W_OLD = {"task": 0.5, "method": 0.3, "outcome": 0.2}
 W_NEW = {"task": 0.4, "method": 0.35, "outcome": 0.25}
+TRUTH_BLOCK = 250
 RECIPE = {"sample": 25000, "sample_perplexity": 500, "perplexity": 50, "early": 500, "late": (250, 250, 250)}
 
 
@@ -87,16 +88,17 @@ def measured(out: dict):
 
 
 def true_neighbours(features: np.ndarray, queries: np.ndarray, k: int = 10) -> np.ndarray:
-    """Each query row's k nearest other rows by exact cosine (blocked float32 products, torch)."""
+    """Each query row's k nearest other rows by exact cosine (blocked float32 products, torch; a block of
+    TRUTH_BLOCK queries against a million papers is 1 GB)."""
     import torch
 
     f = torch.from_numpy(features)
     out = np.empty((len(queries), k), dtype=np.int64)
-    for start in range(0, len(queries), 1000):
-        q = queries[start:start + 1000]
+    for start in range(0, len(queries), TRUTH_BLOCK):
+        q = queries[start:start + TRUTH_BLOCK]
         sims = f[torch.from_numpy(q)] @ f.T
         sims[torch.arange(len(q)), torch.from_numpy(q)] = -float("inf")
-        out[start:start + 1000] = torch.topk(sims, k, dim=1).indices.numpy()
+        out[start:start + TRUTH_BLOCK] = torch.topk(sims, k, dim=1).indices.numpy()
     return out
 
 
@@ -168,6 +170,7 @@ def main() -> None:
 
     with measured(runs.setdefault("sampled", {})):
         ours = AspectMap.fit(data, W_OLD, method=SampledEngine(sample_size=args.sample), n_iter=n_iter)
+    print(f"(sampled layout: {runs['sampled']['s']:.1f} s, peak RSS {runs['sampled']['gb']:.2f} GB; scoring)", flush=True)
     f = ours.features()
     queries = np.sort(np.random.default_rng(0).choice(len(f), min(args.queries, len(f)), replace=False))
     truth = true_neighbours(f, queries)
