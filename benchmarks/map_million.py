@@ -21,9 +21,11 @@ our score over the recipe's and over the full fit's (bar: 0.95 at 100,000 papers
 over the settled map's (bar: 0.8).
 
     nice .venv/bin/python benchmarks/map_million.py [--papers 100000] [--sample 25000] [--threads 2]
-        [--seed 1] [--queries 10000] [--full-max 200000] [--no-recipe] [--no-change] [--smoke]
+        [--seed 1] [--queries 10000] [--full-max 200000] [--no-recipe] [--no-change] [--graph-only] [--smoke]
 
 --no-change: no weight change (the layout's time and memory alone).
+--graph-only: only the sampled fit's largest phase, Annoy's index of every paper's features (read by blocks
+of rows, beside the embeddings): its build time and the process's peak RSS, then nothing else.
 
 --smoke (or WORKBENCH_BENCH_SMOKE=1): 1,500 papers of 3 x 16 dimensions, a sample of 300, short schedules.
 """
@@ -137,6 +139,21 @@ def recipe(x: np.ndarray, threads: int, sample: int, iter_share: float, seed: in
     return np.asarray(emb)
 
 
+def graph_only(data: dict, threads: int) -> None:
+    """The sampled fit's Annoy index of all papers (`SampledEngine.trees` trees) built from blocks of their
+    features beside the embeddings, as the fit builds it: time and the process's peak RSS (/proc VmHWM)."""
+    from workbench.maps.neighbours import AnnoySearch
+    from workbench.maps.tsne_math import WeightedRows
+
+    out = {}
+    with measured(out):
+        index = AnnoySearch(SampledEngine.trees).build(WeightedRows(data, W_OLD), threads, 0)
+    with open("/proc/self/status") as f:
+        hwm = next((int(line.split()[1]) / 1e6 for line in f if line.startswith("VmHWM:")), float("nan"))
+    print(f"Annoy index of {index.get_n_items()} papers, {SampledEngine.trees} trees: {out['s']:.1f} s, "
+          f"peak RSS {out['gb']:.2f} GB (VmHWM {hwm:.2f} GB)")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--papers", type=int, default=100000)
@@ -149,6 +166,7 @@ def main() -> None:
     p.add_argument("--full-max", type=int, default=200000)
     p.add_argument("--no-recipe", action="store_true")
     p.add_argument("--no-change", action="store_true")
+    p.add_argument("--graph-only", action="store_true")
     p.add_argument("--iter-share", type=float, default=1.0, help=argparse.SUPPRESS)
     smoke = add_smoke(p, papers=1500, sample=300, sample_recipe=300, dim=16, queries=500, iter_share=0.05, threads=1)
     args = p.parse_args()
@@ -161,6 +179,8 @@ def main() -> None:
     data = papers(args.papers, args.seed, args.dim)
     print(f"# maps of many papers — {datetime.date.today()}, {args.papers} papers, 3 x {args.dim} dims, seed "
           f"{args.seed}, threads {args.threads}, load {os.getloadavg()[0]:.2f}, {matmul_gflops():.0f} GFLOP/s")
+    if args.graph_only:
+        return graph_only(data, args.threads)
     runs = {}
     print("\n| layout | time (s) | peak RSS (GB) | score (10 in 50) |\n|---|---:|---:|---:|", flush=True)
 

@@ -106,20 +106,25 @@ class AnnoySearch(NeighbourSearch):
     def slow(self, n: int) -> bool:
         return True
 
-    def search(self, features, k, n_jobs=1, seed=0):
+    def build(self, features, n_jobs: int = 1, seed: int = 0):
+        """The Annoy index (openTSNE's copy) of the rows of `features`, an array or anything that gives blocks of
+        rows (`tsne_math.WeightedRows`): read by blocks, never copied whole, since Annoy keeps its own float32
+        copy of every row (4.6 GB at a million papers of 1,152 dimensions)."""
         from openTSNE.dependencies.annoy import AnnoyIndex  # openTSNE's own copy of Annoy, as its Annoy class builds
 
-        # Read by blocks of rows, never copied whole: Annoy keeps its own float32 copy of every row (4.6 GB at a
-        # million papers of 1,152 dimensions), and features may be a `tsne_math.WeightedRows` that computes them.
-        data = features if hasattr(features, "shape") else np.asarray(features, dtype=np.float32)
-        n, k = len(data), min(int(k), len(data) - 1)
-        index = AnnoyIndex(data.shape[1], "euclidean")
+        index = AnnoyIndex(features.shape[1], "euclidean")
         index.set_seed(int(np.random.RandomState(seed).randint(np.iinfo(np.int32).max)))
-        for start in range(0, n, QUERY_BLOCK):
-            block = np.asarray(data[start:start + QUERY_BLOCK], dtype=np.float64)  # Annoy converts float64 fastest
+        for start in range(0, len(features), QUERY_BLOCK):
+            block = np.asarray(features[start:start + QUERY_BLOCK], dtype=np.float64)  # Annoy converts float64 fastest
             for i, row in enumerate(block, start):
                 index.add_item(i, row)
         index.build(self.trees, n_jobs=max(1, int(n_jobs)))
+        return index
+
+    def search(self, features, k, n_jobs=1, seed=0):
+        data = features if hasattr(features, "shape") else np.asarray(features, dtype=np.float32)
+        n, k = len(data), min(int(k), len(data) - 1)
+        index = self.build(data, n_jobs, seed)
         idx, dist = np.empty((n, k), np.int64), np.empty((n, k), np.float64)
 
         def query(start):  # a block of rows; Annoy releases the GIL while it searches
