@@ -154,9 +154,14 @@ def test_blocked_calibration_and_products_are_the_whole_ones(monkeypatch):
     idx = np.argsort(d, axis=1)[:, :30]
     d = np.take_along_axis(d, idx, axis=1)
     monkeypatch.setattr(reweight, "CALIBRATE_BLOCK", 70)
-    rows = reweight.knn_affinities(idx, d, 10.0)[1]
+    P, rows = reweight.knn_affinities(idx, d, 10.0)
     whole = tsne_math.calibrate_rows(d, 10.0)
     assert all(np.array_equal(a, b) for a, b in zip(rows[1:4], whole))  # each row's search is its own
+    dense = np.zeros((600, 600))
+    np.put_along_axis(dense, idx, whole[0], axis=1)
+    dense = (dense + dense.T) / 1200.0  # the symmetric P, dense
+    np.testing.assert_allclose(P.toarray(), dense, rtol=1e-15, atol=0)
+    np.testing.assert_allclose(rows[4], np.take_along_axis(dense, idx, axis=1), rtol=1e-15, atol=0)
     monkeypatch.setattr(tsne_math, "ROW_BLOCK", 64)
     amap = AspectMap(emb, w, np.random.default_rng(0).normal(size=(600, 2)), perplexity=10, method="opentsne")
     mean, comps, std = amap._pca(5)

@@ -134,7 +134,10 @@ class AnnoySearch(NeighbourSearch):
         # openTSNE queries row by row through joblib: 10 s at 100,000 rows on 2 cores against 6 s in blocks.
         with ThreadPoolExecutor(max(1, int(n_jobs))) as pool:
             list(pool.map(query, range(0, n, QUERY_BLOCK)))
-        return idx, np.clip(dist ** 2 / 2.0, 0.0, 2.0)  # |f_i - f_j|^2 = 2 d(i, j) on unit weighted features
+        index.unload()  # Annoy's copy of the rows goes before anything else is allocated
+        np.square(dist, out=dist)  # in place: |f_i - f_j|^2 = 2 d(i, j) on unit weighted features
+        dist /= 2.0
+        return idx, np.clip(dist, 0.0, 2.0, out=dist)
 
 
 def _annoy_row(index, data: np.ndarray, i: int, k: int):
