@@ -21,7 +21,11 @@ our score over the recipe's and over the full fit's (bar: 0.95 at 100,000 papers
 over the settled map's (bar: 0.8).
 
     nice .venv/bin/python benchmarks/map_million.py [--papers 100000] [--sample 25000] [--threads 2]
-        [--seed 1] [--queries 10000] [--full-max 200000] [--no-recipe] [--smoke]
+        [--seed 1] [--queries 10000] [--full-max 200000] [--no-recipe] [--no-change] [--graph-only] [--smoke]
+
+--no-change: no weight change (the layout's time and memory alone).
+--graph-only: only the sampled fit's largest phase, Annoy's index of every paper's features (read by blocks
+of rows, beside the embeddings): its build time and the process's peak RSS, then nothing else.
 
 --smoke (or WORKBENCH_BENCH_SMOKE=1): 1,500 papers of 3 x 16 dimensions, a sample of 300, short schedules.
 """
@@ -51,6 +55,7 @@ from _smoke import add_smoke  # noqa: E402
 
 W_OLD = {"task": 0.5, "method": 0.3, "outcome": 0.2}
 W_NEW = {"task": 0.4, "method": 0.35, "outcome": 0.25}
+TRUTH_BLOCK = 250
 RECIPE = {"sample": 25000, "sample_perplexity": 500, "perplexity": 50, "early": 500, "late": (250, 250, 250)}
 
 
@@ -85,16 +90,17 @@ def measured(out: dict):
 
 
 def true_neighbours(features: np.ndarray, queries: np.ndarray, k: int = 10) -> np.ndarray:
-    """Each query row's k nearest other rows by exact cosine (blocked float32 products, torch)."""
+    """Each query row's k nearest other rows by exact cosine (blocked float32 products, torch; a block of
+    TRUTH_BLOCK queries against a million papers is 1 GB)."""
     import torch
 
     f = torch.from_numpy(features)
     out = np.empty((len(queries), k), dtype=np.int64)
-    for start in range(0, len(queries), 1000):
-        q = queries[start:start + 1000]
+    for start in range(0, len(queries), TRUTH_BLOCK):
+        q = queries[start:start + TRUTH_BLOCK]
         sims = f[torch.from_numpy(q)] @ f.T
         sims[torch.arange(len(q)), torch.from_numpy(q)] = -float("inf")
-        out[start:start + 1000] = torch.topk(sims, k, dim=1).indices.numpy()
+        out[start:start + TRUTH_BLOCK] = torch.topk(sims, k, dim=1).indices.numpy()
     return out
 
 
@@ -133,6 +139,21 @@ def recipe(x: np.ndarray, threads: int, sample: int, iter_share: float, seed: in
     return np.asarray(emb)
 
 
+def graph_only(data: dict, threads: int) -> None:
+    """The sampled fit's Annoy index of all papers (`SampledEngine.trees` trees) built from blocks of their
+    features beside the embeddings, as the fit builds it: time and the process's peak RSS (/proc VmHWM)."""
+    from workbench.maps.neighbours import AnnoySearch
+    from workbench.maps.tsne_math import WeightedRows
+
+    out = {}
+    with measured(out):
+        index = AnnoySearch(SampledEngine.trees).build(WeightedRows(data, W_OLD), threads, 0)
+    with open("/proc/self/status") as f:
+        hwm = next((int(line.split()[1]) / 1e6 for line in f if line.startswith("VmHWM:")), float("nan"))
+    print(f"Annoy index of {index.get_n_items()} papers, {SampledEngine.trees} trees: {out['s']:.1f} s, "
+          f"peak RSS {out['gb']:.2f} GB (VmHWM {hwm:.2f} GB)")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--papers", type=int, default=100000)
@@ -144,6 +165,8 @@ def main() -> None:
     p.add_argument("--queries", type=int, default=10000)
     p.add_argument("--full-max", type=int, default=200000)
     p.add_argument("--no-recipe", action="store_true")
+    p.add_argument("--no-change", action="store_true")
+    p.add_argument("--graph-only", action="store_true")
     p.add_argument("--iter-share", type=float, default=1.0, help=argparse.SUPPRESS)
     smoke = add_smoke(p, papers=1500, sample=300, sample_recipe=300, dim=16, queries=500, iter_share=0.05, threads=1)
     args = p.parse_args()
@@ -156,6 +179,8 @@ def main() -> None:
     data = papers(args.papers, args.seed, args.dim)
     print(f"# maps of many papers — {datetime.date.today()}, {args.papers} papers, 3 x {args.dim} dims, seed "
           f"{args.seed}, threads {args.threads}, load {os.getloadavg()[0]:.2f}, {matmul_gflops():.0f} GFLOP/s")
+    if args.graph_only:
+        return graph_only(data, args.threads)
     runs = {}
     print("\n| layout | time (s) | peak RSS (GB) | score (10 in 50) |\n|---|---:|---:|---:|", flush=True)
 
@@ -165,23 +190,25 @@ def main() -> None:
 
     with measured(runs.setdefault("sampled", {})):
         ours = AspectMap.fit(data, W_OLD, method=SampledEngine(sample_size=args.sample), n_iter=n_iter)
+    print(f"(sampled layout: {runs['sampled']['s']:.1f} s, peak RSS {runs['sampled']['gb']:.2f} GB; scoring)", flush=True)
     f = ours.features()
     queries = np.sort(np.random.default_rng(0).choice(len(f), min(args.queries, len(f)), replace=False))
     truth = true_neighbours(f, queries)
     runs["sampled"]["score"] = score(ours.coords, queries, truth)
     row("sampled")
-    frames = []
-    t0 = time.perf_counter()
-    with measured(runs.setdefault("change, settled", {})):
-        changed = ours.with_weights(W_NEW, n_iter=n_iter,
-                                    on_frame=lambda c: frames.append((time.perf_counter() - t0, c.copy())))
-    truth_new = true_neighbours(changed.features(), queries)
-    runs["change, settled"]["score"] = score(changed.coords, queries, truth_new)
-    runs["change, first frame"] = {"s": frames[0][0], "gb": float("nan"),
-                                   "score": score(frames[0][1], queries, truth_new)}
-    row("change, first frame")
-    row("change, settled")
-    del changed
+    if not args.no_change:
+        frames = []
+        t0 = time.perf_counter()
+        with measured(runs.setdefault("change, settled", {})):
+            changed = ours.with_weights(W_NEW, n_iter=n_iter,
+                                        on_frame=lambda c: frames.append((time.perf_counter() - t0, c.copy())))
+        truth_new = true_neighbours(changed.features(), queries)
+        runs["change, settled"]["score"] = score(changed.coords, queries, truth_new)
+        runs["change, first frame"] = {"s": frames[0][0], "gb": float("nan"),
+                                       "score": score(frames[0][1], queries, truth_new)}
+        row("change, first frame")
+        row("change, settled")
+        del changed
     if args.papers <= args.full_max:
         with measured(runs.setdefault("full", {})):
             full = AspectMap.fit(data, W_OLD, method="opentsne", n_iter=n_iter)
@@ -201,8 +228,9 @@ def main() -> None:
     if "full" in runs:
         rows.append(f"sampled score / full fit score ratio: {ours_r['score'] / max(runs['full']['score'], 1e-9):.3f}"
                     " (bar 0.95)")
-    rows.append("first frame score / settled score ratio: "
-                f"{runs['change, first frame']['score'] / max(runs['change, settled']['score'], 1e-9):.3f} (bar 0.8)")
+    if "change, settled" in runs:
+        rows.append("first frame score / settled score ratio: "
+                    f"{runs['change, first frame']['score'] / max(runs['change, settled']['score'], 1e-9):.3f} (bar 0.8)")
     print("\n" + "\n".join(rows))
 
 

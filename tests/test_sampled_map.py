@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from map_quality import neighbours_kept
-from workbench.maps import sampled, tsne
+from workbench.maps import neighbours, reweight, sampled, tsne, tsne_math
 from workbench.maps.engine import KNNEngine
 from workbench.maps.optimiser import Schedule
 from workbench.maps.sampled import SampledEngine, place_rest, rerank
@@ -111,3 +111,77 @@ def test_papers_added_later_are_placed_as_on_any_map(fitted):
     emb, _ = _clusters(n=3, seed=5)
     grown = amap.extend(emb, n_iter=20)
     assert len(grown) == N + 3 and np.allclose(grown.coords[:N], amap.coords)
+
+
+# ---------------------------------------------------------------- a million papers in 12 GB: no float64 copy, no whole temporary
+
+
+def _features(n=N, weights=(0.5, 0.3, 0.2)):
+    emb, _ = _clusters(n)
+    emb = {a: tsne_math.unit32(e) for a, e in emb.items()}  # a map's own float32 unit rows
+    return emb, dict(zip(emb, weights))
+
+
+def test_the_pca_start_from_float32_blocks_is_the_float64_svd_s(monkeypatch):
+    monkeypatch.setattr(tsne_math, "ROW_BLOCK", 64)  # 15 blocks
+    emb, w = _features()
+    f = tsne_math.weighted_features(emb, w)
+    assert f.dtype == np.float32
+    y = tsne_math.pca_init(f, 3) - np.random.default_rng(3).normal(scale=1e-6, size=(N, 2))  # less its jitter
+    x = f.astype(np.float64) - f.astype(np.float64).mean(axis=0)  # reference: numpy's float64 SVD
+    comps = np.linalg.svd(x, full_matrices=False)[2][:2].T
+    comps *= np.where(comps[np.abs(comps).argmax(axis=0), [0, 1]] < 0, -1.0, 1.0)
+    ref = x @ comps
+    np.testing.assert_allclose(y, ref / ref[:, 0].std() * 1e-4, rtol=0, atol=1e-10)  # 1e-6 of the 1e-4 spread
+
+
+def test_feature_rows_are_the_features_bit_for_bit_and_annoy_finds_the_same_on_them(monkeypatch):
+    monkeypatch.setattr(tsne_math, "ROW_BLOCK", 100)
+    emb, w = _features(600)
+    f, rows = tsne_math.weighted_features(emb, w), tsne_math.WeightedRows(emb, w)
+    assert rows.shape == f.shape and np.array_equal(np.asarray(rows), f) and np.array_equal(rows[7], f[7])
+    assert np.array_equal(rows[[5, 0, 599]], f[[5, 0, 599]]) and np.array_equal(rows[250:420], f[250:420])
+    monkeypatch.setattr(neighbours, "QUERY_BLOCK", 128)  # Annoy reads 5 blocks
+    whole, blocks = (neighbours.AnnoySearch(5).search(x, 12, 1, seed=0) for x in (f, rows))
+    assert np.array_equal(whole[0], blocks[0]) and np.array_equal(whole[1], blocks[1])
+
+
+def test_blocked_calibration_and_products_are_the_whole_ones(monkeypatch):
+    emb, w = _features(600)
+    f = tsne_math.weighted_features(emb, w).astype(np.float64)
+    d = np.clip(1.0 - f @ f.T, 0.0, 2.0)
+    np.fill_diagonal(d, np.inf)
+    idx = np.argsort(d, axis=1)[:, :30]
+    d = np.take_along_axis(d, idx, axis=1)
+    monkeypatch.setattr(reweight, "CALIBRATE_BLOCK", 70)
+    P, rows = reweight.knn_affinities(idx, d, 10.0)
+    whole = tsne_math.calibrate_rows(d, 10.0)
+    assert all(np.array_equal(a, b) for a, b in zip(rows[1:4], whole))  # each row's search is its own
+    dense = np.zeros((600, 600))
+    np.put_along_axis(dense, idx, whole[0], axis=1)
+    dense = (dense + dense.T) / 1200.0  # the symmetric P, dense
+    np.testing.assert_allclose(P.toarray(), dense, rtol=1e-15, atol=0)
+    np.testing.assert_allclose(rows[4], np.take_along_axis(dense, idx, axis=1), rtol=1e-15, atol=0)
+    monkeypatch.setattr(tsne_math, "ROW_BLOCK", 64)
+    amap = AspectMap(emb, w, np.random.default_rng(0).normal(size=(600, 2)), perplexity=10, method="opentsne")
+    mean, comps, std = amap._pca(5)
+    m_b, g_b = amap._projections(5, 12, 22)  # the method block, float64 against float64 products of the whole
+    np.testing.assert_allclose(m_b, f[:, 12:22] @ mean[12:22], rtol=0, atol=1e-13)
+    np.testing.assert_allclose(g_b, f[:, 12:22] @ (comps[:, 12:22] * std[:, None]).T, rtol=0, atol=1e-13)
+    new = f[:3] * 0.5 + f[3:6] * 0.5
+    np.testing.assert_allclose(amap._corpus_products(new), new @ f.T, rtol=0, atol=1e-13)
+
+
+def test_a_sampled_fit_on_annoy_never_holds_its_features_whole(monkeypatch):
+    monkeypatch.setattr(reweight, "EXACT_SEARCH_MAX", 100)  # Annoy from 100 papers
+    monkeypatch.setattr(tsne, "EXACT_MAX", 100)  # a k-NN map's caches (`prepare`) from 100 papers
+    monkeypatch.setattr(tsne, "N_JOBS", 1)
+    monkeypatch.setattr(sampled, "REFINE_EXAGGERATED_ITER", 5)
+    monkeypatch.setattr(sampled, "REFINE_ITER", 5)
+    emb, w = _features(400)
+    amap = AspectMap.fit(emb, w, perplexity=5, n_iter=10, seed=0,
+                         method=SampledEngine(sample_size=100, schedule=Schedule(exaggeration_iter=10)))
+    assert "features" not in amap._cache  # the PCA start, the sample, Annoy and `prepare` read blocks of rows
+    f = amap.features()
+    assert np.array_equal(amap.known_neighbours()[0], neighbours.AnnoySearch(sampled.GRAPH_TREES).search(f, 15, 1, 0)[0])
+    assert neighbours_kept(amap.coords, f, m=30) > 0.5

@@ -543,8 +543,8 @@ def test_inversion_objective_tracks_full_kl_and_its_gradient(loo):
     amap, _, _, _ = loo
     objective, c0, distances = amap._inversion_objective(amap.coords[7] + [0.5, -0.3])
     loss0, grad, x_hat = objective(c0)
-    np.testing.assert_allclose(distances(c0), np.clip(1 - amap._features64() @ x_hat, 0, 2), atol=1e-9)
-    beta = float(tsne.calibrate_rows(np.clip(1 - amap._features64() @ x_hat, 0, 2)[None], 30.0)[1][0])
+    np.testing.assert_allclose(distances(c0), np.clip(1 - amap.features().astype(np.float64) @ x_hat, 0, 2), atol=1e-9)
+    beta = float(tsne.calibrate_rows(np.clip(1 - amap.features().astype(np.float64) @ x_hat, 0, 2)[None], 30.0)[1][0])
     betas = np.append(amap._rows()[0], beta)
     rng = np.random.default_rng(1)
     losses, gaps = [], []

@@ -39,7 +39,7 @@ import numpy as np
 from ..core.devices import best_device
 from .neighbours import BLOCK, FIT_TREES, AnnoySearch, ExactSearch, NeighbourSearch
 from .optimiser import EARLY_MOMENTUM, MOMENTUM
-from .tsne_math import calibrate_rows
+from .tsne_math import calibrate_rows, row_blocks
 
 EXACT_SEARCH_MAX = 30000  # exact blocked search up to here; an Annoy index above (openTSNE's copy)
 FIRST_ITER = 5  # iterations before the first frame
@@ -62,6 +62,7 @@ RELAYOUT_SPREAD = 5.0  # standard deviation of the shrunk first frame a re-layou
 RELAYOUT_EXAGGERATION, RELAYOUT_EXAGGERATED_ITER, RELAYOUT_ITER = 4.0, 40, 80
 PREVIEW_PERPLEXITY = 10.0  # of a first frame's affinities before the search (`preview_affinities`)
 PREVIEW_BLOCK = 2000  # rows per block of `preview_affinities` (2,000 x 30 candidates x 192 floats: 46 MB)
+CALIBRATE_BLOCK = 65_536  # rows per `calibrate_rows` call of `knn_affinities` (a few (rows, k) float64 temporaries)
 KERNEL_BLOCK = 256  # rows per block of `kernel_sum` (256 x 10,000 floats: 10 MB, 4x faster than 1024 rows)
 
 
@@ -108,12 +109,20 @@ def knn_affinities(idx: np.ndarray, d: np.ndarray, perplexity: float):
     Gaussian on |f_i - f_j|^2 = 2 d(i, j) at the same perplexity is the same distribution (its beta halved)."""
     from scipy import sparse
 
-    cond, beta, log_norm = calibrate_rows(d, perplexity)
-    n = len(idx)
-    pairs = np.repeat(np.arange(n), idx.shape[1])
-    C = sparse.csr_matrix((cond.ravel(), (pairs, idx.ravel())), shape=(n, n))
-    P = ((C + C.T) / (2.0 * n)).tocsr()
-    return P, (idx, cond, beta, log_norm, np.asarray(P[pairs, idx.ravel()]).reshape(idx.shape))
+    n, k = idx.shape
+    cond, beta, log_norm = np.empty(d.shape), np.empty(n), np.empty(n)
+    for s in row_blocks(n, CALIBRATE_BLOCK):  # each row's search is its own: the same rows as in one call
+        cond[s], beta[s], log_norm[s] = calibrate_rows(d[s], perplexity)
+    # C straight as CSR (k entries a row, int32 indices) and P scaled in place: at a million papers of 90
+    # neighbours each (n, k) array is 0.72 GB, and a COO matrix and a scaled copy of P were 4 GB more.
+    index = np.int32 if n * k < 2 ** 31 else np.int64
+    cols = idx.astype(index).ravel()
+    C = sparse.csr_matrix((cond.ravel(), cols, np.arange(0, n * k + 1, k, dtype=index)), shape=(n, n))
+    P = (C + C.T).tocsr()
+    del C
+    P.data /= 2.0 * n
+    pairs = np.repeat(np.arange(n, dtype=index), k)
+    return P, (idx, cond, beta, log_norm, np.asarray(P[pairs, cols]).reshape(idx.shape))
 
 
 def slow_search(n: int, search: NeighbourSearch | None = None) -> bool:

@@ -17,7 +17,9 @@ sample, place the rest with `prepare_partial`, optimise the whole), on the map's
    grows with the square of the spread) made each iteration 14 times slower at 20,000 papers.
 
 The features stay float32 (`AspectMap.features`); only the (n, 2) coordinates and the (n, k) graph are
-float64. A weight change (`with_weights`) lays the sample out again first, warm, on its old neighbours
+float64. Where Annoy searches the graph, the fit never holds the features whole: the PCA start, the sample, the
+graph and `prepare`'s products read them by blocks of rows (`AspectMap.feature_rows`), so at a million papers
+the embeddings (4.6 GB), Annoy's copy of the rows and the graph are what the fit holds at its peak. A weight change (`with_weights`) lays the sample out again first, warm, on its old neighbours
 re-ranked under the new weights (no search), and re-places the rest by their old neighbours re-ranked the
 same way: that is the first frame. The new graph is then searched and the whole settled warm from it
 (`reweight.reweight`). Papers added later are placed as on any k-NN map (`AspectMap.extend`).
@@ -35,7 +37,8 @@ import numpy as np
 from .engine import ENGINES, Job, KNNEngine, Layout
 from .neighbours import WARM_TREES
 from .optimiser import EARLY_MOMENTUM, MOMENTUM
-from .reweight import FIRST_ITER, PREVIEW_PERPLEXITY, iterations, knn_affinities, reweight, reweighted_affinities
+from .reweight import (FIRST_ITER, PREVIEW_PERPLEXITY, iterations, knn_affinities, reweight, reweighted_affinities,
+                       slow_search)
 from .tsne_math import calibrate_rows
 
 SAMPLED_MIN = 200_000       # "auto" lays maps of this many papers out from a sample (a plain Bokeh plot's limit)
@@ -106,9 +109,12 @@ class SampledEngine(KNNEngine):
     method = "sampled"
 
     def layout(self, amap, y0, job):
-        f, n = amap.features(), len(amap)
+        n = len(amap)
         if n <= self.sample_size:
             return super().layout(amap, y0, job)
+        # Annoy keeps its own float32 copy of every row (4.6 GB at a million papers): it reads the features block by
+        # block (`AspectMap.feature_rows`), not beside a whole copy of them. Other searches get the array.
+        f = amap.feature_rows() if self.search is None and slow_search(n) else amap.features()
         n_jobs, sample = self._threads(), sample_indices(n, self.sample_size, job.seed)
         small = KNNEngine(self.search, self.schedule, self.threads).layout_features(
             f[sample], amap.perplexity, np.asarray(y0)[sample], Job(job.n_iter, job.seed, False, job.verbose))

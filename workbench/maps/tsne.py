@@ -70,8 +70,8 @@ from .optimiser import Adam, Schedule
 from .reweight import kernel_sum, knn_affinities, neighbours
 from .sampled import SAMPLED_MIN  # registers the "sampled" engine in ENGINES
 from .tsne_math import (calibrate_rows, check_embeddings, effective_perplexity, inversion_distances,
-                        inversion_objective, joint_probabilities, new_features, normalize_weights, pca_init, unit32,
-                        weighted_features)
+                        inversion_objective, joint_probabilities, new_features, normalize_weights, pca_init,
+                        row_blocks, unit32, weighted_features, WeightedRows)
 
 FORMAT = "workbench-aspect-map"
 VERSION = 1
@@ -198,7 +198,7 @@ class AspectMap:
         perplexity = effective_perplexity(perplexity, n)  # warns once, here; the map keeps the clipped value
         amap = cls(embeddings, weights, np.zeros((n, 2)), perplexity, seed, engine_for(method, n))
         if init is None:
-            y0 = pca_init(amap.features(), seed)
+            y0 = pca_init(amap.feature_rows(), seed)
         else:
             y0 = np.array(init, dtype=np.float64)
             if y0.shape != (n, 2):
@@ -269,6 +269,12 @@ class AspectMap:
             self._cache["features"] = weighted_features(self.embeddings, self.weights)
         return self._cache["features"]
 
+    def feature_rows(self):
+        """The features if the map holds them, else a `tsne_math.WeightedRows` that computes blocks of them: for one
+        pass over the corpus (the PCA start, the sampled engine's graph, `prepare`'s products) that need not make
+        a million-paper map hold its features (4.6 GB) beside its embeddings."""
+        return self._cache.get("features", WeightedRows(self.embeddings, self.weights))
+
     def known_neighbours(self):
         """The (indices, ...) rows of the neighbours this map's fit or weight change searched, or None."""
         return self._cache.get("knn") or self._cache.get("knn_rows")  # the fit's, the last change's, prepare's
@@ -281,14 +287,17 @@ class AspectMap:
     @_locked
     def joint_affinities(self) -> np.ndarray:
         """The exact path's P (n, n): every pair's weighted distance, each row calibrated to the map's perplexity."""
-        f = self._features64()
+        f = self.features().astype(np.float64)  # an exact map is small (EXACT_MAX)
         return joint_probabilities(np.clip(1.0 - f @ f.T, 0.0, 2.0), self.perplexity)
 
-    @_locked
-    def _features64(self) -> np.ndarray:
-        if "features64" not in self._cache:
-            self._cache["features64"] = self.features().astype(np.float64)
-        return self._cache["features64"]
+    def _corpus_products(self, x: np.ndarray) -> np.ndarray:
+        """(m, n) float64 products of float64 rows x (m, D) with every corpus row's features, by blocks of corpus
+        rows: the features stay float32 (a float64 copy of a million papers' is 9.2 GB), each product float64."""
+        f = self.features()
+        out = np.empty((len(x), len(f)))
+        for s in row_blocks(len(f)):
+            out[:, s] = x @ f[s].astype(np.float64).T
+        return out
 
     @_locked
     def _rows(self):
@@ -297,9 +306,10 @@ class AspectMap:
         # needs for the first-order effect of a new point on row j's normalisation.
         # Full rows for small maps (as the exact fit); k-NN rows (`_knn_rows`) for large ones.
         if "rows" not in self._cache:
-            n, f, y = len(self), self._features64(), self.coords
+            n, y = len(self), self.coords
             perplexity = effective_perplexity(self.perplexity, n)
             if n < EXACT_MAX:
+                f = self.features().astype(np.float64)
                 d = np.clip(1.0 - f @ f.T, 0.0, 2.0)
                 np.fill_diagonal(d, np.inf)
                 cond, beta, log_norm = calibrate_rows(d, perplexity)
@@ -310,8 +320,10 @@ class AspectMap:
                 k_row = np.sum(cond * ratio, axis=1)
             else:
                 idx, cond, beta, log_norm, p = self._knn_rows()
-                w = 1.0 / (1.0 + np.sum((y[:, None, :] - y[idx]) ** 2, axis=-1))
-                k_row = np.sum(cond * np.log(np.maximum(p, 1e-300) / (w / self._z())), axis=1)
+                k_row, z = np.empty(n), self._z()
+                for s in row_blocks(n):  # (rows, k, 2) temporaries per block: 4.3 GB each at a million papers
+                    w = 1.0 / (1.0 + np.sum((y[s, None, :] - y[idx[s]]) ** 2, axis=-1))
+                    k_row[s] = np.sum(cond[s] * np.log(np.maximum(p[s], 1e-300) / (w / z)), axis=1)
             self._cache["rows"] = (beta, log_norm, k_row)
         return self._cache["rows"]
 
@@ -320,7 +332,7 @@ class AspectMap:
         # The part of `_rows` on a k-NN map that the layout does not change: each row's neighbours, its
         # conditional p_{i|j}, precision and log normaliser, and the symmetric p_ij of its neighbour pairs.
         if "knn_rows" not in self._cache:  # the fit and a weight change store theirs (`reweighted_affinities`)
-            n, f = len(self), self._features64()
+            n, f = len(self), self.features()  # the searches take float32 rows
             perplexity = effective_perplexity(self.perplexity, n)
             k = min(n - 1, int(3 * perplexity))
             known = self._cache.get("knn")  # the neighbours the fit or weight change searched
@@ -350,9 +362,10 @@ class AspectMap:
         if key not in self._cache:
             from scipy.linalg import eigh
 
-            f = self._features64()
+            f = self.feature_rows()
             if len(f) > PCA_ROWS:
                 f = f[np.sort(np.random.default_rng(self.seed).choice(len(f), PCA_ROWS, replace=False))]
+            f = np.asarray(f, dtype=np.float64)
             mean = f.mean(axis=0)
             k = max(1, min(n_components, f.shape[1], len(f) - 1))
             dim = f.shape[1]
@@ -368,8 +381,12 @@ class AspectMap:
         key = ("projections", n_components, lo, hi)
         if key not in self._cache:
             mean, comps, std = self._pca(n_components)
-            block = self._features64()[:, lo:hi]
-            self._cache[key] = (block @ mean[lo:hi], block @ (comps[:, lo:hi] * std[:, None]).T)
+            f, basis = self.feature_rows(), (comps[:, lo:hi] * std[:, None]).T
+            m_b, g_b = np.empty(len(f)), np.empty((len(f), basis.shape[1]))
+            for s in row_blocks(len(f)):  # float64 by blocks of rows, not a float64 copy of the corpus
+                block = f[s][:, lo:hi].astype(np.float64)
+                m_b[s], g_b[s] = block @ mean[lo:hi], block @ basis
+            self._cache[key] = (m_b, g_b)
         return self._cache[key]
 
     def _p_rows(self, d: np.ndarray) -> np.ndarray:
@@ -396,9 +413,7 @@ class AspectMap:
         position of its 5 nearest papers (cosine in the weighted space). Points are placed
         independently of each other; each step costs O(m n).
         """
-        f = self._new_features(new_embeddings)
-        corpus = self._features64()
-        sims = f @ corpus.T
+        sims = self._corpus_products(self._new_features(new_embeddings))
         p = self._p_rows(np.clip(1.0 - sims, 0.0, 2.0))
         near = np.argsort(-sims, axis=1, kind="stable")[:, :5]
         y0 = self.coords[near].mean(axis=1)
@@ -469,7 +484,7 @@ class AspectMap:
                   for a, lo, hi in zip(self.aspects, bounds[:-1], bounds[1:]) if self.weights[a] > 0]
         objective = inversion_objective(log_q, mean, comps * std[:, None], blocks, self._rows(),
                                         effective_perplexity(self.perplexity, len(self) + 1))
-        x0 = self._features64()[self.nearest(y, 5)].mean(axis=0)
+        x0 = self.features()[self.nearest(y, 5)].astype(np.float64).mean(axis=0)
         return objective, ((x0 - mean) @ comps.T) / std, functools.partial(
             inversion_distances, mean=mean, basis=comps * std[:, None], blocks=blocks)
 
