@@ -15,8 +15,8 @@ ratio, and whether the two runs wrote the same metrics.json (but for its "writte
 
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/runner.py [--docs 8] [--repeats 1] [--smoke]
 
---smoke (or WORKBENCH_BENCH_SMOKE=1): one round of 1 abstract through stage 01 only: every line of the script
-runs, but one stage cannot show what a shared kernel saves (tests/test_own_corpus.py runs all six stages
+--smoke (or WORKBENCH_BENCH_SMOKE=1): one round of 1 abstract through stage 01 only, its summaries off (no LLM
+loaded): every line of the script runs, but one stage cannot show what a shared kernel saves (tests/test_own_corpus.py runs all six stages
 in one). 8 abstracts and one round are the defaults: the quick settings are the smallest that run every cell,
 and stages 02 and 03 need two validation papers, which fewer than 8 abstracts do not leave (the six stages
 take about 80 s on 2 cores, most of it starting kernels). `--stages 01_generate,02_train` runs some stages only.
@@ -43,13 +43,14 @@ sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 from _smoke import add_smoke  # noqa: E402
 
 
-def _setup(home: Path, docs: int) -> Path:
+def _setup(home: Path, docs: int, summaries: str = "on") -> Path:
     subprocess.run([sys.executable, str(ROOT / "scripts" / "export_aclsum.py"), str(home / "papers.csv"),
                     "--n", str(docs), "--sentences", "3"], check=True, capture_output=True)
     aspects = yaml.safe_load((ROOT / "data" / "my_field.yaml").read_text())
     aspects["aspects"] = aspects["aspects"][:2]
     (home / "aspects.yaml").write_text(yaml.safe_dump(aspects, sort_keys=False))
     quick = yaml.safe_load((ROOT / "params" / "own-corpus-quick.yaml").read_text())
+    quick["stage_parameters"]["01_generate"]["summaries"] = summaries
     params = home / "params.yaml"
     params.write_text(yaml.safe_dump({
         "parameters": {"corpus": str(home / "papers.csv"), "aspects": str(home / "aspects.yaml"), "seed": 0},
@@ -85,7 +86,8 @@ def main(argv=None) -> None:
           f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f}")
     with tempfile.TemporaryDirectory() as tmp:
         home = Path(tmp)
-        params = _setup(home, args.docs)
+        # Smoke: stage 01 runs every cell but loads no LLM (summaries off): the kernels are what this measures.
+        params = _setup(home, args.docs, "off" if args.smoke else "on")
         rows = {"shared kernel": [], "kernel per stage": []}
         for round_ in range(args.repeats):
             order = [False, True] if round_ % 2 == 0 else [True, False]
