@@ -281,7 +281,10 @@ class FeatureCache:
 
     def missing(self, texts: Sequence[str]) -> list[str]:
         """The texts not cached yet, each once, in order of first appearance."""
-        keys = [text_key(t) for t in texts]
+        return self._missing([text_key(t) for t in texts], texts)
+
+    def _missing(self, keys: Sequence[str], texts: Sequence[str]) -> list[str]:
+        """`missing` from the texts' keys, computed once by the caller."""
         return list({k: t for k, t, held in zip(keys, texts, self._index.held(keys)) if not held}.values())
 
     def add(self, texts: Sequence[str], vectors: np.ndarray) -> None:
@@ -323,8 +326,9 @@ class FeatureCache:
         table = frequencies_tag(frequencies)
         tags = ["phrases " + hashlib.sha1(d.tobytes() + repr(float(temperature)).encode() + table.encode())
                 .hexdigest()[:12] + " " for d in directions]
-        held = np.stack([self._index.held([text_key(tag + t) for t in texts]) for tag in tags]) if len(texts) else None
-        todo = list({t: None for t, every in zip(texts, held.all(axis=0) if held is not None else []) if not every})
+        tagged = [[text_key(tag + t) for t in texts] for tag in tags]  # each text's key under each direction
+        every = np.logical_and.reduce([self._index.held(keys) for keys in tagged])
+        todo = list({t: None for t, held in zip(texts, every) if not held})
         for start in range(0, len(todo), SHARD_ROWS):
             chunk = todo[start:start + SHARD_ROWS]
             cut = [phrases(t) for t in chunk]
@@ -338,7 +342,7 @@ class FeatureCache:
                          np.stack([pool_phrases(v, d, c, temperature) for v, c in zip(vectors, costs)]))
         if not len(texts):
             return np.zeros((len(directions), 0, self.backbone.hidden_size), dtype=np.float32)
-        return np.stack([self._read([text_key(tag + t) for t in texts]) for tag in tags])
+        return np.stack([self._read(keys) for keys in tagged])
 
     def vectors(self, texts: Sequence[str], progress: bool = False) -> np.ndarray:
         """[len(texts), H] unit vectors; texts not yet cached are encoded (and saved) first."""
@@ -346,7 +350,7 @@ class FeatureCache:
 
     def _vectors(self, texts: Sequence[str], progress: bool) -> np.ndarray:
         keys = [text_key(t) for t in texts]
-        todo = self.missing(texts)
+        todo = self._missing(keys, texts)
         if len(todo) >= FREE_CORES_MIN_TEXTS:
             from ..core.devices import use_free_cores
 

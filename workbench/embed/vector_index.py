@@ -122,9 +122,6 @@ class VectorIndex:
         """A bool per key: whether it is held."""
         return self.find(keys)[:, 0] >= 0
 
-    def __contains__(self, key: str) -> bool:
-        return bool(self.held([key])[0])
-
     def add_block(self, keys: Sequence[str], block) -> None:
         """Index `block` (an array or a ShardFile, rows in the order of `keys`); keys already held keep theirs."""
         number = len(self._blocks)
