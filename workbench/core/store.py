@@ -224,10 +224,8 @@ class RecordStore:
         except ValueError as exc:  # JSONDecodeError, or bytes that are not UTF-8
             self.skipped_lines.append((lineno, f"not valid JSON ({getattr(exc, 'msg', None) or exc})"))
             return
-        values = self._values
         try:
-            key = tuple([values.setdefault(v, v) if type(v) is str else v
-                         for v in map(record.__getitem__, self.key_fields)])
+            key = self._share(map(record.__getitem__, self.key_fields))
             new = key not in self._keys  # TypeError if a key value is a list or an object
         except (AttributeError, KeyError, TypeError):  # not an object, a key field missing, or not plain
             self.skipped_lines.append((lineno, self._problem(record) or "not a usable record"))
@@ -241,7 +239,7 @@ class RecordStore:
         """A key as a tuple whose strings are shared with the keys already held (a million keys hold a few
         hundred thousand distinct strings: doc ids, and a handful of prompt keys, hashes and models)."""
         values = self._values
-        return tuple(values.setdefault(v, v) if type(v) is str else v for v in key)
+        return tuple([values.setdefault(v, v) if type(v) is str else v for v in key])
 
     def _torn_tail(self, tail: bytes, offset: int, lineno: int, repair: bool, stacklevel: int) -> None:
         where = f"line {lineno}, {len(tail)} bytes from byte {offset}"
