@@ -34,13 +34,8 @@ def aspect_margins(weights: Mapping[str, float]) -> dict[str, float]:
     """{aspect: log weight of the aspect less the largest log weight of another} for one sentence's weights
     ({aspect: the aspect head's pooling weight on it}); 0 for every aspect where there is only one."""
     names = list(weights)
-    logs = np.log(np.maximum(np.array([float(weights[a]) for a in names], np.float64), LOG_FLOOR))
-    if len(names) < 2:
-        return {a: 0.0 for a in names}
-    out = {}
-    for i, a in enumerate(names):
-        out[a] = float(logs[i] - np.max(np.delete(logs, i)))
-    return out
+    row = margin_table(np.array([[float(weights[a]) for a in names]], np.float64).reshape(1, len(names)))[0]
+    return {a: float(m) for a, m in zip(names, row)}
 
 
 def margin_table(weights: np.ndarray) -> np.ndarray:
