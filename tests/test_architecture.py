@@ -335,7 +335,7 @@ LAZY_LIBRARIES = {"torch", "transformers", "bokeh", "sklearn", "matplotlib", "se
                   "safetensors", "scipy", "ipywidgets", "papermill", "nbformat", "nbclient", "nbconvert", "llama_cpp",
                   "httpx", "bert_score", "pandas", "tqdm", "IPython", "jupyter_bokeh", "jupyter_core", "traitlets",
                   "huggingface_hub", "threadpoolctl", "rispy", "bibtexparser", "pylatexenc", "sentencex", "aclsum",
-                  "fcntl", "ray", "pyarrow"}
+                  "fcntl", "ray", "pyarrow", "datashader", "xarray", "PIL"}
 
 
 def _pulls_heavy(module: str, seen=()) -> bool:
