@@ -75,6 +75,28 @@ def test_the_readout_rows_get_the_margin_of_the_sentence_in_its_own_abstract():
     assert reader("p1", "Not a sentence of it.", "challenge") is None
 
 
+def test_a_head_taught_by_marks_reads_high_at_its_lower_line():
+    """A margin between the two lines: high where marks taught the head, medium under the floor's line."""
+    from types import SimpleNamespace
+
+    class Weighed(_Model):
+        def attention(self, texts, aspects):
+            return [pd.DataFrame({"sentence": ["We ask why.", "It works."], "challenge": [0.8, 0.2],
+                                  "outcome": [0.11, 0.9]})[["sentence", *aspects]]]
+
+    margin = math.log(0.8 / 0.11)
+    assert stating.TAUGHT_HIGH_MARGIN <= margin < stating.HIGH_MARGIN
+    row = {"aspect": "challenge", "decoded": "We ask why.", "from paper": "p1", "source": "sentence",
+           "round-trip rank": 1, "corpus size": 2155, "level": "high", "confidence": "high confidence: 1 of ..."}
+    levels = {}
+    for kind in ("taught", "floor"):
+        model = Weighed()
+        model.heads = {"challenge": SimpleNamespace(scorer=SimpleNamespace(kind=kind))}
+        reader = stating.MarginReader({"p1": "We ask why. It works."}, lambda m=model: m)
+        levels[kind] = stating.with_stated(pd.DataFrame([row]), reader)["level"][0]
+    assert levels == {"taught": "high", "floor": "medium"}
+
+
 def test_regions_are_named_on_the_map_and_in_the_hover():
     labels = [(0.0, 0.0, "approach: translation, bilingual", "detail", "3"),
               (1.0, 1.0, "mixed (spam 15%)", "detail", "7")]

@@ -11,7 +11,8 @@ any other's (`aspect_margin.py`, which also chooses the sentences the retrieval 
 
 `stated_level` joins the two: a near text (rank level high or medium) whose margin is below `STATES_MARGIN`
 reads "topic only" (near, but not more this aspect's sentence than another's), and only one whose margin clears
-`HIGH_MARGIN` is "high", up to `WIDEN` times the rank that makes a text high. A human summary, a highlight and an LLM answer written
+`HIGH_MARGIN` is "high" (`TAUGHT_HIGH_MARGIN` where a person's marks taught the aspect's head, whose margin reads the
+sentence's words), up to `WIDEN` times the rank that makes a text high. A human summary, a highlight and an LLM answer written
 for the aspect keep the rank's level (no abstract around them to weigh; an LLM answer is checked by the shown
 filter, `embed.grounding`). The constants were chosen on CSAbstruct dev (`benchmarks/aspect_confidence.py`;
 docs/results.md has what they give on its test split).
@@ -21,13 +22,17 @@ from __future__ import annotations
 
 from typing import Callable, Mapping
 
-from .aspect_margin import aspect_margins
+from .aspect_margin import aspect_margins, reads_marks
 from .faithfulness import rank_level, rank_thresholds
 
 # Chosen on CSAbstruct dev (`benchmarks/aspect_confidence.py --split dev`, stage 03's floor and a head taught from
 # 120 marks): the least HIGH_MARGIN at which 80% of the sentences marked high state their aspect under both heads.
 STATES_MARGIN = 1.0  # below it, a near sentence reads "topic only": about as much another aspect's as this one's
 HIGH_MARGIN = 2.5    # at or above it, a sentence near enough (`WIDEN`) is "high"; below it, never high
+# A head taught by marks reads a sentence's words, not its place, so a lower line already means the aspect: on the
+# dev taps with a head taught from 120 marks, 1.5 marked 302 sentences high, 87% of them stating the aspect (2.5: 54
+# at 85%; the rank alone: 150 at 84%). The floor's margin is where a sentence sits; under 2.5 it is under 70%.
+TAUGHT_HIGH_MARGIN = 1.5
 WIDEN = 5            # such a sentence reads high up to WIDEN x the rank that makes a text high
 TOPIC_ONLY = "topic only"
 CHECKED_SOURCES = ("sentence",)  # memory sources that are sentences of an abstract the heads can weigh
@@ -57,18 +62,18 @@ def find_margin(weighed: list[tuple[str, dict[str, float]]], sentence: str, aspe
     return None
 
 
-def stated_level(rank, corpus_size, margin: float | None) -> str | None:
+def stated_level(rank, corpus_size, margin: float | None, high_margin: float = HIGH_MARGIN) -> str | None:
     """The level of a shown text from its rank (`rank_level`) and, for a sentence the heads weighed, its aspect
     margin (None: not checked, the rank's level): "topic only" where near (not low) but below `STATES_MARGIN`;
-    "high" where within `WIDEN` x the high rank and at or above `HIGH_MARGIN`; a sentence the rank calls high
-    but the margin does not is medium; far is low."""
+    "high" where within `WIDEN` x the high rank and at or above `high_margin` (`TAUGHT_HIGH_MARGIN` for a head
+    taught by marks); a sentence the rank calls high but the margin does not is medium; far is low."""
     level = rank_level(rank, corpus_size)
     if level is None or margin is None:
         return level
     if level != "low" and margin < STATES_MARGIN:
         return TOPIC_ONLY
     high, _ = rank_thresholds(corpus_size)
-    if margin >= HIGH_MARGIN and float(rank) <= WIDEN * high:
+    if margin >= high_margin and float(rank) <= WIDEN * high:
         return "high"
     return "medium" if level == "high" else level
 
@@ -80,12 +85,13 @@ def with_stated(frame, reader: Callable | None):
         return frame
     frame = frame.copy()
     margins, levels, words = [], [], []
+    line = getattr(reader, "high_margin", lambda aspect: HIGH_MARGIN)
     for _, row in frame.iterrows():
         margin = reader(row["from paper"], str(row["decoded"]), str(row["aspect"])) \
             if row.get("source") in CHECKED_SOURCES and row.get("from paper") else None
         level = row.get("level")
         if margin is not None and level is not None:
-            level = stated_level(row["round-trip rank"], row["corpus size"], margin)
+            level = stated_level(row["round-trip rank"], row["corpus size"], margin, line(str(row["aspect"])))
         margins.append(margin)
         levels.append(level)
         words.append(stated_words(row.get("confidence"), level, row.get("level"), row["aspect"], margin))
@@ -122,6 +128,10 @@ class MarginReader:
             model = self.model()
             self.weighed[doc] = sentence_weights(model, self.abstracts[doc], list(getattr(model, "aspects", [])))
         return find_margin(self.weighed[doc], sentence, aspect)
+
+    def high_margin(self, aspect: str) -> float:
+        """The margin at which a near sentence of `aspect` reads "high": lower where marks taught its head."""
+        return TAUGHT_HIGH_MARGIN if reads_marks(self.model(), aspect) else HIGH_MARGIN
 
     def forget(self) -> None:
         """Drop what was weighed (the heads changed)."""
