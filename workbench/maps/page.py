@@ -327,7 +327,7 @@ def _export_large(path: Path, coords_by_preset: dict, meta: pd.DataFrame, labels
     layers = largepage.add_layers(fig, coords_by_preset, boxes, options.points_in_view)
     view = CDSView(filter=BooleanFilter(booleans=[True] * len(keep)))
     select, legend, caption, _ = _preset_controls(coords_by_preset, labels_by_preset, details, options,
-                                                  (source, view, label_source, columns, n))
+                                                  (source, view, label_source, columns, None))  # the hint says n
     search, status, buttons, picked = largepage.large_controls(fig, layers, source, select, names)
     header = Div(text=f"<h2 style='margin:4px 0'>{esc(title)}</h2>" if title else "", name="header")
     hint = Div(text=largepage.hint_html(n, options.sample, options.points_in_view), width=360)
