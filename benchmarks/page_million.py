@@ -9,15 +9,16 @@ words, about 90 characters as real titles are; ids "W0000001"...; years 1950 to 
 the map (8), labelled "region k".
 
 Measured: the export's time, the page's size (bar: 50 MB), the time from opening the file until BokehJS has
-drawn the page (bar: 10 s), a zoom onto a random paper at 1/16 of the map's width (bar: every paper in view
+drawn the page, the density image and the sample's points included (bar: 10 s), a zoom onto a random paper at 1/16 of the map's width (bar: every paper in view
 drawn as a point), and a title search for 20 random papers outside the drawn sample (bar: all 20 found:
 the search box's matches hold the paper, and the map is centred on it).
 
     nice .venv/bin/python benchmarks/page_million.py [--papers 1000000] [--presets 3] [--sample 20000]
-        [--searches 20] [--seed 0] [--smoke]
+        [--searches 20] [--seed 0] [--smoke [--browser]]
 
---smoke (or WORKBENCH_BENCH_SMOKE=1): 3,000 papers of 3 x 16 dimensions, drawn as a large page from 1,000
-papers with a sample of 300; the browser part runs when Chromium is installed.
+--smoke (or WORKBENCH_BENCH_SMOKE=1): 3,000 papers of 16 dimensions, one preset, drawn as a large page from
+1,000 papers with a sample of 300, and no browser (tests/test_largepage.py opens such a page in Chromium);
+--smoke --browser opens it too. Outside smoke the browser part runs when Chromium is installed.
 """
 
 from __future__ import annotations
@@ -98,8 +99,8 @@ def in_browser(page: Path, meta, coords: dict, keep: np.ndarray, searches: int, 
     try:
         start = time.perf_counter()
         browser.driver.get(page.as_uri())
-        browser.wait(lambda: browser.js("return window.wbEmbedded !== undefined") and browser.map_points(), 120,
-                     "the page was not drawn", every=0.05)
+        browser.wait(lambda: browser.js("return window.wbEmbedded !== undefined") and browser.images_drawn("density_0_0")
+                     and browser.map_points(), 120, "the page was not drawn", every=0.05)
         out["drawn_s"] = time.perf_counter() - start
         out["embedded_ms"] = browser.js("return window.wbEmbedded")
         first = next(iter(coords.values()))
@@ -141,6 +142,7 @@ def main() -> None:
     parser.add_argument("--searches", type=int, default=20)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--smoke", action="store_true")
+    parser.add_argument("--browser", action="store_true", help="with --smoke: open the page in Chromium too")
     args = parser.parse_args()
     smoke = args.smoke or os.environ.get("WORKBENCH_BENCH_SMOKE") == "1"
     n, dim = (3_000, 16) if smoke else (args.papers, _million.DIM)
@@ -160,7 +162,8 @@ def main() -> None:
                 details=PresetDetails(regions_by_preset=regions))
     export_s = time.perf_counter() - t
     size = page.stat().st_size / 1e6
-    got = in_browser(page, meta, coords, sample_rows(n, options.sample), 3 if smoke else args.searches, args.seed)
+    got = (in_browser(page, meta, coords, sample_rows(n, options.sample), 3 if smoke else args.searches, args.seed)
+           if args.browser or not smoke else {})
     print("| papers | presets | export s | page MB | drawn s | zoom s | points in zoom | searches found | "
           "slowest search s |")
     print("|---|---|---|---|---|---|---|---|---|")

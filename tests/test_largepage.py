@@ -164,10 +164,12 @@ def test_in_chromium_a_zoom_shows_points_and_search_finds_papers_outside_the_sam
     browser = Browser(tmp_path / "profile")
     try:
         browser.driver.get(path.as_uri())
-        browser.wait(lambda: browser.js("return window.wbEmbedded !== undefined"), 20, "the page was not drawn",
-                     every=0.05)
+        browser.wait(lambda: browser.js("return window.wbEmbedded !== undefined")
+                     and browser.images_drawn("density_0_0"), 20, "the page was not drawn", every=0.05)
         browser.driver.set_script_timeout(20)
+        assert not browser.images_drawn("density_0_2")  # the finest level waits for a zoom
         out = browser.driver.execute_async_script(GESTURES, float(x), float(y), w, h, meta["title"][row], row)
+        browser.wait(lambda: browser.images_drawn("density_0_2"), 10, "the zoom's density level was not drawn")
         hostile = browser.js("return window.wbBig.search(arguments[0], 5).rows", "document.title='PWNED'")
         page_title = browser.driver.title
     finally:
