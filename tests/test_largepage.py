@@ -19,7 +19,7 @@ from workbench.maps.page import PageOptions, export_html, page_document
 
 N, SAMPLE, IN_VIEW = 20_000, 2_000, 1_500
 HOSTILE = "<script>document.title='PWNED'</script> & \"quoted\"\nsecond line"
-OPTIONS = PageOptions(large_from=10_000, sample=SAMPLE, points_in_view=IN_VIEW)
+OPTIONS = PageOptions(large_from=10_000, sample=SAMPLE, points_in_view=IN_VIEW, width=500, height=320)
 
 
 def papers(n: int = N, seed: int = 0):
@@ -72,8 +72,9 @@ def test_titles_travel_as_word_codes():
 def large(tmp_path_factory):
     coords, meta = papers()
     labels = [(float(x), float(y), f"region {k} <b>") for k, (x, y) in enumerate(coords[:4], start=1)]
-    path = export_html(tmp_path_factory.mktemp("large") / "map.html", {"only": coords}, meta, {"only": labels},
-                       title="Large <map>", options=OPTIONS)
+    presets = {"only": coords, "mirrored": coords * [-1, 1]}
+    path = export_html(tmp_path_factory.mktemp("large") / "map.html", presets, meta,
+                       {"only": labels, "mirrored": labels}, title="Large <map>", options=OPTIONS)
     return path, coords, meta
 
 
@@ -84,7 +85,7 @@ def test_a_large_map_is_a_sample_of_points_and_every_paper_in_compact_form(large
     doc = json.loads(page_document(path))
     assert doc["doc"]  # BokehJS's document reads back
     head = json.loads(blob(html, "wb-big-head", False))
-    assert head["n"] == N and len(head["extent"]) == 1
+    assert head["n"] == N and len(head["extent"]) == 2
     vocab = blob(html, "wb-big-vocab", True).decode("utf-8").split("\n")
     assert read_titles(vocab, blob(html, "wb-big-titles", True)) == [as_text(t) for t in meta["title"]]
     ids = blob(html, "wb-big-ids", True).decode("utf-8").split("\n")
@@ -171,6 +172,12 @@ def test_in_chromium_a_zoom_shows_points_and_search_finds_papers_outside_the_sam
         out = browser.driver.execute_async_script(GESTURES, float(x), float(y), w, h, meta["title"][row], row)
         browser.wait(lambda: browser.images_drawn("density_0_2"), 10, "the zoom's density level was not drawn")
         hostile = browser.js("return window.wbBig.search(arguments[0], 5).rows", "document.title='PWNED'")
+        picked, in_view = box_select(browser)
+        browser.js('Bokeh.documents[0].get_model_by_name("preset").value = "mirrored";')
+        browser.wait(lambda: browser.js("return window.wbBig.preset") == 1, 5, "the preset did not switch", every=0.05)
+        preset = browser.js("""const d = Bokeh.documents[0];
+            return [window.wbBig.preset, d.get_model_by_name("density_1_0").visible || d.get_model_by_name("density_1_2").visible,
+                    d.get_model_by_name("density_0_0").visible || d.get_model_by_name("density_0_2").visible]""")
         page_title = browser.driver.title
     finally:
         browser.close()
@@ -186,3 +193,25 @@ def test_in_chromium_a_zoom_shows_points_and_search_finds_papers_outside_the_sam
     assert f'"id{row}","{meta["title"][row]}","{int(meta["year"][row]) if meta["year"][row] == meta["year"][row] else ""}"' in lines
     assert out["status"] == f"exported {len(lines) - 1:,} selected papers as CSV"
     assert hostile == [7] and page_title == "Large <map>"  # found as text, never run
+    assert re.fullmatch(r"[\d,]+ papers selected", picked) and 0 < int(picked.split()[0].replace(",", "")) <= in_view
+    assert preset == [1, True, False]  # the other preset's places and density
+
+
+def box_select(browser) -> tuple[str, int]:
+    """Drag the box-select tool over the middle of the map with real mouse events; (the selection's status,
+    how many papers the view holds)."""
+    import time
+
+    browser.js('Bokeh.documents[0].get_model_by_name("box_select").active = true;')
+    left, top, right, bottom = browser.map_points()["frame"]
+    path = [(left + (right - left) * f, top + (bottom - top) * f) for f in (0.3, 0.4, 0.5, 0.6, 0.7)]
+    for i, (x, y) in enumerate(path):
+        kind = "mousePressed" if i == 0 else ("mouseReleased" if i == len(path) - 1 else "mouseMoved")
+        for event in (["mouseMoved"] if i == 0 else []) + [kind]:
+            browser.driver.execute_cdp_cmd("Input.dispatchMouseEvent", {
+                "type": event, "x": x, "y": y, "button": "left", "buttons": 1 if event != "mouseReleased" else 0,
+                "clickCount": 1})
+        time.sleep(0.05)
+    time.sleep(0.3)
+    return (browser.js('return Bokeh.documents[0].get_model_by_name("export_status").text'),
+            browser.js("return window.wbBig.in_view"))

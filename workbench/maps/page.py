@@ -322,7 +322,7 @@ def _export_large(path: Path, coords_by_preset: dict, meta: pd.DataFrame, labels
     fig, source, label_source = build_figure(data, labels_by_preset.get(names[0]), group_title(options.color_by),
                                               "", options.width, options.height)
     points = fig.select_one({"name": "points_glyph"})
-    fig.add_tools(LassoSelectTool(renderers=[points]), BoxSelectTool(renderers=[points]))
+    fig.add_tools(LassoSelectTool(renderers=[points]), BoxSelectTool(renderers=[points], name="box_select"))
     boxes, blobs = largepage.paper_index(coords_by_preset, meta, records, options.width / options.height)
     layers = largepage.add_layers(fig, coords_by_preset, boxes, options.points_in_view)
     view = CDSView(filter=BooleanFilter(booleans=[True] * len(keep)))
