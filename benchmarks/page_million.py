@@ -18,7 +18,7 @@ through Selenium's round trips).
         [--searches 20] [--seed 0] [--smoke [--browser]]
 
 --smoke (or WORKBENCH_BENCH_SMOKE=1): 3,000 papers of 16 dimensions, one preset, drawn as a large page from
-1,000 papers with a sample of 300, and no browser (tests/test_largepage.py opens such a page in Chromium);
+1,000 papers with a sample of 300 on a 400 x 260 map, and no browser (tests/test_largepage.py opens such a page in Chromium);
 --smoke --browser opens it too. Outside smoke the browser part runs when Chromium is installed.
 """
 
@@ -149,7 +149,7 @@ def main() -> None:
     smoke = args.smoke or os.environ.get("WORKBENCH_BENCH_SMOKE") == "1"
     n, dim = (3_000, 16) if smoke else (args.papers, _million.DIM)
     args.presets = 1 if smoke else args.presets
-    options = (PageOptions(large_from=1_000, sample=300, points_in_view=300) if smoke
+    options = (PageOptions(large_from=1_000, sample=300, points_in_view=300, width=400, height=260) if smoke
                else PageOptions(sample=args.sample))
     print(f"date {datetime.date.today()}, load {os.getloadavg()[0]:.2f} (1 min), {os.cpu_count()} CPUs; "
           f"{n:,} papers, {args.presets} presets, sample {options.sample:,}")

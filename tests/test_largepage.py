@@ -113,9 +113,13 @@ def test_the_sample_is_seeded_and_the_tiles_cover_the_papers():
     assert tiles["w"][0] == pytest.approx((box[1] - box[0]) / 2)
 
 
-def test_below_the_threshold_the_page_is_the_small_page(tmp_path):
+def test_below_the_threshold_or_without_datashader_the_page_is_the_small_page(tmp_path, monkeypatch):
     coords, meta = papers(200)
     path = export_html(tmp_path / "map.html", {"only": coords}, meta, options=PageOptions(large_from=200))
+    assert "wb-big-head" not in path.read_text(encoding="utf-8")
+    monkeypatch.setattr(largepage, "density_available", lambda: False)
+    with pytest.warns(UserWarning, match="scale"):
+        path = export_html(tmp_path / "map.html", {"only": coords}, meta, options=PageOptions(large_from=100))
     assert "wb-big-head" not in path.read_text(encoding="utf-8")
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import base64
 import gzip
+import importlib.util
 import io
 import json
 from dataclasses import dataclass, replace
@@ -215,6 +216,11 @@ a.click();
 a.remove();
 status.text = "exported " + rows.length.toLocaleString("en") + (picked ? " selected" : "") + (rows.length === 1 ? " paper" : " papers") + " as " + format.toUpperCase();
 """
+
+
+def density_available() -> bool:
+    """Whether Datashader, which draws the large page's density (the scale extra), is installed."""
+    return importlib.util.find_spec("datashader") is not None
 
 
 def sample_rows(n: int, size: int, seed: int = SAMPLE_SEED) -> np.ndarray:

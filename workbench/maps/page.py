@@ -34,6 +34,7 @@ import gzip
 import json
 import math
 import re
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -45,7 +46,7 @@ from ..core.display import esc
 from ..core.files import write_text
 from ..data.writers import LINE_BREAKS, WHITESPACE
 from . import largepage
-from .density import POINTS_IN_VIEW
+from .density import POINTS_IN_VIEW, SCALE_EXTRA
 from .mapview import (BASE_ALPHA, DIM_ALPHA, HIT_SIZE, POINT_SIZE, QUESTIONS, as_text, build_figure, caption_html,
                       by_cluster, group_title, label_source_data, legend_html, map_frame, named_groups,
                       region_colors, shown_column)
@@ -266,7 +267,11 @@ def export_html(path, coords_by_preset: dict[str, np.ndarray], meta: pd.DataFram
 
     if not coords_by_preset:
         raise ValueError("export_html needs at least one preset")
-    if len(meta) > options.large_from:
+    if len(meta) > options.large_from and not largepage.density_available():
+        # Without Datashader the page is drawn as before (every point, large) rather than not at all.
+        warnings.warn(f"a page of {len(meta):,} papers is drawn as density only with Datashader: "
+                      f"{SCALE_EXTRA}", stacklevel=2)
+    elif len(meta) > options.large_from:
         return _export_large(Path(path), coords_by_preset, meta, labels_by_preset or {}, title, records, options,
                              details)
     names = [str(name) for name in coords_by_preset]
