@@ -9,17 +9,17 @@ words, about 90 characters as real titles are; ids "W0000001"...; years 1950 to 
 the map (8), labelled "region k".
 
 Measured: the export's time, the page's size (bar: 50 MB), the time from opening the file until BokehJS has
-drawn the page, the density image and the sample's points included (bar: 10 s), a zoom onto a random paper at 1/16 of the map's width (bar: every paper in view
-drawn as a point), and a title search for 20 random papers outside the drawn sample (bar: all 20 found:
-the search box's matches hold the paper; each search timed from typing to the matches in the page's data,
+drawn the page, the density image and the sample's points included (bar: 10 s), a zoom onto a random paper
+at 1/16 of the map's width (bar: every paper in view drawn as a point), and a title search for 20 random
+papers outside the drawn sample (bar: all 20 found: the search box's matches hold the paper; each search timed from typing to the matches in the page's data,
 through Selenium's round trips).
 
     nice .venv/bin/python benchmarks/page_million.py [--papers 1000000] [--presets 3] [--sample 20000]
         [--searches 20] [--seed 0] [--smoke [--browser]]
 
 --smoke (or WORKBENCH_BENCH_SMOKE=1): 3,000 papers of 16 dimensions, one preset, drawn as a large page from
-1,000 papers with a sample of 300 on a 400 x 260 map, and no browser (tests/test_largepage.py opens such a page in Chromium);
---smoke --browser opens it too. Outside smoke the browser part runs when Chromium is installed.
+1,000 papers with a sample of 300 on a 400 x 260 map, and no browser (tests/test_largepage.py opens such a
+page in Chromium); --smoke --browser opens it too. Outside smoke the browser part runs when Chromium is installed.
 """
 
 from __future__ import annotations
@@ -100,8 +100,9 @@ def in_browser(page: Path, meta, coords: dict, keep: np.ndarray, searches: int, 
     try:
         start = time.perf_counter()
         browser.driver.get(page.as_uri())
-        browser.wait(lambda: browser.js("return window.wbEmbedded !== undefined") and browser.images_drawn("density_0_0")
-                     and browser.map_points(), 120, "the page was not drawn", every=0.05)
+        browser.wait(lambda: browser.js("return window.wbEmbedded !== undefined")
+                     and browser.images_drawn("density_0_0") and browser.map_points(), 120,
+                     "the page was not drawn", every=0.05)
         out["drawn_s"] = time.perf_counter() - start
         out["embedded_ms"] = browser.js("return window.wbEmbedded")
         first = next(iter(coords.values()))
@@ -110,9 +111,9 @@ def in_browser(page: Path, meta, coords: dict, keep: np.ndarray, searches: int, 
         box = browser.js("return window.wbBig.extent[0]")
         w, h = (box[1] - box[0]) / 16, (box[3] - box[2]) / 16
         t = time.perf_counter()
-        browser.js("""const d = Bokeh.documents[0];
-            d.get_model_by_name('x_range').setv({start: arguments[0] - arguments[2], end: arguments[0] + arguments[2]});
-            d.get_model_by_name('y_range').setv({start: arguments[1] - arguments[3], end: arguments[1] + arguments[3]});""",
+        browser.js("""const d = Bokeh.documents[0], [x, y, w, h] = arguments;
+            d.get_model_by_name('x_range').setv({start: x - w, end: x + w});
+            d.get_model_by_name('y_range').setv({start: y - h, end: y + h});""",
                    float(first[k, 0]), float(first[k, 1]), w / 2, h / 2)
         browser.wait(lambda: browser.js("return window.wbBig.in_view") > 0, 30, "the zoom drew no points", every=0.02)
         out["zoom_s"] = time.perf_counter() - t
