@@ -11,8 +11,8 @@ the map (8), labelled "region k".
 Measured: the export's time, the page's size (bar: 50 MB), the time from opening the file until BokehJS has
 drawn the page, the density image and the sample's points included (bar: 10 s), a zoom onto a random paper
 at 1/16 of the map's width (bar: every paper in view drawn as a point), and a title search for 20 random
-papers outside the drawn sample (bar: all 20 found: the search box's matches hold the paper; each search timed from typing to the matches in the page's data,
-through Selenium's round trips).
+papers outside the drawn sample (bar: all 20 found: the search box's matches hold the paper; each search
+timed from typing to the matches in the page's data, through Selenium's round trips).
 
     nice .venv/bin/python benchmarks/page_million.py [--papers 1000000] [--presets 3] [--sample 20000]
         [--searches 20] [--seed 0] [--smoke [--browser]]
