@@ -323,6 +323,13 @@ class Browser:
             return {x: Array.from(xs), y: Array.from(ys), title: Array.from(src.data.title), px: px, py: py,
                     frame: [box.left + f.left, box.top + f.top, box.left + f.right, box.top + f.bottom]};"""))
 
+    def images_drawn(self, name: str) -> bool:
+        """Whether the image glyph of renderer `name` (a large page's density level) has drawn all its images."""
+        return bool(self.js(_PLOT_JS.replace("return plots;", """
+            for (const v of plots) { for (const r of v.model.renderers) {
+              if (r.name === arguments[0]) { const g = v.renderer_views.get(r); return !!(g && g.glyph._images_rendered); } } }
+            return false;"""), name))
+
     def select_points(self, indices: list[int]) -> bool:
         """Select papers on the map as the lasso tool does when it ends: set the points source's selection."""
         return self.js(_PLOT_JS.replace("return plots;", """

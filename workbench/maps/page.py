@@ -23,7 +23,8 @@ application/octet-stream) and unpacked by the browser's DecompressionStream befo
 draws it: paper text compresses about 3x, so a map of 10,000 papers with their abstracts
 is a few megabytes rather than tens. Above PAGE_ABSTRACTS_MAX papers the abstracts stay out
 of the page (the downloads then hold ids, titles and the metadata columns), which keeps a
-map of 100,000 papers under 30 MB.
+map of 100,000 papers under 30 MB. Above LARGE_PAGE_FROM papers the page is drawn as density with a sample
+of points, every paper's coordinates, title, id and year in compact form (`largepage`).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ import gzip
 import json
 import math
 import re
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -43,12 +45,16 @@ import pandas as pd
 from ..core.display import esc
 from ..core.files import write_text
 from ..data.writers import LINE_BREAKS, WHITESPACE
+from . import largepage
+from .density import POINTS_IN_VIEW, SCALE_EXTRA
 from .mapview import (BASE_ALPHA, DIM_ALPHA, HIT_SIZE, POINT_SIZE, QUESTIONS, as_text, build_figure, caption_html,
                       by_cluster, group_title, label_source_data, legend_html, map_frame, named_groups,
                       region_colors, shown_column)
 
 MAX_FILTER_VALUES = 40  # a column with more distinct values is text, not a category to filter by
 PAGE_ABSTRACTS_MAX = 20000  # above this many papers the page leaves the abstracts out (see the module doc)
+LARGE_PAGE_FROM = 100_000  # above this many papers the page is drawn as density (`largepage`)
+SAMPLE_POINTS = 20_000  # ... with this many papers, drawn at random (seeded), as points
 NO_REGION = "(none)"
 ALL = "(all)"
 
@@ -209,12 +215,17 @@ def year_values(meta: pd.DataFrame) -> list[float]:
 class PageOptions:
     """How `export_html` draws the page: `color_by` (a column, or a region count, as
     `mapview.build_figure` takes it), the map's `width` and `height` in pixels, and `filters`:
-    the metadata columns of the records to filter by (None: `filter_columns`)."""
+    the metadata columns of the records to filter by (None: `filter_columns`). Above `large_from` papers
+    the page is drawn as density, with `sample` papers as points and every paper in view as a point once
+    at most `points_in_view` are (`largepage`)."""
 
     color_by: object = None
     width: int = 800
     height: int = 520
     filters: Sequence[str] | None = None
+    large_from: int = LARGE_PAGE_FROM
+    sample: int = SAMPLE_POINTS
+    points_in_view: int = POINTS_IN_VIEW
 
 
 @dataclass(frozen=True)
@@ -256,6 +267,13 @@ def export_html(path, coords_by_preset: dict[str, np.ndarray], meta: pd.DataFram
 
     if not coords_by_preset:
         raise ValueError("export_html needs at least one preset")
+    if len(meta) > options.large_from and not largepage.density_available():
+        # Without Datashader the page is drawn as before (every point, large) rather than not at all.
+        warnings.warn(f"a page of {len(meta):,} papers is drawn as density only with Datashader: "
+                      f"{SCALE_EXTRA}", stacklevel=2)
+    elif len(meta) > options.large_from:
+        return _export_large(Path(path), coords_by_preset, meta, labels_by_preset or {}, title, records, options,
+                             details)
     names = [str(name) for name in coords_by_preset]
     labels_by_preset = labels_by_preset or {}
     data, columns = _preset_columns(coords_by_preset, meta, options.color_by, details, labels_by_preset)
@@ -291,6 +309,37 @@ def export_html(path, coords_by_preset: dict[str, np.ndarray], meta: pd.DataFram
                     row(fig, column(legend, region, *buttons, export_status, hint)), name="page")
     # Written whole or not at all: a full disk leaves the earlier page, not a torn one.
     return write_text(Path(path), standalone_html(layout, title or "Map"))
+
+
+def _export_large(path: Path, coords_by_preset: dict, meta: pd.DataFrame, labels_by_preset: dict, title: str,
+                  records: pd.DataFrame | None, options: PageOptions, details: PresetDetails) -> Path:
+    """The page of a map too large for a point and an abstract per paper (`largepage`): a sample as the
+    points of a small page, density under them, every paper's place, title, id and year in compact form."""
+    from bokeh.layouts import column, row
+    from bokeh.models import BooleanFilter, BoxSelectTool, CDSView, Div, LassoSelectTool
+
+    n, names = len(meta), [str(name) for name in coords_by_preset]
+    keep = largepage.sample_rows(n, options.sample)
+    shown = {k: np.asarray(c, dtype=float)[keep] for k, c in coords_by_preset.items()}
+    data, columns = _preset_columns(shown, meta.iloc[keep].reset_index(drop=True), options.color_by,
+                                    largepage.sample_details(details, keep), labels_by_preset)
+    data["size"] = [largepage.SAMPLE_POINT_SIZE] * len(keep)  # smaller: the density shows between them
+    fig, source, label_source = build_figure(data, labels_by_preset.get(names[0]), group_title(options.color_by),
+                                              "", options.width, options.height)
+    points = fig.select_one({"name": "points_glyph"})
+    fig.add_tools(LassoSelectTool(renderers=[points]), BoxSelectTool(renderers=[points], name="box_select"))
+    boxes, blobs = largepage.paper_index(coords_by_preset, meta, records, options.width / options.height)
+    layers = largepage.add_layers(fig, coords_by_preset, boxes, options.points_in_view)
+    view = CDSView(filter=BooleanFilter(booleans=[True] * len(keep)))
+    select, legend, caption, _ = _preset_controls(coords_by_preset, labels_by_preset, details, options,
+                                                  (source, view, label_source, columns, None))  # the hint says n
+    search, status, buttons, picked = largepage.large_controls(fig, layers, source, select, names)
+    header = Div(text=f"<h2 style='margin:4px 0'>{esc(title)}</h2>" if title else "", name="header")
+    hint = Div(text=largepage.hint_html(n, options.sample, options.points_in_view), width=360)
+    layout = column(header, row(select, search, status, name="controls"), caption,
+                    Div(text=verdicts_html(details.verdicts), name="verdicts", width=options.width + 360),
+                    row(fig, column(legend, *buttons, picked, hint)), name="page")
+    return write_text(path, standalone_html(layout, title or "Map", blobs, largepage.PREPARE_JS))
 
 
 def _preset_columns(coords_by_preset: dict, meta: pd.DataFrame, color_by, details: PresetDetails,
@@ -414,7 +463,9 @@ _LOADER_JS = """
   for (let k = 0; k < raw.length; k++) { bytes[k] = raw.charCodeAt(k); }
   const stream = new Response(bytes.subarray(0, raw.length)).body.pipeThrough(new DecompressionStream("gzip"));
   const item = JSON.parse(await new Response(stream).text());
+  { /*PREPARE*/ }
   await Bokeh.embed.embed_item(item, "wb-page");
+  window.wbEmbedded = performance.now();
 })().catch(error => {
   document.getElementById("wb-page").textContent = "This map could not be drawn in this browser: " + error;
 });
@@ -430,9 +481,11 @@ def page_document(path) -> str:
     return gzip.decompress(base64.b64decode(found.group(1))).decode("utf-8")
 
 
-def standalone_html(layout, title: str) -> str:
+def standalone_html(layout, title: str, blobs: dict[str, str] | None = None, prepare: str = "") -> str:
     """One HTML file that draws `layout` offline: the BokehJS bundles it needs, inlined, and the document
-    gzip-compressed (see the module doc). The title is escaped; the document's text is base64 data."""
+    gzip-compressed (see the module doc). The title is escaped; the document's text is base64 data.
+    blobs: {element id: base64 text} put in script elements beside the document; prepare: JavaScript run
+    (in the loader's async function) before BokehJS draws, e.g. to decode them."""
     from bokeh.embed import json_item
     from bokeh.resources import INLINE
 
@@ -444,10 +497,15 @@ def standalone_html(layout, title: str) -> str:
         scripts = INLINE.render_js()
     item = json.dumps(json_item(layout, "wb-page"), separators=(",", ":"))
     payload = base64.b64encode(gzip.compress(item.encode("utf-8"), compresslevel=9, mtime=0)).decode("ascii")
+    extra = ""
+    for key, text in (blobs or {}).items():
+        if not re.fullmatch(r"[A-Za-z0-9_-]+", key) or not re.fullmatch(r"[A-Za-z0-9+/=]*", text):
+            raise ValueError(f"page data {key!r} must be base64 under a plain id")
+        extra += f"<script type=\"application/octet-stream\" id=\"{key}\">{text}</script>\n"
     return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
             f"<title>{esc(title)}</title>\n{scripts}\n</head>\n<body>\n<div id=\"wb-page\"></div>\n"
-            f"<script type=\"application/octet-stream\" id=\"wb-map-data\">{payload}</script>\n"
-            f"<script>{_LOADER_JS}</script>\n</body>\n</html>\n")
+            f"<script type=\"application/octet-stream\" id=\"wb-map-data\">{payload}</script>\n{extra}"
+            f"<script>{_LOADER_JS.replace('/*PREPARE*/', prepare)}</script>\n</body>\n</html>\n")
 
 
 def label_data(labels_by_preset: dict, names: Sequence[str]) -> list[dict]:
