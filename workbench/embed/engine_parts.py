@@ -16,6 +16,7 @@ import numpy as np
 from ..core.files import write_arrays, write_json
 from ..core.rundir import RunDir
 from ..data.sentences import split_sentences
+from .stored import tensor_layout
 
 PART_ROWS = 2048  # papers per embeddings part: a killed job loses at most this much of stage 03's pass
 SCALE_EXTRA = 'pip install -e ".[scale]"'
@@ -71,6 +72,40 @@ class EmbeddingParts:
         return {a: np.stack([loaded[path][a][row] for path, row in located]) if located else
                 np.zeros((0, 0), dtype=np.float32) for a in aspects}
 
+    def rows(self, pairs: Sequence[tuple[str, str]]) -> "PartRows":
+        """The rows of the given papers in the finished parts, read a block at a time (`PartRows.fill`)."""
+        return PartRows(self.finished(), pairs)
+
     def remove(self) -> None:
         """Drop the parts once the whole entry is written (the ledger's notes of them go stale, harmlessly)."""
         shutil.rmtree(self.folder, ignore_errors=True)
+
+
+class PartRows:
+    """Where each of some papers' rows sits in the finished parts, read a block of papers at a time: a part is
+    mapped only while a block reads it, so a pass over every paper holds one block of rows, not all of them."""
+
+    def __init__(self, finished: dict, pairs: Sequence[tuple[str, str]]):
+        self.files = sorted({path for path, _ in finished.values()})
+        number = {path: i for i, path in enumerate(self.files)}
+        self.part = np.full(len(pairs), -1, dtype=np.int32)  # -1: in no finished part
+        self.row = np.zeros(len(pairs), dtype=np.int64)
+        for i, pair in enumerate(pairs):
+            place = finished.get(tuple(pair))
+            if place is not None:
+                self.part[i], self.row[i] = number[place[0]], place[1]
+        self._layouts: dict[int, dict] = {}
+
+    def fill(self, aspect: str, start: int, stop: int, out: np.ndarray) -> np.ndarray:
+        """Put the rows of papers start:stop that finished parts hold into `out` [stop - start, dim]; the others'
+        rows are left as they are."""
+        part, row = self.part[start:stop], self.row[start:stop]
+        for p in np.unique(part[part >= 0]):
+            if p not in self._layouts:
+                self._layouts[p] = tensor_layout(self.files[p])
+            offset, shape = self._layouts[p][aspect]
+            at = np.flatnonzero(part == p)
+            mapped = np.memmap(self.files[p], dtype=np.float32, mode="r", offset=offset, shape=shape)
+            out[at] = mapped[row[at]]
+            del mapped  # unmapped now: the part's pages leave this process's memory
+        return out
