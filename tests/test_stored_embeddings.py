@@ -20,6 +20,7 @@ from workbench.embed.engine import LocalEngine
 from workbench.embed.engine_parts import EmbeddingParts
 from workbench.embed.features import FeatureCache
 from workbench.embed.heads import PooledAspectModel
+from workbench.measures.evaluation import aspect_space_correlations
 
 HIDDEN = 16
 ASPECTS = ["method", "result"]
@@ -80,6 +81,7 @@ def test_parts_read_back_as_today_in_blocks_and_memory_maps(setup):
         assert np.abs(np.asarray(stored[a]) - expected[a]).max() <= 1e-6
         np.testing.assert_array_equal(np.concatenate([b[a] for b in blocks]), stored[a])
     assert not EmbeddingParts(run, embeddings_key(model_dir, corpus)).folder.exists()  # gone once the entry is whole
+    assert aspect_space_correlations(stored).shape == (2, 2)  # stage 03's last cell reads the memory maps
     from safetensors.numpy import load_file  # the entry is the file safetensors reads
 
     whole = load_file(str(stored.path))
