@@ -69,7 +69,7 @@ def write_rows(path: str | os.PathLike, aspects: Sequence[str], n: int, dim: int
                     stop = min(start + block, n)
                     rows = np.ascontiguousarray(rows_of(a, start, stop), dtype="<f4")
                     if rows.shape != (stop - start, dim):
-                        raise ValueError(f"rows {start}:{stop} of {a} have shape {rows.shape}, not {(stop - start, dim)}")
+                        raise ValueError(f"rows {start}:{stop} of {a}: shape {rows.shape}, not {(stop - start, dim)}")
                     f.write(rows.tobytes())
     except BaseException:
         tmp.unlink(missing_ok=True)
