@@ -15,7 +15,7 @@ import pytest
 from workbench.core.rundir import RunDir
 from workbench.data.corpus import Corpus
 from workbench.embed import embeddings as embeddings_module
-from workbench.embed.embeddings import embed_corpus, embeddings_key, stored_embeddings
+from workbench.embed.embeddings import embed_corpus, embeddings_key, stored_embeddings, text_hashes
 from workbench.embed.engine import LocalEngine
 from workbench.embed.engine_parts import EmbeddingParts
 from workbench.embed.features import FeatureCache
@@ -107,3 +107,17 @@ def test_a_killed_run_embeds_only_the_unfinished_parts(setup):
     engine = LocalEngine()
     stored_embeddings(model_dir, corpus, run, progress=False, engine=engine)
     assert engine.computed == 7
+
+
+def test_parts_finished_out_of_order_are_read_in_corpus_order(setup):
+    """Ray's actors finish parts in any order, rows within a part too: the entry still follows the corpus."""
+    run, model_dir, corpus, expected = setup
+    parts = EmbeddingParts(run, embeddings_key(model_dir, corpus))
+    pairs = list(zip(corpus.ids, text_hashes(corpus.texts())))
+    for rows in ([4, 6, 5], [3, 0, 1, 2]):
+        parts.write([pairs[i] for i in rows], {a: expected[a][rows] for a in ASPECTS})
+    engine = LocalEngine()
+    stored = stored_embeddings(model_dir, corpus, run, progress=False, engine=engine)
+    assert engine.computed == 0
+    for a in ASPECTS:
+        np.testing.assert_array_equal(stored[a], expected[a])
