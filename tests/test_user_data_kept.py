@@ -1,7 +1,7 @@
 """What the user made is kept (issue 41): marks and selections of papers a corpus lacks, maps saved only under
 maps/, and a shared feature cache that two processes write at once.
 
-The marks tests open `Explorer` on a run whose embeddings are a hash of each paper's id (`embed_corpus` replaced):
+The marks tests open `Explorer` on a run whose embeddings are a hash of each paper's id (`stored_embeddings` replaced):
 what is under test is how maps/selection.json is read, shown and written, which no model changes, and a real
 model would cost seconds per test. The cache test runs two real processes (a script this file writes) with an
 encoder whose vector is a hash of the text, so a text stored with another text's vector is seen at once.
@@ -65,7 +65,7 @@ def open_explorer(tmp_path, monkeypatch):
     from workbench.maps import explore as explore_module
     from workbench.maps.options import MapLayout
 
-    monkeypatch.setattr(explore_module, "embed_corpus", _hashed_embeddings)
+    monkeypatch.setattr(explore_module, "stored_embeddings", _hashed_embeddings)
     monkeypatch.setattr(explore_module, "MapPane", lambda *args, **kwargs: _RecordedPane(kwargs))
     run = tmp_path / "run"
     RunDir(run).unified_model.mkdir(parents=True)  # the Explorer asks for stage 03's folder

@@ -11,7 +11,7 @@
     unified_model/                        03 distill: one model for every aspect
     unified_model/guard.json              03 distill: each head checked against its encoder
     embeddings/                           the unified model's embeddings of a corpus, cached
-    embeddings/<key>.parts/               the Ray engine's finished parts of an entry being computed
+    embeddings/<key>.parts/               the finished parts of an entry being computed (either engine)
     .engine-input/<tag>/                  the Ray engine's Parquet blocks of the texts to encode (temporary)
     decoders/                             04 decode: the decoders, metrics.json (their faithfulness)
                                           and confidence.json (the confidence calibration)
@@ -244,7 +244,7 @@ class RunDir(os.PathLike):
         return self.path / EMBEDDINGS_DIR
 
     def embedding_parts(self, key: str) -> Path:
-        """The finished parts of the embeddings entry `key` while the Ray engine computes it (resume by part)."""
+        """The finished parts of the embeddings entry `key` while an engine computes it (resume by part)."""
         return self.path / EMBEDDINGS_DIR / f"{key}{PARTS_SUFFIX}"
 
     def engine_input(self, tag: str) -> Path:

@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import time
+from bisect import bisect_left
 from pathlib import Path
 from typing import Sequence
 
@@ -22,6 +23,7 @@ from .checkpoints import is_model, load_model
 from .encoders import CONFIG_NAME, WEIGHTS_NAME
 from .engine import make_engine
 from .engine_parts import EmbeddingParts
+from .stored import StoredEmbeddings, write_rows
 from ..core.files import write_json
 from ..core.rundir import RunDir
 
@@ -71,32 +73,37 @@ def embeddings_key(model_dir: str | os.PathLike, corpus) -> str:
 def embed_corpus(model_dir: str | os.PathLike, corpus, run_dir: str | os.PathLike, batch_size: int = 32,
                  progress: bool = True, device: str | None = None, engine: str = "auto",
                  ray_address: str | None = None) -> dict[str, np.ndarray]:
-    """Embeddings {aspect: float32 [len(corpus), dim], unit rows, corpus order}, cached in the run directory.
+    """Embeddings {aspect: float32 [len(corpus), dim], unit rows, corpus order}, in memory: `stored_embeddings`
+    (the same arguments), read whole. A large corpus is better read from disk by blocks (`stored_embeddings`)."""
+    return stored_embeddings(model_dir, corpus, run_dir, batch_size, progress, device, engine, ray_address).arrays()
+
+
+def stored_embeddings(model_dir: str | os.PathLike, corpus, run_dir: str | os.PathLike, batch_size: int = 32,
+                      progress: bool = True, device: str | None = None, engine: str = "auto",
+                      ray_address: str | None = None) -> StoredEmbeddings:
+    """Embeddings of every abstract, cached in the run directory and read from disk (`stored.StoredEmbeddings`:
+    aspect -> memory map [len(corpus), dim], unit rows, corpus order, with `blocks` and `arrays`).
 
     Stored as ``<run_dir>/embeddings/<key>.safetensors`` + ``<key>.json`` (the key hashes
     the model's weights and config and the corpus's ids and abstracts), so a notebook
     re-run loads them and any change to the model or the corpus computes afresh.
     `engine` (`engine.make_engine`): where the papers to embed go through the model, in this process
-    (local) or on Ray (ray, or auto from `engine.AUTO_RAY_PAPERS` papers or with `ray_address`); Ray writes
-    them as parts first, so a killed job resumes with the papers no finished part holds.
+    (local) or on Ray (ray, or auto from `engine.AUTO_RAY_PAPERS` papers or with `ray_address`). Both write
+    the papers as parts of `engine_parts.PART_ROWS` as they are embedded, and the entry is then written from
+    the parts by blocks (`stored.write_rows`): no pass holds every paper's rows, and a killed job resumes with
+    the papers no finished part holds.
     """
-    from safetensors.numpy import load_file, save_file
-
-    folder = RunDir(run_dir).embeddings
-    key = embeddings_key(model_dir, corpus)
+    run = RunDir(run_dir)
+    folder, key = run.embeddings, embeddings_key(model_dir, corpus)
     tensor_path, meta_path = folder / f"{key}.safetensors", folder / f"{key}.json"
-    if tensor_path.is_file() and meta_path.is_file():
-        try:
-            meta = json.loads(meta_path.read_text())
-            arrays = load_file(str(tensor_path))
-            if meta.get("doc_ids") == corpus.ids and all(a in arrays for a in meta["aspects"]):
-                if progress:
-                    print(f"loaded cached embeddings {tensor_path}")
-                return {a: arrays[a] for a in meta["aspects"]}
-        except Exception:  # a damaged cache entry is recomputed and overwritten
-            pass
+    cached = open_entry(tensor_path, meta_path, corpus.ids)
+    if cached is not None:
+        if progress:
+            print(f"loaded cached embeddings {tensor_path}")
+        return cached
     texts = corpus.texts()
     hashes = text_hashes(texts)
+    pairs = [(str(d), h) for d, h in zip(corpus.ids, hashes)]
     # Papers added to a corpus later: rows of earlier entries of the same model are reused, so only the
     # new abstracts go through the model (a changed abstract has another hash and is embedded again).
     known = reusable_rows(folder, model_key(model_dir), corpus.ids, hashes)
@@ -108,25 +115,23 @@ def embed_corpus(model_dir: str | os.PathLike, corpus, run_dir: str | os.PathLik
     if model is not None:
         use_free_cores()  # two threads on a core another job keeps busy run several times slower
         runner = make_engine(engine, len(todo), ray_address, batch_size=batch_size)
-        fresh = runner.embed_rows(model, model_dir, [texts[i] for i in todo],
-                                  [(str(corpus.ids[i]), hashes[i]) for i in todo], parts, progress)
+        runner.write_parts(model, model_dir, [texts[i] for i in todo], [pairs[i] for i in todo], parts, progress)
         aspects, dim, max_length = list(model.aspects), int(model.dim), model.max_length
     else:
-        fresh, (aspects, dim, max_length) = {}, next(iter(known.values()))[1]
+        aspects, dim, max_length = next(iter(known.values()))[1]
+    from_parts = parts.rows(pairs) if todo else None
     reused = [(i, known[pair][0]) for i, pair in enumerate(zip(corpus.ids, hashes)) if pair in known]
-    vectors = {}
-    for a in aspects:
-        rows = np.zeros((len(corpus), dim), dtype=np.float32)
-        if todo:
-            rows[todo] = fresh[a]
-        for i, cached in reused:
-            rows[i] = cached[a]
-        vectors[a] = rows
+
+    def rows_of(aspect: str, start: int, stop: int) -> np.ndarray:
+        rows = np.zeros((stop - start, dim), dtype=np.float32)
+        if from_parts is not None:
+            from_parts.fill(aspect, start, stop, rows)
+        for i, cached_rows in reused[bisect_left(reused, (start,)):bisect_left(reused, (stop,))]:
+            rows[i - start] = cached_rows[aspect]
+        return rows
+
     folder.mkdir(parents=True, exist_ok=True)
-    tmp = folder / f"{key}.safetensors.tmp"
-    save_file({a: np.ascontiguousarray(v) for a, v in vectors.items()}, str(tmp))
-    os.replace(tmp, tensor_path)
-    RunDir(run_dir).record_cache(tensor_path)  # the ledger: files `workbench runs --clean` may delete
+    run.record_cache(write_rows(tensor_path, aspects, len(corpus), dim, rows_of))  # the ledger: `runs --clean`
     # The JSON is written last: a cache entry without it is incomplete and ignored.
     write_json(meta_path, {
         "model_dir": str(Path(model_dir).resolve()), "model_key": model_key(model_dir), "corpus": corpus.name,
@@ -134,9 +139,23 @@ def embed_corpus(model_dir: str | os.PathLike, corpus, run_dir: str | os.PathLik
         "dim": dim, "max_length": max_length, "normalized": True,
         "created": time.strftime("%Y-%m-%d %H:%M:%S"), "doc_ids": corpus.ids, "text_hashes": hashes,
     }, indent=1)
-    RunDir(run_dir).record_cache(meta_path)
-    parts.remove()  # the whole entry is in place: the parts a Ray pass wrote are not needed again
-    return vectors
+    run.record_cache(meta_path)
+    parts.remove()  # the whole entry is in place: the parts are not needed again
+    return StoredEmbeddings(tensor_path, corpus.ids, aspects)
+
+
+def open_entry(tensor_path: Path, meta_path: Path, doc_ids: Sequence[str]) -> StoredEmbeddings | None:
+    """The cached entry at these paths when it is whole and holds `doc_ids` in that order, else None (a damaged
+    or incomplete entry is computed again and overwritten)."""
+    if not (tensor_path.is_file() and meta_path.is_file()):
+        return None
+    try:
+        meta = json.loads(meta_path.read_text())
+        if meta.get("doc_ids") != list(doc_ids):
+            return None
+        return StoredEmbeddings(tensor_path, meta["doc_ids"], meta["aspects"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def text_hashes(texts: Sequence[str]) -> list[str]:

@@ -6,13 +6,13 @@ feature cache (`features.FeatureCache`), and stage 03's unified model embedding 
 
     engine = make_engine("auto", n_papers=len(corpus))      # local below AUTO_RAY_PAPERS, else Ray
     engine.encode_documents(cache, corpus.texts())           # the feature cache holds every text afterwards
-    rows = engine.embed_rows(model_dir, texts, parts)        # {aspect: [N, dim]}, row i for texts[i]
+    engine.write_parts(model, model_dir, texts, pairs, parts)  # every paper's rows in parts (`EmbeddingParts`)
 
 `LocalEngine` is the in-process path the stages always had. `RayEngine` (`ray_engine.py`, the `scale` extra)
 reads the texts in Parquet blocks and runs `map_batches` with an actor class that loads the encoder once per
 actor. Its results come back to this process, which writes them as they arrive: feature vectors as shards of
-the feature cache, embeddings as parts (`EmbeddingParts`). A killed job keeps every finished shard and part,
-and a rerun computes only the rest.
+the feature cache, embeddings as parts (`EmbeddingParts`); `LocalEngine` writes the same parts, a part per
+PART_ROWS papers. A killed job keeps every finished shard and part, and a rerun computes only the rest.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .engine_parts import SCALE_EXTRA, EmbeddingParts, document_texts
+from .engine_parts import PART_ROWS, SCALE_EXTRA, EmbeddingParts, document_texts
 from .features import FeatureCache, frozen_backbone
 from .ray_engine import RayEngine  # light: Ray itself is imported only when a RayEngine runs
 
@@ -80,8 +80,9 @@ class LocalEngine:
 
     name = "local"
 
-    def __init__(self, batch_size: int = 32):
-        self.batch_size = batch_size
+    def __init__(self, batch_size: int = 32, part_rows: int = PART_ROWS):
+        self.batch_size, self.part_rows = batch_size, part_rows
+        self.computed = 0  # papers the last `write_parts` embedded: a resumed pass embeds only the rest
 
     def encode_documents(self, cache: FeatureCache, texts: Sequence[str], progress: bool = False) -> int:
         """Put every abstract and sentence of `texts` in the cache; returns how many texts were encoded."""
@@ -93,3 +94,16 @@ class LocalEngine:
                    progress: bool = False) -> dict[str, np.ndarray]:
         """{aspect: unit rows [len(texts), dim]} from the loaded `model`, in this process (the rest is unused)."""
         return model.encode(list(texts), batch_size=self.batch_size, normalize=True, progress=progress)
+
+    def write_parts(self, model, model_dir, texts: Sequence[str], pairs: Sequence[tuple[str, str]],
+                    parts: EmbeddingParts, progress: bool = False) -> None:
+        """Embed the papers no finished part holds, `part_rows` at a time in corpus order, each batch written
+        as a part as soon as it is done: memory holds one part's rows, and a killed run keeps what it wrote."""
+        finished = parts.finished()
+        pending = [i for i, p in enumerate(pairs) if tuple(p) not in finished]
+        self.computed = len(pending)
+        for start in range(0, len(pending), self.part_rows):
+            rows = pending[start:start + self.part_rows]
+            parts.write([tuple(pairs[i]) for i in rows], self.embed_rows(model, model_dir, [texts[i] for i in rows]))
+            if progress and len(pending) > self.part_rows:
+                print(f"embeddings: {start + len(rows)} of {len(pending)} papers written")

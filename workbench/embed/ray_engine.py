@@ -184,8 +184,14 @@ class RayEngine:
 
     def embed_rows(self, model, model_dir, texts: Sequence[str], pairs: Sequence[tuple[str, str]],
                    parts: EmbeddingParts, progress: bool = False) -> dict[str, np.ndarray]:
-        """{aspect: unit rows [len(texts), dim]}: the papers no finished part holds are embedded by the actors and
-        written as parts of PART_ROWS papers; then every row is read back from the parts, in the order given."""
+        """{aspect: unit rows [len(texts), dim]}: `write_parts`, then every row read back from the parts, in the
+        order given (in memory: `embeddings.stored_embeddings` reads the parts by blocks instead)."""
+        self.write_parts(model, model_dir, texts, pairs, parts, progress)
+        return parts.read(pairs)
+
+    def write_parts(self, model, model_dir, texts: Sequence[str], pairs: Sequence[tuple[str, str]],
+                    parts: EmbeddingParts, progress: bool = False) -> None:
+        """The papers no finished part holds, embedded by the actors and written as parts of PART_ROWS papers."""
         finished = parts.finished()
         pending = [i for i, p in enumerate(pairs) if tuple(p) not in finished]
         self.computed = len(pending)
@@ -197,7 +203,6 @@ class RayEngine:
                 self._write_parts(ds, pairs, parts, self.part_rows, progress)
             finally:
                 shutil.rmtree(folder, ignore_errors=True)
-        return parts.read(pairs)
 
     @staticmethod
     def _write_parts(ds, pairs, parts: EmbeddingParts, part_rows: int, progress: bool) -> None:

@@ -29,7 +29,7 @@ from ..core.progress import notice
 from ..decode.faithfulness import describe_with_confidence
 from ..decode.retrieval import own_sentences
 from ..decode.stating import MarginReader, with_stated
-from ..embed.embeddings import embed_corpus
+from ..embed.embeddings import stored_embeddings
 from .labels import question_labels, statement_labels, term_labels
 from .mapview import MapRegions, by_cluster, region_count
 from .page import PageOptions, PresetDetails, export_html
@@ -41,6 +41,7 @@ from .pane import MapPane
 from .teaching import TeachPanel, attach, corpus_loop, verdict_for
 from .readout import decoded_html, hover_meta, llm_statements, own_statements_html, pick_own
 from .tsne import AspectMap, normalize_weights
+from .tsne_math import unit32
 from .weights import FitSettings, fit_weights, map_weights
 from ..core.rundir import RunDir
 from ..core.vectors import unit_rows
@@ -65,12 +66,13 @@ class Explorer:
         if not model_dir.is_dir():
             raise FileNotFoundError(f"{model_dir} is missing: run stage 03 (distill) first")
         self.model_dir = model_dir
-        emb = embed_corpus(model_dir, corpus, self.run_dir, progress=False)
+        # Read from disk, not loaded: the map checks and lays out memory-mapped rows by blocks (`stored.py`).
+        emb = stored_embeddings(model_dir, corpus, self.run_dir, progress=False)
         self.aspects = list(aspects) if aspects is not None else list(emb)
         unknown = sorted(set(self.aspects) - set(emb))
         if unknown:
             raise ValueError(f"the unified model has no aspects {unknown}; it has {sorted(emb)}")
-        self.embeddings = {a: unit_rows(emb[a]) for a in self.aspects}
+        self.embeddings = {a: unit32(np.asarray(emb[a])) for a in self.aspects}
         self.decoders = None
         self.confidence: dict = {}  # stage 04's calibration of the decoded texts' confidence, per aspect
         if decode:
