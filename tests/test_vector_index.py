@@ -135,6 +135,7 @@ def test_the_index_finds_what_a_dict_of_first_places_finds(monkeypatch):
     from workbench.embed.vector_index import VectorIndex
 
     monkeypatch.setattr(VectorIndex, "MERGE_AT", 300)
+    monkeypatch.setattr(VectorIndex, "MERGE_MIN", 100)  # merges at 100, then at a tenth of the array, then 300
     rng = np.random.default_rng(0)
     pool = [f"{i:024x}" for i in rng.choice(10**12, 3000, replace=False)]
     index, reference = VectorIndex(), {}
@@ -143,6 +144,7 @@ def test_the_index_finds_what_a_dict_of_first_places_finds(monkeypatch):
         index.add_block(keys, rng.standard_normal((250, 4)).astype(np.float32))
         for row, key in enumerate(keys):
             reference.setdefault(key, (number, row))
+        assert len(index._recent) < max(100, min(300, 0.1 * len(index._keys)))  # the dict stays small
     index.forget_block(5)
     reference = {k: w for k, w in reference.items() if w[0] != 5}
     assert len(index._keys) > 0 and len(index) == len(reference)

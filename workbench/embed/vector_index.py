@@ -87,10 +87,13 @@ class VectorIndex:
 
     The keys (24 hex digits, `features.text_key`) sit in a sorted array of 24-byte strings beside their places,
     32 bytes a key (a dict of str keys and tuples takes about ten times that), looked up by binary search; keys
-    added since the last merge wait in a dict, merged in one pass once there are MERGE_AT of them.
+    added since the last merge wait in a dict, merged in one pass once they are a tenth of the sorted ones
+    (at least MERGE_MIN, at most MERGE_AT). The dict stays small beside the array, so memory follows the corpus by
+    32 bytes a key, not 200; each merge copies the array, and growing it by a tenth each time keeps the copies
+    to about ten times the keys in all.
     """
 
-    MERGE_AT = 500_000
+    MERGE_MIN, MERGE_SHARE, MERGE_AT = 20_000, 0.1, 500_000
 
     def __init__(self):
         self._keys = np.empty(0, dtype="S24")  # sorted
@@ -130,7 +133,7 @@ class VectorIndex:
         for row, key in enumerate(keys):
             if not held[row]:
                 self._recent.setdefault(key, (number, row))
-        if len(self._recent) >= self.MERGE_AT:
+        if len(self._recent) >= min(self.MERGE_AT, max(self.MERGE_MIN, self.MERGE_SHARE * len(self._keys))):
             self._merge()
 
     def _merge(self) -> None:
