@@ -363,6 +363,33 @@ class Browser:
             walk(document);
             return out;""")
 
+    def density_image(self) -> dict | None:
+        """The map's density image as the page holds it (a map drawn by `panedensity`): where it lies (x, y, dw,
+        dh, data units), whether it is drawn, and how many points the page draws beside it; None: no image."""
+        return self.js(_PLOT_JS.replace("return plots;", """
+            for (const v of plots) { for (const r of v.model.renderers) {
+              if (r.data_source && r.data_source.name === 'density') {
+                const d = r.data_source.data, p = v.model.renderers.find(q => q.data_source && q.data_source.name === 'points');
+                return {x: d.x.length ? d.x[0] : null, y: d.y.length ? d.y[0] : null, dw: d.dw.length ? d.dw[0] : null,
+                        dh: d.dh.length ? d.dh[0] : null, visible: r.visible, points: p.data_source.data.x.length}; } } }
+            return null;"""))
+
+    def zoom_map(self, x: float, y: float, clicks: int = 1):
+        """Turn the mouse wheel over page point (x, y), as a user zooms in (negative clicks zoom out)."""
+        self.driver.execute_cdp_cmd("Input.dispatchMouseEvent", {"type": "mouseMoved", "x": x, "y": y})
+        for _ in range(abs(int(clicks))):
+            self.driver.execute_cdp_cmd("Input.dispatchMouseEvent", {
+                "type": "mouseWheel", "x": x, "y": y, "deltaX": 0, "deltaY": -100 if clicks > 0 else 100})
+            time.sleep(0.02)
+
+    def set_map_view(self, x0: float, x1: float, y0: float, y1: float):
+        """Move the map's ranges to (x0, x1) x (y0, y1), as a box zoom ends."""
+        self.js(_PLOT_JS.replace("return plots;", """
+            const v = plots.find(p => p.model.renderers.some(r => r.data_source && r.data_source.name === 'points'));
+            v.model.x_range.setv({start: arguments[0], end: arguments[1]});
+            v.model.y_range.setv({start: arguments[2], end: arguments[3]});
+            return null;"""), x0, x1, y0, y1)
+
     def source_length(self, name: str) -> int:
         return self.js(_PLOT_JS.replace("return plots;", """
             for (const v of plots) { for (const r of v.model.renderers) {
