@@ -369,9 +369,11 @@ class Browser:
         return self.js(_PLOT_JS.replace("return plots;", """
             for (const v of plots) { for (const r of v.model.renderers) {
               if (r.data_source && r.data_source.name === 'density') {
-                const d = r.data_source.data, p = v.model.renderers.find(q => q.data_source && q.data_source.name === 'points');
-                return {x: d.x.length ? d.x[0] : null, y: d.y.length ? d.y[0] : null, dw: d.dw.length ? d.dw[0] : null,
-                        dh: d.dh.length ? d.dh[0] : null, visible: r.visible, points: p.data_source.data.x.length}; } } }
+                const d = r.data_source.data;
+                const p = v.model.renderers.find(q => q.data_source && q.data_source.name === 'points');
+                const first = k => d[k].length ? d[k][0] : null;
+                return {x: first('x'), y: first('y'), dw: first('dw'), dh: first('dh'), visible: r.visible,
+                        points: p.data_source.data.x.length}; } } }
             return null;"""))
 
     def zoom_map(self, x: float, y: float, clicks: int = 1):

@@ -1,4 +1,4 @@
-"""The pane's density path (maps/panedensity.py), driven without a browser: 20,000 papers, the threshold forced to 2,000.
+"""The pane's density path (maps/panedensity.py) without a browser: 20,000 papers, the threshold forced to 2,000.
 
 Above the threshold the map is an image; a view that holds few papers shows them as points; a tap anywhere
 finds the nearest paper; a weight change redraws the density from the new coordinates, with its labels.

@@ -23,6 +23,7 @@ from .mapview import ROW_DISPLAY, by_cluster, map_frame, named_groups
 
 DENSITY_ABOVE = 200_000  # papers above which the pane draws density (PaneView.density_above)
 DEBOUNCE_MS = 150  # the ranges rest this long before the browser asks the kernel for the view
+MARGIN = 0.02  # the whole map's view reaches this share of its extent past the outermost papers
 TEMPLATE_ROWS = 2_000  # papers whose fields decide the hover's template on a density map
 # In the browser: every change of the ranges restarts a timer; when it runs out, the view is written into
 # the request source, whose change jupyter_bokeh sends to the kernel.
@@ -35,11 +36,13 @@ request._wb_timer = setTimeout(() => {
 
 
 def full_view(coords: np.ndarray, width: int, height: int) -> density.View:
-    """The view of every point of `coords`, widened on one axis so that a unit spans as many pixels across as
-    up (a map's distances mean the same both ways, as the pane's `match_aspect` keeps them for small maps)."""
-    view = density.View.around(coords, width, height)
-    (x0, x1), (y0, y1) = view.x_range, view.y_range
-    per_pixel = max((x1 - x0) / width, (y1 - y0) / height)
+    """The view of every point of `coords` and a MARGIN around them, widened on one axis so that a unit spans as
+    many pixels across as up (a map's distances mean the same both ways, as `match_aspect` keeps them on a small
+    map)."""
+    # Column by column: min(axis=0) of an (n, 2) array took 70 ms at a million rows, a column's min 1 ms.
+    x, y = coords[:, 0], coords[:, 1]
+    x0, x1, y0, y1 = float(x.min()), float(x.max()), float(y.min()), float(y.max())
+    per_pixel = max((x1 - x0) / width, (y1 - y0) / height, 1e-9) * (1 + 2 * MARGIN)
     cx, cy = (x0 + x1) / 2, (y0 + y1) / 2
     return density.View((cx - per_pixel * width / 2, cx + per_pixel * width / 2),
                         (cy - per_pixel * height / 2, cy + per_pixel * height / 2), width, height)
