@@ -54,7 +54,7 @@ def test_above_the_threshold_the_map_is_an_image_and_no_points_travel(pane, coor
     x0, y0 = pane.image_source.data["x"][0], pane.image_source.data["y"][0]
     assert x0 < coords[:, 0].min() and x0 + pane.image_source.data["dw"][0] > coords[:, 0].max()
     assert y0 < coords[:, 1].min() and y0 + pane.image_source.data["dh"][0] > coords[:, 1].max()
-    assert {"title", "year", "hover", "color", "group"} <= set(pane.source.data)
+    assert {"title", "year", "color", "group"} <= set(pane.source.data) and "hover" not in pane.source.data
     small = MapPane(coords[:500], meta.head(500), ["a"], {"a": 1.0}, view=PaneView(density_above=ABOVE))
     assert not small.density and len(small.source.data["x"]) == 500  # below it, every point as before
 

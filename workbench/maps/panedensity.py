@@ -89,7 +89,8 @@ class PaneDensity:
         from bokeh.models import ColumnDataSource, CustomJS, Range1d
 
         self.selected_papers = [int(i) for i in selected]
-        self.columns = list(self.source.data)
+        # The pane never reads the plain-text "hover" one-liner (it repeats what the tooltip shows).
+        self.columns = [c for c in self.source.data if c != "hover"]
         self.quiet_selection = False
         view = full_view(self.coords, self.width, self.map_height)
         self.figure.x_range, self.figure.y_range = Range1d(*view.x_range), Range1d(*view.y_range)
@@ -112,7 +113,12 @@ class PaneDensity:
         data = map_frame(coords[rows], self.meta.iloc[rows], self.color_by, numbers)
         if by_cluster(self.color_by) and self.labels:  # the hover names each point's region as the map does
             data["group"] = named_groups(data["group"], self.labels)
-        return conform(data, self.columns) if hasattr(self, "columns") else data
+        if not hasattr(self, "columns"):
+            return data
+        data = conform(data, self.columns)
+        for column in ("x", "y", "alpha", "size"):  # numbers travel to BokehJS as binary arrays, not JSON text
+            data[column] = np.asarray(data[column], dtype=np.float64)
+        return data
 
     def request_view(self, data: dict) -> density.View | None:
         """Draw the view the browser asks for ({x0, x1, y0, y1: [value]}, the request source's data); None when
