@@ -11,8 +11,10 @@ import pytest
 pytest.importorskip("datashader")
 
 from workbench.maps.density import View  # noqa: E402
+from workbench.maps.mapview import region_color  # noqa: E402
 from workbench.maps.options import PaneCallbacks, PaneView  # noqa: E402
 from workbench.maps.pane import MapPane  # noqa: E402
+from workbench.maps.panedensity import shaded_regions  # noqa: E402
 
 N, ABOVE, FEW = 20_000, 2_000, 500
 CENTRES = [(0, 0), (10, 0), (0, 10), (10, 10)]
@@ -57,6 +59,33 @@ def test_above_the_threshold_the_map_is_an_image_and_no_points_travel(pane, coor
     assert {"title", "year", "color", "group"} <= set(pane.source.data) and "hover" not in pane.source.data
     small = MapPane(coords[:500], meta.head(500), ["a"], {"a": 1.0}, view=PaneView(density_above=ABOVE))
     assert not small.density and len(small.source.data["x"]) == 500  # below it, every point as before
+
+
+def _rgb(packed) -> tuple[int, int, int]:
+    return int(packed) & 255, (int(packed) >> 8) & 255, (int(packed) >> 16) & 255
+
+
+def test_the_image_has_the_colours_of_the_regions(pane, coords):
+    """A pixel of one region's papers has that region's colour, as its label in the legend; a mixed pixel a mix."""
+    data = pane.image_source.data
+    image = data["image"][0]
+    height, width = image.shape
+    checked = 0
+    for i in (0, N // 4, N // 2, 3 * N // 4):  # a paper of each cluster (each cluster is one region or more)
+        col = int((coords[i, 0] - data["x"][0]) / data["dw"][0] * width)
+        row = int((coords[i, 1] - data["y"][0]) / data["dh"][0] * height)
+        colour = region_color(pane.all_numbers[i]).lstrip("#")
+        got = _rgb(image[row, col])
+        assert image[row, col] >> 24 > 0
+        if (pane.all_numbers[np.hypot(*(coords - coords[i]).T) < 0.2] == pane.all_numbers[i]).all():
+            assert got == tuple(int(colour[k:k + 2], 16) for k in (0, 2, 4)), (i, got, colour)
+            checked += 1
+    assert checked >= 2
+    view = View((0.0, 2.0), (0.0, 1.0), width=2, height=1)
+    red, blue = np.array([[0.5, 0.5]] * 3), np.array([[0.5, 0.5], [1.5, 0.5]])
+    packed = shaded_regions([red, blue], ["#ff0000", "#0000ff"], view)
+    assert _rgb(packed[0, 0]) == (191, 0, 64) and _rgb(packed[0, 1]) == (0, 0, 255)  # 3 red, 1 blue; 1 blue
+    assert packed[0, 0] >> 24 == 255 and 0 < packed[0, 1] >> 24 < 255  # the fuller pixel is the more opaque
 
 
 def test_a_zoom_redraws_and_a_small_view_shows_its_papers_as_points(pane, coords):

@@ -19,12 +19,13 @@ from __future__ import annotations
 import numpy as np
 
 from . import density
-from .mapview import ROW_DISPLAY, by_cluster, map_frame, named_groups
+from .mapview import ROW_DISPLAY, by_cluster, map_frame, named_groups, region_color
 
 DENSITY_ABOVE = 200_000  # papers above which the pane draws density (PaneView.density_above)
 DEBOUNCE_MS = 150  # the ranges rest this long before the browser asks the kernel for the view
 MARGIN = 0.02  # the whole map's view reaches this share of its extent past the outermost papers
-TEMPLATE_ROWS = 2_000  # papers whose fields decide the hover's template on a density map
+TEMPLATE_ROWS = 2_000
+MIN_ALPHA = 60  # the opacity of a pixel of the fewest papers: one paper stays visible beside a crowd  # papers whose fields decide the hover's template on a density map
 # In the browser: every change of the ranges restarts a timer; when it runs out, the view is written into
 # the request source, whose change jupyter_bokeh sends to the kernel.
 VIEW_JS = """
@@ -46,6 +47,26 @@ def full_view(coords: np.ndarray, width: int, height: int) -> density.View:
     cx, cy = (x0 + x1) / 2, (y0 + y1) / 2
     return density.View((cx - per_pixel * width / 2, cx + per_pixel * width / 2),
                         (cy - per_pixel * height / 2, cy + per_pixel * height / 2), width, height)
+
+
+def shaded_regions(groups: list[np.ndarray], colors: list[str], view: density.View) -> np.ndarray:
+    """The view as an RGBA image packed into uint32 (as `density.shaded`), each pixel the mix of its papers' region
+    colours (`groups`: the coordinates of each region's papers, `colors` theirs), its opacity the pixel's count
+    equalised over the view's pixels (as eq_hist), so a region on the map has the colour of its label."""
+    counts = np.stack([density.counts(g, view) for g in groups]).astype(np.float64)  # (regions, height, width)
+    total = counts.sum(axis=0)
+    rgb = np.array([[int(c[i:i + 2], 16) for i in (1, 3, 5)] for c in colors], dtype=np.float64)
+    mix = np.tensordot(counts, rgb, axes=(0, 0)) / np.maximum(total, 1.0)[..., None]
+    filled = total > 0
+    alpha = np.zeros(total.shape)
+    if filled.any():
+        ranked = np.sort(total[filled])
+        alpha[filled] = MIN_ALPHA + (255 - MIN_ALPHA) * np.searchsorted(ranked, total[filled], "right") / len(ranked)
+    channels = [mix[..., 0], mix[..., 1], mix[..., 2], alpha]
+    packed = np.zeros(total.shape, dtype=np.uint32)
+    for shift, channel in zip((0, 8, 16, 24), channels):  # little-endian RGBA, as Bokeh's image_rgba reads it
+        packed |= np.clip(np.rint(channel), 0, 255).astype(np.uint32) << np.uint32(shift)
+    return packed
 
 
 def conform(data: dict, columns: list[str]) -> dict:
@@ -104,7 +125,7 @@ class PaneDensity:
             axis.js_on_change("start", code)
             axis.js_on_change("end", code)
         self.view_request.on_change("data", lambda attr, old, new: self.request_view(new))
-        self.drawn_view = None
+        self.drawn_view, self.by_region = None, None
         self.redraw(view)
 
     def _points_data(self, rows: np.ndarray, coords: np.ndarray) -> dict:
@@ -148,7 +169,7 @@ class PaneDensity:
         else:
             self.shown = np.zeros(0, dtype=int)
             (x0, x1), (y0, y1) = view.x_range, view.y_range
-            self.image_source.data = {"image": [density.shaded(coords, view)], "x": [x0], "y": [y0],
+            self.image_source.data = {"image": [self._image(coords, view)], "x": [x0], "y": [y0],
                                       "dw": [x1 - x0], "dh": [y1 - y0]}
             self.image_glyph.visible = True
         self.quiet_selection = True  # the rows change under the selection; the selected papers do not
@@ -159,6 +180,17 @@ class PaneDensity:
         finally:
             self.quiet_selection = False
         self.drawn_view = view
+
+    def _image(self, coords: np.ndarray, view: density.View) -> np.ndarray:
+        """The view's image: coloured by region on a map coloured by its regions, else one colour ramp."""
+        if self.all_numbers is None:
+            return density.shaded(coords, view)
+        if self.by_region is None or self.by_region[0] is not coords:  # grouped once per layout (and frame)
+            order = np.argsort(self.all_numbers, kind="stable")
+            numbers, cuts = np.unique(self.all_numbers[order], return_index=True)
+            self.by_region = (coords, [coords[rows] for rows in np.split(order, cuts[1:])],
+                              [region_color(m) for m in numbers])
+        return shaded_regions(self.by_region[1], self.by_region[2], view)
 
     def show_whole(self, coords: np.ndarray) -> None:
         """Show every paper of the map at `coords` (a new layout, or its first frame): the ranges and the view."""
