@@ -185,12 +185,15 @@ class PaneDensity:
         """The view's image: coloured by region on a map coloured by its regions, else one colour ramp."""
         if self.all_numbers is None:
             return density.shaded(coords, view)
-        if self.by_region is None or self.by_region[0] is not coords:  # grouped once per layout (and frame)
+        if self.by_region is None or self.by_region[0] is not self.all_numbers:  # once per layout's regions
             order = np.argsort(self.all_numbers, kind="stable")
             numbers, cuts = np.unique(self.all_numbers[order], return_index=True)
-            self.by_region = (coords, [coords[rows] for rows in np.split(order, cuts[1:])],
-                              [region_color(m) for m in numbers])
-        return shaded_regions(self.by_region[1], self.by_region[2], view)
+            self.by_region = (self.all_numbers, order, cuts[1:], [region_color(m) for m in numbers], None, None)
+        numbers, order, cuts, colors, grouped, groups = self.by_region
+        if grouped is not coords:  # once per layout and per frame: one gather, each region a view of it
+            groups = np.split(coords[order].astype(np.float32), cuts)
+            self.by_region = (numbers, order, cuts, colors, coords, groups)
+        return shaded_regions(groups, colors, view)
 
     def show_whole(self, coords: np.ndarray) -> None:
         """Show every paper of the map at `coords` (a new layout, or its first frame): the ranges and the view."""
