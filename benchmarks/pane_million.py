@@ -4,12 +4,12 @@ A t-SNE layout of a million papers takes longer than this benchmark should (benc
 that), so the map here is cheap 2-D coordinates with the structure of `_million.papers`: TOPICS topic
 centres spread over the plane, SUBTOPICS subtopic clusters around each, each paper a Gaussian step from its
 subtopic (seeded). The pane (`MapPane`, its default `PaneView`: density above 200,000 papers, points once a
-view holds 20,000 or fewer) is built on them, coloured by its 8 regions, with titles and years; then, each
+view holds 10,000 or fewer) is built on them, coloured by its 8 regions, with titles and years; then, each
 timed in the kernel (what a browser's message sets off, before the reply travels):
 
   build     the pane: region numbers, the hover's template, the whole map's first image;
   zoom      a view request (what the browser sends once the ranges rest) at each step of a zoom into one
-            subtopic, halving the view: an image while the view holds more than 20,000 papers, then points;
+            subtopic, halving the view: an image while the view holds more than 10,000 papers, then points;
   tap       a tap (the nearest paper, within the hit radius, from an exact scan of the 2-D coordinates) on
             random spots, with a stand-in `on_tap` that returns the paper's title (decoding is not the pane's);
   weight    a weight step whose layout is the map turned: its first frame (drawn as soon as `on_weights` hands
@@ -18,7 +18,8 @@ timed in the kernel (what a browser's message sets off, before the reply travels
 
 With --browser, the same pane in a real JupyterLab in headless Chromium (tests/lab_harness.py), each timed
 from the input event: a wheel zoom (three clicks) until the image is redrawn; the ranges set, as a box zoom
-ends, to the view 9 wide that holds about 15,600 papers, until the page holds them as points; a tap on a
+ends, to the largest view around one subtopic (9 wide, or 10% narrower at a time) that holds at most
+--few papers (8,821 of a million), until the page holds them as points; a tap on a
 paper of a smaller view until its title is read; a weight step until its first frame, then its settled map.
 
     nice .venv/bin/python benchmarks/pane_million.py [--papers 1000000] [--taps 20] [--browser] [--smoke]
@@ -132,12 +133,12 @@ def browser_side(args, tmp: Path) -> dict:
     with JupyterLab(root, tmp / "home") as server:
         browser = Browser(tmp / "profile")
         try:
-            return timed_gestures(browser, server, data)
+            return timed_gestures(browser, server, data, args.few)
         finally:
             browser.close()
 
 
-def timed_gestures(browser, server, data: str) -> dict:
+def timed_gestures(browser, server, data: str, few: int) -> dict:
     """Open the notebook, then time a wheel zoom, a tap on a paper once points show, and a weight step."""
     browser.open(server.notebook_url("million.ipynb"), timeout=300)
     browser.run_all(timeout=600)
@@ -153,7 +154,9 @@ def timed_gestures(browser, server, data: str) -> dict:
     namespace: dict = {}
     exec(data, namespace)
     cx, cy = namespace["subtopics"][0, 0]
-    half = 4.5  # at a million papers the view holds about 15,600 of them (the zoom's last step above)
+    coords, half = namespace["coords"], 4.5  # at a million papers 4.5 holds about 15,600 (the zoom's last step)
+    while np.count_nonzero((np.abs(coords[:, 0] - cx) <= half) & (np.abs(coords[:, 1] - cy) <= half)) > few:
+        half *= 0.9  # the largest view (of these) that the pane draws as points
     start = time.perf_counter()
     browser.set_map_view(cx - half, cx + half, cy - half, cy + half)  # the kernel's largest view of points
     browser.wait(lambda: browser.density_image()["points"] > 0, 30, "no points in a small view", every=0.02)
@@ -186,7 +189,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--papers", type=int, default=1_000_000)
     parser.add_argument("--above", type=int, default=200_000, help="PaneView.density_above")
-    parser.add_argument("--few", type=int, default=20_000, help="PaneView.points_in_view")
+    parser.add_argument("--few", type=int, default=10_000, help="PaneView.points_in_view")
     parser.add_argument("--taps", type=int, default=20)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--browser", action="store_true", help="also time the pane in JupyterLab, headless Chromium")

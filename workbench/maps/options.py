@@ -7,9 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from .density import POINTS_IN_VIEW
 from .mapview import MAP_HEIGHT, MAP_WIDTH, MapRegions
-from .panedensity import DENSITY_ABOVE
+from .panedensity import DENSITY_ABOVE, POINTS_IN_VIEW
 
 
 @dataclass(frozen=True)
