@@ -384,6 +384,30 @@ class Browser:
                 "type": "mouseWheel", "x": x, "y": y, "deltaX": 0, "deltaY": -100 if clicks > 0 else 100})
             time.sleep(0.02)
 
+    def drag_map(self, x: float, y: float, dx: float, dy: float, steps: int = 20):
+        """Press at page point (x, y), move by (dx, dy) in `steps` mouse moves, release: a pan, as a hand does."""
+        cdp = self.driver.execute_cdp_cmd
+        cdp("Input.dispatchMouseEvent", {"type": "mouseMoved", "x": x, "y": y})
+        cdp("Input.dispatchMouseEvent", {"type": "mousePressed", "x": x, "y": y, "button": "left", "clickCount": 1})
+        for k in range(1, steps + 1):
+            cdp("Input.dispatchMouseEvent", {"type": "mouseMoved", "x": x + dx * k / steps, "y": y + dy * k / steps,
+                                             "button": "left", "buttons": 1})
+            time.sleep(0.02)
+        cdp("Input.dispatchMouseEvent", {"type": "mouseReleased", "x": x + dx, "y": y + dy, "button": "left",
+                                         "clickCount": 1})
+
+    def count_changes(self, name: str) -> int:
+        """How often the data source `name` of the map has changed since the first call for it (0 then)."""
+        return self.js(_PLOT_JS.replace("return plots;", """
+            const counts = window.__wb_changes = window.__wb_changes || {};
+            if (!(arguments[0] in counts)) {
+              counts[arguments[0]] = 0;
+              for (const v of plots) { for (const r of v.model.renderers) {
+                if (r.data_source && r.data_source.name === arguments[0]) {
+                  r.data_source.change.connect(() => { counts[arguments[0]] += 1; }); } } }
+            }
+            return counts[arguments[0]];"""), name)
+
     def set_map_view(self, x0: float, x1: float, y0: float, y1: float):
         """Move the map's ranges to (x0, x1) x (y0, y1), as a box zoom ends."""
         self.js(_PLOT_JS.replace("return plots;", """
