@@ -331,6 +331,14 @@ class Browser:
                 r.data_source.selected.indices = arguments[0]; return true; } } }
             return false;"""), [int(i) for i in indices])
 
+    def selected_points(self) -> list[int] | None:
+        """The rows of the map's points source that the page holds selected (None: no map)."""
+        return self.js(_PLOT_JS.replace("return plots;", """
+            for (const v of plots) { for (const r of v.model.renderers) {
+              if (r.data_source && r.data_source.name === 'points') {
+                return Array.from(r.data_source.selected.indices); } } }
+            return null;"""))
+
     def points_webgl(self) -> bool | None:
         """Whether the map's points are drawn by WebGL (BokehJS falls back to canvas without it); None: no map."""
         return self.js(_PLOT_JS.replace("return plots;", """

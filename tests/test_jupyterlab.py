@@ -610,6 +610,16 @@ def test_a_density_map_zooms_into_points_answers_taps_and_moves_in_time(lab):
     start = time.perf_counter()
     browser.wait(lambda: f"Tapped: {title}" in _readout(browser), 10, "the tap was not read", every=0.02)
     tap = time.perf_counter() - start + 0.1  # the button is released 0.1 s after the press
+    # A selection outlives the views it was made in: zoomed out to the image and in again, it is still there.
+    selection = "return document.querySelector('.wb-selection').innerText"
+    assert browser.select_points([0, 1])
+    browser.wait(lambda: "2 papers selected" in browser.js(selection), 10, "the selection did not reach the kernel")
+    browser.set_map_view(cx - 30.0, cx + 30.0, cy - 30.0, cy + 30.0)
+    browser.wait(lambda: browser.density_image()["visible"], 10, "no image when zoomed out")
+    browser.set_map_view(cx - 1.0, cx + 1.0, cy - 1.0, cy + 1.0)
+    browser.wait(lambda: browser.selected_points() == [0, 1], 10, "the selection was not drawn again")
+    time.sleep(0.3)  # what the page sends back has reached the kernel
+    assert "2 papers selected" in browser.js(selection), browser.js(selection)
     image = browser.density_image()
     readout = browser.driver.find_element("css selector", ".wb-weight-task .widget-readout")
     readout.click()

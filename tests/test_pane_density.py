@@ -112,9 +112,14 @@ def test_a_selection_outlives_the_views_it_was_made_in(coords, meta):
     chosen = [int(pane.shown[0]), int(pane.shown[2])]
     assert picked[-1] == chosen and "2 papers selected" in pane.selection_info.value
     _ask(pane, -5.0, 15.0, -5.0, 15.0)  # zoomed out: no points drawn, the selection kept
+    pane.selection_changed([])  # the page sends the kernel's own change back (jupyter_bokeh): not the user's
     assert pane.selected_papers == chosen and picked[-1] == chosen
     _ask(pane, -0.3, 0.3, -0.3, 0.3)
     assert pane.source.selected.indices == [0, 2]
+    pane.selection_changed([0, 2])  # the echo of the rows selected again
+    assert pane.selected_papers == chosen and len(picked) == 1
+    pane.source.selected.indices = []  # the user clears the selection
+    assert pane.selected_papers == [] and picked[-1] == []
 
 
 def test_a_tap_anywhere_finds_the_nearest_paper(coords, meta):

@@ -29,6 +29,9 @@ POINTS_IN_VIEW = 10_000
 DEBOUNCE_MS = 150  # the ranges rest this long before the browser asks the kernel for the view
 MARGIN = 0.02  # the whole map's view reaches this share of its extent past the outermost papers
 TEMPLATE_ROWS = 2_000
+# jupyter_bokeh's page sends each change the kernel made back to it, after applying it, and the kernel calls the
+# selection's callbacks for it: the rows the kernel selected itself, the last SENT_ROWS, are known as its own.
+SENT_ROWS = 8
 MIN_ALPHA = 60  # the opacity of a pixel of the fewest papers: one paper stays visible beside a crowd  # papers whose fields decide the hover's template on a density map
 # In the browser: every change of the ranges restarts a timer; when it runs out, the view is written into
 # the request source, whose change jupyter_bokeh sends to the kernel.
@@ -116,7 +119,7 @@ class PaneDensity:
         self.selected_papers = [int(i) for i in selected]
         # The pane never reads the plain-text "hover" one-liner (it repeats what the tooltip shows).
         self.columns = [c for c in self.source.data if c != "hover"]
-        self.quiet_selection = False
+        self.quiet_selection, self.sent_rows = False, []
         view = full_view(self.coords, self.width, self.map_height)
         self.figure.x_range, self.figure.y_range = Range1d(*view.x_range), Range1d(*view.y_range)
         self.image_source = ColumnDataSource({"image": [], "x": [], "y": [], "dw": [], "dh": []}, name="density")
@@ -176,13 +179,9 @@ class PaneDensity:
             self.image_source.data = {"image": [self._image(coords, view)], "x": [x0], "y": [y0],
                                       "dw": [x1 - x0], "dh": [y1 - y0]}
             self.image_glyph.visible = True
-        self.quiet_selection = True  # the rows change under the selection; the selected papers do not
-        try:
-            self.source.selected.indices = []
-            self.source.data = self._points_data(self.shown, coords)
-            self.source.selected.indices = self._selected_rows()
-        finally:
-            self.quiet_selection = False
+        self._set_rows([])  # the rows change under the selection; the selected papers do not
+        self.source.data = self._points_data(self.shown, coords)
+        self._set_rows(self._selected_rows())
         self.drawn_view = view
 
     def _image(self, coords: np.ndarray, view: density.View) -> np.ndarray:
@@ -212,14 +211,31 @@ class PaneDensity:
             return []
         return np.flatnonzero(np.isin(self.shown, self.selected_papers)).tolist()
 
+    def _set_rows(self, rows: list[int]) -> None:
+        """Select `rows` of `source` for the papers they hold, without taking it for the user's selection."""
+        if [int(r) for r in self.source.selected.indices] == rows:
+            return
+        self.sent_rows = (self.sent_rows + [rows])[-SENT_ROWS:]
+        self.quiet_selection = True
+        try:
+            self.source.selected.indices = rows
+        finally:
+            self.quiet_selection = False
+
     def selection_changed(self, rows) -> None:
         """The source's selection changed (the lasso, the box, `select`): on a density map, the papers of
         those rows become the selection (as a lasso on a small map replaces it)."""
         if not self.density:
             self._on_selection(rows)
-        elif not self.quiet_selection:
-            self.selected_papers = [int(self.shown[r]) for r in rows if 0 <= int(r) < len(self.shown)]
-            self._on_selection(self.selected_papers)
+            return
+        rows = [int(r) for r in rows]
+        if self.quiet_selection:
+            return
+        if rows in self.sent_rows:  # the page sends the kernel's own change back once it has applied it
+            self.sent_rows.remove(rows)
+            return
+        self.selected_papers = [int(self.shown[r]) for r in rows if 0 <= r < len(self.shown)]
+        self._on_selection(self.selected_papers)
 
     def select_papers(self, indices) -> None:
         """Select papers by index: on a density map those in view are highlighted, all are kept."""
@@ -228,11 +244,7 @@ class PaneDensity:
             self.source.selected.indices = indices
             return
         self.selected_papers = indices
-        self.quiet_selection = True
-        try:
-            self.source.selected.indices = self._selected_rows()
-        finally:
-            self.quiet_selection = False
+        self._set_rows(self._selected_rows())
         self._on_selection(indices)
 
     def selected_count(self) -> int:
