@@ -1,8 +1,9 @@
 """The pane's map past a few hundred thousand papers: drawn as density, re-aggregated on zoom, as points once few.
 
 A browser holds one glyph per paper comfortably up to about 200,000 papers. Above `PaneView.density_above`
-papers, `MapPane` sends none of them: the kernel rasterises the view into an RGBA image (`density.shaded`,
-Datashader) that Bokeh's `image_rgba` glyph shows, under the region labels and the markers. When the
+papers, `MapPane` sends none of them: the kernel rasterises the view into an RGBA image (`density.counts`,
+Datashader; a map coloured by its regions in their colours, `shaded_regions`, else `density.shaded`) that
+Bokeh's `image_rgba` glyph shows, under the region labels and the markers. When the
 user zooms or pans, the browser waits until the ranges rest for DEBOUNCE_MS (a drag changes them dozens of
 times) and then sends the view to the kernel through a small data source that jupyter_bokeh carries back,
 the same round trip as the lasso's selection; the kernel draws the new view. Once a view holds at most
@@ -28,11 +29,11 @@ DENSITY_ABOVE = 200_000  # papers above which the pane draws density (PaneView.d
 POINTS_IN_VIEW = 10_000
 DEBOUNCE_MS = 150  # the ranges rest this long before the browser asks the kernel for the view
 MARGIN = 0.02  # the whole map's view reaches this share of its extent past the outermost papers
-TEMPLATE_ROWS = 2_000
+TEMPLATE_ROWS = 2_000  # papers whose fields decide the hover's template on a density map
 # jupyter_bokeh's page sends each change the kernel made back to it, after applying it, and the kernel calls the
 # selection's callbacks for it: the rows the kernel selected itself, the last SENT_ROWS, are known as its own.
 SENT_ROWS = 8
-MIN_ALPHA = 60  # the opacity of a pixel of the fewest papers: one paper stays visible beside a crowd  # papers whose fields decide the hover's template on a density map
+MIN_ALPHA = 60  # the opacity of a pixel of the fewest papers: one paper stays visible beside a crowd
 # In the browser: every change of the ranges restarts a timer; when it runs out, the view is written into
 # the request source, whose change jupyter_bokeh sends to the kernel.
 VIEW_JS = """
