@@ -24,8 +24,8 @@ from .mapview import ROW_DISPLAY, by_cluster, map_frame, named_groups, region_co
 
 DENSITY_ABOVE = 200_000  # papers above which the pane draws density (PaneView.density_above)
 # Papers a view may hold to be drawn as points. Half the page's `density.POINTS_IN_VIEW`: in JupyterLab at a
-# million papers (headless Chromium, 2 loaded cores) a zoom into 15,000 papers took 1.2 to 1.9 s to paint,
-# half of it in the browser, and into 8,800 papers 0.9 s, inside the 1 s a zoom may take.
+# million papers (headless Chromium, 2 cores under load 4) a zoom into 15,000 papers took 1.2 to 1.9 s to
+# paint, half of it in the browser; into 8,800 papers 0.8 s at a quiet moment, inside the 1 s a zoom may take.
 POINTS_IN_VIEW = 10_000
 DEBOUNCE_MS = 150  # the ranges rest this long before the browser asks the kernel for the view
 MARGIN = 0.02  # the whole map's view reaches this share of its extent past the outermost papers
