@@ -338,6 +338,14 @@ class Browser:
                 r.data_source.selected.indices = arguments[0]; return true; } } }
             return false;"""), [int(i) for i in indices])
 
+    def selected_points(self) -> list[int] | None:
+        """The rows of the map's points source that the page holds selected (None: no map)."""
+        return self.js(_PLOT_JS.replace("return plots;", """
+            for (const v of plots) { for (const r of v.model.renderers) {
+              if (r.data_source && r.data_source.name === 'points') {
+                return Array.from(r.data_source.selected.indices); } } }
+            return null;"""))
+
     def points_webgl(self) -> bool | None:
         """Whether the map's points are drawn by WebGL (BokehJS falls back to canvas without it); None: no map."""
         return self.js(_PLOT_JS.replace("return plots;", """
@@ -369,6 +377,59 @@ class Browser:
                 if (r.width) { out.push({top: r.top, bottom: r.bottom, text: el.textContent}); } } } };
             walk(document);
             return out;""")
+
+    def density_image(self) -> dict | None:
+        """The map's density image as the page holds it (a map drawn by `panedensity`): where it lies (x, y, dw,
+        dh, data units), whether it is drawn, and how many points the page draws beside it; None: no image."""
+        return self.js(_PLOT_JS.replace("return plots;", """
+            for (const v of plots) { for (const r of v.model.renderers) {
+              if (r.data_source && r.data_source.name === 'density') {
+                const d = r.data_source.data;
+                const p = v.model.renderers.find(q => q.data_source && q.data_source.name === 'points');
+                const first = k => d[k].length ? d[k][0] : null;
+                return {x: first('x'), y: first('y'), dw: first('dw'), dh: first('dh'), visible: r.visible,
+                        points: p.data_source.data.x.length}; } } }
+            return null;"""))
+
+    def zoom_map(self, x: float, y: float, clicks: int = 1):
+        """Turn the mouse wheel over page point (x, y), as a user zooms in (negative clicks zoom out)."""
+        self.driver.execute_cdp_cmd("Input.dispatchMouseEvent", {"type": "mouseMoved", "x": x, "y": y})
+        for _ in range(abs(int(clicks))):
+            self.driver.execute_cdp_cmd("Input.dispatchMouseEvent", {
+                "type": "mouseWheel", "x": x, "y": y, "deltaX": 0, "deltaY": -100 if clicks > 0 else 100})
+            time.sleep(0.02)
+
+    def drag_map(self, x: float, y: float, dx: float, dy: float, steps: int = 20):
+        """Press at page point (x, y), move by (dx, dy) in `steps` mouse moves, release: a pan, as a hand does."""
+        cdp = self.driver.execute_cdp_cmd
+        cdp("Input.dispatchMouseEvent", {"type": "mouseMoved", "x": x, "y": y})
+        cdp("Input.dispatchMouseEvent", {"type": "mousePressed", "x": x, "y": y, "button": "left", "clickCount": 1})
+        for k in range(1, steps + 1):
+            cdp("Input.dispatchMouseEvent", {"type": "mouseMoved", "x": x + dx * k / steps, "y": y + dy * k / steps,
+                                             "button": "left", "buttons": 1})
+            time.sleep(0.02)
+        cdp("Input.dispatchMouseEvent", {"type": "mouseReleased", "x": x + dx, "y": y + dy, "button": "left",
+                                         "clickCount": 1})
+
+    def count_changes(self, name: str) -> int:
+        """How often the data source `name` of the map has changed since the first call for it (0 then)."""
+        return self.js(_PLOT_JS.replace("return plots;", """
+            const counts = window.__wb_changes = window.__wb_changes || {};
+            if (!(arguments[0] in counts)) {
+              counts[arguments[0]] = 0;
+              for (const v of plots) { for (const r of v.model.renderers) {
+                if (r.data_source && r.data_source.name === arguments[0]) {
+                  r.data_source.change.connect(() => { counts[arguments[0]] += 1; }); } } }
+            }
+            return counts[arguments[0]];"""), name)
+
+    def set_map_view(self, x0: float, x1: float, y0: float, y1: float):
+        """Move the map's ranges to (x0, x1) x (y0, y1), as a box zoom ends."""
+        self.js(_PLOT_JS.replace("return plots;", """
+            const v = plots.find(p => p.model.renderers.some(r => r.data_source && r.data_source.name === 'points'));
+            v.model.x_range.setv({start: arguments[0], end: arguments[1]});
+            v.model.y_range.setv({start: arguments[2], end: arguments[3]});
+            return null;"""), x0, x1, y0, y1)
 
     def source_length(self, name: str) -> int:
         return self.js(_PLOT_JS.replace("return plots;", """

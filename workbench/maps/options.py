@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from .mapview import MAP_HEIGHT, MAP_WIDTH, MapRegions
+from .panedensity import DENSITY_ABOVE, POINTS_IN_VIEW
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,8 @@ class PaneView:
     `color_by` (a column, or a region count) as `mapview.build_figure` takes them; the map's `width`
     and `height` in pixels; `hit_fraction`: a tap within this fraction of the map's extent of a point
     taps it; `regions`: the `mapview.MapRegions` that number and colour the regions (shared with the
-    caller; None: the pane's own)."""
+    caller; None: the pane's own). A map of more than `density_above` papers is drawn as density, each view
+    holding at most `points_in_view` papers as points (`panedensity`)."""
 
     labels: object = None
     color_by: object = None
@@ -54,6 +56,8 @@ class PaneView:
     height: int = MAP_HEIGHT
     hit_fraction: float = 0.015
     regions: MapRegions | None = None
+    density_above: int = DENSITY_ABOVE
+    points_in_view: int = POINTS_IN_VIEW
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,8 @@ from .mapview import as_text, message_html
 
 class PaneMarks:
     """The marking half of `MapPane`. The pane provides `meta`, `aspects`, `tapped`, `marks`, `source`,
-    `mark_info`, `selection_info`, `detail`, the callbacks `on_select`, `on_marks` and `on_fit_weights`, and
-    `set_weights`, `_show` and `_fail`."""
+    `mark_info`, `selection_info`, `detail`, the callbacks `on_select`, `on_marks` and `on_fit_weights`,
+    `set_weights`, `_show` and `_fail`, and `select_papers` and `selected_count` (`panedensity.PaneDensity`)."""
 
     def _title(self, i: int) -> str:
         title = as_text(self.meta["title"].iloc[i], 60) if "title" in self.meta else ""
@@ -29,7 +29,7 @@ class PaneMarks:
         return (f"<small>Pair: {pair}<br>{n_sim} similar, {len(self.marks) - n_sim} not similar marked</small>")
 
     def _selection_html(self) -> str:
-        n = len(self.source.selected.indices) if hasattr(self, "source") else 0
+        n = self.selected_count() if hasattr(self, "source") else 0
         return ("<small>Lasso or box-select papers (toolbar above the map).</small>" if not n else
                 f"<small>{n} papers selected: <code>explorer.selection</code> is the table, "
                 "<code>explorer.export_selection('papers.ris')</code> (or .csv) writes them.</small>")
@@ -44,7 +44,7 @@ class PaneMarks:
 
     def select(self, indices: Sequence[int]) -> None:
         """Select papers by row index, as the lasso does (the map highlights them; `on_select` keeps them)."""
-        self.source.selected.indices = [int(i) for i in indices]
+        self.select_papers(indices)  # on a density map, also papers out of view (`panedensity`)
 
     def _marks_changed(self) -> None:
         self.mark_info.value = self._marks_html()
