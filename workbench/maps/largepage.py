@@ -192,6 +192,17 @@ status.text = "";
 # The selection (else every paper) as CSV (doc_id, title, year; every field quoted, RFC 4180) or RIS. Titles
 # and ids are one line already (`mapview.as_text`); a CSV cell a spreadsheet would run as a formula gets a
 # leading "'" (plain numbers excepted), as the Python writers do (`data/writers.py`).
+# The selection's text `out` saved as a file named for its `format` (both pages' downloads end with it).
+SAVE_JS = r"""
+const blob = new Blob([out], {type: format === "csv" ? "text/csv" : "application/x-research-info-systems"});
+const a = document.createElement("a");
+a.href = URL.createObjectURL(blob);
+a.download = "selection." + format;
+document.body.appendChild(a);
+a.click();
+a.remove();
+"""
+
 _EXPORT_JS = r"""
 const B = window.wbBig;
 if (!B) { return; }
@@ -207,14 +218,7 @@ if (format === "csv") {
   out = rows.map(k => ["TY  - JOUR", "ID  - " + B.ids[k], "TI  - " + B.titles[k]]
       .concat(B.year(k) ? ["PY  - " + B.year(k)] : []).concat(["ER  - "]).join("\r\n")).join("\r\n\r\n") + "\r\n";
 }
-const blob = new Blob([out], {type: format === "csv" ? "text/csv" : "application/x-research-info-systems"});
-const a = document.createElement("a");
-a.href = URL.createObjectURL(blob);
-a.download = "selection." + format;
-document.body.appendChild(a);
-a.click();
-a.remove();
-status.text = "exported " + rows.length.toLocaleString("en") + (picked ? " selected" : "") + (rows.length === 1 ? " paper" : " papers") + " as " + format.toUpperCase();
+""" + SAVE_JS + r"""status.text = "exported " + rows.length.toLocaleString("en") + (picked ? " selected" : "") + (rows.length === 1 ? " paper" : " papers") + " as " + format.toUpperCase();
 """
 
 

@@ -164,14 +164,7 @@ if (format === "csv") {
     return lines.join("\r\n");
   }).join("\r\n\r\n") + "\r\n";
 }
-const blob = new Blob([out], {type: format === "csv" ? "text/csv" : "application/x-research-info-systems"});
-const a = document.createElement("a");
-a.href = URL.createObjectURL(blob);
-a.download = "selection." + format;
-document.body.appendChild(a);
-a.click();
-a.remove();
-status.text = "exported " + rows.length + " " + what + (rows.length === 1 ? " paper" : " papers") + " as " + format.toUpperCase();
+""" + largepage.SAVE_JS + r"""status.text = "exported " + rows.length + " " + what + (rows.length === 1 ? " paper" : " papers") + " as " + format.toUpperCase();
 """
 
 
