@@ -257,3 +257,28 @@ def test_a_saved_map_of_other_embeddings_is_drawn_afresh(open_explorer, tmp_path
     capsys.readouterr()
     assert reopen_map(tmp_path / "run", "kept", ids, other, perplexity=2.0) is None
     assert "drawn from other embeddings" in capsys.readouterr().out
+
+
+def test_a_saved_map_is_checked_by_blocks_and_a_plain_reopen_copies_no_embeddings(open_explorer, tmp_path,
+                                                                                   monkeypatch):
+    """Reopening compares the saved embeddings with the current ones a block of rows at a time (here 3): the same
+    largest change as the whole arrays give; the same papers in the same order reopen on the arrays given."""
+    from workbench.maps import saved as saved_maps
+    from workbench.maps.tsne import AspectMap
+    from workbench.maps.tsne_math import unit32
+
+    explorer = open_explorer(_corpus())
+    folder = explorer.save_map("kept")
+    ids, same = list(explorer.meta["doc_id"]), explorer.embeddings
+    monkeypatch.setattr(saved_maps, "CHECK_ROWS", 3)
+    rng = np.random.default_rng(1)
+    other = {a: e + 0.01 * rng.standard_normal(e.shape) for a, e in same.items()}
+    kept = [0, 2, 3, 5, 6, len(ids) - 1]  # saved rows still in a corpus that lost some and reordered the rest
+    order = list(rng.permutation(len(ids))[:len(kept)])
+    whole = AspectMap.load(folder)
+    expected = max(float(np.abs(whole.embeddings[a][kept] - unit32(other[a][order])).max()) for a in whole.aspects)
+    got = saved_maps.SavedMap.read(folder).largest_change(kept, other, order)
+    assert got == pytest.approx(expected, abs=1e-7) and got > saved_maps.EMBEDDINGS_CHANGED
+    reopened = saved_maps.reopen_map(tmp_path / "run", "kept", ids, same, perplexity=2.0)
+    assert reopened is not None and np.array_equal(reopened.coords, whole.coords)
+    assert all(np.shares_memory(reopened.embeddings[a], same[a]) for a in same)

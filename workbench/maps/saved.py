@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -18,7 +20,7 @@ import numpy as np
 from ..core.files import write_json
 from ..core.progress import notice
 from ..core.rundir import RunDir
-from .tsne import CONFIG_NAME, AspectMap, normalize_weights
+from .tsne import CONFIG_NAME, FORMAT, WEIGHTS_NAME, AspectMap, normalize_weights
 from .tsne_math import unit32
 
 DOC_IDS = "doc_ids.json"
@@ -28,6 +30,58 @@ SELECTION_FILE = "selection.json"  # RunDir.selection's name: maps/selection.jso
 # A map's name is one folder under maps/: a letter, digit or underscore first (so never '.', '..' or a hidden
 # folder), then those and '.', '-'; no separator, so no name can reach outside maps/.
 MAP_NAME = re.compile(r"\w[\w.-]*")
+CHECK_ROWS = 16_384  # saved rows read at a time to compare them with the current embeddings
+
+
+@dataclass
+class SavedMap:
+    """A saved map's settings and places, its embeddings left in the file and read by blocks of rows: reopening
+    a map of a million papers need not hold its saved embeddings (4.6 GB) beside the current ones to compare them."""
+
+    folder: Path
+    config: dict
+    coords: np.ndarray
+
+    @classmethod
+    def read(cls, folder) -> "SavedMap":
+        """The map written by `AspectMap.save` in `folder` (ValueError or safetensors' own error where damaged)."""
+        from safetensors import safe_open
+
+        folder = Path(folder)
+        config = json.loads((folder / CONFIG_NAME).read_text())
+        if config.get("format") != FORMAT:
+            raise ValueError(f"{folder} does not hold a {FORMAT} (format {config.get('format')!r})")
+        with safe_open(str(folder / WEIGHTS_NAME), framework="numpy") as f:
+            coords = f.get_tensor("coords")
+            for i, _ in enumerate(config["aspects"]):
+                if f.get_slice(f"embeddings/{i}").get_shape()[0] != len(coords):
+                    raise ValueError(f"{folder}: aspect {i}'s embeddings do not match the map's {len(coords)} places")
+        return cls(folder, config, coords)
+
+    def __len__(self) -> int:
+        return len(self.coords)
+
+    def __getattr__(self, key):  # aspects, weights, perplexity, seed, method: the config's
+        if key in ("aspects", "weights", "perplexity", "seed", "method"):
+            return self.config[key]
+        raise AttributeError(key)
+
+    def largest_change(self, kept: Sequence[int], embeddings: Mapping[str, np.ndarray], order: Sequence[int]) -> float:
+        """max |saved row - current unit row| over the saved rows `kept` (ascending) and the current rows `order`
+        that hold the same papers, the saved rows read CHECK_ROWS at a time."""
+        from safetensors import safe_open
+
+        kept, order, worst = np.asarray(kept), np.asarray(order), 0.0
+        with safe_open(str(self.folder / WEIGHTS_NAME), framework="numpy") as f:
+            for i, aspect in enumerate(self.aspects):
+                rows = f.get_slice(f"embeddings/{i}")
+                for lo in range(0, len(self), CHECK_ROWS):
+                    a, b = np.searchsorted(kept, [lo, lo + CHECK_ROWS])
+                    if a < b:
+                        saved = rows[lo:min(lo + CHECK_ROWS, len(self))][kept[a:b] - lo]
+                        now = unit32(np.asarray(embeddings[aspect][order[a:b]]))
+                        worst = max(worst, float(np.abs(saved - now).max()))
+        return worst
 
 
 def check_map_name(name) -> str:
@@ -63,7 +117,7 @@ def reopen_map(run_dir, name: str, doc_ids: Sequence[str], embeddings: Mapping[s
     if not (folder / CONFIG_NAME).is_file() or not (folder / DOC_IDS).is_file():
         return None
     try:
-        saved = AspectMap.load(folder)
+        saved = SavedMap.read(folder)
         saved_ids = [str(d) for d in json.loads((folder / DOC_IDS).read_text())]
     except Exception as exc:  # a damaged saved map (safetensors raises its own error): draw a new one, and say so
         notice(f"the saved map {folder} cannot be read ({exc}); fitting a new one")
@@ -84,11 +138,20 @@ def reopen_map(run_dir, name: str, doc_ids: Sequence[str], embeddings: Mapping[s
     order = [row[saved_ids[j]] for j in kept]
     # A map drawn from other embeddings (stage 03 run again, another model) shows their structure, not these:
     # its papers may not keep their place. Unit rows, so a change below 1e-3 is float noise.
-    moved = max(float(np.abs(saved.embeddings[a][kept] - unit32(embeddings[a][order])).max()) for a in saved.aspects)
+    try:
+        moved = saved.largest_change(kept, embeddings, order)
+    except Exception as exc:  # noqa: BLE001 - a damaged saved map: draw a new one, and say so
+        notice(f"the saved map {folder} cannot be read ({exc}); fitting a new one")
+        return None
     if moved > EMBEDDINGS_CHANGED:
         notice(f"the saved map {folder.name!r} was drawn from other embeddings of these papers (stage 03 ran "
                "again since); drawing the map afresh")
         return None
+    if not new and len(order) == len(ids) and np.array_equal(order, np.arange(len(ids))):
+        # The same papers in the same order (a plain reopen): the current embeddings as they are, uncopied (a
+        # million papers' memory maps stay maps).
+        result = AspectMap(dict(embeddings), saved.weights, saved.coords, saved.perplexity, saved.seed, saved.method)
+        return _reweighted(result, weights, folder.name, len(kept))
     # The saved map restricted to the papers still in the corpus, with their current embeddings.
     base = AspectMap({a: e[order] for a, e in embeddings.items()}, saved.weights, saved.coords[kept],
                      saved.perplexity, saved.seed, saved.method)
@@ -99,9 +162,14 @@ def reopen_map(run_dir, name: str, doc_ids: Sequence[str], embeddings: Mapping[s
     result = AspectMap({a: grown.embeddings[a][position] for a in grown.aspects}, grown.weights,
                        grown.coords[position], grown.perplexity, grown.seed, grown.method)
     dropped = len(saved_ids) - len(kept)
-    notice(f"reopened the saved map {folder.name!r}: {len(kept)} papers keep their place"
-           + (f", {len(new)} new placed on it" if new else "") + (f", {dropped} no longer in the corpus" if dropped
-                                                                  else ""))
+    return _reweighted(result, weights, folder.name, len(kept), len(new), dropped)
+
+
+def _reweighted(result: AspectMap, weights, name: str, kept: int, new: int = 0, dropped: int = 0) -> AspectMap:
+    """The reopened map, said so, at the weights asked for (a warm refit where they differ from the saved)."""
+    notice(f"reopened the saved map {name!r}: {kept} papers keep their place"
+           + (f", {new} new placed on it" if new else "") + (f", {dropped} no longer in the corpus" if dropped
+                                                              else ""))
     wanted_weights = normalize_weights(weights, result.aspects) if weights is not None else result.weights
     if not np.allclose(list(wanted_weights.values()), list(result.weights.values())):
         result = result.with_weights(wanted_weights)
