@@ -20,7 +20,7 @@ import numpy as np
 from ..core.files import write_json
 from ..core.progress import notice
 from ..core.rundir import RunDir
-from .tsne import CONFIG_NAME, FORMAT, WEIGHTS_NAME, AspectMap, normalize_weights
+from .tsne import CONFIG_NAME, WEIGHTS_NAME, AspectMap, normalize_weights, read_map_config
 from .tsne_math import unit32
 
 DOC_IDS = "doc_ids.json"
@@ -48,9 +48,7 @@ class SavedMap:
         from safetensors import safe_open
 
         folder = Path(folder)
-        config = json.loads((folder / CONFIG_NAME).read_text())
-        if config.get("format") != FORMAT:
-            raise ValueError(f"{folder} does not hold a {FORMAT} (format {config.get('format')!r})")
+        config = read_map_config(folder)
         with safe_open(str(folder / WEIGHTS_NAME), framework="numpy") as f:
             coords = f.get_tensor("coords")
             for i, _ in enumerate(config["aspects"]):

@@ -550,13 +550,19 @@ class AspectMap:
         from safetensors.numpy import load_file
 
         folder = Path(folder)
-        config = json.loads((folder / CONFIG_NAME).read_text())
-        if config.get("format") != FORMAT:
-            raise ValueError(f"{folder} does not hold a {FORMAT} (format {config.get('format')!r})")
+        config = read_map_config(folder)
         tensors = load_file(str(folder / WEIGHTS_NAME))
         embeddings = {a: tensors[f"embeddings/{i}"] for i, a in enumerate(config["aspects"])}
         return cls(embeddings, config["weights"], tensors["coords"], config["perplexity"], config["seed"],
                    config["method"])
+
+
+def read_map_config(folder: Path) -> dict:
+    """The config `AspectMap.save` wrote in `folder` (ValueError where the folder holds something else)."""
+    config = json.loads((folder / CONFIG_NAME).read_text())
+    if config.get("format") != FORMAT:
+        raise ValueError(f"{folder} does not hold a {FORMAT} (format {config.get('format')!r})")
+    return config
 
 
 def invert_steps(n: int) -> int:
