@@ -99,8 +99,7 @@ class LocalEngine:
                     parts: EmbeddingParts, progress: bool = False) -> None:
         """Embed the papers no finished part holds, `part_rows` at a time in corpus order, each batch written
         as a part as soon as it is done: memory holds one part's rows, and a killed run keeps what it wrote."""
-        finished = parts.finished()
-        pending = [i for i, p in enumerate(pairs) if tuple(p) not in finished]
+        pending = parts.pending(pairs)
         self.computed = len(pending)
         for start in range(0, len(pending), self.part_rows):
             rows = pending[start:start + self.part_rows]

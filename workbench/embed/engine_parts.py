@@ -48,6 +48,11 @@ class EmbeddingParts:
                 out.setdefault(tuple(pair), (path, row))
         return out
 
+    def pending(self, pairs: Sequence[tuple[str, str]]) -> list[int]:
+        """Indices of the papers in `pairs` that no finished part holds: what an engine's pass still embeds."""
+        finished = self.finished()
+        return [i for i, p in enumerate(pairs) if tuple(p) not in finished]
+
     def part_pairs(self) -> Iterator[tuple[Path, list]]:
         """(tensor file, its papers' [id, text hash] pairs) of each finished part, in the order of their names."""
         for meta in sorted(self.folder.glob("part-*.json")) if self.folder.is_dir() else []:

@@ -192,8 +192,7 @@ class RayEngine:
     def write_parts(self, model, model_dir, texts: Sequence[str], pairs: Sequence[tuple[str, str]],
                     parts: EmbeddingParts, progress: bool = False) -> None:
         """The papers no finished part holds, embedded by the actors and written as parts of PART_ROWS papers."""
-        finished = parts.finished()
-        pending = [i for i, p in enumerate(pairs) if tuple(p) not in finished]
+        pending = parts.pending(pairs)
         self.computed = len(pending)
         if pending:
             folder = self._input(parts.run, f"embeddings-{parts.folder.name}-{os.getpid()}")
