@@ -173,11 +173,7 @@ def timed_gestures(browser, server, data: str, few: int) -> dict:
     browser.wait(lambda: f"Tapped: {title}" in browser.js(readout), 30, "the tap was not read", every=0.02)
     out["tap"] = time.perf_counter() - start
     image = browser.density_image()
-    box = browser.driver.find_element("css selector", ".wb-weight-task .widget-readout")
-    box.click()
-    browser.js("document.execCommand('selectAll', false, null)")
-    start = time.perf_counter()
-    box.send_keys("0.60\n")
+    start = browser.type_weight("task", "0.60")
     browser.wait(lambda: browser.density_image()["x"] != image["x"], 60, "no first frame", every=0.02)
     out["first"] = time.perf_counter() - start
     browser.wait(lambda: "Layout:" in browser.js(readout), 120, "no settled layout")

@@ -266,6 +266,16 @@ class Browser:
         element = self.driver.find_element("css selector", css)
         return np.asarray(Image.open(io.BytesIO(base64.b64decode(element.screenshot_as_base64))).convert("RGB"))
 
+    def type_weight(self, aspect: str, value: str) -> float:
+        """Type `value` and Enter into `aspect`'s weight slider readout, as a user does; returns the moment of the
+        key press (`time.perf_counter`), for timing what follows."""
+        readout = self.driver.find_element("css selector", f".wb-weight-{aspect} .widget-readout")
+        readout.click()
+        self.js("document.execCommand('selectAll', false, null)")
+        start = time.perf_counter()
+        readout.send_keys(f"{value}\n")
+        return start
+
     def click_at(self, x: float, y: float):
         """A real left click at page coordinates (CSS pixels), through the browser's input pipeline."""
         for kind in ("mouseMoved", "mousePressed", "mouseReleased"):

@@ -360,10 +360,7 @@ def _drive_the_pane(server: JupyterLab, browser: Browser, app: str, name: str, r
     # A weight slider moved as a user does (its readout typed into): the map moves, weights stay normalised.
     before = _weights(browser)
     assert abs(sum(before.values()) - 1) < 0.02
-    readout = browser.driver.find_element("css selector", f".wb-weight-{ASPECTS[0]} .widget-readout")
-    readout.click()
-    browser.js("document.execCommand('selectAll', false, null)")
-    readout.send_keys("1.0\n")
+    browser.type_weight(ASPECTS[0], "1.0")
     browser.wait(lambda: abs(_weights(browser)[ASPECTS[0]] - before[ASPECTS[0]]) > 0.05, 60,
                  "the weights did not change after the slider moved")
     browser.wait(lambda: "Layout:" in _readout(browser), 60, "no new layout")
@@ -479,11 +476,7 @@ def _time_weight_change(browser: Browser, aspect: str, value: float) -> tuple[fl
     line); the settled layout is the readout's "Layout:"; the updates are counted once the kernel is idle."""
     drawn = browser.map_head()
     browser.watch_paints()
-    readout = browser.driver.find_element("css selector", f".wb-weight-{aspect} .widget-readout")
-    readout.click()
-    browser.js("document.execCommand('selectAll', false, null)")
-    start = time.perf_counter()
-    readout.send_keys(f"{value:.2f}\n")
+    start = browser.type_weight(aspect, f"{value:.2f}")
     browser.wait(lambda: browser.map_head() != drawn, 30, "the map did not move after the slider", every=0.05)
     browser.wait(lambda: "Layout:" in _readout(browser), 60, "no settled layout", every=0.05)
     settled = time.perf_counter() - start
@@ -623,11 +616,7 @@ def test_a_density_map_zooms_into_points_answers_taps_and_moves_in_time(lab):
     time.sleep(0.3)  # what the page sends back has reached the kernel
     assert "2 papers selected" in browser.js(selection), browser.js(selection)
     image = browser.density_image()
-    readout = browser.driver.find_element("css selector", ".wb-weight-task .widget-readout")
-    readout.click()
-    browser.js("document.execCommand('selectAll', false, null)")
-    start = time.perf_counter()
-    readout.send_keys("0.90\n")
+    start = browser.type_weight("task", "0.90")
     browser.wait(lambda: browser.density_image()["x"] != image["x"], 10, "no first frame", every=0.02)
     first = time.perf_counter() - start
     _wait_readout(browser, "Layout:")
