@@ -72,6 +72,17 @@ def text_key(text: str) -> str:
 LOADED: dict = {}  # backbones stay loaded for the session: a notebook re-run does not reload them
 
 
+def by_length(texts: Sequence[str]) -> list[str]:
+    """The texts shortest first (by characters, a proxy for tokens that needs no tokenizer).
+
+    An encoder pads each batch to its longest text. Batches are sorted by length only within the chunk
+    handed to it (a shard here, an actor's batch on Ray), so chunks taken in corpus order, where every
+    abstract sits among its short sentences, pad far more: 18% more tokens for 256-text chunks of CSAbstruct
+    (29% more attention), 3% for 2,048-text shards. Sorted first, 5% and 1%. The cache is keyed by text,
+    so the order in which vectors are added does not matter."""
+    return sorted(texts, key=len)
+
+
 class FrozenBackbone:
     """A pretrained encoder used as a fixed feature extractor: pooled, L2-normalised vectors.
 
@@ -350,7 +361,7 @@ class FeatureCache:
 
     def _vectors(self, texts: Sequence[str], progress: bool) -> np.ndarray:
         keys = [text_key(t) for t in texts]
-        todo = self._missing(keys, texts)
+        todo = by_length(self._missing(keys, texts))
         if len(todo) >= FREE_CORES_MIN_TEXTS:
             from ..core.devices import use_free_cores
 

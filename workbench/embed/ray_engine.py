@@ -27,7 +27,7 @@ import numpy as np
 
 from ..core.rundir import RunDir
 from .engine_parts import PART_ROWS, SCALE_EXTRA, EmbeddingParts, document_texts
-from .features import SHARD_ROWS, FeatureCache, FrozenBackbone
+from .features import SHARD_ROWS, FeatureCache, FrozenBackbone, by_length
 
 BLOCK_ROWS = 4096  # texts per Parquet block at most (a million abstracts and their sentences: about 2,000 blocks)
 MIN_BLOCK_ROWS = 64
@@ -157,7 +157,7 @@ class RayEngine:
 
     def encode_documents(self, cache: FeatureCache, texts: Sequence[str], progress: bool = False) -> int:
         """Put every abstract and sentence of `texts` in the cache, a shard per SHARD_ROWS vectors as they arrive."""
-        todo = cache.missing(document_texts(texts))
+        todo = by_length(cache.missing(document_texts(texts)))  # each actor's batches pad little
         self.computed = len(todo)
         if not todo:
             return 0
