@@ -18,6 +18,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -109,33 +110,70 @@ def corpus():
                                 "abstract": [" ".join(r["sentences"]) for r in rows]}), name="csabstruct-200")
 
 
+def _kill_workers_after_first_shard(head, folder: Path, pass_thread: threading.Thread) -> list[int]:
+    """SIGKILL every encoder actor of the head once the pass has stored a shard of its own (beyond the one copied
+    in); returns their process ids."""
+    deadline = time.time() + 120
+    while len(list(folder.glob("shard-*.json"))) < 2:
+        assert pass_thread.is_alive() and time.time() < deadline, "the pass stored no shard of its own"
+        time.sleep(0.05)
+    workers = [p for p in _session_processes(head[1]) if "MapWorker" in " ".join(p.cmdline())]
+    for proc in workers:
+        proc.send_signal(signal.SIGKILL)
+    return [p.pid for p in workers]
+
+
 @pytest.fixture(scope="module")
 def passes(tmp_path_factory, head, corpus):
     """The feature pass in process (run A) and on the head with 2 workers (run B), and the Ray engine used.
-    Run B starts with one shard of run A's, as a killed job would leave it: the Ray pass resumes from there."""
+    Run B starts with one shard of run A's, as a killed job would leave it: the Ray pass resumes from there.
+    Both workers are killed -9 once the Ray pass has stored its first shard: Ray restarts them and the pass
+    ends with every text (the test below checks the numbers)."""
     runs = [RunDir(tmp_path_factory.mktemp(name)) for name in ("local", "ray")]
     backbone = FrozenBackbone("minilm", max_length=MAX_LENGTH)
     with pytest.MonkeyPatch.context() as patch:  # shards of 500 texts: run A holds several
         patch.setattr("workbench.embed.features.SHARD_ROWS", 500)
         LocalEngine().encode_documents(FeatureCache.for_run(runs[0], backbone), corpus.texts())
-    (runs[1] / "features" / backbone.key).mkdir(parents=True)
+    folder = runs[1] / "features" / backbone.key
+    folder.mkdir(parents=True)
     for suffix in (".safetensors", ".json"):
-        shutil.copy(runs[0] / "features" / backbone.key / f"shard-00001{suffix}",
-                    runs[1] / "features" / backbone.key / f"shard-00001{suffix}")
+        shutil.copy(runs[0] / "features" / backbone.key / f"shard-00001{suffix}", folder / f"shard-00001{suffix}")
     engine = make_engine("ray", ray_address=head[0], workers=2)
-    t0 = time.perf_counter()
-    engine.encode_documents(FeatureCache.for_run(runs[1], backbone), corpus.texts())
-    print(f"ray feature pass: {time.perf_counter() - t0:.1f}s")
-    return runs, backbone, engine
+    failed = []
+    with pytest.MonkeyPatch.context() as patch:  # shards of 300 texts: the pass stores one before it ends
+        patch.setattr("workbench.embed.ray_engine.SHARD_ROWS", 300)
+        t0 = time.perf_counter()
+        pass_thread = threading.Thread(target=lambda: _record_failure(failed, engine.encode_documents,
+                                                                      FeatureCache.for_run(runs[1], backbone),
+                                                                      corpus.texts()))
+        pass_thread.start()
+        killed = _kill_workers_after_first_shard(head, folder, pass_thread)
+        pass_thread.join(300)
+    assert not pass_thread.is_alive() and failed == [], failed
+    print(f"ray feature pass: {time.perf_counter() - t0:.1f}s, workers {killed} killed after its first shard")
+    return runs, backbone, engine, killed
+
+
+def _record_failure(failed: list, fn, *args) -> None:
+    try:
+        fn(*args)
+    except Exception as exc:  # raised in the test's thread, not lost in this one
+        failed.append(exc)
 
 
 def test_features_same_numbers_on_a_real_head_and_resume_by_shard(passes, corpus):
-    (run_a, run_b), backbone, engine = passes
+    """Same vectors as in process, after a resume from a finished shard and with both workers killed -9 after
+    the pass's first shard; every text stored once."""
+    (run_a, run_b), backbone, engine, killed = passes
+    assert len(killed) == 2  # both encoder actors were found and killed
     texts = document_texts(corpus.texts())
     kept = json.loads((run_b / "features" / backbone.key / "shard-00001.json").read_text())["keys"]
     assert 0 < len(kept) < len(set(texts))
     assert engine.computed == len(set(texts)) - len(kept)  # the finished shard was not encoded again
-    assert len(list((run_b / "features" / backbone.key).glob("shard-*.json"))) > 1  # today's cache format
+    shards = sorted((run_b / "features" / backbone.key).glob("shard-*.json"))
+    assert len(shards) > 2  # today's cache format, a shard per 300 texts
+    stored = [k for shard in shards for k in json.loads(shard.read_text())["keys"]]
+    assert len(stored) == len(set(stored)) == len(set(texts))  # nothing lost, nothing stored twice
     a = FeatureCache.for_run(run_a, backbone).vectors(texts)
     fresh = FeatureCache.for_run(run_b, backbone)  # read back from the shards alone
     assert fresh.missing(texts) == []
@@ -161,7 +199,7 @@ def test_embeddings_same_numbers_and_resume_after_kill(passes, corpus, head, tmp
     """Stage 03's embeddings: in process vs Ray (same rows, same order); a driver killed -9 after its first part
     leaves that part, and the rerun embeds only the papers no finished part holds. One actor each (every actor
     loads torch and the model: seconds): the features pass above is the one with two."""
-    (run_a, run_b), _, _ = passes
+    (run_a, run_b), _, _, _ = passes
     local = embed_corpus(_model(run_a), corpus, run_a, progress=False, engine="local")
     model_dir = _model(run_b)
     key = embeddings_key(model_dir, corpus)
