@@ -236,6 +236,12 @@ def test_embeddings_same_numbers_and_resume_after_kill(passes, corpus, head, tmp
     assert not parts.folder.exists()  # the parts are gone once the entry is whole
 
 
+def _on_loopback(address: str) -> bool:
+    ip = ipaddress.ip_address(address.split("%")[0])
+    mapped = getattr(ip, "ipv4_mapped", None)
+    return ip.is_loopback or (mapped is not None and mapped.is_loopback)
+
+
 def test_every_ray_socket_is_on_loopback(passes, head):
     """Every socket of the head's processes, their workers and this driver: TCP/UDP, listening or connected,
     on 127.0.0.0/8 or ::1 only."""
@@ -252,9 +258,7 @@ def test_every_ray_socket_is_on_loopback(passes, head):
             for addr in (c.laddr, c.raddr):
                 if addr:
                     checked += 1
-                    ip = ipaddress.ip_address(addr.ip.split("%")[0])
-                    mapped = getattr(ip, "ipv4_mapped", None)
-                    if not (ip.is_loopback or (mapped is not None and mapped.is_loopback)):
+                    if not _on_loopback(addr.ip):
                         outside.append((proc.pid, proc.name(), addr, c.status))
     assert len(procs) >= 4 and checked >= 4, (len(procs), checked)  # the head's processes were found
     assert not outside, outside
@@ -274,3 +278,63 @@ def test_the_ray_benchmark_runs_in_smoke_mode_on_the_head(head, passes, monkeypa
     out = capsys.readouterr().out
     assert RESULT.search(out) and "every text once: True" in out, out[-3000:]
     assert "Ray, with its join" in out, out[-3000:]  # it joined the head rather than starting its own
+
+
+# Two Ray nodes and a driver in a network namespace of their own, whose only interface is its loopback: Ray may
+# then run as a cluster (RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=1) and still reach nothing outside it. A process
+# namespace of their own too: every process the nodes start ends when the script does.
+TWO_NODES = """set -e
+ip link set lo up
+"$RAY" start --head --port 6379 --num-cpus 1 --include-dashboard=false --disable-usage-stats --temp-dir "$TEMP" >/dev/null
+"$RAY" start --address 127.0.0.1:6379 --num-cpus 1 --disable-usage-stats >/dev/null
+"$PYTHON" -c "$DRIVER"
+"""
+TWO_NODES_DRIVER = """
+import json, os, sys, psutil, ray
+from workbench.embed.features import FeatureCache, FrozenBackbone
+from workbench.embed.ray_engine import RayEngine
+engine = RayEngine("127.0.0.1:6379", workers=2)
+texts = json.load(open(os.environ["TEXTS"]))
+engine.encode_documents(FeatureCache.for_run(os.environ["RUN"], FrozenBackbone("minilm", max_length=64)), texts)
+print(json.dumps({"nodes": sum(n["Alive"] for n in ray.nodes()), "rows_per_node": engine.rows_per_node,
+                  "addresses": [a.ip for c in psutil.net_connections("inet") for a in (c.laddr, c.raddr) if a]}))
+"""
+
+
+def _namespaces_allowed() -> bool:
+    try:
+        return shutil.which("ip") is not None and subprocess.run(
+            ["unshare", "-n", "-p", "-f", "--mount-proc", "true"], capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+def test_two_nodes_in_a_network_namespace_share_the_feature_pass(passes, corpus, tmp_path):
+    """A head and a second node (one CPU each) in a network namespace made here, joined by a driver in it: each
+    node's actor encodes at least a quarter of the texts, the vectors are the in-process ones, and every socket
+    in the namespace is on loopback. Skipped where this machine allows no namespaces (unshare needs root)."""
+    if not _namespaces_allowed():
+        pytest.skip("this machine allows no network namespaces here (unshare -n needs root, and ip)")
+    (run_a, _), backbone, _, _ = passes
+    texts = corpus.texts()[:60]
+    (tmp_path / "texts.json").write_text(json.dumps(texts))
+    temp_dir = tempfile.mkdtemp(prefix="wbns", dir="/tmp")  # short: Ray's socket paths
+    env = {**os.environ, **RAY_ENV, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "1", "PYTHONPATH": str(ROOT),
+           "RAY": str(Path(sys.executable).with_name("ray")), "PYTHON": sys.executable, "TEMP": temp_dir,
+           "DRIVER": TWO_NODES_DRIVER, "TEXTS": str(tmp_path / "texts.json"), "RUN": str(tmp_path / "run")}
+    try:
+        done = subprocess.run(["unshare", "-n", "-p", "-f", "--mount-proc", "bash", "-c", TWO_NODES], env=env,
+                              capture_output=True, text=True, timeout=300)
+    finally:
+        shutil.rmtree(temp_dir, ignore_errors=True)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    print(f"two nodes in a namespace: rows per node {report['rows_per_node']}")
+    every = document_texts(texts)
+    assert report["nodes"] == 2 and len(report["rows_per_node"]) == 2
+    assert sum(report["rows_per_node"].values()) == len(set(every))
+    assert min(report["rows_per_node"].values()) >= len(set(every)) / 4  # each node did a quarter or more
+    assert report["addresses"] and all(_on_loopback(a) for a in report["addresses"]), report["addresses"]
+    ours = FeatureCache.for_run(tmp_path / "run", backbone)
+    assert ours.missing(every) == []
+    assert np.abs(ours.vectors(every) - FeatureCache.for_run(run_a, backbone).vectors(every)).max() <= 1e-5

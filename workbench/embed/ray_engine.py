@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections import Counter
 from pathlib import Path
 from typing import Sequence
 
@@ -87,7 +88,8 @@ class BackboneActor:
 
     def __call__(self, batch: dict) -> dict:
         texts = [str(t) for t in batch["text"]]
-        return {"text": batch["text"], "vector": self.backbone.embed(texts, batch_size=self.batch_size)}
+        return {"text": batch["text"], "vector": self.backbone.embed(texts, batch_size=self.batch_size),
+                "node": node_column(len(texts))}
 
 
 class EmbedActor:
@@ -106,7 +108,15 @@ class EmbedActor:
         if hasattr(self.model, "cache"):
             self.model.cache = None  # an in-memory cache per batch: an actor's memory stays bounded
         out = self.model.encode([str(t) for t in batch["text"]], batch_size=self.batch_size, normalize=True)
-        return {"row": batch["row"], **{f"aspect:{a}": v for a, v in out.items()}}
+        return {"row": batch["row"], "node": node_column(len(batch["row"])),
+                **{f"aspect:{a}": v for a, v in out.items()}}
+
+
+def node_column(n: int) -> np.ndarray:
+    """The id of the Ray node this actor runs on, once per row: the engine counts the rows each node did."""
+    import ray
+
+    return np.full(n, ray.get_runtime_context().get_node_id())
 
 
 class RayEngine:
@@ -118,6 +128,14 @@ class RayEngine:
                  part_rows: int = PART_ROWS):
         self.address, self.workers, self.batch_size, self.part_rows = address, workers, batch_size, part_rows
         self.computed = 0  # texts (or papers) the last pass sent to the actors: a resumed pass sends only the rest
+        self.rows_per_node: Counter = Counter()  # rows each Ray node's actors returned in the last pass
+
+    def _tally(self, batch: dict) -> None:
+        self.rows_per_node.update(str(n) for n in batch["node"])
+
+    def _said(self, progress: bool, what: str) -> None:
+        if progress and len(self.rows_per_node) > 1:  # a cluster: say how the work was spread
+            print(f"{what} per Ray node: " + ", ".join(f"{n[:8]} {c}" for n, c in self.rows_per_node.most_common()))
 
     def _pool(self, ray) -> tuple[int, dict]:
         """(actors, resources of each) for `map_batches`: one per GPU where the cluster has any, else `workers` (default:
@@ -158,7 +176,7 @@ class RayEngine:
     def encode_documents(self, cache: FeatureCache, texts: Sequence[str], progress: bool = False) -> int:
         """Put every abstract and sentence of `texts` in the cache, a shard per SHARD_ROWS vectors as they arrive."""
         todo = by_length(cache.missing(document_texts(texts)))  # each actor's batches pad little
-        self.computed = len(todo)
+        self.computed, self.rows_per_node = len(todo), Counter()
         if not todo:
             return 0
         b = cache.backbone
@@ -169,6 +187,7 @@ class RayEngine:
         done, got, vectors = 0, [], []
         try:
             for batch in ds.iter_batches(batch_size=None, batch_format="numpy"):
+                self._tally(batch)
                 got += [str(t) for t in batch["text"]]
                 vectors.append(np.asarray(batch["vector"], dtype=np.float32))
                 if len(got) >= SHARD_ROWS:
@@ -178,6 +197,7 @@ class RayEngine:
                         print(f"features: {done} of {len(todo)} texts encoded")
             if got:
                 cache.add(got, np.concatenate(vectors))
+            self._said(progress, "texts encoded")
         finally:
             shutil.rmtree(folder, ignore_errors=True)
         return len(todo)
@@ -193,7 +213,7 @@ class RayEngine:
                     parts: EmbeddingParts, progress: bool = False) -> None:
         """The papers no finished part holds, embedded by the actors and written as parts of PART_ROWS papers."""
         pending = parts.pending(pairs)
-        self.computed = len(pending)
+        self.computed, self.rows_per_node = len(pending), Counter()
         if pending:
             folder = self._input(parts.run, f"embeddings-{parts.folder.name}-{os.getpid()}")
             ds = self._dataset(folder, {"row": pending, "text": [texts[i] for i in pending]}, EmbedActor,
@@ -203,8 +223,7 @@ class RayEngine:
             finally:
                 shutil.rmtree(folder, ignore_errors=True)
 
-    @staticmethod
-    def _write_parts(ds, pairs, parts: EmbeddingParts, part_rows: int, progress: bool) -> None:
+    def _write_parts(self, ds, pairs, parts: EmbeddingParts, part_rows: int, progress: bool) -> None:
         """Collect the actors' rows and write a part whenever `part_rows` papers are in hand, and the rest at the end."""
         rows, chunks, done = [], [], 0
 
@@ -214,6 +233,7 @@ class RayEngine:
             parts.write([pairs[r] for r in rows], arrays)
 
         for batch in ds.iter_batches(batch_size=None, batch_format="numpy"):
+            self._tally(batch)
             rows += [int(r) for r in batch["row"]]
             chunks.append(batch)
             if len(rows) >= part_rows:
@@ -223,3 +243,4 @@ class RayEngine:
                     print(f"embeddings: {done} papers written")
         if rows:
             flush()
+        self._said(progress, "papers embedded")
