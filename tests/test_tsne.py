@@ -634,6 +634,13 @@ def test_nearest():
     amap = AspectMap({"a": np.eye(4)}, None, [[0, 0], [1, 0], [0, 2], [5, 5]])
     assert amap.nearest([0.9, 0.1], 2).tolist() == [1, 0]
     assert amap.nearest([[0, 1.9], [4, 4]], 1).tolist() == [[2], [3]]
+    assert amap.nearest([0, 0], 9).tolist() == [0, 1, 2, 3]  # k past the map: every point
+    # The partial sort against a stable full sort, on a map with tied distances (points on a grid).
+    grid = np.stack(np.meshgrid(np.arange(30), np.arange(30)), -1).reshape(-1, 2).astype(float)
+    big = AspectMap({"a": np.ones((900, 2))}, None, grid)
+    taps = np.random.default_rng(0).uniform(0, 29, size=(20, 2)).round()
+    full = np.argsort(((taps[:, None] - grid[None]) ** 2).sum(-1), axis=1, kind="stable")[:, :12]
+    assert big.nearest(taps, 12).tolist() == full.tolist()
 
 
 def test_save_load_round_trip(loo, tmp_path):

@@ -462,7 +462,15 @@ class AspectMap:
         if pts.shape[-1] != 2 or pts.ndim > 2:
             raise ValueError(f"point must have shape (2,) or (m, 2), got {pts.shape}")
         d = np.sum((np.atleast_2d(pts)[:, None, :] - self.coords[None]) ** 2, axis=-1)
-        idx = np.argsort(d, axis=1, kind="stable")[:, :k]
+        k = min(k, d.shape[1])
+        # The k-th smallest distance by a partial sort (a tap at a million points need not sort a million
+        # distances); the points within it in order of distance, ties by index, as a stable sort gives them.
+        kth = np.partition(d, k - 1, axis=1)[:, k - 1]
+        idx = []
+        for row, limit in zip(d, kth):
+            near = np.flatnonzero(row <= limit)
+            idx.append(near[np.lexsort((near, row[near]))][:k])
+        idx = np.array(idx, dtype=np.intp)
         return idx[0] if pts.ndim == 1 else idx
 
     def _inversion_objective(self, point, n_components: int = 20):
