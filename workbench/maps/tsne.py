@@ -71,7 +71,7 @@ from .reweight import kernel_sum, knn_affinities, neighbours
 from .sampled import SAMPLED_MIN  # registers the "sampled" engine in ENGINES
 from .tsne_math import (calibrate_rows, check_embeddings, effective_perplexity, inversion_distances,
                         inversion_objective, joint_probabilities, new_features, normalize_weights, pca_init,
-                        row_blocks, unit32, weighted_features, WeightedRows)
+                        row_blocks, smallest, unit32, weighted_features, WeightedRows)
 
 FORMAT = "workbench-aspect-map"
 VERSION = 1
@@ -462,15 +462,7 @@ class AspectMap:
         if pts.shape[-1] != 2 or pts.ndim > 2:
             raise ValueError(f"point must have shape (2,) or (m, 2), got {pts.shape}")
         d = np.sum((np.atleast_2d(pts)[:, None, :] - self.coords[None]) ** 2, axis=-1)
-        k = min(k, d.shape[1])
-        # The k-th smallest distance by a partial sort (a tap at a million points need not sort a million
-        # distances); the points within it in order of distance, ties by index, as a stable sort gives them.
-        kth = np.partition(d, k - 1, axis=1)[:, k - 1]
-        idx = []
-        for row, limit in zip(d, kth):
-            near = np.flatnonzero(row <= limit)
-            idx.append(near[np.lexsort((near, row[near]))][:k])
-        idx = np.array(idx, dtype=np.intp)
+        idx = smallest(d, k)  # a tap at a million points need not sort a million distances
         return idx[0] if pts.ndim == 1 else idx
 
     def _inversion_objective(self, point, n_components: int = 20):

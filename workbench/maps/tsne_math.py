@@ -455,3 +455,15 @@ def new_features(new_embeddings, embeddings: Mapping[str, np.ndarray], weights: 
     # Aspects of weight 0 may be left out: their columns are zero anyway.
     full = {a: rows.get(a, np.zeros((m, embeddings[a].shape[1]))) for a in embeddings}
     return weighted_features(full, weights).astype(np.float64)
+
+
+def smallest(d: np.ndarray, k: int) -> np.ndarray:
+    """Per row of d (m, n), the indices of its k smallest values in order, ties by index (as a stable argsort's
+    first k), found by a partial sort: the k-th value first, then only the values up to it sorted."""
+    k = min(k, d.shape[1])
+    kth = np.partition(d, k - 1, axis=1)[:, k - 1]
+    rows = []
+    for row, limit in zip(d, kth):
+        near = np.flatnonzero(row <= limit)
+        rows.append(near[np.lexsort((near, row[near]))][:k])
+    return np.array(rows, dtype=np.intp).reshape(len(d), k)
