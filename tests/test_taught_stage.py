@@ -80,6 +80,26 @@ def round_trip(loop, features, tmp_path):
         np.testing.assert_allclose(back[a], out[a], atol=1e-6)
 
 
+def test_a_refit_in_the_pane_puts_the_taught_heads_in_the_model_it_reads_with():
+    """`place_taught_heads`: after a refit the in-memory model's heads are the taught ones (its margins read marks)
+    and embed as the loop does; an aspect the loop was not asked about keeps its head."""
+    from workbench.decode.aspect_margin import reads_marks
+    from workbench.teach.saved import place_taught_heads
+
+    loop, features = taught_loop()
+    model = PooledAspectModel("stand-in", ASPECTS, hidden=H, pooling="mean")
+    for a in ASPECTS:
+        loop.floor.place(model.heads[a], a)
+    before = {k: v.clone() for k, v in model.heads["b"].state_dict().items()}
+    assert not any(reads_marks(model, a) for a in ASPECTS)
+    assert place_taught_heads(model, loop, ["a"]) == ["a"]
+    assert reads_marks(model, "a") and not reads_marks(model, "b")
+    assert all(torch.equal(v, model.heads["b"].state_dict()[k]) for k, v in before.items())
+    with torch.no_grad():
+        out = torch.nn.functional.normalize(model.forward_features(features)["a"][0], dim=-1).numpy()
+    np.testing.assert_allclose(out, loop.embeddings()["a"], atol=2e-3)
+
+
 def planted(papers=30, seed=0):
     """Papers whose sentence 2 states a, a direction of its own in each paper, and whose other sentences hold
     much of the whole abstract: the marks can teach what the whole abstract blurs."""

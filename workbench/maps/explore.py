@@ -30,6 +30,7 @@ from ..decode.faithfulness import describe_with_confidence
 from ..decode.retrieval import own_sentences
 from ..decode.stating import MarginReader, with_stated
 from ..embed.embeddings import stored_embeddings
+from ..teach.saved import place_taught_heads
 from .labels import question_labels, statement_labels, term_labels
 from .mapview import MapRegions, by_cluster, region_count
 from .page import PageOptions, PresetDetails, export_html
@@ -172,6 +173,10 @@ class Explorer:
     def apply_taught(self, embeddings, on_frame=None) -> np.ndarray:
         """Taught aspects' new embeddings ({aspect: [N, H]}) onto the map through the weight change's warm path."""
         self.embeddings.update({a: unit_rows(v) for a, v in embeddings.items() if a in self.embeddings})
+        if self.teach_loop is not None and self._unified is not None:  # the heads that drew it read and place
+            place_taught_heads(self._unified, self.teach_loop, list(embeddings))
+            if self._margins is not None:
+                self._margins.forget()
         self.map = self.map.with_embeddings(self.embeddings, on_frame=on_frame)
         return self.map.coords
 

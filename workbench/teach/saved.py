@@ -48,3 +48,17 @@ def place_taught(head, floor: AspectFileFloor, taught: AspectFileFloor, aspect: 
     state["blend.gate"] = torch.tensor(float(np.log(whole / (1.0 - whole))), dtype=dtype)
     state["pooling.boilerplate"] = torch.as_tensor(np.asarray(taught.boilerplate), dtype=dtype)
     head.load_state_dict(state)
+
+
+def place_taught_heads(model, loop, aspects) -> list[str]:
+    """Put what `loop` (a `TeachLoop`) taught into `model`'s heads, in memory, for those of `aspects` its marks
+    taught (a "yes" and a "no" each); returns them. The pane does this after a refit, so that the sentences it
+    shows are read, and the abstracts it places are embedded, by the heads that drew the map (stage 03, run
+    again, saves the heads its check keeps)."""
+    taught = loop.taught()
+    placed = [a for a in aspects if a in loop.scorer.coef and a in model.heads]
+    for a in placed:
+        place_taught(model.heads[a], loop.floor, taught, a)
+    if placed:
+        model.phrase_frequencies = loop.floor.frequencies or model.phrase_frequencies
+    return placed
