@@ -275,7 +275,7 @@ def _data(aspect, emb):
 
 
 @pytest.mark.slow
-def test_train_decoders_resume_and_load(lm, tmp_path):
+def test_train_decoders_resume_and_load(lm, tmp_path, capsys):
     from workbench.decode.decoding import DONE_NAME, load_decoders, train_decoders
 
     emb = _embeddings(len(SENTENCES))
@@ -304,6 +304,12 @@ def test_train_decoders_resume_and_load(lm, tmp_path):
     assert len(text) == 1 and isinstance(text[0][0], str)
     with pytest.raises(FileNotFoundError, match="stage 04"):
         load_decoders(tmp_path / "nothing")
+    # An aspect stage 04 trained no decoder of (stage 02 had no model of it): an error, or left out on request.
+    with pytest.raises(FileNotFoundError, match="'c'"):
+        load_decoders(tmp_path, ["a", "c"], lm=lm)
+    skipped = load_decoders(tmp_path, ["a", "c"], lm=lm, skip_missing=True)
+    assert set(skipped) == {"a"}
+    assert "c: no decoder" in capsys.readouterr().out
 
 
 @pytest.mark.slow

@@ -385,13 +385,15 @@ def register_decoder(kind: str, loader) -> None:
 
 
 def load_decoders(run_dir, aspects: Sequence[str] | None = None, device: str | None = None,
-                  lm=None, kind: str = "auto") -> dict[str, AspectDecoder]:
+                  lm=None, kind: str = "auto", skip_missing: bool = False) -> dict[str, AspectDecoder]:
     """Load the run's decoders (per aspect, or the shared one), loading the LM once.
 
     kind: "retrieval" (the nearest known statements, `retrieval.py`), "per_aspect",
     "shared" (soft-prompt decoders), or "auto": the kind stage 04 chose (decoders/default.json),
     else per-aspect soft-prompt decoders where they exist and the shared one for the other
-    aspects. Raises FileNotFoundError naming what is missing.
+    aspects. Raises FileNotFoundError naming what is missing; with skip_missing, a soft-prompt decoder missing
+    for some of `aspects` (one stage 02 trained no model of: stage 04 trains it no decoder) leaves that aspect
+    out, as a notice says, and the others are decoded.
     """
     if kind not in {"auto", "per_aspect", "shared", "retrieval", *DECODER_KINDS}:
         raise ValueError(f"kind must be auto, retrieval, per_aspect, shared or a registered kind "
@@ -418,9 +420,13 @@ def load_decoders(run_dir, aspects: Sequence[str] | None = None, device: str | N
     shared = None
     out: dict[str, AspectDecoder] = {}
     names = list(aspects) if aspects is not None else sorted(found - {SHARED})
-    if SHARED in found:
-        saved = json.loads((root / SHARED / CONFIG_NAME).read_text())
-        names = names or list(saved["aspects"])
+    shared_knows = list(json.loads((root / SHARED / CONFIG_NAME).read_text())["aspects"]) if SHARED in found else []
+    names = names or shared_knows
+    missing = [a for a in names if a not in found and a not in shared_knows]
+    if missing and skip_missing and len(missing) < len(names):
+        notice(f"{', '.join(missing)}: no decoder under {root}, so no text of {'them' if len(missing) > 1 else 'it'}; "
+               f"the other aspects are decoded")
+        names = [a for a in names if a not in missing]
     for aspect in names:
         if aspect in found:
             folder = root / aspect

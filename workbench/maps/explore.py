@@ -81,7 +81,7 @@ class Explorer:
             from ..decode.faithfulness import load_confidence
 
             try:
-                self.decoders = load_decoders(self.run_dir, self.aspects, device=device)
+                self.decoders = load_decoders(self.run_dir, self.aspects, device=device, skip_missing=True)
             except FileNotFoundError as exc:  # a map without text is still a map
                 notice(f"decoding off: {exc}")
             try:
@@ -229,6 +229,7 @@ class Explorer:
         """
         if self.decoders is None:
             raise RuntimeError("this run has no decoders (stage 04), so points cannot be described in words")
+        vectors = {a: v for a, v in vectors.items() if a in self.decoders}  # an aspect with no decoder: no text
         models = {a: m for a in vectors if (m := self.aspect_model(a)) is not None}
         frame = describe_with_confidence(self.decoders, vectors, models, self.embeddings, self.sampling, exclude,
                                          levels=self.confidence, point=point)
