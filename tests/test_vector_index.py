@@ -151,3 +151,17 @@ def test_the_index_finds_what_a_dict_of_first_places_finds(monkeypatch):
     found = index.find(pool)
     expected = np.array([reference.get(k, (-1, -1)) for k in pool])
     assert np.array_equal(found, expected)
+
+
+def test_a_shard_that_cannot_be_opened_right_after_it_was_written_keeps_its_vectors_in_memory(
+        tmp_path, small_shards, monkeypatch):
+    """The fallback of `FeatureCache._save`: a shard removed between its write and its opening (a rerun with
+    --clean in another process) leaves its vectors held in memory, so the call still returns every text's
+    own vector and encodes none twice."""
+    texts = [f"kept {i}" for i in range(80)]
+    monkeypatch.setattr(features.ShardFile, "open", classmethod(lambda cls, path: None))
+    cache = FeatureCache(tmp_path, SeededEncoder())
+    assert np.array_equal(cache.vectors(texts), SeededEncoder().embed(texts))
+    assert cache.backbone.calls == len(texts)
+    assert np.array_equal(cache.vectors(texts[::-1]), SeededEncoder().embed(texts[::-1]))
+    assert cache.backbone.calls == len(texts)  # read from memory, not encoded again
