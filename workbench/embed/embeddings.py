@@ -118,16 +118,23 @@ def stored_embeddings(model_dir: str | os.PathLike, corpus, run_dir: str | os.Pa
         runner.write_parts(model, model_dir, [texts[i] for i in todo], [pairs[i] for i in todo], parts, progress)
         aspects, dim, max_length = list(model.aspects), int(model.dim), model.max_length
     else:
-        aspects, dim, max_length = next(iter(known.values()))[1]
+        aspects, dim, max_length = next(iter(known.values()))[2]
     from_parts = parts.rows(pairs) if todo else None
-    reused = [(i, known[pair][0]) for i, pair in enumerate(zip(corpus.ids, hashes)) if pair in known]
+    reused = [i for i, pair in enumerate(pairs) if pair in known]  # corpus rows, in order
 
     def rows_of(aspect: str, start: int, stop: int) -> np.ndarray:
         rows = np.zeros((stop - start, dim), dtype=np.float32)
         if from_parts is not None:
             from_parts.fill(aspect, start, stop, rows)
-        for i, cached_rows in reused[bisect_left(reused, (start,)):bisect_left(reused, (stop,))]:
-            rows[i - start] = cached_rows[aspect]
+        here = reused[bisect_left(reused, start):bisect_left(reused, stop)]
+        groups: dict[int, tuple] = {}  # one read per earlier entry and block
+        for i in here:
+            entry, row, _ = known[pairs[i]]
+            group = groups.setdefault(id(entry), (entry, [], []))
+            group[1].append(i - start)
+            group[2].append(row)
+        for entry, targets, sources in groups.values():
+            rows[targets] = entry[aspect][sources]
         return rows
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -164,10 +171,10 @@ def text_hashes(texts: Sequence[str]) -> list[str]:
 
 
 def reusable_rows(folder: Path, key: str, doc_ids: Sequence[str], hashes: Sequence[str]) -> dict:
-    """{(doc_id, text hash): ({aspect: row}, (aspects, dim, max_length))} from the folder's cache entries of the
-    model `key`, for the papers asked for. Entries from before text hashes were stored are skipped."""
-    from safetensors.numpy import load_file
-
+    """{(doc_id, text hash): (entry, row, (aspects, dim, max_length))} from the folder's cache entries of the model
+    `key`, for the papers asked for: `entry` an earlier entry memory-mapped (`StoredEmbeddings`), so a corpus that
+    grew reads the rows it reuses by blocks, never the earlier entry whole. Entries from before text hashes were
+    stored are skipped, as is a damaged one (its papers are embedded again)."""
     wanted, out = set(zip(map(str, doc_ids), hashes)), {}
     for meta_path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
         try:
@@ -178,10 +185,10 @@ def reusable_rows(folder: Path, key: str, doc_ids: Sequence[str], hashes: Sequen
                     if pair in wanted and pair not in out]
             if not hits:
                 continue
-            arrays = load_file(str(meta_path.with_suffix(".safetensors")))
+            entry = StoredEmbeddings(meta_path.with_suffix(".safetensors"), meta["doc_ids"], meta["aspects"])
             shape = (list(meta["aspects"]), int(meta["dim"]), meta.get("max_length"))
             for i, pair in hits:
-                out[pair] = ({a: arrays[a][i] for a in meta["aspects"]}, shape)
-        except Exception:  # a damaged entry (safetensors raises its own error): its papers are embedded again
+                out[pair] = (entry, i, shape)
+        except (OSError, ValueError, KeyError, TypeError):
             continue
     return out
