@@ -61,6 +61,43 @@ def test_marks_survive_a_restart_and_travel_as_csv_with_formulas_guarded(tmp_pat
         shared.add("p9", "x", ["a", "none"])
 
 
+def test_a_csv_naming_another_aspect_or_cut_short_or_not_utf8_is_refused_whole_by_line(tmp_path):
+    good = "doc_id,sentence,aspect\np1,One.,a\np1,Two.,none\np2,Three.,a+b\n"
+    (tmp_path / "good.csv").write_text(good)
+    assert Marks().read_csv(tmp_path / "good.csv", aspects=ASPECTS) == 3
+    (tmp_path / "typo.csv").write_text(good + "p3,Four.,chalenge\np3,Five.,a+zzz\n")
+    marks = Marks()
+    with pytest.raises(ValueError, match=r"line 5: 'chalenge'.*line 6: 'zzz'"):
+        marks.read_csv(tmp_path / "typo.csv", aspects=ASPECTS)
+    assert len(marks) == 0  # nothing read from a refused file
+    assert Marks().read_csv(tmp_path / "typo.csv") == 5  # without the run's aspects nothing is checked
+    (tmp_path / "short.csv").write_text(good + "p4,Six.\n")
+    with pytest.raises(ValueError, match="line 5: fewer fields"):
+        Marks().read_csv(tmp_path / "short.csv", aspects=ASPECTS)
+    (tmp_path / "latin1.csv").write_bytes("doc_id,sentence,aspect\np1,Übersetzung.,a\n".encode("latin-1"))
+    with pytest.raises(ValueError, match="not UTF-8"):
+        Marks().read_csv(tmp_path / "latin1.csv", aspects=ASPECTS)
+
+
+def test_a_mark_naming_none_of_the_loop_s_aspects_is_not_read_as_none():
+    """A sentence marked with another aspect set's name would otherwise be a "no" for every aspect here."""
+    features, ids = corpus()
+    heads = []
+    for foreign in (False, True):
+        loop = TeachLoop(features, floor(), ids)
+        for i in range(6):
+            loop.answer(ids[i], "a", sentence=features.sentence_texts[i][0])
+            loop.answer(ids[i], "b", sentence=features.sentence_texts[i][1])
+            loop.answer(ids[i], "none", sentence=features.sentence_texts[i][3])
+        if foreign:
+            for i in range(6, 12):
+                loop.answer(ids[i], "species", sentence=features.sentence_texts[i][0])
+        loop.refit()
+        heads.append(loop.scorer)
+    for a in ASPECTS:
+        np.testing.assert_array_equal(heads[0].coef[a], heads[1].coef[a])
+
+
 def test_a_restarted_loop_refits_the_same_heads_from_the_marks_on_disk(tmp_path):
     features, ids = corpus()
     loop = TeachLoop(features, floor(), ids, marks=Marks.of_run(tmp_path))

@@ -106,3 +106,14 @@ def test_the_verdict_shows_before_teaching_starts_and_after_a_refit(tmp_path):
     p.start()
     p.refit()
     assert "Verdict" in p.status.value
+
+
+def test_an_imported_csv_says_how_many_marks_are_not_sentences_of_this_corpus(tmp_path):
+    p = panel(tmp_path)
+    (tmp_path / "team.csv").write_text("doc_id,sentence,aspect\np1,paper 1 sentence 2.,a\n"
+                                       "p1,A sentence edited since.,b\nq9,Another corpus's paper.,none\n")
+    assert p.import_csv(tmp_path / "team.csv") == 3
+    assert "Imported 3" in p.message.value and "2 of them are not sentences" in p.message.value
+    (tmp_path / "typo.csv").write_text("doc_id,sentence,aspect\np1,paper 1 sentence 3.,c\n")
+    assert p.import_csv(tmp_path / "typo.csv") == 0
+    assert "Import failed" in p.message.value and "line 2: &#x27;c&#x27;" in p.message.value

@@ -288,12 +288,18 @@ class TeachPanel:
 
     def import_csv(self, path) -> int:
         """Add the marks of a CSV file (`Marks.read_csv`); returns how many sentences it answered."""
+        marks = self.loop.marks
+        before = set(marks.latest)
         try:
-            count = self.loop.marks.read_csv(path)
+            count = marks.read_csv(path, aspects=self.loop.aspects)
         except (ValueError, KeyError, OSError) as exc:
             self.message.value = f"<span style='color:#b00020'>Import failed: {esc(exc)}</span>"
             return 0
-        self.message.value = f"<em>Imported {count} marked sentences; refit to teach them.</em>"
+        # Kept either way (a re-export may bring the papers back), but said: they teach nothing now.
+        elsewhere = len({(d, s) for d, s, _ in set(marks.latest) - before if (d, s) not in self.loop.where})
+        self.message.value = (f"<em>Imported {count} marked sentences; refit to teach them.</em>" + (
+            f" <span style='color:#b00020'>{elsewhere} of them are not sentences of this corpus's abstracts "
+            f"(other papers, or edited text): kept, but they teach nothing here.</span>" if elsewhere else ""))
         self.queue = [q for q in self.queue if (q.doc_id, q.sentence) not in self.loop.marks]
         self.advance()
         self.show_status()

@@ -116,7 +116,9 @@ class TeachLoop:
     def refit(self) -> TaughtScorer:
         """Fit each aspect's scorer to the marks kept now (skips train nothing)."""
         rows, marks = self.marked_rows()
-        used = [k for k, m in enumerate(marks) if not m.skipped]
+        # A mark naming aspects, none of them this loop's (marks of another aspect set), says nothing here: read
+        # as "none" it would teach every aspect that its sentence states none of them.
+        used = [k for k, m in enumerate(marks) if not m.skipped and (not m.aspects or set(m.aspects) & set(self.aspects))]
         answers = np.array([[marks[k].states(a) for a in self.aspects] for k in used], bool)
         answers = answers.reshape(-1, len(self.aspects))  # no answer yet: [0, A]
         self.scorer = fit_taught(self.floor.scorer, self.inputs[rows[used]] if used else self.inputs[:0], answers)

@@ -21,7 +21,7 @@ import csv
 import io
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -154,20 +154,37 @@ class Marks:
             write_text(path, text)
         return text
 
-    def read_csv(self, path: str | os.PathLike, source: str | None = None) -> int:
+    def read_csv(self, path: str | os.PathLike, source: str | None = None, aspects: Sequence[str] | None = None) -> int:
         """Add the marks of a CSV (`to_csv`'s columns; without a source column, or with `source` given, they are
-        that source's, else a person's). Returns how many sentences it answered."""
+        that source's, else a person's). Returns how many sentences it answered. With `aspects` (the run's), a
+        row naming another aspect (a typo, another run's aspect set) refuses the whole file, by line: read as
+        no aspect of this run, its sentence would teach every aspect that it states none of them."""
         grouped: dict[tuple[str, str, str], list[str]] = {}
-        with open(path, newline="", encoding="utf-8-sig") as fh:
-            rows = list(csv.DictReader(fh))
+        try:
+            with open(path, newline="", encoding="utf-8-sig") as fh:
+                rows = list(csv.DictReader(fh))
+        except UnicodeDecodeError as exc:
+            raise ValueError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start}); save it as UTF-8 CSV") from None
         missing = {"doc_id", "sentence", "aspect"} - set(rows[0] if rows else CSV_COLUMNS)
         if missing:
             raise ValueError(f"{path}: a CSV of marks needs the columns doc_id, sentence and aspect "
                              f"(missing: {sorted(missing)})")
-        for row in rows:
+        known, bad = set(aspects or ()) | {NONE, SKIP}, []
+        for line, row in enumerate(rows, start=2):  # line 1: the header
+            if any(row.get(c) is None for c in ("doc_id", "sentence", "aspect")):
+                bad.append(f"line {line}: fewer fields than the header")
+                continue
+            answer = unguard_formula(row["aspect"])
+            unknown = [n for n in answer.split("+") if n.strip() and n.strip() not in known]
+            if aspects is not None and unknown:
+                bad.append(f"line {line}: {', '.join(map(repr, unknown))}")
             origin = source or unguard_formula(row.get("source") or "") or "person"
             key = (unguard_formula(row["doc_id"]), sentence_key(unguard_formula(row["sentence"])), origin)
-            grouped.setdefault(key, []).append(unguard_formula(row["aspect"]))
+            grouped.setdefault(key, []).append(answer)
+        if bad:
+            raise ValueError(f"{path}: no mark read; {len(bad)} row(s) name no aspect of this run "
+                             f"({', '.join(aspects or ())}, or {NONE}, {SKIP}) or are short: " + "; ".join(bad[:5])
+                             + (" ..." if len(bad) > 5 else ""))
         for origin in dict.fromkeys(k[2] for k in grouped):
             self.add_many([(d, s, a) for (d, s, o), a in grouped.items() if o == origin], origin)
         return len(grouped)

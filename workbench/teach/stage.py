@@ -26,11 +26,16 @@ from .verdict import cross_check, said
 SOURCE = "your marks"  # what guard.json says checked a marked aspect
 
 
-def read_marks(run_dir, marks_csv=None) -> Marks:
-    """The run's marks, a CSV's (`marks_csv`, a path or None) added to them first, so the run keeps them."""
+def read_marks(run_dir, marks_csv=None, aspects: Sequence[str] | None = None) -> Marks:
+    """The run's marks, a CSV's (`marks_csv`, a path or None) added to them first, so the run keeps them; with
+    `aspects`, a CSV naming another aspect is refused (`Marks.read_csv`)."""
     marks = Marks.of_run(run_dir)
     if marks_csv:
-        n = marks.read_csv(marks_csv)
+        try:
+            n = marks.read_csv(marks_csv, aspects=aspects)
+        except ValueError:
+            marks.close()
+            raise
         notice(f"{n} marked sentences read from {marks_csv} into the run's marks")
     return marks
 
@@ -39,7 +44,7 @@ def teach_heads(run_dir, corpus, aspect_set, aspects: Sequence[str], marks_csv=N
     """Teach and check the unified model's heads with the run's marks (see the module doc). Returns
     {aspect: its check} (`verdict.cross_check`), or None where there is no mark or no frozen-encoder head."""
     run = RunDir(run_dir)
-    marks = read_marks(run, marks_csv)
+    marks = read_marks(run, marks_csv, aspects)
     try:
         ids = {m.doc_id for m in marks.current()}
         papers = [str(d) for d in corpus.ids if str(d) in ids]
