@@ -140,6 +140,20 @@ def test_an_aspect_file_that_does_not_load_is_refused_before_any_stage(tmp_path)
     check_inputs({"corpus": "aclsum", "aspects": "acl"}, "")  # a preset loads
 
 
+def test_a_marks_csv_that_is_missing_or_names_another_aspect_is_refused_before_any_stage(tmp_path):
+    from workbench.run.runconfig import RunConfigError, check_inputs
+
+    with pytest.raises(RunConfigError, match="marks: no such file"):
+        check_inputs({"corpus": "aclsum", "marks": str(tmp_path / "gone.csv")}, "03_distill.")
+    marks = tmp_path / "team.csv"
+    marks.write_text("doc_id,sentence,aspect\np1,One.,challenge\np2,Two.,aproach\n")  # the acl preset's aspects
+    with pytest.raises(RunConfigError, match=r"03_distill.marks: .*line 3: 'aproach'"):
+        check_inputs({"marks": str(marks)}, "03_distill.", run_aspects="acl")
+    marks.write_text("doc_id,sentence,aspect\np1,One.,challenge\np2,Two.,approach+outcome\n")
+    check_inputs({"marks": str(marks)}, "03_distill.", run_aspects="acl")
+    assert marks.read_text().count("\n") == 3  # only read
+
+
 def test_reading_the_notebooks_skips_jsonschemas_iri_checker_and_still_rejects_a_broken_notebook(tmp_path):
     """The runner's process reads notebooks without importing `rfc3987_syntax` (a Lark grammar built on import,
     1.4 s of every run's start; no notebook schema uses the IRI format), and nbformat still validates."""

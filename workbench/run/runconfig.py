@@ -143,7 +143,7 @@ def load_params(path: str | os.PathLike | None, overrides: dict | None = None) -
                 raise RunConfigError(f"parameter {where}{name} is set by the runner; give it as --run-dir "
                                      f"(or --params with a top-level {name}: key) instead")
         given.update({name: _absolute(value) for name, value in given.items()})
-        check_inputs(given, where)
+        check_inputs(given, where, run_aspects=params.get("aspects"))
     config["parameters"] = params
     config["stage_parameters"] = per_stage
     return config
@@ -321,10 +321,13 @@ def _absolute(value):
         return value
 
 
-def check_inputs(params: dict, where: str) -> None:
+def check_inputs(params: dict, where: str, run_aspects=None) -> None:
     """A corpus or aspect file that is not there fails now, with the directory it was looked for in; an aspect
-    file (or preset) that does not load (a field it names is wrong) fails now too, not in a stage's kernel."""
+    file (or preset) that does not load (a field it names is wrong) fails now too, not in a stage's kernel; so
+    does a CSV of marks that is not there or names no aspect of the run's (`run_aspects`: the aspect file or
+    preset the run's parameters name, where these parameters name none)."""
     corpus, aspects = params.get("corpus"), params.get("aspects")
+    check_marks(params.get("marks"), where, aspects if isinstance(aspects, str) else run_aspects)
     for name, value, what in [("corpus", corpus, "corpus: aclsum"), ("aspects", aspects, "a preset: workbench aspects")]:
         if not isinstance(value, str) or (name == "corpus" and value.split(":")[0] == "aclsum"):
             continue
@@ -338,6 +341,28 @@ def check_inputs(params: dict, where: str) -> None:
             load_aspects(str(Path(aspects).expanduser()) if _pathlike(aspects) else aspects)
         except (ValueError, OSError) as exc:  # AspectConfigError names the field; an alias bomb, the file
             raise RunConfigError(f"parameter {where}aspects: {exc}") from None
+
+
+def check_marks(marks, where: str, aspects) -> None:
+    """The `marks` parameter (a CSV of marks, or None) read as stage 03 reads it, into memory (the run's marks are
+    not touched): a missing file, or a row naming no aspect of `aspects` (a file or preset), fails now."""
+    if not isinstance(marks, str) or not marks:
+        return
+    from ..teach.marks import Marks
+
+    path = Path(marks).expanduser()
+    if not path.is_file():
+        raise RunConfigError(f"parameter {where}marks: no such file {marks!r} (looked for it from the current "
+                             f"directory {Path.cwd()})")
+    try:
+        names = load_aspects(str(Path(aspects).expanduser()) if _pathlike(aspects) else aspects).names \
+            if isinstance(aspects, str) else None
+    except (ValueError, OSError):
+        names = None  # the aspect file's own check says what is wrong with it
+    try:
+        Marks().read_csv(path, aspects=names)
+    except (ValueError, OSError) as exc:
+        raise RunConfigError(f"parameter {where}marks: {exc}") from None
 
 
 # --------------------------------------------------------------------------- the stages
