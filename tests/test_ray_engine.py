@@ -195,6 +195,19 @@ def _model(run: RunDir) -> Path:
     return run.unified_model
 
 
+def test_a_wrong_head_address_is_said_at_once():
+    """Ray retries an address where nothing listens for minutes; the engine tries it first and says so."""
+    from workbench.embed.ray_engine import reach_head
+
+    port = _free_port()  # nothing listens there once the probe socket is closed
+    t0 = time.perf_counter()
+    with pytest.raises(ConnectionError, match=f"no Ray head answers at 127.0.0.1:{port}.*ray start --head"):
+        reach_head(f"127.0.0.1:{port}")
+    with pytest.raises(ConnectionError, match="not host:port"):
+        reach_head("127.0.0.1")
+    assert time.perf_counter() - t0 < 5
+
+
 def test_embeddings_same_numbers_and_resume_after_kill(passes, corpus, head, tmp_path):
     """Stage 03's embeddings: in process vs Ray (same rows, same order); a driver killed -9 after its first part
     leaves that part, and the rerun embeds only the papers no finished part holds. One actor each (every actor

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import tempfile
 from collections import Counter
 from pathlib import Path
@@ -33,6 +34,7 @@ from .features import SHARD_ROWS, FeatureCache, FrozenBackbone, by_length
 BLOCK_ROWS = 4096  # texts per Parquet block at most (a million abstracts and their sentences: about 2,000 blocks)
 MIN_BLOCK_ROWS = 64
 ACTOR_BATCH = 256  # texts per `map_batches` call of an actor: a killed actor loses at most this much
+HEAD_TIMEOUT = 10.0  # seconds a head's address may take to accept a connection
 READ_CPUS = 0.1  # reading Parquet is light: the read tasks must not wait for a CPU the encoders hold
 
 
@@ -42,6 +44,24 @@ def on_this_machine(address: str | None) -> bool:
         return True
     host = address.split("://")[-1].rsplit(":", 1)[0].strip("[]")
     return host in ("localhost", "::1") or host.startswith("127.")
+
+
+def reach_head(address: str, timeout: float = HEAD_TIMEOUT) -> None:
+    """Raise ConnectionError, naming `address`, where no Ray head accepts a connection there within `timeout`
+    seconds ("auto" and Ray Client's ray:// addresses are left to Ray)."""
+    if address == "auto" or "://" in address:
+        return
+    host, _, port = address.strip().rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]") or "127.0.0.1", int(port)), timeout=timeout):
+            return
+    except ValueError:
+        raise ConnectionError(f"ray_address {address!r} is not host:port (the head's GCS port, 6379 by "
+                              f"default)") from None
+    except OSError as exc:
+        raise ConnectionError(f"no Ray head answers at {address} ({exc.strerror or exc}): start one there with "
+                              f"`ray start --head --port {port or 6379}`, or fix ray_address (the head prints "
+                              f"its address when it starts)") from None
 
 
 def ray_session(address: str | None = None, num_cpus: int | None = None):
@@ -65,6 +85,7 @@ def ray_session(address: str | None = None, num_cpus: int | None = None):
             # One CPU more than the encoders take: Ray Data's reads need one free (`RayEngine._pool`).
             ray.init(num_cpus=(num_cpus or os.cpu_count()) + 1, include_dashboard=False, log_to_driver=False)
         else:
+            reach_head(address)  # Ray itself would retry a wrong address for minutes, saying little
             ray.init(address=address, log_to_driver=False)
     from ray.data import DataContext
 
