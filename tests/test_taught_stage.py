@@ -44,6 +44,13 @@ def test_the_taught_head_in_a_checkpoint_embeds_as_the_loop_does_and_reloads_fro
     round_trip(*taught_loop(), tmp_path)
 
 
+def test_a_taught_head_its_marks_trust_in_part_embeds_as_the_loop_does_and_reloads(tmp_path):
+    loop, features = taught_loop()
+    loop.scorer.trust = {a: 0.4 for a in loop.scorer.coef}  # 0.4 of the regression's weights, 0.6 the floor's
+    assert loop.taught().blends != taught_loop()[0].taught().blends
+    round_trip(loop, features, tmp_path)
+
+
 def test_the_taught_head_over_a_position_mixture_floor_reloads_as_the_loop_embeds(tmp_path):
     features, ids = corpus(papers=10)
     base = floor()
