@@ -5,8 +5,10 @@ the sentence sits (relative position, its square, first, last) and what the floo
 log of the floor's per-sentence belief and of its pooling weight in the abstract, for every aspect). That last
 part is why a few marks do not start from nothing: the regression only has to learn how far to trust the floor
 and where the marks say otherwise. An aspect whose marks lack a "yes" or a "no" (`MIN_EACH`) keeps the floor's
-own weights. The fixed recipe it grew from (`../shared/benchmarks/taught_marks.py`: vector and position only,
-pooled by the probability) is what `benchmarks/teach.py` compares it with.
+own weights. An aspect with few "yes" marks pools mostly as the floor does: its trust in its regression grows
+with its "yes" marks (`trust`) and sets the regression's share of its pooling weights and blend. The fixed recipe
+it grew from (`../shared/benchmarks/taught_marks.py`: vector and position only, pooled by the probability) is what
+`benchmarks/teach.py` compares it with.
 
 `TaughtScorer` has the interface of the floor's scorers (`aspects`, `calibrated`, `pool_weights`, `stated`...),
 so the floor's own pooling (`floor.AspectFileFloor.embeddings`: boilerplate left out, the blend with the whole
