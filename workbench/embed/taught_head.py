@@ -20,7 +20,9 @@ import torch
 from torch import nn
 
 LOG_FLOOR = -12.0  # log of a belief or weight of 0, kept finite (as `teach.learner` keeps it)
-SHIFT = 30.0  # sigmoid(log w - SHIFT) = w x e^-SHIFT to a part in 1e13: the head's normalised sigmoid is w
+# sigmoid(log w - SHIFT) = w x e^-SHIFT to a part in 1e8, so the head's normalised sigmoid is w; their sum,
+# e^-SHIFT (2e-9), stays above the clamp of `heads.SentencePooling.weights` (1e-12), so the weights sum to 1
+SHIFT = 20.0
 BELIEFS = ("sigmoid", "softmax")  # a floor scorer's belief: its own sigmoid, or the softmax over the aspects
 
 
