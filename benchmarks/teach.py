@@ -62,7 +62,7 @@ from workbench.embed.aspectfile import aspect_prototypes  # noqa: E402
 from workbench.embed.features import FeatureCache, FrozenBackbone  # noqa: E402
 from workbench.embed.floor import fit_floor  # noqa: E402
 from workbench.measures.evaluation import permutation_test, summary_similarity  # noqa: E402
-from workbench.teach.learner import TAUGHT_BLEND  # noqa: E402
+from workbench.teach.learner import TAUGHT_BLEND, TRUST_YES  # noqa: E402
 from workbench.teach.loop import TeachLoop  # noqa: E402
 from workbench.teach.marks import Marks  # noqa: E402
 from workbench.teach.verdict import BETTER, UNSURE, WORSE, cross_check  # noqa: E402
@@ -70,6 +70,7 @@ from workbench.teach.verdict import BETTER, UNSURE, WORSE, cross_check  # noqa: 
 ASKABLE_SHARE = 0.5  # the share of the askable papers a user seed lets the workbench ask about
 LOSERS = {"shuffled": "answers shuffled among the shown sentences",
           "inverted": "each answer turned to the aspects it does not name"}
+KEPT = "the loop's head (its share: learner.TAUGHT_BLEND as far as the marks are trusted)"  # `pooling_variants`
 VERDICT: dict = {}  # `cross_check`'s settings where --folds or --level override the shipped ones (choosing them)
 
 
@@ -238,7 +239,7 @@ def teach(loop: TeachLoop, answers: dict, budgets: list[int], batch: int, verdic
             mass = {a: np.bincount(loop.doc, weights=p[:, j], minlength=len(loop.doc_ids))
                     for j, a in enumerate(loop.aspects)}
             pooled[budget] = (replace(taught, blends={a: 1.0 for a in loop.aspects}).embeddings(
-                loop.features, loop.word_vectors), mass)
+                loop.features, loop.word_vectors), mass, dict(taught.blends))
         if verdicts is not None:
             verdicts[budget] = cross_check(loop, **VERDICT)
         for how, lost in (losing or {}).items():
@@ -274,8 +275,9 @@ def row(name: str, scores: dict, aspects, floor: dict | None = None) -> str:
     return f"| {name} | " + " | ".join(cells) + f" | {mean:.1f}{extra} |"
 
 
-def run_family(family: Family, aspects, args) -> None:
-    """Teach, score and print one family's tables (see the module doc), one per truth."""
+def run_family(family: Family, aspects, args) -> list[tuple]:
+    """Teach, score and print one family's tables (see the module doc), one per truth; returns its bars
+    (`family_bars`)."""
     t0 = time.perf_counter()
     scored = family.scored
     score = lambda emb: {(t, a): spearman_on(emb[a], *truth[a])  # noqa: E731
@@ -299,9 +301,9 @@ def run_family(family: Family, aspects, args) -> None:
         for budget, emb in teach(loop, family.answers, budgets, args.batch, said, lost, pooled).items():
             m = budget // (len(aspects) + 1)
             taught[m].append(score({a: v[scored] for a, v in emb.items()}))
-            if pooled is not None:  # its TAUGHT_BLEND row is the loop's own head, recomputed: check it
+            if pooled is not None:  # its KEPT row is the loop's own head, recomputed: check it
                 studied.setdefault(m, []).append(pooling_study(family, pooled[budget], m, score))
-                kept = studied[m][-1][f"sentences' share {TAUGHT_BLEND}"]
+                kept = studied[m][-1][KEPT]
                 assert np.allclose([kept[k] for k in kept], [taught[m][-1][k] for k in kept], atol=1e-3,
                                    equal_nan=True), "the pooling study does not rebuild the loop's head"
             if tested:
@@ -348,17 +350,48 @@ def run_family(family: Family, aspects, args) -> None:
               + ", ".join(f"{t[a] - f[a]:+.1f}" for a in aspects)
               + f"; mean over aspects above the random-marks recipe by {np.mean([t[a] - r[a] for a in aspects]):+.1f}")
     print(f"({time.perf_counter() - t0:.0f} s)")
+    return family_bars(family, {m: {t: worst(taught[m], t) for t in family.truths} for m in args.marks},
+                       {m: {t: worst(random_marks[m], t) for t in family.truths} for m in args.marks},
+                       {t: of(floor, t) for t in family.truths}, aspects)
+
+
+def family_bars(family: Family, taught: dict, random_marks: dict, floor: dict, aspects) -> list[tuple]:
+    """(bar, met, figures) of the teaching bars on one family: `taught` and `random_marks` {marks: {truth: {aspect:
+    worst score over the user seeds}}}, `floor` {truth: {aspect: score}}. The bars read CSAbstruct's truths and
+    ACLSum's summaries (not what the user answers from)."""
+    low, top, out = min(taught), max(taught), []
+    truths = list(family.significance) or list(family.truths)
+    gap = lambda m, t: {a: taught[m][t][a] - floor[t][a] for a in aspects}  # noqa: E731
+    said = lambda g: ", ".join(f"{a} {v:+.1f}" for a, v in g.items())  # noqa: E731
+    for t in truths:
+        out.append((f"{family.name}, {t}: at {low} marks no head more than 1 below the floor",
+                    min(gap(low, t).values()) >= -1, "head less floor, worst seed: " + said(gap(low, t))))
+    if family.significance:  # ACLSum: each head at or above the floor
+        for t in truths:
+            out.append((f"{family.name}, {t}: at {top} marks each head at or above the floor",
+                        min(gap(top, t).values()) >= 0, "head less floor, worst seed: " + said(gap(top, t))))
+        return out
+    for t in truths:
+        out.append((f"{family.name}, {t}: at {top} marks each head at least 2 above the floor",
+                    min(gap(top, t).values()) >= 2, "head less floor, worst seed: " + said(gap(top, t))))
+    first = truths[0]
+    mean, recipe_mean = (np.mean([r[top][first][a] for a in aspects]) for r in (taught, random_marks))
+    out.append((f"{family.name}, {first}: at {top} marks the mean at least 1 above the random-marks recipe",
+                mean - recipe_mean >= 1, f"{mean:.1f} against {recipe_mean:.1f}"))
+    return out
 
 
 def pooling_variants(taught: np.ndarray, floor: np.ndarray, whole: np.ndarray, mass: np.ndarray,
-                     marks: int) -> dict[str, np.ndarray]:
+                     marks: int, blend: float = TAUGHT_BLEND) -> dict[str, np.ndarray]:
     """{name: [n, H]} the pooling alternatives `--pooling` compares (chosen on the dev papers): `taught` the taught
-    sentences alone (unit rows), `floor` the floor's vectors, `whole` the whole abstract's, `mass` each paper's
-    summed probability of stating the aspect, `marks` the marks per aspect."""
+    sentences alone (unit rows; pooled as far as the marks are trusted, `learner.trust`), `floor` the floor's
+    vectors, `whole` the whole abstract's, `mass` each paper's summed probability of stating the aspect, `marks`
+    the marks per aspect, `blend` the sentences' share the loop gives the aspect."""
     u = lambda v: unit_rows(np.asarray(v, np.float64))  # noqa: E731
-    kept = u(TAUGHT_BLEND * taught + (1 - TAUGHT_BLEND) * whole)  # what the loop embeds
-    out = {f"sentences' share {b}": u(b * taught + (1 - b) * whole)
-           for b in sorted({1.0, TAUGHT_BLEND, 0.7, 0.5}, reverse=True)}
+    kept = u(blend * taught + (1 - blend) * whole)  # what the loop embeds
+    out = {KEPT: kept}
+    out.update({f"sentences' share {b}": u(b * taught + (1 - b) * whole)
+                for b in sorted({1.0, TAUGHT_BLEND, 0.7, 0.5}, reverse=True)})
     out.update({f"mixed with the floor's vector, taught share {w}": u(w * kept + (1 - w) * floor)
                 for w in (0.7, 0.5, 0.3)})
     out.update({f"shrunk to the floor, taught share n / (n + {n0})": u(marks / (marks + n0) * kept
@@ -373,11 +406,11 @@ def pooling_variants(taught: np.ndarray, floor: np.ndarray, whole: np.ndarray, m
 
 def pooling_study(family: Family, pooled: tuple, marks: int, score) -> dict:
     """{variant: scores} of one user seed's taught pooling at one budget (`pooling_variants`)."""
-    sentences, mass = pooled
+    sentences, mass, blends = pooled
     floor = family.floor.embeddings(family.features, family.word_vectors)
     whole = unit_rows(family.features.whole[family.scored])
     rows = family.scored
-    heads = {a: pooling_variants(sentences[a][rows], floor[a][rows], whole, mass[a][rows], marks)
+    heads = {a: pooling_variants(sentences[a][rows], floor[a][rows], whole, mass[a][rows], marks, blends[a])
              for a in sentences}
     return {name: score({a: heads[a][name] for a in heads}) for name in next(iter(heads.values()))}
 
@@ -481,8 +514,12 @@ def main(argv=None) -> None:
     if args.aclsum:
         families.append(aclsum_family(cache, acl, args.aclsum, "validation" if args.split == "dev" else "test",
                                       truth_caches))
+    bars = []
     for family in families:
-        run_family(family, list(acl.names), args)
+        bars += run_family(family, list(acl.names), args)
+    print(f"\n## The bars ({args.split} papers; learner.TRUST_YES {TRUST_YES})\n")
+    for bar, met, figures in bars:
+        print(f"- {bar}: {'met' if met else 'NOT MET'} ({figures})")
     print(f"\n{time.perf_counter() - start:.0f} s in all")
 
 

@@ -13,6 +13,7 @@ import torch
 
 from workbench.core.rundir import RunDir
 from workbench.core.vectors import unit_rows
+from workbench.embed.features import position_features
 from workbench.embed.floor import floor_bias
 from workbench.embed.guard import load_guard
 from workbench.embed.heads import PooledAspectModel
@@ -42,6 +43,13 @@ def taught_loop(papers=10, blend=0.5):
 
 def test_the_taught_head_in_a_checkpoint_embeds_as_the_loop_does_and_reloads_from_safetensors(tmp_path):
     round_trip(*taught_loop(), tmp_path)
+
+
+def test_a_taught_head_its_marks_trust_in_part_embeds_as_the_loop_does_and_reloads(tmp_path):
+    loop, features = taught_loop()
+    loop.scorer.trust = {a: 0.4 for a in loop.scorer.coef}  # 0.4 of the regression's weights, 0.6 the floor's
+    assert loop.taught().blends != taught_loop()[0].taught().blends
+    round_trip(loop, features, tmp_path)
 
 
 def test_the_taught_head_over_a_position_mixture_floor_reloads_as_the_loop_embeds(tmp_path):
@@ -199,3 +207,20 @@ def test_the_map_page_says_the_verdicts_under_the_weights_escaped():
 
     html = verdicts_html(["a: checked on 30 of the papers you marked <b>", "b: not checked"])
     assert "&lt;b&gt;" in html and "b: not checked" in html and verdicts_html(None) == ""
+
+
+def test_a_partly_trusted_head_s_pooling_weights_sum_to_one_and_mix_the_floor_s_as_the_loop_does():
+    loop, features = taught_loop()
+    loop.scorer.trust = {a: 0.4 for a in loop.scorer.coef}
+    model = PooledAspectModel("stand-in", ASPECTS, hidden=H, pooling="mean")
+    place_taught(model.heads["a"], loop.floor, loop.taught(), "a")
+    S = torch.as_tensor(np.stack(features.sentences[:3]), dtype=torch.float32)
+    positions = torch.as_tensor(np.stack([position_features(len(s)) for s in features.sentences[:3]]),
+                                dtype=torch.float32)
+    mask = torch.ones(S.shape[:2])
+    with torch.no_grad():
+        w = model.heads["a"].pooling.weights(model.heads["a"].scores(S, positions, mask), mask).numpy()
+    np.testing.assert_allclose(w.sum(1), 1.0, atol=1e-5)
+    for i in range(3):
+        expected = loop.scorer.pool_weights(features.sentences[i], position_features(len(features.sentences[i])))
+        np.testing.assert_allclose(w[i], expected[:, 0], atol=2e-3)

@@ -14,7 +14,7 @@ from workbench.embed.aspectfile import TEMPERATURE, AspectPrototypes
 from workbench.embed.features import DocumentFeatures
 from workbench.embed.floor import AspectFileFloor
 from workbench.teach import chooser
-from workbench.teach.learner import LOG_FLOOR, TAUGHT_BLEND, fit_taught, sentence_inputs
+from workbench.teach.learner import LOG_FLOOR, TAUGHT_BLEND, TRUST_YES, fit_taught, sentence_inputs
 from workbench.teach.loop import TeachLoop
 from workbench.teach.marks import Marks, highlight_answers
 
@@ -199,10 +199,13 @@ def test_the_head_pools_by_the_taught_probabilities_as_an_independent_computatio
     w, b = loop.scorer.coef["a"].astype(np.float64), loop.scorer.intercept["a"]
     p = 1 / (1 + np.exp(-(X @ w + b)))
     assert np.abs(X.T @ (p - y) + w).max() < 1e-3 and abs((p - y).sum()) < 1e-3
+    t = 10 ** 4 / (10 ** 4 + TRUST_YES ** 4)  # a's trust: its 10 "yes" marks
     for i, (S, R) in enumerate(zip(features.sentences, rows)):
         p = 1 / (1 + np.exp(-(R @ w + b)))
-        expected = (p / p.sum()) @ S
-        expected = TAUGHT_BLEND * expected / np.linalg.norm(expected) + (1 - TAUGHT_BLEND) * features.whole[i]
+        e = np.exp(scores(S)[:, 0] - scores(S)[:, 0].max())
+        expected = (t * p / p.sum() + (1 - t) * e / e.sum()) @ S  # t of the taught weights, the rest the floor's
+        share = t * TAUGHT_BLEND + (1 - t) * 0.5
+        expected = share * expected / np.linalg.norm(expected) + (1 - share) * features.whole[i]
         np.testing.assert_allclose(emb["a"][i], expected / np.linalg.norm(expected), atol=2e-3)  # the taught blend
         e = np.exp(scores(S)[:, 1] - scores(S)[:, 1].max())
         floor_b = (e / e.sum()) @ S
@@ -242,3 +245,27 @@ def test_highlight_columns_become_marks_of_their_own_source_and_a_person_s_answe
     marks.add("p1", "Our parser uses a stack.", "b")
     assert [(m.answer, m.source) for m in marks.current()] == [("a", "highlights"), ("b", "person"),
                                                                 ("b", "highlights")]
+
+
+def test_an_aspect_s_trust_in_its_marks_pools_between_the_floor_and_its_regression_as_computed_by_hand():
+    from workbench.teach.learner import taught_floor, trust
+
+    assert trust(10, 10.0, 2.0) == 0.5 and trust(30, 10.0, 2.0) == 0.9 and trust(0, 10.0, 2.0) == 0.0
+    assert trust(20, 10.0, 4.0) == 16 / 17 and trust(3, 0.0) == 1.0  # half 0: the regression alone
+    features, ids = corpus(papers=10)
+    flo = replace(floor(), blends={a: 0.5 for a in ASPECTS})
+    S, positions = features.sentences[0], np.zeros((5, 3), np.float32)
+    positions[:, 0] = np.linspace(0, 1, 5)
+    X = sentence_inputs(flo.scorer, S, positions).astype(np.float64)
+    scorer = fit_taught(flo.scorer, X[:4], np.array([[1, 0], [0, 1], [0, 0], [1, 1]], bool))
+    w, b = scorer.coef["a"].astype(np.float64), scorer.intercept["a"]
+    floor_w = np.asarray(flo.scorer.pool_weights(S, positions), np.float64)[:, 0]
+    for t in (0.0, 0.3, 1.0):
+        scorer.trust = {"a": t}
+        # by hand: t of the regression's probabilities normalised over the abstract, 1 - t of the floor's weights
+        p = 1 / (1 + np.exp(-(X @ w + b)))
+        np.testing.assert_allclose(scorer.pool_weights(S, positions)[:, 0], t * p / p.sum() + (1 - t) * floor_w,
+                                   atol=1e-6)
+        assert taught_floor(flo, scorer).blends["a"] == pytest.approx(t * TAUGHT_BLEND + (1 - t) * 0.5)
+    q = scorer.read(X.astype(np.float32))[:, 1]  # b: no trust given, its regression alone
+    np.testing.assert_allclose(scorer.pool_weights(S, positions)[:, 1], q / q.sum(), atol=1e-6)

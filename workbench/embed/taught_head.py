@@ -8,7 +8,10 @@ per aspect (a `LinearScorer` or a `mixture.MixtureScorer`, as `floor.AspectFileF
 the regression reads the floor's belief in every aspect, and the aspect's regression weights.
 
 The floor's pooling weight is normalised over the abstract's pooled sentences, so this scorer reads the mask
-(`needs_mask`): the head passes it the sentences it pools (boilerplate left out).
+(`needs_mask`): the head passes it the sentences it pools (boilerplate left out). Where the marks are trusted less
+than fully (`trust` < 1, `teach.learner.trust`), the head pools by that share of the regression's normalised
+weights and the rest the floor's: the scorer returns the log of that mix less `SHIFT`, whose sigmoid the head
+normalises back to the mix.
 """
 
 from __future__ import annotations
@@ -17,6 +20,9 @@ import torch
 from torch import nn
 
 LOG_FLOOR = -12.0  # log of a belief or weight of 0, kept finite (as `teach.learner` keeps it)
+# sigmoid(log w - SHIFT) = w x e^-SHIFT to a part in 1e8, so the head's normalised sigmoid is w; their sum,
+# e^-SHIFT (2e-9), stays above the clamp of `heads.SentencePooling.weights` (1e-12), so the weights sum to 1
+SHIFT = 20.0
 BELIEFS = ("sigmoid", "softmax")  # a floor scorer's belief: its own sigmoid, or the softmax over the aspects
 
 
@@ -30,11 +36,11 @@ class TaughtHeadScorer(nn.Module):
     needs_mask = True
 
     def __init__(self, hidden: int, floors: list[nn.Module], index: int, belief: str = "sigmoid",
-                 n_position: int = 3):
+                 n_position: int = 3, trust: float = 1.0):
         super().__init__()
         if belief not in BELIEFS:
             raise ValueError(f"belief is one of {BELIEFS}, not {belief!r}")
-        self.index, self.belief, self.n_position = int(index), belief, int(n_position)
+        self.index, self.belief, self.n_position, self.trust = int(index), belief, int(n_position), float(trust)
         self.floors = nn.ModuleList(floors)
         A = len(floors)
         self.register_buffer("coef", torch.zeros(int(hidden) + 1 + self.n_position + 2 * A))
@@ -43,7 +49,7 @@ class TaughtHeadScorer(nn.Module):
     def config(self) -> dict:
         """What a checkpoint's config holds to rebuild this scorer (`heads.scorer_from_config`)."""
         return {"kind": self.kind, "index": self.index, "belief": self.belief, "n_position": self.n_position,
-                "floors": [f.config() for f in self.floors]}
+                "trust": self.trust, "floors": [f.config() for f in self.floors]}
 
     def inputs(self, sentences: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         """[..., D] `teach.learner.sentence_inputs` of padded sentences [B, M, H] (positions [B, M, 3])."""
@@ -64,7 +70,15 @@ class TaughtHeadScorer(nn.Module):
 
     def forward(self, sentences: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None = None):
         x = self.inputs(sentences, positions, mask)
-        return x @ self.coef.to(x.dtype) + self.intercept.to(x.dtype)
+        logit = x @ self.coef.to(x.dtype) + self.intercept.to(x.dtype)
+        if self.trust >= 1:
+            return logit
+        p = torch.sigmoid(logit)
+        if mask is not None:
+            p = p * mask.to(p.dtype)
+        floor = torch.exp(x[..., -len(self.floors) + self.index])  # the floor's normalised pooling weight
+        mix = self.trust * p / p.sum(dim=-1, keepdim=True).clamp(min=1e-30) + (1 - self.trust) * floor
+        return torch.log(mix.clamp(min=1e-30)) - SHIFT
 
     def penalty(self) -> float:
         return 0.0  # fitted to the marks, never trained by stage 03's loss

@@ -2,9 +2,9 @@
 
 A head of the unified model (`embed.heads.SentencePoolingHead`) computes the floor when the floor is placed in it
 (`floor.AspectFileFloor.place`); `place_taught` puts the taught floor there instead (`learner.taught_floor`): the
-aspect's regression over the floor's scorers (`embed.taught_head.TaughtHeadScorer`), the taught blend with the
-whole abstract, and the boilerplate the marks left (a sentence marked as stating an aspect is pooled even where
-it recurs in many papers). `load_model` rebuilds it from the checkpoint's config, so stages 04-06 and the
+aspect's regression over the floor's scorers (`embed.taught_head.TaughtHeadScorer`) as far as its marks are
+trusted, the taught blend with the whole abstract, and the boilerplate the marks left (a sentence marked as
+stating an aspect is pooled even where it recurs in many papers). `load_model` rebuilds it from the checkpoint's config, so stages 04-06 and the
 pane embed with it.
 """
 
@@ -39,7 +39,7 @@ def place_taught(head, floor: AspectFileFloor, taught: AspectFileFloor, aspect: 
         return
     belief = "sigmoid" if floor.mixed or floor.calibrated else "softmax"  # as `learner.floor_beliefs` reads it
     head.scorer = TaughtHeadScorer(head.hidden, floor_scorers(floor, head.hidden), floor.aspects.index(aspect),
-                                   belief)
+                                   belief, trust=float(scorer.trust.get(aspect, 1.0)))
     state = {k: v.detach().clone() for k, v in head.state_dict().items()}
     dtype = state["blend.gate"].dtype
     state["scorer.coef"] = torch.as_tensor(np.asarray(scorer.coef[aspect]), dtype=dtype)
