@@ -74,6 +74,10 @@ def test_a_csv_naming_another_aspect_or_cut_short_or_not_utf8_is_refused_whole_b
     (tmp_path / "short.csv").write_text(good + "p4,Six.\n")
     with pytest.raises(ValueError, match="line 5: fewer fields"):
         Marks().read_csv(tmp_path / "short.csv", aspects=ASPECTS)
+    (tmp_path / "semicolons.csv").write_text(good.replace(",", ";").replace("One.", '"One; really."'))
+    shared = Marks()
+    assert shared.read_csv(tmp_path / "semicolons.csv", aspects=ASPECTS) == 3  # a European spreadsheet's export
+    assert shared.current()[0].sentence == "One; really."
     (tmp_path / "latin1.csv").write_bytes("doc_id,sentence,aspect\np1,Übersetzung.,a\n".encode("latin-1"))
     with pytest.raises(ValueError, match="not UTF-8"):
         Marks().read_csv(tmp_path / "latin1.csv", aspects=ASPECTS)

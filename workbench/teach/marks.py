@@ -162,7 +162,11 @@ class Marks:
         grouped: dict[tuple[str, str, str], list[str]] = {}
         try:
             with open(path, newline="", encoding="utf-8-sig") as fh:
-                rows = list(csv.DictReader(fh))
+                header = fh.readline()
+                fh.seek(0)
+                # A spreadsheet set to a European locale saves with semicolons; a tab-separated export has tabs.
+                delimiter = max(",;\t", key=header.count) if header.strip() else ","
+                rows = list(csv.DictReader(fh, delimiter=delimiter))
         except UnicodeDecodeError as exc:
             raise ValueError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start}); save it as UTF-8 CSV") from None
         missing = {"doc_id", "sentence", "aspect"} - set(rows[0] if rows else CSV_COLUMNS)
