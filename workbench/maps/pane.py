@@ -11,7 +11,6 @@ from __future__ import annotations
 import inspect
 import logging
 import re
-import time
 from typing import Callable, Sequence
 
 import numpy as np
@@ -24,6 +23,7 @@ from .mapview import (READOUT_WIDTH, MapRegions, as_coords, as_text, build_figur
                       point_colors, region_colors, region_count)
 from .page import verdicts_html
 from .panedensity import PaneDensity
+from .panepage import QUIET_ECHO_JS, PaintAck
 from .panemarks import PaneMarks
 
 log = logging.getLogger(__name__)
@@ -38,34 +38,8 @@ WIDGET_MIME_TYPE = "application/vnd.jupyter.widget-view+json"
 # with its CPU (headless Chromium, a laptop without GPU compositing) drew that frame only once the
 # settled layout had come: at 10,000 points the redraw costs it about 0.3 s, and with one other busy
 # process on 2 cores a slider's first frame was painted after 4.2 to 4.7 s instead of 1.6 s.
-FRAME_PAUSE = 0.5  # seconds the kernel rests after sending a first frame of FRAME_PAUSE_MIN points or more
+FRAME_PAUSE = 0.5  # at most, seconds the kernel rests after sending a first frame of FRAME_PAUSE_MIN points or more
 FRAME_PAUSE_MIN = 5_000  # below it the settled layout follows within about a second anyway
-# jupyter_bokeh's view sends every change of the page's document to the kernel, also the kernel's own changes
-# it has just applied (BokehJS marks those sync=false; bokeh's server drops them, jupyter_bokeh does not). For
-# a data source that is the whole source again: at 10,000 papers 0.9 MB of JSON, which the page took 0.35 s to
-# encode before it painted a weight change's first frame, and the kernel 0.17 s to decode. This keeps the
-# kernel's own data changes in the page. The selection's echo still goes back (`PaneDensity` expects it).
-QUIET_ECHO_JS = """
-(function () {
-  if (typeof window.Bokeh === 'undefined') { return; }
-  const proto = window.Bokeh.require('document').Document.prototype;
-  if (proto._wb_quiet_echo) { return; }
-  proto._wb_quiet_echo = true;
-  const own = (e) => e.sync === false && ((e.kind === 'ModelChanged' && e.attr === 'data')
-                                          || e.kind === 'ColumnsStreamed' || e.kind === 'ColumnsPatched');
-  const wrapped = new WeakMap();
-  const on_change = proto.on_change, remove_on_change = proto.remove_on_change;
-  proto.on_change = function (callback, allow_batches) {
-    if (!String(callback).includes('_change_event')) { return on_change.call(this, callback, allow_batches); }
-    const quiet = (event) => { if (!own(event)) { callback(event); } };  // jupyter_bokeh's sender only
-    wrapped.set(callback, quiet);
-    return on_change.call(this, quiet, allow_batches);
-  };
-  proto.remove_on_change = function (callback) {
-    return remove_on_change.call(this, wrapped.get(callback) || callback);
-  };
-})();
-"""
 _LOADER: dict[str, str] = {}
 
 
@@ -204,6 +178,7 @@ class MapPane(PaneMarks, PaneDensity):
                             line_color="#d62728", name="tap_marker_glyph")
         self.figure.scatter("x", "y", source=self.placed_source, marker="star", size=20,
                             fill_color="#ffd700", line_color="black", name="placed_glyph")
+        self.paint_ack = PaintAck(self.source)  # ends the rest after a first frame once the page has painted it
         self.figure.on_event(Tap, self._on_tap_event)
         points = self.figure.select_one({"name": "points_glyph"})
         self.figure.add_tools(LassoSelectTool(renderers=[points]), BoxSelectTool(renderers=[points]))
@@ -415,12 +390,13 @@ class MapPane(PaneMarks, PaneDensity):
         # Positions only: the colours and labels follow with the settled layout.
         coords = as_coords(coords)
         if len(coords) == len(self.coords):
+            self.paint_ack.expect()
             if self.density:
                 self.show_whole(coords)
             else:
                 self.source.data.update(_xy(coords))
-            if len(coords) >= FRAME_PAUSE_MIN:
-                time.sleep(FRAME_PAUSE)  # the browser draws the frame now, not after the settled layout
+            if len(coords) >= FRAME_PAUSE_MIN:  # the browser draws the frame now, not after the settled layout
+                self.paint_ack.wait(FRAME_PAUSE)  # until it is painted (0.15 to 0.6 s at 10,000 points), at most this
 
     def weights(self) -> dict[str, float]:
         """The aspect weights the sliders show (normalised to sum 1 once the map has been laid out with them)."""
