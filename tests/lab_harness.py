@@ -317,6 +317,10 @@ class Browser:
             }
             return null;"""))
 
+    def on_plots(self, script: str):
+        """Run `script` in the page with `plots` bound to its Bokeh plot views (it returns what the script returns)."""
+        return self.js(_PLOT_JS.replace("return plots;", script))
+
     def paints(self) -> dict:
         """What watch_paints recorded: {"enter": [ms], "drawn": [ms]} on the page's performance clock."""
         return self.js("return window.__wb_paints;")

@@ -25,6 +25,7 @@ import pytest
 from workbench.core.rundir import RunDir
 
 from lab_harness import ASPECTS, CORPUS, Browser, JupyterLab, chromium_paths, ink, notebook, tiny_map_run
+from lab_timeline import KERNEL_CELL, PAGE_JS, summary
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -153,7 +154,9 @@ def lab(tmp_path_factory):
     base = tmp_path_factory.mktemp("lab")
     root = base / "root"
     root.mkdir()
-    notebook(root / "pane_10k.ipynb", [PANE_10K, "pane"])
+    timeline = _timeline()
+    notebook(root / "pane_10k.ipynb", [PANE_10K] + ([KERNEL_CELL.format(path=str(timeline / "kernel.jsonl"))]
+                                                    if timeline else []) + ["pane"])
     notebook(root / "pane_real.ipynb", [PANE_REAL, "pane"])
     notebook(root / "pane_density.ipynb", [PANE_DENSITY, "pane"])
     with JupyterLab(root, base / "home") as server:
@@ -175,6 +178,15 @@ def pane_lab(lab):
     notebook(server.root / "no_bokehjs.ipynb", _pane_cells(run, load_bokehjs=False))
     _notebook_05(server.root / "05_visualize.ipynb", run, base / "reports")
     return server, browser, run
+
+
+def _timeline() -> Path | None:
+    """The folder WORKBENCH_PANE_TIMELINE names (made), where the 10,000-paper test writes where its time went."""
+    folder = os.environ.get("WORKBENCH_PANE_TIMELINE")
+    if not folder:
+        return None
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    return Path(folder)
 
 
 def _has_selenium() -> bool:
@@ -527,6 +539,9 @@ def test_a_map_of_10000_papers_moves_and_answers_taps_in_time(lab):
                  and len(browser.map_points()["x"]) == 10_000, 60, "the 10,000-point map did not appear")
     assert browser.points_webgl() is True  # the points are drawn by WebGL, not the canvas fallback
     browser.wait(lambda: _map_ink(browser) > 5000, 30, "the map drew no points")
+    timeline = _timeline()
+    if timeline:
+        browser.on_plots(PAGE_JS)
     speed = _speed()
     scale = speed / 165.0
     first, settled, typed_updates = _time_weight_change(browser, "task", 1.0)
@@ -541,6 +556,10 @@ def test_a_map_of_10000_papers_moves_and_answers_taps_in_time(lab):
           f"{step_settled:.2f} s ({updates} updates); scaled to 165 GFLOP/s: {first * scale:.2f}, "
           f"{settled * scale:.2f}, {step_first * scale:.2f}, {step_settled * scale:.2f} s; tap to text "
           f"{', '.join(f'{t:.2f}' for t in taps)} s (3 taps; the button is released 0.1 s in)")
+    if timeline:
+        lines = summary(timeline / "kernel.jsonl", browser.js("return window.__wb_log;"))
+        (timeline / "summary.txt").write_text("\n".join(lines) + "\n")
+        print("\n".join(lines))
     assert first * scale <= 1.75, f"typed to 1.0, the first frame took {first:.2f} s at {speed:.0f} GFLOP/s"
     assert settled * scale <= 6.4, f"typed to 1.0, the map settled in {settled:.2f} s at {speed:.0f} GFLOP/s"
     assert step_first * scale <= 1.5, f"a step's first frame took {step_first:.2f} s at {speed:.0f} GFLOP/s"
