@@ -9,7 +9,6 @@ import re
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +20,6 @@ from workbench.maps.mapview import cluster_labels, map_figure, map_frame
 from workbench.maps.page import PageOptions, PresetDetails, export_html, page_document
 from workbench.maps.options import PaneCallbacks, PaneView
 from workbench.maps.pane import MapPane
-from workbench.maps.panepage import PaintAck
 
 N = 60
 XSS_TITLE = "<script>alert(1)</script><script>document.title='PWNED'</script>"
@@ -660,7 +658,7 @@ def test_a_large_first_frame_gives_the_browser_time_to_draw_it(monkeypatch):
     import workbench.maps.pane as pane_module
 
     rests, n = [], pane_module.FRAME_PAUSE_MIN
-    monkeypatch.setattr(PaintAck, "wait", lambda self, seconds: rests.append(seconds))
+    monkeypatch.setattr(pane_module.time, "sleep", rests.append)
     rng = np.random.default_rng(0)
     meta = pd.DataFrame({"doc_id": [f"d{i}" for i in range(n)], "title": [f"t{i}" for i in range(n)]})
     frame, settled = rng.normal(size=(n, 2)), rng.normal(size=(n, 2))
@@ -679,30 +677,6 @@ def test_a_large_first_frame_gives_the_browser_time_to_draw_it(monkeypatch):
                     on_weights=lambda w, on_frame=None: (on_frame(settled[:50]), settled[:50])[1])
     small.set_weights({"a": 1.0})
     assert rests == [pane_module.FRAME_PAUSE]  # a small map's settled layout follows at once: no rest
-
-
-def test_the_rest_after_a_first_frame_ends_when_the_page_has_painted_it():
-    # The page counts each paint of the points in a small source; its change reaching the kernel ends the rest.
-    import threading
-
-    import workbench.maps.pane as pane_module
-
-    n = pane_module.FRAME_PAUSE_MIN
-    rng = np.random.default_rng(0)
-    meta = pd.DataFrame({"doc_id": [f"d{i}" for i in range(n)], "title": [f"t{i}" for i in range(n)]})
-    rests = []
-
-    def on_weights(weights, on_frame=None):
-        page = threading.Timer(0.05, lambda: setattr(pane.paint_ack.source, "data", {"n": [1]}))
-        page.start()  # as the page's word comes in, while the kernel rests
-        start = time.perf_counter()
-        on_frame(rng.normal(size=(n, 2)))
-        rests.append(time.perf_counter() - start)
-        return rng.normal(size=(n, 2))
-
-    pane = MapPane(rng.normal(size=(n, 2)), meta, ["a", "b"], {"a": 0.5, "b": 0.5}, on_weights=on_weights)
-    pane.set_weights({"a": 1.0})
-    assert 0.04 <= rests[0] < pane_module.FRAME_PAUSE - 0.1, rests
 
 
 def test_a_negative_or_nan_weight_is_refused_in_the_pane(meta, presets):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import inspect
 import logging
 import re
+import time
 from typing import Callable, Sequence
 
 import numpy as np
@@ -23,7 +24,7 @@ from .mapview import (READOUT_WIDTH, MapRegions, as_coords, as_text, build_figur
                       point_colors, region_colors, region_count)
 from .page import verdicts_html
 from .panedensity import PaneDensity
-from .panepage import QUIET_ECHO_JS, PaintAck
+from .panepage import QUIET_ECHO_JS
 from .panemarks import PaneMarks
 
 log = logging.getLogger(__name__)
@@ -38,7 +39,7 @@ WIDGET_MIME_TYPE = "application/vnd.jupyter.widget-view+json"
 # with its CPU (headless Chromium, a laptop without GPU compositing) drew that frame only once the
 # settled layout had come: at 10,000 points the redraw costs it about 0.3 s, and with one other busy
 # process on 2 cores a slider's first frame was painted after 4.2 to 4.7 s instead of 1.6 s.
-FRAME_PAUSE = 0.5  # at most, seconds the kernel rests after sending a first frame of FRAME_PAUSE_MIN points or more
+FRAME_PAUSE = 0.5  # seconds the kernel rests after sending a first frame of FRAME_PAUSE_MIN points or more
 FRAME_PAUSE_MIN = 5_000  # below it the settled layout follows within about a second anyway
 _LOADER: dict[str, str] = {}
 
@@ -178,7 +179,6 @@ class MapPane(PaneMarks, PaneDensity):
                             line_color="#d62728", name="tap_marker_glyph")
         self.figure.scatter("x", "y", source=self.placed_source, marker="star", size=20,
                             fill_color="#ffd700", line_color="black", name="placed_glyph")
-        self.paint_ack = PaintAck(self.source)  # ends the rest after a first frame once the page has painted it
         self.figure.on_event(Tap, self._on_tap_event)
         points = self.figure.select_one({"name": "points_glyph"})
         self.figure.add_tools(LassoSelectTool(renderers=[points]), BoxSelectTool(renderers=[points]))
@@ -390,13 +390,12 @@ class MapPane(PaneMarks, PaneDensity):
         # Positions only: the colours and labels follow with the settled layout.
         coords = as_coords(coords)
         if len(coords) == len(self.coords):
-            self.paint_ack.expect()
             if self.density:
                 self.show_whole(coords)
             else:
                 self.source.data.update(_xy(coords))
-            if len(coords) >= FRAME_PAUSE_MIN:  # the browser draws the frame now, not after the settled layout
-                self.paint_ack.wait(FRAME_PAUSE)  # until it is painted (0.15 to 0.6 s at 10,000 points), at most this
+            if len(coords) >= FRAME_PAUSE_MIN:
+                time.sleep(FRAME_PAUSE)  # the browser draws the frame now, not after the settled layout
 
     def weights(self) -> dict[str, float]:
         """The aspect weights the sliders show (normalised to sum 1 once the map has been laid out with them)."""

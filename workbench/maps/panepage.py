@@ -1,13 +1,14 @@
-"""What the map pane adds to the page beside BokehJS: no echo of the kernel's own data, and word of each paint.
+"""What the map pane adds to the page beside BokehJS: the page keeps the kernel's own data changes to itself.
 
-`QUIET_ECHO_JS` runs once BokehJS is loaded (`pane.bokehjs_loader`). `PaintAck` tells the kernel when the page
-has painted a change of the points, so that the pane's rest after a first frame (`pane.FRAME_PAUSE`) ends as
-soon as the frame is on screen instead of after a fixed time.
+`QUIET_ECHO_JS` runs once BokehJS is loaded (`pane.bokehjs_loader`), before any view of a pane exists.
+
+Tried and left out: the page telling the kernel when it had painted a first frame, to end the pane's rest after
+it (`pane.FRAME_PAUSE`, 0.5 s) early. At 10,000 papers the word came 0.3 s after the frame, but ipykernel handled
+it during the rest only for the first weight change of a test; for the next it handled it once the change was
+done, and the rest took its full time. The settling iterations after the rest vary more than that (1.9 to 3.2 s).
 """
 
 from __future__ import annotations
-
-import threading
 
 # jupyter_bokeh's view sends every change of the page's document to the kernel, also the kernel's own changes
 # it has just applied (BokehJS marks those sync=false; bokeh's server drops them, jupyter_bokeh does not). For
@@ -35,32 +36,3 @@ QUIET_ECHO_JS = """
   };
 })();
 """
-# After each change of the points' data, once the page has painted it, the page counts it in a small source that
-# jupyter_bokeh carries to the kernel (a change the page makes itself, so it is sent).
-PAINTED_JS = """
-requestAnimationFrame(() => setTimeout(() => { painted.data = {n: [(painted.data.n[0] || 0) + 1]}; }, 0));
-"""
-
-
-class PaintAck:
-    """The page's word that it painted a change of `source` (a Bokeh ColumnDataSource), as a threading.Event.
-
-    The kernel's comm messages are handled while the pane's weight change runs (ipykernel's widget
-    messages: in a thread of their own), so the word arrives during the pane's rest; where it cannot, the rest
-    waits its full time, as before."""
-
-    def __init__(self, source):
-        from bokeh.models import ColumnDataSource, CustomJS
-
-        self.painted = threading.Event()
-        self.source = ColumnDataSource({"n": []}, name="painted")
-        source.js_on_change("data", CustomJS(args=dict(painted=self.source), code=PAINTED_JS))
-        self.source.on_change("data", lambda attr, old, new: self.painted.set())
-
-    def wait(self, seconds: float) -> bool:
-        """Wait up to `seconds` for a paint since the last `expect`; whether it came."""
-        return self.painted.wait(seconds)
-
-    def expect(self) -> None:
-        """Forget earlier paints: call right before changing the source."""
-        self.painted.clear()
