@@ -298,19 +298,28 @@ class Browser:
     def watch_paints(self):
         """From now on, record in the page the time of each Enter key press and of the first paint after
         each change of the map's points (`paints`): the browser's own clock, so a probe that waits for a busy
-        page does not count its wait as the page's."""
+        page does not count its wait as the page's. Called again (a second gesture), it starts the record afresh
+        and adds no second listener (which would count each change twice)."""
         self.js(_PLOT_JS.replace("return plots;", """
             window.__wb_paints = {enter: [], drawn: []};
-            document.addEventListener('keydown', e => { if (e.key === 'Enter') window.__wb_paints.enter.push(performance.now()); }, true);
+            if (!window.__wb_paints_keys) {
+              window.__wb_paints_keys = true;
+              document.addEventListener('keydown', e => { if (e.key === 'Enter') window.__wb_paints.enter.push(performance.now()); }, true);
+            }
             for (const v of plots) {
               for (const r of v.model.renderers) {
-                if (r.data_source && r.data_source.name === 'points') {
+                if (r.data_source && r.data_source.name === 'points' && !r.data_source.__wb_watched) {
+                  r.data_source.__wb_watched = true;
                   r.data_source.change.connect(() => requestAnimationFrame(
                     () => setTimeout(() => window.__wb_paints.drawn.push(performance.now()), 0)));
                 }
               }
             }
             return null;"""))
+
+    def on_plots(self, script: str):
+        """Run `script` in the page with `plots` bound to its Bokeh plot views (it returns what the script returns)."""
+        return self.js(_PLOT_JS.replace("return plots;", script))
 
     def paints(self) -> dict:
         """What watch_paints recorded: {"enter": [ms], "drawn": [ms]} on the page's performance clock."""

@@ -25,6 +25,7 @@ import pytest
 from workbench.core.rundir import RunDir
 
 from lab_harness import ASPECTS, CORPUS, Browser, JupyterLab, chromium_paths, ink, notebook, tiny_map_run
+from lab_timeline import KERNEL_CELL, PAGE_JS, summary
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -153,7 +154,9 @@ def lab(tmp_path_factory):
     base = tmp_path_factory.mktemp("lab")
     root = base / "root"
     root.mkdir()
-    notebook(root / "pane_10k.ipynb", [PANE_10K, "pane"])
+    timeline = _timeline()
+    notebook(root / "pane_10k.ipynb", [PANE_10K] + ([KERNEL_CELL.format(path=str(timeline / "kernel.jsonl"))]
+                                                    if timeline else []) + ["pane"])
     notebook(root / "pane_real.ipynb", [PANE_REAL, "pane"])
     notebook(root / "pane_density.ipynb", [PANE_DENSITY, "pane"])
     with JupyterLab(root, base / "home") as server:
@@ -175,6 +178,15 @@ def pane_lab(lab):
     notebook(server.root / "no_bokehjs.ipynb", _pane_cells(run, load_bokehjs=False))
     _notebook_05(server.root / "05_visualize.ipynb", run, base / "reports")
     return server, browser, run
+
+
+def _timeline() -> Path | None:
+    """The folder WORKBENCH_PANE_TIMELINE names (made), where the 10,000-paper test writes where its time went."""
+    folder = os.environ.get("WORKBENCH_PANE_TIMELINE")
+    if not folder:
+        return None
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    return Path(folder)
 
 
 def _has_selenium() -> bool:
@@ -502,22 +514,57 @@ def _time_empty_spot_taps(browser: Browser, count: int = 3) -> list[float]:
     return taps
 
 
+def _speed() -> float:
+    """The machine's speed now in GFLOP/s, on the 1600 x 768 x 3072 fp32 product docs/results.md states: the timed
+    tests scale their times to a machine at 165 GFLOP/s (time x speed / 165), since the bars are set for it."""
+    import torch
+
+    a, b = torch.randn(1600, 768), torch.randn(768, 3072)
+    a @ b
+    t0 = time.perf_counter()
+    for _ in range(5):
+        a @ b
+    return 5 * 2 * 1600 * 768 * 3072 / (time.perf_counter() - t0) / 1e9
+
+
 @pytest.mark.alone  # timed: beside another worker's pipeline or launcher it measures that load, not the pane
 def test_a_map_of_10000_papers_moves_and_answers_taps_in_time(lab):
-    """10,000 points drawn by WebGL; a slider move shows its first frame within 3 s of the key press, and a
-    tap on an empty spot is inverted and read within 1 s (the wall-clock times are printed for the table)."""
+    """10,000 points drawn by WebGL. Scaled to 165 GFLOP/s (`_speed`): a slider typed to 1.0 paints its first frame
+    within 1.75 s of the key press and settles within 6.4 s; a step of 0.05 then paints within 1.5 s and settles
+    within 4.5 s, in at most two updates of the points; a tap on an empty spot is inverted and read within 1 s
+    (not scaled). The times are printed for docs/results.md."""
     server, browser, _ = lab
     _run_notebook(server, browser, "pane_10k.ipynb")
     browser.wait(lambda: (browser.map_points() or {}).get("x") is not None
                  and len(browser.map_points()["x"]) == 10_000, 60, "the 10,000-point map did not appear")
     assert browser.points_webgl() is True  # the points are drawn by WebGL, not the canvas fallback
     browser.wait(lambda: _map_ink(browser) > 5000, 30, "the map drew no points")
-    first, settled, _ = _time_weight_change(browser, "task", 1.0)
+    timeline = _timeline()
+    if timeline:
+        browser.on_plots(PAGE_JS)
+    speed = _speed()
+    scale = speed / 165.0
+    first, settled, typed_updates = _time_weight_change(browser, "task", 1.0)
+    aspects = ("task", "method", "outcome")
+    before = _weights(browser, aspects)
+    step_first, step_settled, updates = _time_weight_change(browser, "outcome", before["outcome"] + 0.05)
+    assert _weights(browser, aspects)["outcome"] > before["outcome"]
     taps = _time_empty_spot_taps(browser)
-    assert all(f"{a}: Paper number" in _readout(browser) for a in ("task", "method", "outcome"))
-    print(f"\n10,000 papers in JupyterLab: slider to first frame {first:.2f} s, to settled {settled:.2f} s; "
-          f"tap to text {', '.join(f'{t:.2f}' for t in taps)} s (3 taps; the button is released 0.1 s in)")
-    assert first <= 3.0, f"the first frame took {first:.1f} s"
+    assert all(f"{a}: Paper number" in _readout(browser) for a in aspects)
+    print(f"\n10,000 papers in JupyterLab ({speed:.0f} GFLOP/s): slider typed to 1.0, first frame {first:.2f} s, "
+          f"settled {settled:.2f} s ({typed_updates} updates); a step of 0.05, first frame {step_first:.2f} s, settled "
+          f"{step_settled:.2f} s ({updates} updates); scaled to 165 GFLOP/s: {first * scale:.2f}, "
+          f"{settled * scale:.2f}, {step_first * scale:.2f}, {step_settled * scale:.2f} s; tap to text "
+          f"{', '.join(f'{t:.2f}' for t in taps)} s (3 taps; the button is released 0.1 s in)")
+    if timeline:
+        lines = summary(timeline / "kernel.jsonl", browser.js("return window.__wb_log;"))
+        (timeline / "summary.txt").write_text("\n".join(lines) + "\n")
+        print("\n".join(lines))
+    assert first * scale <= 1.75, f"typed to 1.0, the first frame took {first:.2f} s at {speed:.0f} GFLOP/s"
+    assert settled * scale <= 6.4, f"typed to 1.0, the map settled in {settled:.2f} s at {speed:.0f} GFLOP/s"
+    assert step_first * scale <= 1.5, f"a step's first frame took {step_first:.2f} s at {speed:.0f} GFLOP/s"
+    assert step_settled * scale <= 4.5, f"a step settled in {step_settled:.2f} s at {speed:.0f} GFLOP/s"
+    assert updates <= 2, f"the map was drawn {updates} times after one step"
     assert np.median(taps) <= 1.0, f"taps took {taps} s to be read"
     assert _watched_errors(browser) == []
     browser.command("kernelmenu:shutdown")
@@ -530,8 +577,6 @@ def test_a_map_of_real_abstracts_moves_in_two_updates_and_answers_taps_in_time(l
     legend's weights are the sliders'; a tap on an empty spot is read within 0.6 s. Times are scaled to a
     machine at 165 GFLOP/s (time x speed / 165, the speed measured here on the product docs/results.md
     uses), since the budget is set for the slower machines."""
-    import torch
-
     server, browser, _ = lab
     _run_notebook(server, browser, "pane_real.ipynb")
     browser.wait(lambda: (browser.map_points() or {}).get("x") is not None, 120, "the map did not appear")
@@ -541,12 +586,7 @@ def test_a_map_of_real_abstracts_moves_in_two_updates_and_answers_taps_in_time(l
     height, under = _tallest_hover(browser)
     print(f"\nthe hover over the most crowded point ({under} papers under the pointer): {height:.0f} px tall")
     assert height <= 160, f"the hover over {under} stacked papers is {height:.0f} px tall"
-    a, b = torch.randn(1600, 768), torch.randn(768, 3072)
-    a @ b
-    t0 = time.perf_counter()
-    for _ in range(5):
-        a @ b
-    speed = 5 * 2 * 1600 * 768 * 3072 / (time.perf_counter() - t0) / 1e9
+    speed = _speed()
     scale = speed / 165.0
 
     aspects = ("challenge", "approach", "outcome")

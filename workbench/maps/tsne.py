@@ -84,6 +84,7 @@ EARLY_EXAGGERATION = Schedule.exaggeration      # sklearn's and openTSNE's defau
 EXAGGERATION_ITER = Schedule.exaggeration_iter  # both libraries' length of the early exaggeration phase, 250
 N_JOBS: int | None = None  # openTSNE threads; None: the cores free at fit time (devices.free_threads)
 CLICK_SAMPLE = 0.03         # seconds the first click samples the idle cores for (a fit samples 0.3 s)
+WEIGHT_SAMPLE = 0.1         # a weight change samples them for (its first frame waits on the sample)
 PLACE_STEP = 0.02           # placing a point: Adam's first step, as a share of the map's spread (see `place`)
 INVERT_ROWS, INVERT_REFRESH = 1000, 10  # an inversion's nearest corpus rows, and how often they are found again
 PCA_ROWS = 2000             # corpus rows the inversion's principal components are estimated from
@@ -222,6 +223,8 @@ class AspectMap:
         on_frame's frame comes first, from the old neighbours (`reweight.preview_affinities`).
         """
         new = type(self)(self.embeddings, weights, self.coords, self.perplexity, self.seed, self.engine)
+        if self.engine.sparse and self.engine.threads is thread_count:  # the engine's own call reuses this sample
+            thread_count(WEIGHT_SAMPLE)
         return self.engine.with_weights(self, new, Job(n_iter, self.seed, warm=True), on_frame, relayout)
 
     def with_embeddings(self, embeddings, n_iter=None, on_frame=None) -> "AspectMap":
