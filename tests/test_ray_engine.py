@@ -195,6 +195,23 @@ def _model(run: RunDir) -> Path:
     return run.unified_model
 
 
+def test_blocks_of_length_sorted_texts_cost_alike_and_keep_each_batch_of_one_length():
+    from workbench.embed.ray_engine import blocks
+
+    lengths = np.sort(np.random.default_rng(0).integers(10, 300, size=5000))  # texts sorted by length
+    parts = blocks(len(lengths), 600, 256, lengths)
+    assert sorted(j for p in parts for j in p) == list(range(len(lengths)))  # every row once
+    costs = [int(lengths[list(p)].sum()) for p in parts]
+    assert max(costs) <= 1.2 * min(costs)  # cut in order, the last block would cost several times the first
+    assert costs == sorted(costs, reverse=True)  # the heaviest first: none is left alone at the end
+    in_order = [int(lengths[list(p)].sum()) for p in blocks(len(lengths), 600)]
+    assert max(in_order) > 3 * min(in_order)
+    for p in parts:  # each actor batch (256 rows of a block, in order) is one chunk of consecutive sorted rows
+        for start in range(0, len(p), 256):
+            batch = p[start:start + 256]
+            assert batch == list(range(batch[0], batch[0] + len(batch)))
+
+
 def test_a_wrong_head_address_is_said_at_once():
     """Ray retries an address where nothing listens for minutes; the engine tries it first and says so."""
     from workbench.embed.ray_engine import reach_head

@@ -46,6 +46,27 @@ def on_this_machine(address: str | None) -> bool:
     return host in ("localhost", "::1") or host.startswith("127.")
 
 
+def blocks(n: int, rows: int, batch: int | None = None, cost=None) -> list[range | list[int]]:
+    """The rows of each Parquet block: `rows` consecutive rows each, or, with `batch` and `cost` (each row's cost,
+    the rows sorted by it), the rows' batches of `batch` spread over ceil(n / rows) blocks, each batch to the block
+    that costs least so far (heaviest batch first), and the blocks heaviest first (Ray hands them out in order).
+    Sorted and cut in order, the last block held every long text: a 2,000-abstract pass ran at 0.70x the in-process
+    one, an actor idle at the end. Each actor batch is still of one length."""
+    if batch is None or cost is None:
+        return [range(start, min(start + rows, n)) for start in range(0, n, rows)]
+    chunks = [range(start, min(start + batch, n)) for start in range(0, n, batch)]
+    weight = [float(np.sum(np.asarray(cost)[c.start:c.stop])) for c in chunks]
+    k = -(-n // rows) if n else 0
+    load, held = [0.0] * k, [[] for _ in range(k)]
+    for c in sorted(range(len(chunks)), key=lambda c: -weight[c]):
+        b = min(range(k), key=load.__getitem__)
+        load[b] += weight[c]
+        held[b].append(c)
+    order = sorted(range(k), key=lambda b: -load[b])
+    # Each block's batches in row order: the short last batch (the longest texts) ends its block.
+    return [[j for c in sorted(held[b]) for j in chunks[c]] for b in order if held[b]]
+
+
 def reach_head(address: str, timeout: float = HEAD_TIMEOUT) -> None:
     """Raise ConnectionError, naming `address`, where no Ray head accepts a connection there within `timeout`
     seconds ("auto" and Ray Client's ray:// addresses are left to Ray)."""
@@ -169,8 +190,9 @@ class RayEngine:
         n = self.workers or max(1, int(cpus) - 1)
         return n, {"num_cpus": max(cpus - 1, 0.5) / n}
 
-    def _dataset(self, folder: Path, columns: dict, actor, kwargs: dict):
-        """Parquet blocks of `columns` in `folder`, read by Ray Data and mapped by `actor` (a stream of batches)."""
+    def _dataset(self, folder: Path, columns: dict, actor, kwargs: dict, by_length: bool = False):
+        """Parquet blocks of `columns` in `folder`, read by Ray Data and mapped by `actor` (a stream of batches).
+        by_length: the rows are sorted by length, and the blocks are dealt so that each costs alike (`blocks`)."""
         import pyarrow as pa
         import pyarrow.parquet as pq
 
@@ -180,14 +202,15 @@ class RayEngine:
         size, resources = self._pool(ray)
         n = len(next(iter(columns.values())))
         rows = min(BLOCK_ROWS, max(MIN_BLOCK_ROWS, n // (4 * size)))  # some blocks per actor, so all of them work
-        starts = range(0, n, rows)
-        for i, start in enumerate(starts):
-            pq.write_table(pa.table({k: v[start:start + rows] for k, v in columns.items()}),
+        batch = min(ACTOR_BATCH, rows)
+        parts = blocks(n, rows, batch, [len(t) for t in columns["text"]] if by_length else None)
+        for i, part in enumerate(parts):
+            pq.write_table(pa.table({k: [v[j] for j in part] for k, v in columns.items()}),
                            folder / f"block-{i:05d}.parquet")
         # One block per file: Ray would otherwise merge small files into fewer blocks than there are actors.
-        ds = ray.data.read_parquet(str(folder), num_cpus=READ_CPUS, override_num_blocks=len(starts))
+        ds = ray.data.read_parquet(str(folder), num_cpus=READ_CPUS, override_num_blocks=len(parts))
         return ds.map_batches(actor, fn_constructor_kwargs={**kwargs, "threads": max(1, round(resources["num_cpus"]))},
-                              batch_size=min(ACTOR_BATCH, rows), batch_format="numpy",
+                              batch_size=batch, batch_format="numpy",
                               compute=ray.data.ActorPoolStrategy(size=size), **resources)
 
     def _input(self, run, tag: str) -> Path:
@@ -204,7 +227,7 @@ class RayEngine:
         folder = self._input(cache.run, f"features-{b.key}-{os.getpid()}")
         ds = self._dataset(folder, {"text": todo}, BackboneActor,
                            {"name": b.name, "pooling": b.pooling, "max_length": b.max_length,
-                            "batch_size": self.batch_size})
+                            "batch_size": self.batch_size}, by_length=True)
         done, got, vectors = 0, [], []
         try:
             for batch in ds.iter_batches(batch_size=None, batch_format="numpy"):
