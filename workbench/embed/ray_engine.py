@@ -55,7 +55,7 @@ def blocks(n: int, rows: int, batch: int | None = None, cost=None) -> list[range
     if batch is None or cost is None:
         return [range(start, min(start + rows, n)) for start in range(0, n, rows)]
     chunks = [range(start, min(start + batch, n)) for start in range(0, n, batch)]
-    weight = [float(np.sum(np.asarray(cost)[c.start:c.stop])) for c in chunks]
+    weight = np.add.reduceat(np.asarray(cost, dtype=np.float64), [c.start for c in chunks]).tolist()
     k = -(-n // rows) if n else 0
     load, held = [0.0] * k, [[] for _ in range(k)]
     for c in sorted(range(len(chunks)), key=lambda c: -weight[c]):
