@@ -360,8 +360,8 @@ def test_a_large_weight_change_is_laid_out_again_and_keeps_a_fresh_fit_s_neighbo
     far = {"task": 0.1, "method": 0.1, "outcome": 0.8}
     rows = np.random.default_rng(0).choice(1600, 400, replace=False)
 
-    def knn10(coords):  # share of a paper's 10 map neighbours among its 10 nearest papers under `far`
-        f = weighted_features(emb, far).astype(np.float64)
+    def knn10(coords, weights=far):  # share of a paper's 10 map neighbours among its 10 nearest papers
+        f = weighted_features(emb, weights).astype(np.float64)
         sims = f[rows] @ f.T
         sims[np.arange(len(rows)), rows] = -np.inf
         d2 = np.sum((coords[rows][:, None] - coords[None]) ** 2, axis=-1)
@@ -375,10 +375,21 @@ def test_a_large_weight_change_is_laid_out_again_and_keeps_a_fresh_fit_s_neighbo
     fresh = AspectMap.fit(emb, far, method="opentsne", seed=1)
     assert knn10(relaid.coords) >= knn10(warm.coords) + 0.02  # 0.400 against 0.357 here (seeds 4, 5: +0.05, +0.02)
     assert knn10(relaid.coords) >= knn10(fresh.coords) - 0.02
-    # a small change keeps most neighbours: warm, so its points move a little
-    small = old.with_weights({"task": 0.45, "method": 0.33, "outcome": 0.22})
+    # a small change keeps most neighbours: warm, so its points move a little, and it settles in
+    # SMALL_CHANGE_ITER iterations in all, as well as the full schedule does
+    from workbench.maps import engine, reweight
+
+    near = {"task": 0.45, "method": 0.33, "outcome": 0.22}
+    settles = []
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(engine, "reweight", lambda *a, **k: settles.append(a[3]) or reweight.reweight(*a, **k))
+        small = old.with_weights(near)
+    assert settles == [reweight.SMALL_CHANGE_ITER - reweight.FIRST_ITER]
+    assert neighbour_overlap(old._cache["knn"][0], small._cache["knn"][0]) >= reweight.SMALL_CHANGE
     assert np.linalg.norm(small.coords - old.coords, axis=1).mean() < 0.2 * np.linalg.norm(
         relaid.coords - old.coords, axis=1).mean()
+    full = old.with_weights(near, n_iter=reweight.iterations(1600))
+    assert knn10(small.coords, near) >= knn10(full.coords, near) - 0.01
 
 
 @pytest.mark.slow

@@ -19,8 +19,8 @@ import numpy as np
 
 from .neighbours import WARM_TREES, NeighbourSearch
 from .optimiser import GainsDescent, Schedule
-from .reweight import (FIRST_ITER, iterations, large_change, preview_affinities, reweight, reweighted_affinities,
-                       slow_search)
+from .reweight import (FIRST_ITER, RELAYOUT_BELOW, change_iterations, change_overlap, iterations, preview_affinities,
+                       reweight, reweighted_affinities, slow_search)
 from .reweight import relayout as lay_out_again
 
 FFT_MIN = 10000             # fresh openTSNE fits: Barnes-Hut below this many points, FFT above (its rule)
@@ -141,9 +141,10 @@ class KNNEngine(MapEngine):
 
     def with_weights(self, old, new, job, on_frame=None, relayout=None):
         """New neighbours (the map's search), FIRST_ITER iterations to a first frame (`on_frame`), the rest
-        of `reweight.iterations(n)` (or job.n_iter in all) to the settled map, laid out again after a large
-        change (relayout None: `reweight.large_change`). Where the search is slow (Annoy) the first frame
-        comes before it, from the old neighbours (`reweight.preview_affinities`)."""
+        of `reweight.iterations(n)` (fewer after a small change: `reweight.change_iterations`; or job.n_iter in
+        all) to the settled map, laid out again after a large change (relayout None: `reweight.large_change`).
+        Where the search is slow (Annoy) the first frame comes before it, from the old neighbours
+        (`reweight.preview_affinities`)."""
         n = len(old)
         total, n_jobs, gradient = (iterations(n) if job.n_iter is None else int(job.n_iter), self._threads(),
                                    self.gradient(n, warm=True))
@@ -156,8 +157,11 @@ class KNNEngine(MapEngine):
         affinities, knn, rows = reweighted_affinities(new.features(), old.perplexity, n_jobs, job.seed, WARM_TREES,
                                                       self.search)
         new.keep_neighbours(knn, rows)
+        overlap = change_overlap(old_knn[0] if old_knn else None, knn[0])
         if relayout is None:
-            relayout = large_change(old_knn[0] if old_knn else None, knn[0])
+            relayout = overlap is not None and overlap < RELAYOUT_BELOW  # `reweight.large_change`
+        if job.n_iter is None:  # a small change settles in fewer iterations
+            total = change_iterations(total, overlap)
 
         def first_frame(coords):  # then the caches the layout does not change: here, not in a thread
             if on_frame is not None:  # beside openTSNE's, whose threads would wait for it

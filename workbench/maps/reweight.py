@@ -59,6 +59,13 @@ MIN_ITER, MAX_ITER = 40, 100
 RELAYOUT_MAX = 50000  # above this many papers a warm map already matches a fresh fit's kNN@10 (re-laying: 3x the time)
 RELAYOUT_BELOW = 0.8  # share of the 10 nearest neighbours a change keeps, below which the map is laid out again
 RELAYOUT_SPREAD = 5.0  # standard deviation of the shrunk first frame a re-layout starts from
+# A small change (at least SMALL_CHANGE of the 10 nearest neighbours kept, a slider step) settles in
+# SMALL_CHANGE_ITER iterations in all: the warm start already holds its arrangement. On 10,000 synthetic papers
+# (3 x 64 dimensions, seed 0) steps that kept 0.89 to 0.94 scored the same after 25 iterations as after 80 (share
+# of the 10 nearest papers among the 50 nearest on the map: 0.8655 / 0.8656, 0.9499 / 0.9477, 0.9352 / 0.9339,
+# 0.9512 / 0.9488), in a third of the time; seed 1 and CSAbstruct's 2,155 abstracts (TF-IDF, 100 iterations
+# before) agreed within 0.002. Larger warm changes keep `iterations(n)`.
+SMALL_CHANGE, SMALL_CHANGE_ITER = 0.85, 25
 RELAYOUT_EXAGGERATION, RELAYOUT_EXAGGERATED_ITER, RELAYOUT_ITER = 4.0, 40, 80
 PREVIEW_PERPLEXITY = 10.0  # of a first frame's affinities before the search (`preview_affinities`)
 PREVIEW_BLOCK = 2000  # rows per block of `preview_affinities` (2,000 x 30 candidates x 192 floats: 46 MB)
@@ -210,12 +217,25 @@ def neighbour_overlap(old: np.ndarray, new: np.ndarray, k: int = 10) -> float:
     return float((new[:, :, None] == old[:, None, :]).any(axis=2).mean())
 
 
+def change_overlap(old: np.ndarray | None, new: np.ndarray | None) -> float | None:
+    """`neighbour_overlap` of a weight change from the neighbour rows `old` to `new`, on a map of up to
+    RELAYOUT_MAX papers (None without `old`, or above: a warm map already matches a fresh fit there)."""
+    if old is None or new is None or len(new) > RELAYOUT_MAX:
+        return None
+    return neighbour_overlap(old, new)
+
+
 def large_change(old: np.ndarray | None, new: np.ndarray | None) -> bool:
     """Whether a weight change, from the neighbour rows `old` to `new`, should be laid out again: fewer than
     RELAYOUT_BELOW of the 10 nearest stay, on a map of up to RELAYOUT_MAX papers (False without `old`)."""
-    if old is None or new is None or len(new) > RELAYOUT_MAX:
-        return False
-    return neighbour_overlap(old, new) < RELAYOUT_BELOW
+    overlap = change_overlap(old, new)
+    return overlap is not None and overlap < RELAYOUT_BELOW
+
+
+def change_iterations(total: int, overlap: float | None) -> int:
+    """Iterations in all for a warm change that kept `overlap` of the 10 nearest neighbours (`change_overlap`):
+    SMALL_CHANGE_ITER for a small change (see SMALL_CHANGE), `total` otherwise or where it was not measured."""
+    return min(total, SMALL_CHANGE_ITER) if overlap is not None and overlap >= SMALL_CHANGE else total
 
 
 def reweight(coords: np.ndarray, affinities, first_iter: int = FIRST_ITER, settle_iter: int = 35,

@@ -217,7 +217,8 @@ class AspectMap:
         change gives a small, smooth move. Exact maps: 300 iterations of the dense gradient. openTSNE
         maps: the new neighbours (`reweight.neighbours`), reweight.FIRST_ITER iterations to a first
         frame (handed to `on_frame(coords)`, for a pane to draw at once), the rest of
-        `reweight.iterations(n)` (80 at 10,000 papers; n_iter sets the total) to the settled map.
+        `reweight.iterations(n)` (80 at 10,000 papers, 25 after a small change; n_iter sets the total) to the
+        settled map.
         relayout: lay the settled map out again from the first frame (`reweight.relayout`); None (the
         default) does after a large change (`reweight.large_change`). Where the search takes seconds (Annoy),
         on_frame's frame comes first, from the old neighbours (`reweight.preview_affinities`).
