@@ -45,7 +45,7 @@ from workbench.embed.heads import PooledAspectModel  # noqa: E402
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]
-N_DOCS = 200
+N_DOCS = 120
 MAX_LENGTH = 64
 
 
@@ -131,8 +131,8 @@ def passes(tmp_path_factory, head, corpus):
     ends with every text (the test below checks the numbers)."""
     runs = [RunDir(tmp_path_factory.mktemp(name)) for name in ("local", "ray")]
     backbone = FrozenBackbone("minilm", max_length=MAX_LENGTH)
-    with pytest.MonkeyPatch.context() as patch:  # shards of 500 texts: run A holds several
-        patch.setattr("workbench.embed.features.SHARD_ROWS", 500)
+    with pytest.MonkeyPatch.context() as patch:  # shards of 300 texts: run A holds several
+        patch.setattr("workbench.embed.features.SHARD_ROWS", 300)
         LocalEngine().encode_documents(FeatureCache.for_run(runs[0], backbone), corpus.texts())
     folder = runs[1] / "features" / backbone.key
     folder.mkdir(parents=True)
@@ -140,8 +140,8 @@ def passes(tmp_path_factory, head, corpus):
         shutil.copy(runs[0] / "features" / backbone.key / f"shard-00001{suffix}", folder / f"shard-00001{suffix}")
     engine = make_engine("ray", ray_address=head[0], workers=2)
     failed = []
-    with pytest.MonkeyPatch.context() as patch:  # shards of 300 texts: the pass stores one before it ends
-        patch.setattr("workbench.embed.ray_engine.SHARD_ROWS", 300)
+    with pytest.MonkeyPatch.context() as patch:  # shards of 200 texts: the pass stores one before it ends
+        patch.setattr("workbench.embed.ray_engine.SHARD_ROWS", 200)
         t0 = time.perf_counter()
         pass_thread = threading.Thread(target=lambda: _record_failure(failed, engine.encode_documents,
                                                                       FeatureCache.for_run(runs[1], backbone),
@@ -171,7 +171,7 @@ def test_features_same_numbers_on_a_real_head_and_resume_by_shard(passes, corpus
     assert 0 < len(kept) < len(set(texts))
     assert engine.computed == len(set(texts)) - len(kept)  # the finished shard was not encoded again
     shards = sorted((run_b / "features" / backbone.key).glob("shard-*.json"))
-    assert len(shards) > 2  # today's cache format, a shard per 300 texts
+    assert len(shards) > 2  # today's cache format, a shard per 200 texts
     stored = [k for shard in shards for k in json.loads(shard.read_text())["keys"]]
     assert len(stored) == len(set(stored)) == len(set(texts))  # nothing lost, nothing stored twice
     a = FeatureCache.for_run(run_a, backbone).vectors(texts)
@@ -226,9 +226,10 @@ def test_a_wrong_head_address_is_said_at_once():
 
 
 def test_embeddings_same_numbers_and_resume_after_kill(passes, corpus, head, tmp_path):
-    """Stage 03's embeddings: in process vs Ray (same rows, same order); a driver killed -9 after its first part
-    leaves that part, and the rerun embeds only the papers no finished part holds. One actor each (every actor
-    loads torch and the model: seconds): the features pass above is the one with two."""
+    """Stage 03's embeddings: in process vs Ray (same rows, same order); a driver killed -9 right after its first
+    part is written (it kills itself there: no race with a poll) leaves that part, and the rerun embeds only the
+    papers no finished part holds. One actor each (every actor loads torch and the model: seconds): the features
+    pass above is the one with two."""
     (run_a, run_b), _, _, _ = passes
     local = embed_corpus(_model(run_a), corpus, run_a, progress=False, engine="local")
     model_dir = _model(run_b)
@@ -237,7 +238,12 @@ def test_embeddings_same_numbers_and_resume_after_kill(passes, corpus, head, tmp
     script = (f"from workbench.embed.checkpoints import load_model\n"
               f"from workbench.embed.engine import EmbeddingParts\n"
               f"from workbench.embed.ray_engine import RayEngine\n"
-              f"import json, sys\n"
+              f"import json, os, signal, sys\n"
+              f"write = EmbeddingParts.write\n"
+              f"def write_then_die(self, *a, **k):\n"
+              f"    write(self, *a, **k)\n"
+              f"    os.kill(os.getpid(), signal.SIGKILL)\n"
+              f"EmbeddingParts.write = write_then_die\n"
               f"texts, pairs = json.load(sys.stdin)\n"
               f"RayEngine({head[0]!r}, workers=1, part_rows=40).embed_rows(load_model({str(model_dir)!r}), "
               f"{str(model_dir)!r}, texts, [tuple(p) for p in pairs], EmbeddingParts({str(run_b)!r}, {key!r}))\n")
@@ -247,11 +253,10 @@ def test_embeddings_same_numbers_and_resume_after_kill(passes, corpus, head, tmp
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     driver.stdin.write(json.dumps([corpus.texts(), pairs]))
     driver.stdin.close()
-    deadline = time.time() + 120
-    while not parts.finished() and driver.poll() is None and time.time() < deadline:
-        time.sleep(0.2)
-    driver.send_signal(signal.SIGKILL)
-    driver.wait()
+    try:
+        assert driver.wait(timeout=180) == -signal.SIGKILL  # it died by the kill, after writing its first part
+    finally:
+        driver.kill()
     done = len(parts.finished())
     assert 0 < done < N_DOCS, done  # killed after a part and before the last
     engine = make_engine("ray", ray_address=head[0], workers=1)  # one actor: the features pass holds two
