@@ -6,7 +6,7 @@ from sklearn.neighbors import NearestNeighbors
 
 from workbench.maps import reweight, tsne_math
 from workbench.maps.neighbours import AnnoySearch
-from workbench.maps.reduced import ReducedSearch, candidate_distances, principal_axes
+from workbench.maps.reduced import ReducedSearch, candidate_distances, locality_order, principal_axes
 from workbench.maps.sampled import SampledEngine
 
 
@@ -41,6 +41,9 @@ def test_candidate_distances_read_from_the_aspects_are_the_weighted_rows_ones():
     expect = 1.0 - np.einsum("nd,nkd->nk", ff, ff[idx])
     np.testing.assert_allclose(candidate_distances(rows, idx, n_jobs=2), expect, atol=1e-6)
     np.testing.assert_allclose(candidate_distances(f, idx), expect, atol=1e-6)
+    order = locality_order(f[:, :9], seed=3)  # any order of the rows gives the same distances
+    assert np.array_equal(np.sort(order), np.arange(300))
+    np.testing.assert_array_equal(candidate_distances(rows, idx, 2, order), candidate_distances(rows, idx, 1))
 
 
 def test_principal_axes_span_sklearns_leading_components():

@@ -30,7 +30,9 @@ from .tsne_math import WeightedRows, normalize_weights, row_blocks
 REDUCED_DIMS = 100    # principal axes the candidates are searched in
 CANDIDATES = 1.5      # candidates per neighbour asked of Annoy, re-ranked exactly (k = 90: 135)
 FIT_ROWS = 20_000     # rows of the seeded sample the axes are fitted on
-RANK_BLOCK = 512      # rows per block of `candidate_distances` (512 x 135 candidates x 384 floats: 106 MB)
+RANK_BLOCK = 128      # rows per task of `candidate_distances` (128 x 135 candidates x 384 floats: 27 MB; 512: 2x slower)
+CLUSTER_ROWS = 4000   # rows per cluster of `locality_order` (4,000 x 384 floats: 6 MB of the 32 MB cache)
+KMEANS_ITER = 5
 
 
 def principal_axes(features, dims: int, fit_rows: int = FIT_ROWS, seed: int = 0) -> np.ndarray:
@@ -58,27 +60,53 @@ def project(features, axes: np.ndarray) -> np.ndarray:
     return out
 
 
-def candidate_distances(features, idx: np.ndarray, n_jobs: int = 1) -> np.ndarray:
+def candidate_distances(features, idx: np.ndarray, n_jobs: int = 1, order: np.ndarray | None = None) -> np.ndarray:
     """(n, c) float64 1 - cos distances of each row i to its candidates idx[i] (n, c) under `features`: unit rows
     (an array) or a `tsne_math.WeightedRows`, whose aspects are read directly (sum_a alpha_a cos_a) rather than
-    built into weighted rows for every candidate. RANK_BLOCK rows a task, in n_jobs threads."""
+    built into weighted rows for every candidate. RANK_BLOCK rows a task, in n_jobs threads, the rows taken in
+    `order` (default: as they stand; `locality_order` keeps the candidates being read in the cache)."""
     if isinstance(features, WeightedRows):
         alpha = normalize_weights(features.weights, list(features.embeddings))
         parts = [(e, alpha[a], inverse_norms(e)) for a, e in features.embeddings.items() if alpha[a] > 0]
     else:
         parts = [(np.asarray(features, dtype=np.float32), 1.0, None)]
+    order = np.arange(len(idx)) if order is None else np.asarray(order)
     d = np.ones(idx.shape, np.float64)
+    for e, weight, inv in parts:  # one aspect at a time: the rows read are a third of the weighted ones
 
-    def rank(s):  # numpy's gather and matmul release the GIL (torch's gather was 6x slower here)
-        for e, weight, inv in parts:
-            cos = np.matmul(e[idx[s]], e[s][:, :, None])[:, :, 0].astype(np.float64)
+        def rank(s, e=e, weight=weight, inv=inv):  # numpy's gather and matmul release the GIL (torch's: 6x slower)
+            rows = order[s]
+            cos = np.matmul(e[idx[rows]], e[rows][:, :, None])[:, :, 0].astype(np.float64)
             if inv is not None:
-                cos *= inv[s][:, None] * inv[idx[s]]
-            d[s] -= weight * cos
+                cos *= inv[rows][:, None] * inv[idx[rows]]
+            d[rows] -= weight * cos
 
-    with ThreadPoolExecutor(max(1, int(n_jobs))) as pool:
-        list(pool.map(rank, row_blocks(len(idx), RANK_BLOCK)))
+        with ThreadPoolExecutor(max(1, int(n_jobs))) as pool:
+            list(pool.map(rank, row_blocks(len(idx), RANK_BLOCK)))
     return np.clip(d, 0.0, 2.0, out=d)
+
+
+def locality_order(z: np.ndarray, seed: int = 0) -> np.ndarray:
+    """An order of the rows of z (n, dims) that keeps near rows together: by their nearest of n / CLUSTER_ROWS
+    centres, found by KMEANS_ITER rounds of k-means on a seeded sample. A row's candidates are mostly of its own
+    cluster, so taken in this order they are read from the cache (at 100,000 papers, 12 s against 23 s)."""
+    n = len(z)
+    rng = np.random.default_rng(seed)
+    m = max(1, n // CLUSTER_ROWS)
+    centres = z[np.sort(rng.choice(n, m, replace=False))].astype(np.float64)
+    sample = z[np.sort(rng.choice(n, min(n, 50 * m), replace=False))].astype(np.float64)
+
+    def nearest(x):
+        return np.argmin((centres * centres).sum(axis=1)[None] - 2.0 * (x @ centres.T), axis=1)
+
+    for _ in range(KMEANS_ITER):
+        labels = nearest(sample)
+        counts = np.bincount(labels, minlength=m)
+        sums = np.zeros_like(centres)
+        np.add.at(sums, labels, sample)
+        centres[counts > 0] = sums[counts > 0] / counts[counts > 0, None]
+    labels = np.concatenate([nearest(z[s].astype(np.float64)) for s in row_blocks(n)])
+    return np.argsort(labels, kind="stable")
 
 
 def inverse_norms(e: np.ndarray) -> np.ndarray:
@@ -110,8 +138,7 @@ class ReducedSearch(NeighbourSearch):
         z = project(features, principal_axes(features, self.dims, self.fit_rows, seed))
         wanted = min(max(k, int(round(self.candidates * k))), n - 1)
         idx = AnnoySearch(self.trees).search(z, wanted, n_jobs, seed)[0]
-        del z
-        d = candidate_distances(features, idx, n_jobs)
+        d = candidate_distances(features, idx, n_jobs, locality_order(z, seed))
         out_idx, out_d = np.empty((n, k), np.int64), np.empty((n, k), np.float64)
         for s in row_blocks(n):  # nearest first, by blocks: no (n, candidates) order array beside idx and d
             order = np.argsort(d[s], axis=1, kind="stable")[:, :k]
