@@ -62,3 +62,13 @@ def test_the_sampled_engine_searches_its_graph_in_reduced_dimensions_only_where_
     assert isinstance(SampledEngine(dims=0).graph_search(1001), AnnoySearch)
     plugged = AnnoySearch(3)
     assert SampledEngine(search=plugged).graph_search(10 ** 6) is plugged
+
+
+def test_the_pca_start_of_many_rows_takes_its_axes_from_a_sample(monkeypatch):
+    rows, f = _rows(900)
+    whole = tsne_math.pca_init(f, 0)
+    monkeypatch.setattr(tsne_math, "PCA_START_ROWS", 300)
+    sampled_axes = tsne_math.pca_init(rows, 0)
+    assert sampled_axes.shape == (900, 2) and np.isclose(sampled_axes[:, 0].std(), 1e-4, rtol=0.02)
+    for c in range(2):  # the same two components, up to sign, from a third of the rows
+        assert abs(np.corrcoef(whole[:, c], sampled_axes[:, c])[0, 1]) > 0.95
