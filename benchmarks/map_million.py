@@ -21,11 +21,15 @@ our score over the recipe's and over the full fit's (bar: 0.95 at 100,000 papers
 over the settled map's (bar: 0.8).
 
     nice .venv/bin/python benchmarks/map_million.py [--papers 100000] [--sample 25000] [--threads 2]
-        [--seed 1] [--queries 10000] [--full-max 200000] [--no-recipe] [--no-change] [--graph-only] [--smoke]
+        [--seed 1] [--queries 10000] [--full-max 200000] [--no-recipe] [--no-change] [--graph-only]
+        [--dims 100] [--smoke]
 
 --no-change: no weight change (the layout's time and memory alone).
---graph-only: only the sampled fit's largest phase, Annoy's index of every paper's features (read by blocks
-of rows, beside the embeddings): its build time and the process's peak RSS, then nothing else.
+--dims: the principal axes the sampled fit searches its graph of all papers in (`reduced.ReducedSearch`; 0: Annoy
+on the full 1,152 dimensions, as before).
+--graph-only: only the sampled fit's graph of all papers, searched as the fit searches it (read by blocks of
+rows, beside the embeddings; with --dims 0 Annoy's index of the full rows, built only): its time and the
+process's peak RSS, then nothing else.
 
 --smoke (or WORKBENCH_BENCH_SMOKE=1): 1,500 papers of 3 x 16 dimensions, a sample of 300, short schedules.
 """
@@ -46,6 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 import numpy as np  # noqa: E402
 
 from workbench.maps import sampled, tsne  # noqa: E402
+from workbench.maps.reduced import REDUCED_DIMS, ReducedSearch  # noqa: E402
 from workbench.maps.sampled import SampledEngine  # noqa: E402
 from workbench.maps.tsne import AspectMap  # noqa: E402
 
@@ -139,19 +144,27 @@ def recipe(x: np.ndarray, threads: int, sample: int, iter_share: float, seed: in
     return np.asarray(emb)
 
 
-def graph_only(data: dict, threads: int) -> None:
-    """The sampled fit's Annoy index of all papers (`SampledEngine.trees` trees) built from blocks of their
-    features beside the embeddings, as the fit builds it: time and the process's peak RSS (/proc VmHWM)."""
+def graph_only(data: dict, threads: int, dims: int) -> None:
+    """The sampled fit's largest phase, the graph of all papers (k = 90) searched as the fit searches it
+    (`SampledEngine.graph_search`: Annoy in `dims` principal axes, re-ranked exactly; dims 0: Annoy's index of
+    the full rows, built alone), from blocks of the features beside the embeddings: time and the process's
+    peak RSS (/proc VmHWM)."""
     from workbench.maps.neighbours import AnnoySearch
     from workbench.maps.tsne_math import WeightedRows
 
-    out = {}
+    out, rows, trees = {}, WeightedRows(data, W_OLD), SampledEngine.trees
     with measured(out):
-        index = AnnoySearch(SampledEngine.trees).build(WeightedRows(data, W_OLD), threads, 0)
+        if dims:
+            search = ReducedSearch(dims, trees)
+            idx = search.search(rows, 90, threads, 0)[0]
+            what = f"{search!r}, 90 neighbours of {len(idx)} papers"
+        else:
+            index = AnnoySearch(trees).build(rows, threads, 0)
+            what = f"Annoy index of {index.get_n_items()} papers, {trees} trees (build only)"
     with open("/proc/self/status") as f:
         hwm = next((int(line.split()[1]) / 1e6 for line in f if line.startswith("VmHWM:")), float("nan"))
-    print(f"Annoy index of {index.get_n_items()} papers, {SampledEngine.trees} trees: {out['s']:.1f} s, "
-          f"peak RSS {out['gb']:.2f} GB (VmHWM {hwm:.2f} GB)")
+    print(f"{what}: {out['s']:.1f} s, peak RSS {out['gb']:.2f} GB (VmHWM {hwm:.2f} GB), "
+          f"load at end {os.getloadavg()[0]:.2f}")
 
 
 def main() -> None:
@@ -167,6 +180,8 @@ def main() -> None:
     p.add_argument("--no-recipe", action="store_true")
     p.add_argument("--no-change", action="store_true")
     p.add_argument("--graph-only", action="store_true")
+    p.add_argument("--dims", type=int, default=REDUCED_DIMS,
+                   help="principal axes the graph is searched in (0: Annoy on the full rows)")
     p.add_argument("--iter-share", type=float, default=1.0, help=argparse.SUPPRESS)
     smoke = add_smoke(p, papers=1500, sample=300, sample_recipe=300, dim=16, queries=500, iter_share=0.05, threads=1)
     args = p.parse_args()
@@ -180,7 +195,7 @@ def main() -> None:
     print(f"# maps of many papers — {datetime.date.today()}, {args.papers} papers, 3 x {args.dim} dims, seed "
           f"{args.seed}, threads {args.threads}, load {os.getloadavg()[0]:.2f}, {matmul_gflops():.0f} GFLOP/s")
     if args.graph_only:
-        return graph_only(data, args.threads)
+        return graph_only(data, args.threads, args.dims)
     runs = {}
     print("\n| layout | time (s) | peak RSS (GB) | score (10 in 50) |\n|---|---:|---:|---:|", flush=True)
 
@@ -189,7 +204,7 @@ def main() -> None:
         print(f"| {name} | {r['s']:.1f} | {r['gb']:.2f} | {r['score']:.3f} |", flush=True)
 
     with measured(runs.setdefault("sampled", {})):
-        ours = AspectMap.fit(data, W_OLD, method=SampledEngine(sample_size=args.sample), n_iter=n_iter)
+        ours = AspectMap.fit(data, W_OLD, method=SampledEngine(sample_size=args.sample, dims=args.dims), n_iter=n_iter)
     print(f"(sampled layout: {runs['sampled']['s']:.1f} s, peak RSS {runs['sampled']['gb']:.2f} GB; scoring)", flush=True)
     f = ours.features()
     queries = np.sort(np.random.default_rng(0).choice(len(f), min(args.queries, len(f)), replace=False))

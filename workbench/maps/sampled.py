@@ -4,8 +4,10 @@
 sample, place the rest with `prepare_partial`, optimise the whole), on the map's own parts:
 
 1. a seeded sample of `sample_size` papers is laid out by today's `KNNEngine` (its search, its schedule);
-2. one approximate k-NN graph of all papers (k = 3 x perplexity, `reweight.neighbours`: Annoy of `trees`
-   trees above `reweight.EXACT_SEARCH_MAX` papers on a CPU, or the engine's `search`) gives P;
+2. one approximate k-NN graph of all papers (k = 3 x perplexity) gives P: above `reweight.EXACT_SEARCH_MAX`
+   papers on a CPU, Annoy of `trees` trees in the `dims` leading principal axes of the weighted features, its
+   candidates re-ranked by their exact distances (`reduced.ReducedSearch`, `graph_search`; Annoy on the full
+   1,152 dimensions took 10 minutes to build at a million papers); else exact products or the engine's `search`;
 3. each other paper is placed at the mean of its sample neighbours' positions, weighted by its calibrated
    p_{j|i} (`place_rest`; openTSNE's `prepare_partial` weighs its k nearest sample points the same way).
    A paper with no sample neighbour among its k takes its placed neighbours' mean in a later round;
@@ -18,11 +20,12 @@ sample, place the rest with `prepare_partial`, optimise the whole), on the map's
 
 The features stay float32 (`AspectMap.features`); only the (n, 2) coordinates and the (n, k) graph are
 float64. Where Annoy searches the graph, the fit never holds the features whole: the PCA start, the sample, the
-graph and `prepare`'s products read them by blocks of rows (`AspectMap.feature_rows`), so at a million papers
-the embeddings (4.6 GB), Annoy's copy of the rows and the graph are what the fit holds at its peak. A weight change (`with_weights`) lays the sample out again first, warm, on its old neighbours
-re-ranked under the new weights (no search), and re-places the rest by their old neighbours re-ranked the
-same way: that is the first frame. The new graph is then searched and the whole settled warm from it
-(`reweight.reweight`). Papers added later are placed as on any k-NN map (`AspectMap.extend`).
+graph and `prepare`'s products read them by blocks of rows (`AspectMap.feature_rows`; the re-ranking reads the
+embeddings), so at a million papers the embeddings (4.6 GB), the candidates with their distances (2.2 GB) and
+the graph are what the fit holds at its peak. A weight change (`with_weights`) lays the sample out again first,
+warm, on its old neighbours re-ranked under the new weights (no search), and re-places the rest by their old
+neighbours re-ranked the same way: that is the first frame. The new graph is then searched and the whole
+settled warm from it (`reweight.reweight`). Papers added later are placed as on any k-NN map (`AspectMap.extend`).
 
 `tsne.engine_for("auto", n)` picks this engine from SAMPLED_MIN papers; `method="sampled"` (or
 `SampledEngine(sample_size=...)`) asks for it at any size. At or below `sample_size` papers it is `KNNEngine`.
@@ -35,10 +38,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from .engine import ENGINES, Job, KNNEngine, Layout
-from .neighbours import WARM_TREES
+from .neighbours import WARM_TREES, AnnoySearch, NeighbourSearch
 from .optimiser import EARLY_MOMENTUM, MOMENTUM
 from .reweight import (FIRST_ITER, PREVIEW_PERPLEXITY, iterations, knn_affinities, reweight, reweighted_affinities,
                        slow_search)
+from .reduced import REDUCED_DIMS, ReducedSearch
 from .tsne_math import calibrate_rows
 
 SAMPLED_MIN = 200_000       # "auto" lays maps of this many papers out from a sample (a plain Bokeh plot's limit)
@@ -47,7 +51,9 @@ GRAPH_TREES = WARM_TREES    # Annoy trees of the graph of all papers (the refine
 PLACE_ROUNDS = 8            # rounds of `place_rest`: a paper without sample neighbours waits for placed ones
 PLACE_BLOCK = 100_000       # rows per block of `place_rest` (bounded temporaries at a million)
 RERANK_BLOCK = 500          # rows per block of `rerank` (500 x 90 candidates x 1,152 floats: 200 MB)
-REFINE_EXAGGERATION, REFINE_EXAGGERATED_ITER, REFINE_ITER = 4.0, 50, 200
+# 100 iterations after the exaggerated ones, not 200: on seed 0's 100,000 papers the same score (0.828 against 0.827)
+# in 150 iterations for 250; a coarser FFT grid (ints_in_interval 2) lost 0.02 of it.
+REFINE_EXAGGERATION, REFINE_EXAGGERATED_ITER, REFINE_ITER = 4.0, 50, 100
 FRAME_ITER = 20             # warm iterations of the sample for a weight change's first frame
 FRAME_WHOLE_ITER = FIRST_ITER  # then of all papers on their re-ranked old neighbours (`first_frame`)
 SAMPLE_KEY = "sample"       # `AspectMap._cache` key: (sample indices, the sample's neighbour rows within it)
@@ -101,12 +107,22 @@ def rerank(features: np.ndarray, idx: np.ndarray) -> tuple[np.ndarray, np.ndarra
 @dataclass(frozen=True)
 class SampledEngine(KNNEngine):
     """A sample laid out by `KNNEngine`, the rest placed by their neighbours in it, the whole refined (module
-    docstring). sample_size: papers in the sample; trees: Annoy trees of the graph of all papers (where
-    `search` is None and the graph is searched by Annoy)."""
+    docstring). sample_size: papers in the sample; trees: Annoy trees of the graph of all papers, dims: the
+    principal axes its candidates are found in (`reduced.ReducedSearch`; 0: Annoy on the full rows), where
+    `search` is None and the graph is searched by Annoy (`graph_search`)."""
 
     sample_size: int = SAMPLE_SIZE
     trees: int = GRAPH_TREES
+    dims: int = REDUCED_DIMS
     method = "sampled"
+
+    def graph_search(self, n: int) -> NeighbourSearch | None:
+        """The search of the graph of all n papers: the plugged `search`, else (on a CPU above
+        `reweight.EXACT_SEARCH_MAX` papers) Annoy in `dims` principal axes with exact re-ranking, else None
+        (`reweight.neighbours`' exact products)."""
+        if self.search is not None or not slow_search(n):
+            return self.search
+        return ReducedSearch(self.dims, self.trees) if self.dims else AnnoySearch(self.trees)
 
     def layout(self, amap, y0, job):
         n = len(amap)
@@ -118,7 +134,8 @@ class SampledEngine(KNNEngine):
         n_jobs, sample = self._threads(), sample_indices(n, self.sample_size, job.seed)
         small = KNNEngine(self.search, self.schedule, self.threads).layout_features(
             f[sample], amap.perplexity, np.asarray(y0)[sample], Job(job.n_iter, job.seed, False, job.verbose))
-        affinities, knn, rows = reweighted_affinities(f, amap.perplexity, n_jobs, job.seed, self.trees, self.search)
+        affinities, knn, rows = reweighted_affinities(f, amap.perplexity, n_jobs, job.seed, self.trees,
+                                                      self.graph_search(n))
         # At the sample's spread, not scaled up to a density like the sample's: openTSNE's FFT grid grows with the
         # square of the spread (10 iterations at 20,000 papers: 1.0 s, against 14 s at sqrt(n / s) times it).
         y = place_rest(small.coords, sample, knn[0], rows[1])
@@ -147,7 +164,7 @@ class SampledEngine(KNNEngine):
             on_frame(frame)
         n_jobs = self._threads()
         affinities, knn, rows = reweighted_affinities(new.features(), old.perplexity, n_jobs, job.seed, self.trees,
-                                                      self.search)
+                                                      self.graph_search(len(old)))
         new.keep_neighbours(knn, rows)
         total = iterations(len(old)) if job.n_iter is None else int(job.n_iter)
         new.coords = reweight(frame, affinities, FIRST_ITER, max(total - FIRST_ITER, 0), None,

@@ -21,6 +21,7 @@ from ..core.vectors import unit_rows
 # Rows per block of the float64 arithmetic on whole-corpus arrays (unit rows, weighted features, the PCA start):
 # 16,384 x 1,152 float64 values are 150 MB, where a whole float64 copy of a million papers' features is 9.2 GB.
 ROW_BLOCK = 16_384
+PCA_START_ROWS = 100_000  # rows the PCA start's axes are fitted on (`pca_init`), a seeded sample above that
 
 
 def row_blocks(n: int, block: int | None = None):
@@ -320,11 +321,17 @@ def pca_init(features: np.ndarray, seed: int) -> np.ndarray:
     if x.dtype != np.float32:
         x = x.astype(np.float64, copy=False)
     n, dim = x.shape
-    mean = sum(x[s].sum(axis=0, dtype=np.float64) for s in row_blocks(n)) / n
+    # Above PCA_START_ROWS rows the axes come from a seeded sample of that many (two passes over a million
+    # papers' weighted rows, 2 of the 3 this start took; the axes of 100,000 clustered rows are the corpus's).
+    blocks, m = list(row_blocks(n)), n
+    if n > PCA_START_ROWS:  # the sample's rows read by blocks too: no whole copy of them
+        pick, m = np.sort(np.random.default_rng(seed).choice(n, PCA_START_ROWS, replace=False)), PCA_START_ROWS
+        blocks = [pick[s] for s in row_blocks(m)]
+    mean = sum(x[b].sum(axis=0, dtype=np.float64) for b in blocks) / m
     centre = mean.astype(x.dtype)
     cov = np.zeros((dim, dim))
-    for s in row_blocks(n):
-        block = x[s] - centre
+    for b in blocks:
+        block = x[b] - centre
         cov += block.T @ block  # float32 products of at most ROW_BLOCK rows, summed in float64
     vals, vecs = np.linalg.eigh(cov)
     comps = vecs[:, ::-1][:, :2]
