@@ -36,6 +36,10 @@ MIN_BLOCK_ROWS = 64
 ACTOR_BATCH = 256  # texts per `map_batches` call of an actor: a killed actor loses at most this much
 HEAD_TIMEOUT = 10.0  # seconds a head's address may take to accept a connection
 READ_CPUS = 0.1  # reading Parquet is light: the read tasks must not wait for a CPU the encoders hold
+# Read tasks at once, cluster-wide. A block of 4,096 texts reads in milliseconds and encodes in seconds, so two
+# readers keep any pool of encoders fed; each more reader is one more Ray worker process started (about 2.5 s of
+# CPU and 100 MB each: with Ray's default, a 2-CPU head started 8 of them for two passes).
+READ_CONCURRENCY = 2
 
 
 def on_this_machine(address: str | None) -> bool:
@@ -208,7 +212,8 @@ class RayEngine:
             pq.write_table(pa.table({k: [v[j] for j in part] for k, v in columns.items()}),
                            folder / f"block-{i:05d}.parquet")
         # One block per file: Ray would otherwise merge small files into fewer blocks than there are actors.
-        ds = ray.data.read_parquet(str(folder), num_cpus=READ_CPUS, override_num_blocks=len(parts))
+        ds = ray.data.read_parquet(str(folder), num_cpus=READ_CPUS, override_num_blocks=len(parts),
+                                   concurrency=min(READ_CONCURRENCY, len(parts)))
         return ds.map_batches(actor, fn_constructor_kwargs={**kwargs, "threads": max(1, round(resources["num_cpus"]))},
                               batch_size=batch, batch_format="numpy",
                               compute=ray.data.ActorPoolStrategy(size=size), **resources)
