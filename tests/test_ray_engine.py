@@ -45,7 +45,7 @@ from workbench.embed.heads import PooledAspectModel  # noqa: E402
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]
-N_DOCS = 120
+N_DOCS = 200
 MAX_LENGTH = 64
 
 
@@ -131,8 +131,8 @@ def passes(tmp_path_factory, head, corpus):
     ends with every text (the test below checks the numbers)."""
     runs = [RunDir(tmp_path_factory.mktemp(name)) for name in ("local", "ray")]
     backbone = FrozenBackbone("minilm", max_length=MAX_LENGTH)
-    with pytest.MonkeyPatch.context() as patch:  # shards of 300 texts: run A holds several
-        patch.setattr("workbench.embed.features.SHARD_ROWS", 300)
+    with pytest.MonkeyPatch.context() as patch:  # shards of 500 texts: run A holds several
+        patch.setattr("workbench.embed.features.SHARD_ROWS", 500)
         LocalEngine().encode_documents(FeatureCache.for_run(runs[0], backbone), corpus.texts())
     folder = runs[1] / "features" / backbone.key
     folder.mkdir(parents=True)
@@ -140,8 +140,8 @@ def passes(tmp_path_factory, head, corpus):
         shutil.copy(runs[0] / "features" / backbone.key / f"shard-00001{suffix}", folder / f"shard-00001{suffix}")
     engine = make_engine("ray", ray_address=head[0], workers=2)
     failed = []
-    with pytest.MonkeyPatch.context() as patch:  # shards of 200 texts: the pass stores one before it ends
-        patch.setattr("workbench.embed.ray_engine.SHARD_ROWS", 200)
+    with pytest.MonkeyPatch.context() as patch:  # shards of 300 texts: the pass stores one before it ends
+        patch.setattr("workbench.embed.ray_engine.SHARD_ROWS", 300)
         t0 = time.perf_counter()
         pass_thread = threading.Thread(target=lambda: _record_failure(failed, engine.encode_documents,
                                                                       FeatureCache.for_run(runs[1], backbone),
@@ -171,7 +171,7 @@ def test_features_same_numbers_on_a_real_head_and_resume_by_shard(passes, corpus
     assert 0 < len(kept) < len(set(texts))
     assert engine.computed == len(set(texts)) - len(kept)  # the finished shard was not encoded again
     shards = sorted((run_b / "features" / backbone.key).glob("shard-*.json"))
-    assert len(shards) > 2  # today's cache format, a shard per 200 texts
+    assert len(shards) > 2  # today's cache format, a shard per 300 texts
     stored = [k for shard in shards for k in json.loads(shard.read_text())["keys"]]
     assert len(stored) == len(set(stored)) == len(set(texts))  # nothing lost, nothing stored twice
     a = FeatureCache.for_run(run_a, backbone).vectors(texts)
