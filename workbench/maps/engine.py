@@ -19,7 +19,7 @@ import numpy as np
 
 from .neighbours import WARM_TREES, NeighbourSearch
 from .optimiser import GainsDescent, Schedule
-from .reweight import (FIRST_ITER, RELAYOUT_BELOW, change_iterations, change_overlap, iterations, preview_affinities,
+from .reweight import (FIRST_ITER, change_iterations, change_overlap, iterations, large_change, preview_affinities,
                        reweight, reweighted_affinities, slow_search)
 from .reweight import relayout as lay_out_again
 
@@ -159,7 +159,7 @@ class KNNEngine(MapEngine):
         new.keep_neighbours(knn, rows)
         overlap = change_overlap(old_knn[0] if old_knn else None, knn[0])
         if relayout is None:
-            relayout = overlap is not None and overlap < RELAYOUT_BELOW  # `reweight.large_change`
+            relayout = large_change(overlap)
         if job.n_iter is None:  # a small change settles in fewer iterations
             total = change_iterations(total, overlap)
 

@@ -225,10 +225,9 @@ def change_overlap(old: np.ndarray | None, new: np.ndarray | None) -> float | No
     return neighbour_overlap(old, new)
 
 
-def large_change(old: np.ndarray | None, new: np.ndarray | None) -> bool:
-    """Whether a weight change, from the neighbour rows `old` to `new`, should be laid out again: fewer than
-    RELAYOUT_BELOW of the 10 nearest stay, on a map of up to RELAYOUT_MAX papers (False without `old`)."""
-    overlap = change_overlap(old, new)
+def large_change(overlap: float | None) -> bool:
+    """Whether a weight change that kept `overlap` of the 10 nearest neighbours (`change_overlap`) should be laid
+    out again: fewer than RELAYOUT_BELOW stay (False where the overlap was not measured)."""
     return overlap is not None and overlap < RELAYOUT_BELOW
 
 
