@@ -138,9 +138,15 @@ class ReducedSearch(NeighbourSearch):
         z = project(features, principal_axes(features, self.dims, self.fit_rows, seed))
         wanted = min(max(k, int(round(self.candidates * k))), n - 1)
         idx = AnnoySearch(self.trees).search(z, wanted, n_jobs, seed)[0]
-        d = candidate_distances(features, idx, n_jobs, locality_order(z, seed))
-        out_idx, out_d = np.empty((n, k), np.int64), np.empty((n, k), np.float64)
-        for s in row_blocks(n):  # nearest first, by blocks: no (n, candidates) order array beside idx and d
-            order = np.argsort(d[s], axis=1, kind="stable")[:, :k]
-            out_idx[s], out_d[s] = np.take_along_axis(idx[s], order, axis=1), np.take_along_axis(d[s], order, axis=1)
-        return out_idx, out_d
+        return nearest_first(idx, candidate_distances(features, idx, n_jobs, locality_order(z, seed)), k)
+
+
+def nearest_first(idx: np.ndarray, d: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """(indices, distances) (n, k) of each row's k nearest candidates idx (n, c) by their distances d (n, c),
+    nearest first; sorted by blocks of rows: no (n, c) order array beside idx and d."""
+    n = len(idx)
+    out_idx, out_d = np.empty((n, k), idx.dtype), np.empty((n, k), np.float64)
+    for s in row_blocks(n):
+        order = np.argsort(d[s], axis=1, kind="stable")[:, :k]
+        out_idx[s], out_d[s] = np.take_along_axis(idx[s], order, axis=1), np.take_along_axis(d[s], order, axis=1)
+    return out_idx, out_d

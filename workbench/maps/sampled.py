@@ -42,7 +42,7 @@ from .neighbours import WARM_TREES, AnnoySearch, NeighbourSearch
 from .optimiser import EARLY_MOMENTUM, MOMENTUM
 from .reweight import (FIRST_ITER, PREVIEW_PERPLEXITY, iterations, knn_affinities, reweight, reweighted_affinities,
                        slow_search)
-from .reduced import REDUCED_DIMS, ReducedSearch
+from .reduced import REDUCED_DIMS, ReducedSearch, candidate_distances, nearest_first
 from .tsne_math import calibrate_rows
 
 SAMPLED_MIN = 200_000       # "auto" lays maps of this many papers out from a sample (a plain Bokeh plot's limit)
@@ -50,7 +50,6 @@ SAMPLE_SIZE = 25_000        # openTSNE's example's sample (of 1.3 million cells)
 GRAPH_TREES = WARM_TREES    # Annoy trees of the graph of all papers (the refinement needs P, not exact rows)
 PLACE_ROUNDS = 8            # rounds of `place_rest`: a paper without sample neighbours waits for placed ones
 PLACE_BLOCK = 100_000       # rows per block of `place_rest` (bounded temporaries at a million)
-RERANK_BLOCK = 500          # rows per block of `rerank` (500 x 90 candidates x 1,152 floats: 200 MB)
 # 100 iterations after the exaggerated ones, not 200: on seed 0's 100,000 papers the same score (0.828 against 0.827)
 # in 150 iterations for 250; a coarser FFT grid (ints_in_interval 2) lost 0.02 of it.
 REFINE_EXAGGERATION, REFINE_EXAGGERATED_ITER, REFINE_ITER = 4.0, 50, 100
@@ -96,12 +95,7 @@ def place_rest(sample_coords: np.ndarray, sample: np.ndarray, idx: np.ndarray, w
 def rerank(features: np.ndarray, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Each row's candidate neighbours idx (n, k) sorted by their 1 - cos distances under `features` (unit
     rows, float32): (indices, distances), nearest first. No search: a weight change's first frame."""
-    d = np.empty(idx.shape, np.float64)
-    for start in range(0, len(idx), RERANK_BLOCK):
-        rows = slice(start, start + RERANK_BLOCK)
-        d[rows] = 1.0 - np.einsum("nd,nkd->nk", features[rows], features[idx[rows]])
-    order = np.argsort(d, axis=1, kind="stable")
-    return np.take_along_axis(idx, order, axis=1), np.clip(np.take_along_axis(d, order, axis=1), 0.0, 2.0)
+    return nearest_first(idx, candidate_distances(features, idx), idx.shape[1])
 
 
 @dataclass(frozen=True)
