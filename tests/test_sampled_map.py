@@ -5,10 +5,10 @@ import pytest
 
 from map_quality import neighbours_kept
 from workbench.maps import neighbours, reweight, sampled, tsne, tsne_math
-from workbench.maps.engine import KNNEngine
+from workbench.maps.engine import Job, KNNEngine
 from workbench.maps.optimiser import Schedule
 from workbench.maps.reduced import ReducedSearch
-from workbench.maps.sampled import SampledEngine, place_rest, rerank
+from workbench.maps.sampled import SampledEngine, place_rest
 from workbench.maps.tsne import AspectMap, engine_for
 
 N, SAMPLE = 900, 200
@@ -63,15 +63,31 @@ def test_the_rest_sit_at_the_weighted_mean_of_their_sample_neighbours():
     assert np.allclose(y[1:], [2.0, 3.0])
 
 
-def test_rerank_orders_candidates_by_their_distance_under_new_features():
+def test_moves_spread_along_the_neighbour_rows_from_the_sample():
+    """`diffuse` against sums over paths written out: after r rounds, a paper's move is the sum over r-step paths
+    to sample papers of the product of the weights times their moves, over the same sum of the products alone."""
     rng = np.random.default_rng(2)
-    f = rng.normal(size=(20, 4)).astype(np.float32)
-    f /= np.linalg.norm(f, axis=1, keepdims=True)
-    idx = rng.integers(20, size=(20, 6))
-    ranked, d = rerank(f, idx)
-    expect = 1.0 - np.einsum("nd,nkd->nk", f.astype(np.float64), f[idx].astype(np.float64))
-    assert np.allclose(np.sort(expect, axis=1), d, atol=1e-6)
-    assert np.all(np.diff(d, axis=1) >= 0) and all(set(a) == set(b) for a, b in zip(ranked, idx))
+    n, k = 40, 4
+    idx = np.stack([rng.choice(np.delete(np.arange(n), i), k, replace=False) for i in range(n)])
+    weights = rng.random((n, k))
+    weights /= weights.sum(axis=1, keepdims=True)
+    sample = np.arange(0, n, 4)
+    moves = rng.normal(size=(len(sample), 2))
+    move_of = dict(zip(sample.tolist(), moves))
+
+    def paths(i, r):  # (product of weights, end) of every r-step path from i
+        if r == 0:
+            return [(1.0, i)]
+        return [(w * p, end) for j, w in zip(idx[i], weights[i]) for p, end in paths(j, r - 1)]
+
+    for rounds in (1, 2):
+        got = sampled.diffuse(moves, sample, idx, weights, rounds)
+        for i in range(n):
+            ends = [(p, move_of[end]) for p, end in paths(i, rounds) if end in move_of]
+            expect = sum(p * m for p, m in ends) / sum(p for p, _ in ends) if ends else np.zeros(2)
+            np.testing.assert_allclose(got[i], expect, rtol=1e-5, atol=1e-6, err_msg=f"{rounds}: {i}")
+    lonely = np.array([[1], [0], [0]])  # rows 0 and 1 see only each other, away from the sample (row 2)
+    assert np.allclose(sampled.diffuse(np.ones((1, 2)), np.array([2]), lonely, np.ones((3, 1)), 3)[:2], 0.0)
 
 
 def test_chosen_above_the_threshold_and_by_name():
@@ -86,8 +102,8 @@ def test_the_sampled_map_keeps_neighbourhoods_in_float32(fitted):
     amap, labels, _, _ = fitted
     assert amap.method == "sampled" and amap.coords.shape == (N, 2)
     assert amap.features().dtype == np.float32 and all(e.dtype == np.float32 for e in amap.embeddings.values())
-    sample, sample_idx = amap._cache[sampled.SAMPLE_KEY]
-    assert len(sample) == SAMPLE and sample_idx.max() < SAMPLE  # the sample's neighbours index the sample
+    frame = amap._cache[sampled.SAMPLE_KEY]
+    assert len(frame.sample) == SAMPLE and frame.idx.max() < SAMPLE  # the sample's neighbours index the sample
     kept = neighbours_kept(amap.coords, amap.features(), m=30)
     assert kept > 0.5, kept  # chance: 30 of 899, 0.03
     centres = np.stack([amap.coords[labels == c].mean(axis=0) for c in range(6)])
@@ -103,7 +119,45 @@ def test_a_weight_change_gives_a_first_frame_then_the_settled_map(fitted):
     assert frame.shape == (N, 2) and not np.allclose(frame, moved.coords) and not np.allclose(frame, amap.coords)
     settled = neighbours_kept(moved.coords, moved.features(), m=30)
     assert neighbours_kept(frame, moved.features(), m=30) > 0.6 * settled > 0.25, settled
-    assert moved.method == "sampled" and moved._cache[sampled.SAMPLE_KEY][0] is amap._cache[sampled.SAMPLE_KEY][0]
+    kept, moved_frame = amap._cache[sampled.SAMPLE_KEY], moved._cache[sampled.SAMPLE_KEY]
+    assert moved.method == "sampled" and moved_frame.sample is kept.sample
+
+
+@pytest.mark.slow  # the shared fit and one more: about 3 s of CPU
+def test_a_large_change_is_laid_out_again_as_well_as_a_fresh_fit(fitted):
+    """0.5 / 0.3 / 0.2 to 0.2 / 0.3 / 0.5 keeps few of the 10 nearest (`reweight.large_change`): the sample is laid
+    out again (its neighbour rows are found anew) and the settled map keeps the new neighbours as a fit does."""
+    amap, _, moved, _ = fitted
+    assert reweight.neighbour_overlap(amap.known_neighbours()[0], moved.known_neighbours()[0]) < reweight.RELAYOUT_BELOW
+    assert moved._cache[sampled.SAMPLE_KEY].idx is not amap._cache[sampled.SAMPLE_KEY].idx
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(tsne, "N_JOBS", 1)
+        mp.setattr(sampled, "REFINE_EXAGGERATED_ITER", 20)
+        mp.setattr(sampled, "REFINE_ITER", 60)
+        fresh = AspectMap.fit(amap.embeddings, moved.weights, perplexity=10, n_iter=100, seed=0,
+                              method=SampledEngine(sample_size=SAMPLE, schedule=Schedule(exaggeration_iter=60)))
+    f = moved.features()
+    assert neighbours_kept(moved.coords, f, m=30) > 0.9 * neighbours_kept(fresh.coords, f, m=30)
+
+
+@pytest.mark.slow  # the shared fit: about 2 s of CPU
+def test_the_first_frame_reads_the_samples_cosines_not_the_features(fitted):
+    """The sample's affinities under new weights, from the kept per-aspect cosines, are those of the weighted
+    features built anew (1 - <f_i, f_j> on the same pairs); the frame never builds the features."""
+    amap, _, _, _ = fitted
+    frame = amap._cache[sampled.SAMPLE_KEY]
+    weights = {"task": 0.1, "method": 0.0, "outcome": 0.9}
+    f = tsne_math.weighted_features(amap.embeddings, weights)[frame.sample].astype(np.float64)
+    d = 1.0 - np.einsum("sd,skd->sk", f, f[frame.idx])
+    expect = reweight.knn_affinities(frame.idx, np.clip(d, 0.0, 2.0), amap.perplexity)[0]
+    got = frame.affinities([weights[a] for a in amap.aspects], amap.perplexity).P
+    np.testing.assert_allclose(got.toarray(), expect.toarray(), rtol=1e-4, atol=1e-9)  # float32 cosines
+    old = AspectMap(amap.embeddings, amap.weights, amap.coords, amap.perplexity, amap.seed, amap.engine)
+    old._cache.update({key: amap._cache[key] for key in (sampled.SAMPLE_KEY, "knn", "knn_rows")})
+    new = AspectMap(amap.embeddings, weights, amap.coords, amap.perplexity, amap.seed, amap.engine)
+    y = amap.engine.first_frame(old, new, Job(None, 0, True))
+    assert y.shape == (N, 2) and "features" not in old._cache and "features" not in new._cache
+    assert new._cache[sampled.SAMPLE_KEY].coords.shape == (SAMPLE, 2)
 
 
 @pytest.mark.slow  # the shared fit: about 2 s of CPU

@@ -11,7 +11,6 @@ sample, place the rest with `prepare_partial`, optimise the whole), on the map's
 3. each other paper is placed at the mean of its sample neighbours' positions, weighted by its calibrated
    p_{j|i} (`place_rest`; openTSNE's `prepare_partial` weighs its k nearest sample points the same way).
    A paper with no sample neighbour among its k takes its placed neighbours' mean in a later round;
-   the weight change's first frame also runs 5 iterations of the whole (see `first_frame`);
 4. the whole is refined briefly by openTSNE (FFT gradient from `engine.FFT_MIN` papers) on P:
    `REFINE_EXAGGERATED_ITER` iterations at exaggeration `REFINE_EXAGGERATION`, then `REFINE_ITER` (the
    sample's layout already holds the global arrangement, so the refinement only has to settle the local one).
@@ -22,10 +21,16 @@ The features stay float32 (`AspectMap.features`); only the (n, 2) coordinates an
 float64. Where Annoy searches the graph, the fit never holds the features whole: the PCA start, the sample, the
 graph and `prepare`'s products read them by blocks of rows (`AspectMap.feature_rows`; the re-ranking reads the
 embeddings), so at a million papers the embeddings (4.6 GB), the candidates with their distances (2.2 GB) and
-the graph are what the fit holds at its peak. A weight change (`with_weights`) lays the sample out again first,
-warm, on its old neighbours re-ranked under the new weights (no search), and re-places the rest by their old
-neighbours re-ranked the same way: that is the first frame. The new graph is then searched and the whole
-settled warm from it (`reweight.reweight`). Papers added later are placed as on any k-NN map (`AspectMap.extend`).
+the graph are what the fit holds at its peak.
+
+A weight change (`with_weights`) draws its first frame from the sample alone, without the features (4.6 GB to
+build at a million papers) or any search: the fit keeps the sample's neighbours within it, each pair's cosine
+per aspect and the sample relaxed under its own affinities (`SampleFrame`), so the sample's affinities under
+any weights are a weighted sum away. The sample moves FRAME_ITER warm iterations under them, and its moves
+spread to every paper along the map's neighbour rows (`diffuse`): each paper moves by the mean move of the
+sample papers near it, and keeps its place among its neighbours. The new graph is then searched and the whole
+settled warm from that frame (`reweight.reweight`). Papers added later are placed as on any k-NN map
+(`AspectMap.extend`).
 
 `tsne.engine_for("auto", n)` picks this engine from SAMPLED_MIN papers; `method="sampled"` (or
 `SampledEngine(sample_size=...)`) asks for it at any size. At or below `sample_size` papers it is `KNNEngine`.
@@ -33,17 +38,17 @@ settled warm from it (`reweight.reweight`). Papers added later are placed as on 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from .engine import ENGINES, Job, KNNEngine, Layout
 from .neighbours import WARM_TREES, AnnoySearch, NeighbourSearch
 from .optimiser import EARLY_MOMENTUM, MOMENTUM
-from .reweight import (FIRST_ITER, PREVIEW_PERPLEXITY, iterations, knn_affinities, reweight, reweighted_affinities,
-                       slow_search)
-from .reduced import REDUCED_DIMS, ReducedSearch, candidate_distances, nearest_first
-from .tsne_math import calibrate_rows
+from .reweight import (FIRST_ITER, RELAYOUT_SPREAD, change_iterations, iterations, knn_affinities, large_change,
+                       neighbour_overlap, reweight, reweighted_affinities, slow_search)
+from .reduced import REDUCED_DIMS, ReducedSearch
+from .tsne_math import row_blocks
 
 SAMPLED_MIN = 200_000       # "auto" lays maps of this many papers out from a sample (a plain Bokeh plot's limit)
 SAMPLE_SIZE = 25_000        # openTSNE's example's sample (of 1.3 million cells)
@@ -53,9 +58,15 @@ PLACE_BLOCK = 100_000       # rows per block of `place_rest` (bounded temporarie
 # 100 iterations after the exaggerated ones, not 200: on seed 0's 100,000 papers the same score (0.828 against 0.827)
 # in 150 iterations for 250; a coarser FFT grid (ints_in_interval 2) lost 0.02 of it.
 REFINE_EXAGGERATION, REFINE_EXAGGERATED_ITER, REFINE_ITER = 4.0, 50, 100
-FRAME_ITER = 20             # warm iterations of the sample for a weight change's first frame
-FRAME_WHOLE_ITER = FIRST_ITER  # then of all papers on their re-ranked old neighbours (`first_frame`)
-SAMPLE_KEY = "sample"       # `AspectMap._cache` key: (sample indices, the sample's neighbour rows within it)
+# A weight change's first frame (`SampledEngine.first_frame`), chosen on seed 0's 100,000 papers (0.5 / 0.3 / 0.2
+# to 0.4 / 0.35 / 0.25): 10 FFT iterations of the 25,000-paper sample (0.6 s; 20 Barnes-Hut ones took 3.5 s) and
+# 3 rounds of spreading its moves over each paper's 30 nearest scored 0.805 (the old map: 0.811, the settled map
+# 0.780; 1 round 0.709, 4 rounds 0.809), where placing every paper anew at its sample neighbours' mean scored 0.70.
+FRAME_ITER = 10             # warm iterations of the sample, from its relaxed layout
+FRAME_RELAX_ITER = 30       # iterations that relax the sample under its own affinities (`SampleFrame.relaxed`)
+FRAME_NEIGHBOURS = 30       # of each paper's nearest, along which the sample's moves spread
+FRAME_ROUNDS = 3            # rounds of spreading (`diffuse`)
+SAMPLE_KEY = "sample"       # `AspectMap._cache` key: the map's `SampleFrame`
 
 
 def sample_indices(n: int, size: int, seed: int) -> np.ndarray:
@@ -92,10 +103,72 @@ def place_rest(sample_coords: np.ndarray, sample: np.ndarray, idx: np.ndarray, w
     return y
 
 
-def rerank(features: np.ndarray, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Each row's candidate neighbours idx (n, k) sorted by their 1 - cos distances under `features` (unit
-    rows, float32): (indices, distances), nearest first. No search: a weight change's first frame."""
-    return nearest_first(idx, candidate_distances(features, idx), idx.shape[1])
+def diffuse(moves: np.ndarray, sample: np.ndarray, idx: np.ndarray, weights: np.ndarray,
+            rounds: int = FRAME_ROUNDS) -> np.ndarray:
+    """(n, 2) moves of every paper from the sample's `moves` (s, 2): `rounds` products with the row-stochastic
+    neighbour matrix W (row i: weights[i] on idx[i], n = len(idx)) of the sample's moves and of its indicator, the
+    one divided by the other. So each paper moves by the weighted mean move of the sample papers within `rounds`
+    steps of it, the sample's own papers too (a move of their neighbourhood, not their own jitter, which would
+    tear them from the papers around them). A paper with no sample paper that near stays where it is."""
+    from scipy import sparse
+
+    n, k = idx.shape
+    index = np.int32 if n * k < 2 ** 31 else np.int64
+    W = sparse.csr_matrix((np.asarray(weights, np.float32).ravel(), idx.astype(index).ravel(),
+                           np.arange(0, n * k + 1, k, dtype=index)), shape=(n, n))
+    carried = np.zeros((n, 3), np.float32)  # the moves and the sample's indicator, carried together
+    carried[sample, :2], carried[sample, 2] = moves, 1.0
+    for _ in range(rounds):
+        carried = W @ carried
+    mass = carried[:, 2:]
+    return np.where(mass > 0, carried[:, :2] / np.where(mass > 0, mass, 1.0), 0.0).astype(np.float64)
+
+
+@dataclass(frozen=True)
+class SampleFrame:
+    """What a weight change's first frame needs of the sample, kept with the map (`AspectMap._cache[SAMPLE_KEY]`):
+    sample (s,) its papers; idx (s, k) each one's neighbours within it (positions in `sample`); cosines (A, s, k)
+    float32 each pair's cosine per aspect, in the map's aspect order; coords (s, 2) the sample relaxed under its
+    own affinities at the map's weights. Under any weights alpha a pair's distance is 1 - sum_a alpha_a cos_a
+    (`tsne_math.weighted_features`), so no row of features is built again."""
+
+    sample: np.ndarray
+    idx: np.ndarray
+    cosines: np.ndarray
+    coords: np.ndarray
+
+    @classmethod
+    def of(cls, amap, sample: np.ndarray, idx: np.ndarray, coords: np.ndarray, gradient: str, n_jobs: int,
+           seed: int) -> "SampleFrame":
+        """The sample's frame on `amap` laid out at `coords` (the map's (n, 2)): cosines from its embeddings by
+        blocks of rows, then FRAME_RELAX_ITER iterations of the sample alone from its place on the map."""
+        cosines = np.empty((len(amap.aspects),) + idx.shape, np.float32)
+        for a, name in enumerate(amap.aspects):
+            e = amap.embeddings[name][sample]  # the map's unit float32 rows
+            for s in row_blocks(len(idx), 2048):
+                cosines[a, s] = np.matmul(e[idx[s]], e[s][:, :, None])[:, :, 0]
+        frame = cls(sample, idx, cosines, np.asarray(coords, np.float64)[sample])
+        return frame.relaxed(aspect_weights(amap), amap.perplexity, FRAME_RELAX_ITER, gradient, n_jobs, seed)
+
+    def affinities(self, alpha, perplexity: float):
+        """openTSNE affinities of the sample under the aspect weights `alpha` (in the cosines' order, summing to 1):
+        each row's distances 1 - sum_a alpha_a cos_a, calibrated to `perplexity`."""
+        from openTSNE.affinity import PrecomputedAffinities
+
+        d = np.ones(self.idx.shape, np.float64)
+        for a, w in enumerate(alpha):
+            d -= float(w) * self.cosines[a]
+        return PrecomputedAffinities(knn_affinities(self.idx, np.clip(d, 0.0, 2.0), perplexity)[0], normalize=False)
+
+    def relaxed(self, alpha, perplexity: float, n_iter: int, gradient: str, n_jobs: int, seed: int) -> "SampleFrame":
+        """This frame with the sample moved n_iter warm iterations under its affinities at the weights `alpha`."""
+        coords = reweight(self.coords, self.affinities(alpha, perplexity), n_iter, 0, None, gradient, n_jobs, seed)
+        return replace(self, coords=coords)
+
+
+def aspect_weights(amap) -> list[float]:
+    """The map's aspect weights alpha (normalised when the map was made) in its aspects' order."""
+    return [amap.weights[a] for a in amap.aspects]
 
 
 @dataclass(frozen=True)
@@ -118,23 +191,37 @@ class SampledEngine(KNNEngine):
             return self.search
         return ReducedSearch(self.dims, self.trees) if self.dims else AnnoySearch(self.trees)
 
+    def _graph_rows(self, amap):
+        """The features the graph of all papers is searched on. Annoy keeps its own float32 copy of every row (4.6 GB
+        at a million papers): it reads them block by block (`AspectMap.feature_rows`), not beside a whole copy of
+        them. Other searches get the array."""
+        return amap.feature_rows() if self.search is None and slow_search(len(amap)) else amap.features()
+
     def layout(self, amap, y0, job):
         n = len(amap)
         if n <= self.sample_size:
             return super().layout(amap, y0, job)
-        # Annoy keeps its own float32 copy of every row (4.6 GB at a million papers): it reads the features block by
-        # block (`AspectMap.feature_rows`), not beside a whole copy of them. Other searches get the array.
-        f = amap.feature_rows() if self.search is None and slow_search(n) else amap.features()
-        n_jobs, sample = self._threads(), sample_indices(n, self.sample_size, job.seed)
-        small = KNNEngine(self.search, self.schedule, self.threads).layout_features(
-            f[sample], amap.perplexity, np.asarray(y0)[sample], Job(job.n_iter, job.seed, False, job.verbose))
-        affinities, knn, rows = reweighted_affinities(f, amap.perplexity, n_jobs, job.seed, self.trees,
-                                                      self.graph_search(n))
+        f, sample = self._graph_rows(amap), sample_indices(n, self.sample_size, job.seed)
+        small = self._sample_layout(amap, f[sample], np.asarray(y0)[sample], job)
+        graph = reweighted_affinities(f, amap.perplexity, self._threads(), job.seed, self.trees, self.graph_search(n))
+        return self._from_sample(amap, sample, small, graph, job)
+
+    def _sample_layout(self, amap, f, y0: np.ndarray, job: Job) -> Layout:
+        """The sample (its features f) laid out by `KNNEngine` (its search, its schedule) from y0 (s, 2)."""
+        return KNNEngine(self.search, self.schedule, self.threads).layout_features(
+            f, amap.perplexity, y0, Job(job.n_iter, job.seed, False, job.verbose))
+
+    def _from_sample(self, amap, sample: np.ndarray, small: Layout, graph, job: Job) -> Layout:
+        """Every paper placed from the sample's layout `small` and refined on the graph of all papers (the
+        (affinities, neighbours, rows) of `reweighted_affinities`); keeps the map's `SampleFrame`."""
+        affinities, knn, rows = graph
+        n_jobs = self._threads()
         # At the sample's spread, not scaled up to a density like the sample's: openTSNE's FFT grid grows with the
         # square of the spread (10 iterations at 20,000 papers: 1.0 s, against 14 s at sqrt(n / s) times it).
-        y = place_rest(small.coords, sample, knn[0], rows[1])
-        amap._cache[SAMPLE_KEY] = (sample, small.knn[0])
-        return Layout(self._refine(y, affinities, n_jobs, job), knn, rows)
+        y = self._refine(place_rest(small.coords, sample, knn[0], rows[1]), affinities, n_jobs, job)
+        amap._cache[SAMPLE_KEY] = SampleFrame.of(amap, sample, small.knn[0], y, self.gradient(len(sample), warm=False),
+                                                 n_jobs, job.seed)
+        return Layout(y, knn, rows)
 
     def _refine(self, y, affinities, n_jobs: int, job: Job) -> np.ndarray:
         from openTSNE import TSNEEmbedding
@@ -147,45 +234,47 @@ class SampledEngine(KNNEngine):
         return np.array(emb, dtype=np.float64)
 
     def with_weights(self, old, new, job, on_frame=None, relayout=None):
-        """The sample laid out again warm on its old neighbours re-ranked (FRAME_ITER iterations), the rest
-        re-placed by theirs: the first frame (`on_frame`); then the new graph and `reweight.iterations(n)`
-        warm iterations of the whole from it. relayout has no say (the whole is never laid out afresh)."""
-        kept, old_knn = old._cache.get(SAMPLE_KEY), old.known_neighbours()
-        if kept is None or old_knn is None:
+        """The first frame from the sample alone (`first_frame`; `on_frame`), then the new graph, and from that
+        frame: after a small change (`reweight.change_iterations`) or a middling one, `reweight.iterations(n)`
+        warm iterations of the whole (job.n_iter in all); after a large one (relayout None:
+        `reweight.large_change`, measured at any size), the sample laid out again and the rest placed and
+        refined, as a fit does (on seed 0's 100,000 papers, 0.5 / 0.3 / 0.2 to 0.2 / 0.3 / 0.5, the score of
+        benchmarks/map_million.py: warm iterations 0.355, laid out again 0.829, a fresh fit 0.827)."""
+        if not isinstance(old._cache.get(SAMPLE_KEY), SampleFrame) or old.known_neighbours() is None:
             return super().with_weights(old, new, job, on_frame, relayout)
         frame = self.first_frame(old, new, job)
         if on_frame is not None:
             on_frame(frame)
-        n_jobs = self._threads()
-        affinities, knn, rows = reweighted_affinities(new.features(), old.perplexity, n_jobs, job.seed, self.trees,
-                                                      self.graph_search(len(old)))
+        n, f = len(old), self._graph_rows(new)
+        graph = reweighted_affinities(f, old.perplexity, self._threads(), job.seed, self.trees, self.graph_search(n))
+        affinities, knn, rows = graph
+        overlap = neighbour_overlap(old.known_neighbours()[0], knn[0])
+        if large_change(overlap) if relayout is None else relayout:
+            sample = old._cache[SAMPLE_KEY].sample
+            # From the frame's sample shrunk to RELAYOUT_SPREAD, as `reweight.relayout` starts: the map keeps its
+            # orientation (from the PCA start of the new features instead: 0.827, against 0.829 from the frame).
+            y0 = frame[sample] - frame[sample].mean(axis=0)
+            y0 *= RELAYOUT_SPREAD / max(float(y0[:, 0].std()), 1e-12)
+            small = self._sample_layout(new, np.asarray(f[sample]), y0, job)
+            new.coords = self._from_sample(new, sample, small, graph, job).coords
+        else:
+            total = change_iterations(iterations(n), overlap) if job.n_iter is None else int(job.n_iter)
+            new.coords = reweight(frame, affinities, FIRST_ITER, max(total - FIRST_ITER, 0), None,
+                                  self.gradient(n, warm=True), self._threads(), job.seed)
         new.keep_neighbours(knn, rows)
-        total = iterations(len(old)) if job.n_iter is None else int(job.n_iter)
-        new.coords = reweight(frame, affinities, FIRST_ITER, max(total - FIRST_ITER, 0), None,
-                              self.gradient(len(old), warm=True), n_jobs, job.seed)
         return new.prepare(background=True)
 
     def first_frame(self, old, new, job: Job) -> np.ndarray:
-        """A weight change's first frame (n, 2): the sample warm on its re-ranked neighbours, the rest re-placed.
-        Keeps the sample and its re-ranked rows in `new` for the next change."""
-        sample, sample_idx = old._cache[SAMPLE_KEY]
-        f, n_jobs = new.features(), self._threads()
-        s_idx, s_d = rerank(f[sample], sample_idx)
-        P = knn_affinities(s_idx, s_d, old.perplexity)[0]
-        from openTSNE.affinity import PrecomputedAffinities
-
-        ys = reweight(old.coords[sample], PrecomputedAffinities(P, normalize=False), FRAME_ITER, 0, None,
-                      self.gradient(len(sample), warm=True), n_jobs, job.seed)
-        # The rest: the first 3 x PREVIEW_PERPLEXITY of their old neighbours, as a k-NN map's preview does.
-        perplexity = min(old.perplexity, PREVIEW_PERPLEXITY)
-        idx, d = rerank(f, old.known_neighbours()[0][:, :int(3 * perplexity)])
-        new._cache[SAMPLE_KEY] = (sample, s_idx)
-        y = place_rest(ys, sample, idx, calibrate_rows(d, perplexity)[0])
-        if not FRAME_WHOLE_ITER:
-            return y
-        # A few iterations of the whole on those re-ranked rows spread each placed paper among its neighbours.
-        preview = PrecomputedAffinities(knn_affinities(idx, d, perplexity)[0], normalize=False)
-        return reweight(y, preview, FRAME_WHOLE_ITER, 0, None, self.gradient(len(y), warm=True), n_jobs, job.seed)
+        """A weight change's first frame (n, 2), from the sample alone (module docstring): the sample moved
+        FRAME_ITER iterations under its affinities at the new weights, every paper moved by its neighbourhood's
+        share of the sample's moves (`diffuse`). Keeps the moved sample in `new` for the next change."""
+        kept = old._cache[SAMPLE_KEY]
+        # The FFT gradient at any sample size: at 25,000 papers an iteration took 0.06 s, Barnes-Hut's 0.18 s.
+        moved = kept.relaxed(aspect_weights(new), old.perplexity, FRAME_ITER, "fft", self._threads(), job.seed)
+        new._cache[SAMPLE_KEY] = moved
+        rows = old._knn_rows()  # (indices, p_{j|i}, ...): the fit's or the last change's, nearest first
+        k = min(FRAME_NEIGHBOURS, rows[0].shape[1])
+        return old.coords + diffuse(moved.coords - kept.coords, kept.sample, rows[0][:, :k], rows[1][:, :k])
 
 
 ENGINES[SampledEngine.method] = SampledEngine  # saved maps reopen with it by name (`AspectMap.load`)
