@@ -27,7 +27,7 @@ A weight change (`with_weights`) draws its first frame from the sample alone, wi
 build at a million papers) or any search: the fit keeps the sample's neighbours within it, each pair's cosine
 per aspect and the sample relaxed under its own affinities (`SampleFrame`), so the sample's affinities under
 any weights are a weighted sum away. The sample moves FRAME_ITER warm iterations under them, and its moves
-spread to every paper along the map's neighbour rows (`diffuse`): each paper moves by the mean move of the
+spread to every paper along the map's neighbour rows (`Spread`): each paper moves by the mean move of the
 sample papers near it, and keeps its place among its neighbours. The new graph is then searched and the whole
 settled warm from that frame (`reweight.reweight`). Papers added later are placed as on any k-NN map
 (`AspectMap.extend`).
@@ -61,12 +61,12 @@ PLACE_BLOCK = 100_000       # rows per block of `place_rest` (bounded temporarie
 REFINE_EXAGGERATION, REFINE_EXAGGERATED_ITER, REFINE_ITER = 4.0, 50, 100
 # A weight change's first frame (`SampledEngine.first_frame`), chosen on seed 0's 100,000 papers (0.5 / 0.3 / 0.2
 # to 0.4 / 0.35 / 0.25): 10 FFT iterations of the 25,000-paper sample (0.6 s; 20 Barnes-Hut ones took 3.5 s) and
-# 3 rounds of spreading its moves over each paper's 30 nearest scored 0.805 (the old map: 0.811, the settled map
-# 0.780; 1 round 0.709, 4 rounds 0.809), where placing every paper anew at its sample neighbours' mean scored 0.70.
+# 3 rounds of spreading its moves over each paper's 30 nearest scored 0.809 (the old map: 0.811, the settled map
+# 0.780; 1 round 0.709, 2 rounds 0.793), where placing every paper anew at its sample neighbours' mean scored 0.70.
 FRAME_ITER = 10             # warm iterations of the sample, from its relaxed layout
 FRAME_RELAX_ITER = 30       # iterations that relax the sample under its own affinities (`SampleFrame.relaxed`)
 FRAME_NEIGHBOURS = 30       # of each paper's nearest, along which the sample's moves spread
-FRAME_ROUNDS = 3            # rounds of spreading (`diffuse`)
+FRAME_ROUNDS = 3            # rounds of spreading (`Spread.moves`)
 SPREAD_PARTS = 8            # row blocks of `Spread`'s matrix: products in threads
 SAMPLE_KEY = "sample"       # `AspectMap._cache` key: the map's `SampleFrame`
 SPREAD_KEY = "spread"       # and its `Spread`
