@@ -262,15 +262,20 @@ def reweight(coords: np.ndarray, affinities, first_iter: int = FIRST_ITER, settl
     return np.array(emb, dtype=np.float64)
 
 
+def shrunk(frame: np.ndarray) -> np.ndarray:
+    """The layout `frame` centred and scaled to a spread (first axis' standard deviation) of RELAYOUT_SPREAD: where
+    a re-layout starts, small enough for exaggeration to rearrange it, with the frame's orientation."""
+    y = np.array(frame, dtype=np.float64)
+    return (y - y.mean(axis=0)) * (RELAYOUT_SPREAD / max(float(y[:, 0].std()), 1e-12))
+
+
 def relayout(frame: np.ndarray, affinities, gradient: str = "bh", n_jobs: int = 1, seed: int = 0) -> np.ndarray:
     """The settled layout of a large change, laid out again from its first `frame` shrunk to RELAYOUT_SPREAD:
     RELAYOUT_EXAGGERATED_ITER iterations at exaggeration RELAYOUT_EXAGGERATION, then RELAYOUT_ITER (see the
     module docstring), with openTSNE's `gradient` ("bh" or "fft")."""
     from openTSNE import TSNEEmbedding
 
-    y = np.array(frame, dtype=np.float64)
-    y = (y - y.mean(axis=0)) * (RELAYOUT_SPREAD / max(float(y[:, 0].std()), 1e-12))
-    emb = TSNEEmbedding(y, affinities, negative_gradient_method=gradient, n_jobs=n_jobs, random_state=seed)
+    emb = TSNEEmbedding(shrunk(frame), affinities, negative_gradient_method=gradient, n_jobs=n_jobs, random_state=seed)
     emb.optimize(RELAYOUT_EXAGGERATED_ITER, exaggeration=RELAYOUT_EXAGGERATION, momentum=EARLY_MOMENTUM,
                  learning_rate="auto", inplace=True)
     emb.optimize(RELAYOUT_ITER, momentum=MOMENTUM, learning_rate="auto", inplace=True)

@@ -46,8 +46,8 @@ import numpy as np
 from .engine import ENGINES, Job, KNNEngine, Layout
 from .neighbours import WARM_TREES, AnnoySearch, NeighbourSearch
 from .optimiser import EARLY_MOMENTUM, MOMENTUM
-from .reweight import (FIRST_ITER, RELAYOUT_SPREAD, change_iterations, iterations, knn_affinities, large_change,
-                       neighbour_overlap, reweight, reweighted_affinities, slow_search)
+from .reweight import (FIRST_ITER, change_iterations, iterations, knn_affinities, large_change, neighbour_overlap,
+                       reweight, reweighted_affinities, shrunk, slow_search)
 from .reduced import REDUCED_DIMS, ReducedSearch
 from .tsne_math import row_blocks
 
@@ -127,6 +127,13 @@ class Spread:
         bounds = np.linspace(0, n, max(1, min(parts, n)) + 1).astype(int)
         return cls(tuple((slice(lo, hi), W[lo:hi]) for lo, hi in zip(bounds[:-1], bounds[1:])), n)
 
+    @classmethod
+    def of_rows(cls, rows) -> "Spread":
+        """Over each paper's FRAME_NEIGHBOURS nearest of a map's neighbour rows (indices, p_{j|i}, ...), nearest
+        first (`reweight.knn_affinities`)."""
+        k = min(FRAME_NEIGHBOURS, rows[0].shape[1])
+        return cls.of(rows[0][:, :k], rows[1][:, :k])
+
     def moves(self, moves: np.ndarray, sample: np.ndarray, rounds: int = FRAME_ROUNDS, n_jobs: int = 1) -> np.ndarray:
         """(n, 2) moves of every paper from the sample's `moves` (s, 2): `rounds` products with W of the sample's
         moves and of its indicator, the one divided by the other. So each paper moves by the weighted mean move of
@@ -151,9 +158,7 @@ class Spread:
 def spread_of(amap) -> Spread:
     """The map's `Spread` over each paper's FRAME_NEIGHBOURS nearest: kept, else built from its neighbour rows."""
     if SPREAD_KEY not in amap._cache:
-        idx, cond = amap._knn_rows()[:2]  # the fit's or the last change's, nearest first
-        k = min(FRAME_NEIGHBOURS, idx.shape[1])
-        amap._cache[SPREAD_KEY] = Spread.of(idx[:, :k], cond[:, :k])
+        amap._cache[SPREAD_KEY] = Spread.of_rows(amap._knn_rows())  # the fit's or the last change's
     return amap._cache[SPREAD_KEY]
 
 
@@ -260,7 +265,7 @@ class SampledEngine(KNNEngine):
         y = self._refine(place_rest(small.coords, sample, knn[0], rows[1]), affinities, n_jobs, job)
         amap._cache[SAMPLE_KEY] = SampleFrame.of(amap, sample, small.knn[0], y, self.gradient(len(sample), warm=False),
                                                  n_jobs, job.seed)
-        amap._cache[SPREAD_KEY] = Spread.of(rows[0][:, :FRAME_NEIGHBOURS], rows[1][:, :FRAME_NEIGHBOURS])
+        amap._cache[SPREAD_KEY] = Spread.of_rows(rows)
         return Layout(y, knn, rows)
 
     def _refine(self, y, affinities, n_jobs: int, job: Job) -> np.ndarray:
@@ -291,11 +296,9 @@ class SampledEngine(KNNEngine):
         overlap = neighbour_overlap(old.known_neighbours()[0], knn[0])
         if large_change(overlap) if relayout is None else relayout:
             sample = old._cache[SAMPLE_KEY].sample
-            # From the frame's sample shrunk to RELAYOUT_SPREAD, as `reweight.relayout` starts: the map keeps its
+            # From the frame's sample shrunk (`reweight.shrunk`), as `reweight.relayout` starts: the map keeps its
             # orientation (from the PCA start of the new features instead: 0.827, against 0.829 from the frame).
-            y0 = frame[sample] - frame[sample].mean(axis=0)
-            y0 *= RELAYOUT_SPREAD / max(float(y0[:, 0].std()), 1e-12)
-            small = self._sample_layout(new, np.asarray(f[sample]), y0, job)
+            small = self._sample_layout(new, np.asarray(f[sample]), shrunk(frame[sample]), job)
             new.coords = self._from_sample(new, sample, small, graph, job).coords
         else:
             total = change_iterations(iterations(n), overlap) if job.n_iter is None else int(job.n_iter)
@@ -303,7 +306,7 @@ class SampledEngine(KNNEngine):
                                   self.gradient(n, warm=True), self._threads(), job.seed)
         new.keep_neighbours(knn, rows)
         if SPREAD_KEY not in new._cache:  # a re-layout built it
-            new._cache[SPREAD_KEY] = Spread.of(rows[0][:, :FRAME_NEIGHBOURS], rows[1][:, :FRAME_NEIGHBOURS])
+            new._cache[SPREAD_KEY] = Spread.of_rows(rows)
         return new.prepare(background=True)
 
     def first_frame(self, old, new, job: Job) -> np.ndarray:
