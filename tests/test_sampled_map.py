@@ -242,3 +242,38 @@ def test_a_sampled_fit_on_annoy_never_holds_its_features_whole(monkeypatch):
     kept_idx, kept_d = amap.known_neighbours()[:2]
     assert np.mean(kept_idx == idx) > 0.99 and np.allclose(kept_d, d, atol=1e-6)  # re-ranked from the aspects
     assert neighbours_kept(amap.coords, f, m=30) > 0.5
+
+
+def test_a_small_change_re_ranks_the_kept_neighbours_and_a_large_one_searches(monkeypatch):
+    """The fit keeps each neighbour pair's cosine per aspect (`sampled.KeptGraph`): under other weights they give
+    the distances of the weighted features built anew on the same pairs. A small change re-ranks them and searches
+    nothing, and settles as well as on a searched graph; a change that keeps few of the 10 nearest searches."""
+    monkeypatch.setattr(reweight, "EXACT_SEARCH_MAX", 100)  # the graph by `ReducedSearch` from 100 papers
+    monkeypatch.setattr(tsne, "N_JOBS", 1)
+    monkeypatch.setattr(sampled, "REFINE_EXAGGERATED_ITER", 5)
+    monkeypatch.setattr(sampled, "REFINE_ITER", 20)
+    emb, w = _features(400)
+    amap = AspectMap.fit(emb, w, perplexity=5, n_iter=30, seed=0,
+                         method=SampledEngine(sample_size=100, schedule=Schedule(exaggeration_iter=10)))
+    kept = amap._cache[sampled.GRAPH_KEY]
+    assert kept.idx is amap.known_neighbours()[0] and kept.cosines.shape == (3, 400, 15)
+    other = {"task": 0.1, "method": 0.0, "outcome": 0.9}
+    idx, d = kept.reranked([other[a] for a in amap.aspects])
+    f = tsne_math.weighted_features(emb, other).astype(np.float64)
+    np.testing.assert_allclose(d, np.clip(1.0 - np.einsum("nd,nkd->nk", f, f[idx]), 0.0, 2.0), rtol=0, atol=1e-3)
+    assert np.all(np.diff(d, axis=1) >= 0) and np.array_equal(np.sort(idx, axis=1), np.sort(kept.idx, axis=1))
+    small = {"task": 0.45, "method": 0.32, "outcome": 0.23}
+    searched = []
+    search_kept = ReducedSearch.search_kept
+    monkeypatch.setattr(ReducedSearch, "search_kept", lambda *a, **k: searched.append(1) or search_kept(*a, **k))
+    moved = amap.with_weights(small, n_iter=20)
+    assert not searched and moved._cache[sampled.GRAPH_KEY] is kept
+    monkeypatch.setattr(sampled, "RERANK_MIN", 1.01)  # the same change on a graph searched again
+    again = amap.with_weights(small, n_iter=20)
+    assert searched and again._cache[sampled.GRAPH_KEY] is not kept
+    f = moved.features()
+    assert neighbours_kept(moved.coords, f, m=30) > neighbours_kept(again.coords, f, m=30) - 0.02
+    monkeypatch.setattr(sampled, "RERANK_MIN", reweight.SMALL_CHANGE)
+    searched.clear()
+    amap.with_weights({"task": 0.0, "method": 0.05, "outcome": 0.95}, n_iter=20)
+    assert searched

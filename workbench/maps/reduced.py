@@ -60,25 +60,32 @@ def project(features, axes: np.ndarray) -> np.ndarray:
     return out
 
 
-def candidate_distances(features, idx: np.ndarray, n_jobs: int = 1, order: np.ndarray | None = None) -> np.ndarray:
+def candidate_distances(features, idx: np.ndarray, n_jobs: int = 1, order: np.ndarray | None = None,
+                        cosines: np.ndarray | None = None) -> np.ndarray:
     """(n, c) float64 1 - cos distances of each row i to its candidates idx[i] (n, c) under `features`: unit rows
     (an array) or a `tsne_math.WeightedRows`, whose aspects are read directly (sum_a alpha_a cos_a) rather than
     built into weighted rows for every candidate. RANK_BLOCK rows a task, in n_jobs threads, the rows taken in
-    `order` (default: as they stand; `locality_order` keeps the candidates being read in the cache)."""
+    `order` (default: as they stand; `locality_order` keeps the candidates being read in the cache).
+    cosines: an (A, n, c) array (of a `WeightedRows`' A aspects, in its order) that receives each pair's cosine
+    per aspect, those of zero weight included (a later weight change re-ranks by them, `ReducedSearch.search_kept`)."""
     if isinstance(features, WeightedRows):
         alpha = normalize_weights(features.weights, list(features.embeddings))
-        parts = [(e, alpha[a], inverse_norms(e)) for a, e in features.embeddings.items() if alpha[a] > 0]
+        parts = [(e, alpha[a], inverse_norms(e), slot) for slot, (a, e) in enumerate(features.embeddings.items())
+                 if alpha[a] > 0 or cosines is not None]
     else:
-        parts = [(np.asarray(features, dtype=np.float32), 1.0, None)]
+        parts = [(np.asarray(features, dtype=np.float32), 1.0, None, None)]
     order = np.arange(len(idx)) if order is None else np.asarray(order)
     d = np.ones(idx.shape, np.float64)
-    for e, weight, inv in parts:  # one aspect at a time: the rows read are a third of the weighted ones
+    for e, weight, inv, slot in parts:  # one aspect at a time: the rows read are a third of the weighted ones
 
-        def rank(s, e=e, weight=weight, inv=inv):  # numpy's gather and matmul release the GIL (torch's: 6x slower)
+        # numpy's gather and matmul release the GIL (torch's: 6x slower)
+        def rank(s, e=e, weight=weight, inv=inv, slot=slot):
             rows = order[s]
             cos = np.matmul(e[idx[rows]], e[rows][:, :, None])[:, :, 0].astype(np.float64)
             if inv is not None:
                 cos *= inv[rows][:, None] * inv[idx[rows]]
+            if cosines is not None and slot is not None:
+                cosines[slot, rows] = cos
             d[rows] -= weight * cos
 
         with ThreadPoolExecutor(max(1, int(n_jobs))) as pool:
@@ -133,20 +140,35 @@ class ReducedSearch(NeighbourSearch):
         return True
 
     def search(self, features, k, n_jobs=1, seed=0):
+        return self.search_kept(features, k, n_jobs, seed)[:2]
+
+    def search_kept(self, features, k, n_jobs=1, seed=0):
+        """`search`'s (indices, distances), and where `features` is a `tsne_math.WeightedRows` each neighbour pair's
+        cosine per aspect, (A, n, k) float16 in its embeddings' order (else None): the re-ranking computes them, and
+        under other weights a pair's distance is 1 - sum_a alpha_a cos_a (`sampled.KeptGraph`)."""
         n = len(features)
         k = min(int(k), n - 1)
         z = project(features, principal_axes(features, self.dims, self.fit_rows, seed))
         wanted = min(max(k, int(round(self.candidates * k))), n - 1)
         idx = AnnoySearch(self.trees).search(z, wanted, n_jobs, seed)[0]
-        return nearest_first(idx, candidate_distances(features, idx, n_jobs, locality_order(z, seed)), k)
+        cosines = None
+        if isinstance(features, WeightedRows):  # float16: 0.8 GB for 135 candidates of a million papers
+            cosines = np.empty((len(features.embeddings),) + idx.shape, np.float16)
+        d = candidate_distances(features, idx, n_jobs, locality_order(z, seed), cosines)
+        return nearest_first(idx, d, k, cosines)
 
 
-def nearest_first(idx: np.ndarray, d: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """(indices, distances) (n, k) of each row's k nearest candidates idx (n, c) by their distances d (n, c),
-    nearest first; sorted by blocks of rows: no (n, c) order array beside idx and d."""
+def nearest_first(idx: np.ndarray, d: np.ndarray, k: int, cosines: np.ndarray | None = None):
+    """(indices, distances, cosines) of each row's k nearest candidates idx (n, c) by their distances d (n, c),
+    nearest first ((n, k), (n, k), and (A, n, k) of the candidates' cosines (A, n, c), None without them); sorted by
+    blocks of rows: no (n, c) order array beside idx and d."""
     n = len(idx)
     out_idx, out_d = np.empty((n, k), idx.dtype), np.empty((n, k), np.float64)
+    out_cos = None if cosines is None else np.empty((len(cosines), n, k), cosines.dtype)
     for s in row_blocks(n):
         order = np.argsort(d[s], axis=1, kind="stable")[:, :k]
         out_idx[s], out_d[s] = np.take_along_axis(idx[s], order, axis=1), np.take_along_axis(d[s], order, axis=1)
-    return out_idx, out_d
+        if out_cos is not None:
+            for a in range(len(cosines)):
+                out_cos[a, s] = np.take_along_axis(cosines[a, s], order, axis=1)
+    return out_idx, out_d, out_cos
