@@ -22,9 +22,11 @@ over the settled map's (bar: 0.8).
 
     nice .venv/bin/python benchmarks/map_million.py [--papers 100000] [--sample 25000] [--threads 2]
         [--seed 1] [--queries 10000] [--full-max 200000] [--no-recipe] [--no-change] [--graph-only]
-        [--dims 100] [--smoke]
+        [--dims 100] [--recipe-only] [--recipe-cap SECONDS] [--smoke]
 
 --no-change: no weight change (the layout's time and memory alone).
+--recipe-only: the recipe alone (no sampled fit); --recipe-cap SECONDS: the recipe stops there, its phases done
+printed (exit status 3), where it would take hours (openTSNE builds an Annoy index of 50 trees of all rows).
 --dims: the principal axes the sampled fit searches its graph of all papers in (`reduced.ReducedSearch`; 0: Annoy
 on the full 1,152 dimensions, as before).
 --graph-only: only the sampled fit's graph of all papers, searched as the fit searches it (read by blocks of
@@ -53,6 +55,7 @@ from workbench.maps import sampled, tsne  # noqa: E402
 from workbench.maps.reduced import REDUCED_DIMS, ReducedSearch  # noqa: E402
 from workbench.maps.sampled import SampledEngine  # noqa: E402
 from workbench.maps.tsne import AspectMap  # noqa: E402
+from workbench.maps.tsne_math import weighted_features  # noqa: E402
 
 from _machine import matmul_gflops  # noqa: E402
 from _million import papers  # noqa: E402
@@ -118,12 +121,13 @@ def score(coords: np.ndarray, queries: np.ndarray, truth: np.ndarray, m: int = 5
     return float(np.mean(hits) / truth.shape[1])
 
 
-def recipe(x: np.ndarray, threads: int, sample: int, iter_share: float, seed: int = 0) -> np.ndarray:
+def recipe(x: np.ndarray, threads: int, sample: int, iter_share: float, seed: int = 0, log=None) -> np.ndarray:
     """openTSNE's large-data example on rows x (float32 features), its parameters (RECIPE), `iter_share` of its
-    iterations (1 but in smoke runs)."""
+    iterations (1 but in smoke runs); log(phase) after each phase."""
     import openTSNE
 
     it = lambda k: max(1, int(round(k * iter_share)))  # noqa: E731
+    log = log or (lambda phase: None)
     rng = np.random.RandomState(seed)
     indices = rng.permutation(len(x))
     reverse = np.argsort(indices)
@@ -131,17 +135,55 @@ def recipe(x: np.ndarray, threads: int, sample: int, iter_share: float, seed: in
     aff_sample = openTSNE.affinity.PerplexityBasedNN(x_sample, perplexity=RECIPE["sample_perplexity"],
                                                      n_jobs=threads, random_state=0)
     init = openTSNE.initialization.pca(x_sample, random_state=42)
+    log("the sample's affinities (perplexity 500)")
     sample_emb = openTSNE.TSNE(n_jobs=threads, n_iter=it(500), early_exaggeration_iter=it(250)).fit(
         affinities=aff_sample, initialization=init)
+    log("the sample's layout")
     rest_init = sample_emb.prepare_partial(x_rest, k=1, perplexity=1 / 3)
     init_full = np.vstack((sample_emb, rest_init))[reverse]
     init_full = init_full / (np.std(init_full[:, 0]) * 10000)
+    log("the rest placed (prepare_partial)")
     aff = openTSNE.affinity.PerplexityBasedNN(x, perplexity=RECIPE["perplexity"], n_jobs=threads, random_state=0)
+    log("the affinities of all papers (perplexity 50)")
     emb = openTSNE.TSNEEmbedding(init_full, aff, n_jobs=threads, random_state=42)
     emb = emb.optimize(n_iter=it(RECIPE["early"]), exaggeration=12, momentum=0.5)
+    log("500 iterations at exaggeration 12")
     for n_iter in RECIPE["late"]:
         emb = emb.optimize(n_iter=it(n_iter), exaggeration=4, momentum=0.8)
+    log("750 iterations at exaggeration 4")
     return np.asarray(emb)
+
+
+def capped_recipe(x: np.ndarray, threads: int, sample: int, iter_share: float, cap: float) -> np.ndarray:
+    """`recipe`, each phase's time printed; past `cap` seconds (> 0) the process ends (exit status 3) with the
+    phases finished printed: the recipe's time is then known to be more than the cap."""
+    t0 = time.perf_counter()
+    done = []
+
+    def log(phase):
+        done.append(phase)
+        print(f"(recipe: {phase} done at {time.perf_counter() - t0:.1f} s, load {os.getloadavg()[0]:.2f})", flush=True)
+
+    def stop():
+        print(f"recipe: not finished after {cap:.0f} s (the cap); phases done: {len(done)} of 6, the last: "
+              f"{done[-1] if done else 'none'}; peak RSS so far {peak_rss_gb():.2f} GB", flush=True)
+        os._exit(3)
+
+    timer = threading.Timer(cap, stop) if cap > 0 else None
+    if timer is not None:
+        timer.daemon = True
+        timer.start()
+    try:
+        return recipe(x, threads, sample, iter_share, log=log)
+    finally:
+        if timer is not None:
+            timer.cancel()
+
+
+def peak_rss_gb() -> float:
+    """The process's peak resident set so far, in GB (/proc/self/status VmHWM)."""
+    with open("/proc/self/status") as f:
+        return next((int(line.split()[1]) / 1e6 for line in f if line.startswith("VmHWM:")), float("nan"))
 
 
 def graph_only(data: dict, threads: int, dims: int) -> None:
@@ -161,10 +203,22 @@ def graph_only(data: dict, threads: int, dims: int) -> None:
         else:
             index = AnnoySearch(trees).build(rows, threads, 0)
             what = f"Annoy index of {index.get_n_items()} papers, {trees} trees (build only)"
-    with open("/proc/self/status") as f:
-        hwm = next((int(line.split()[1]) / 1e6 for line in f if line.startswith("VmHWM:")), float("nan"))
+    hwm = peak_rss_gb()
     print(f"{what}: {out['s']:.1f} s, peak RSS {out['gb']:.2f} GB (VmHWM {hwm:.2f} GB), "
           f"load at end {os.getloadavg()[0]:.2f}")
+
+
+def recipe_only(data: dict, args, row, runs: dict) -> None:
+    """The recipe alone on the weighted features (the embeddings dropped: 4.6 GB at a million papers), within
+    --recipe-cap seconds (`capped_recipe`)."""
+    f = weighted_features(data, W_OLD)
+    data.clear()
+    queries = np.sort(np.random.default_rng(0).choice(len(f), min(args.queries, len(f)), replace=False))
+    with measured(runs.setdefault("recipe", {})):
+        coords = capped_recipe(f, args.threads, min(args.sample_recipe, len(f) // 2), args.iter_share,
+                               args.recipe_cap)
+    runs["recipe"]["score"] = score(coords, queries, true_neighbours(f, queries))
+    row("recipe")
 
 
 def main() -> None:
@@ -178,6 +232,8 @@ def main() -> None:
     p.add_argument("--queries", type=int, default=10000)
     p.add_argument("--full-max", type=int, default=200000)
     p.add_argument("--no-recipe", action="store_true")
+    p.add_argument("--recipe-only", action="store_true")
+    p.add_argument("--recipe-cap", type=float, default=0.0)
     p.add_argument("--no-change", action="store_true")
     p.add_argument("--graph-only", action="store_true")
     p.add_argument("--dims", type=int, default=REDUCED_DIMS,
@@ -203,6 +259,8 @@ def main() -> None:
         r = runs[name]
         print(f"| {name} | {r['s']:.1f} | {r['gb']:.2f} | {r['score']:.3f} |", flush=True)
 
+    if args.recipe_only:
+        return recipe_only(data, args, row, runs)
     with measured(runs.setdefault("sampled", {})):
         ours = AspectMap.fit(data, W_OLD, method=SampledEngine(sample_size=args.sample, dims=args.dims), n_iter=n_iter)
     print(f"(sampled layout: {runs['sampled']['s']:.1f} s, peak RSS {runs['sampled']['gb']:.2f} GB; scoring)", flush=True)
@@ -237,7 +295,8 @@ def main() -> None:
         del full
     if not args.no_recipe:
         with measured(runs.setdefault("recipe", {})):
-            coords = recipe(f, args.threads, min(args.sample_recipe, len(f) // 2), args.iter_share)
+            coords = capped_recipe(f, args.threads, min(args.sample_recipe, len(f) // 2), args.iter_share,
+                                   args.recipe_cap)
         runs["recipe"]["score"] = score(coords, queries, truth)
         row("recipe")
     rows = []

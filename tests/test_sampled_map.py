@@ -273,7 +273,7 @@ def test_a_small_change_re_ranks_the_kept_neighbours_and_a_large_one_searches(mo
     assert searched and again._cache[sampled.GRAPH_KEY] is not kept
     f = moved.features()
     assert neighbours_kept(moved.coords, f, m=30) > neighbours_kept(again.coords, f, m=30) - 0.02
-    monkeypatch.setattr(sampled, "RERANK_MIN", reweight.SMALL_CHANGE)
+    monkeypatch.setattr(sampled, "RERANK_MIN", reweight.RELAYOUT_BELOW)
     searched.clear()
     amap.with_weights({"task": 0.0, "method": 0.05, "outcome": 0.95}, n_iter=20)
     assert searched
