@@ -11,7 +11,7 @@ candidates in `dims` dimensions instead and keeps the exact distances:
 3. an Annoy index of `trees` trees of the projected rows, each row's `candidates` x k nearest in it;
 4. those candidates re-ranked by their exact 1 - cos distances in the full space (`candidate_distances`:
    k x `candidates` products a row, read from the embeddings where the rows are a `tsne_math.WeightedRows`),
-   the nearest k kept.
+   the nearest k kept; `search_kept` keeps each pair's cosine per aspect too, for a later weight change.
 
 Centring changes no Euclidean distance, so the projection has no mean. The candidates' distances are exact,
 so the affinities are calibrated on true distances; what the reduction can lose is a true neighbour that

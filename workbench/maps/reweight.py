@@ -135,6 +135,10 @@ def knn_affinities(idx: np.ndarray, d: np.ndarray, perplexity: float, beta0: np.
     P = (C + C.T).tocsr()
     del C
     P.data /= 2.0 * n
+    # Each pair's p read back by a binary search in its row, not a scan of it: on a synthetic graph of a million
+    # papers of 90 neighbours this call took 60 s against 71 s (50 against 57 from close precisions). The sort
+    # reorders P's own arrays only (C's are cond's and cols', which must keep their order).
+    P.sort_indices()
     pairs = np.repeat(np.arange(n, dtype=index), k)
     return P, (idx, cond, beta, log_norm, np.asarray(P[pairs, cols]).reshape(idx.shape))
 

@@ -31,8 +31,8 @@ spread to every paper along the map's neighbour rows (`Spread`): each paper move
 sample papers near it, and keeps its place among its neighbours. The new graph follows, and the whole settles
 warm from that frame (`reweight.reweight`). Where `reduced.ReducedSearch` found the graph, its re-ranking kept
 each pair's cosine per aspect (`KeptGraph`): after a small change the kept neighbour lists are re-ranked under
-the new weights and nothing is searched; after a larger one the graph is searched again. Papers added later are placed as on any k-NN map
-(`AspectMap.extend`).
+the new weights and nothing is searched; after a larger one the graph is searched again. Papers added later are
+placed as on any k-NN map (`AspectMap.extend`).
 
 `tsne.engine_for("auto", n)` picks this engine from SAMPLED_MIN papers; `method="sampled"` (or
 `SampledEngine(sample_size=...)`) asks for it at any size. At or below `sample_size` papers it is `KNNEngine`.
@@ -229,8 +229,7 @@ class KeptGraph:
     search; cosines (A, n, k) float16 each pair's cosine per aspect, in the map's aspect order (the re-ranking
     computed them; 0.54 GB at a million papers of 90 neighbours and 3 aspects, each cosine within 2.5e-4).
     Under new weights a pair's distance is 1 - sum_a alpha_a cos_a, so a small change re-ranks these lists
-    (`reranked`: 0.5 s at 100,000 papers) instead of searching again (30 s; at a million papers most of a
-    settled change's 245 s)."""
+    (`reranked`: 0.5 s at 100,000 papers, 4 to 7 s at a million) instead of searching again (30 s; 190 to 330 s)."""
 
     idx: np.ndarray
     cosines: np.ndarray
