@@ -227,15 +227,21 @@ def test_blocked_calibration_and_products_are_the_whole_ones(monkeypatch):
     np.testing.assert_allclose(amap._corpus_products(new), new @ f.T, rtol=0, atol=1e-13)
 
 
-def test_a_sampled_fit_on_annoy_never_holds_its_features_whole(monkeypatch):
+def _fit_on_reduced_search(monkeypatch, refine_iter: int, n_iter: int):
+    """A sampled map of 400 papers whose graph is searched as at a million (`ReducedSearch` on blocks of rows, from
+    100 papers), short schedules: (embeddings, the map)."""
     monkeypatch.setattr(reweight, "EXACT_SEARCH_MAX", 100)  # Annoy from 100 papers
-    monkeypatch.setattr(tsne, "EXACT_MAX", 100)  # a k-NN map's caches (`prepare`) from 100 papers
     monkeypatch.setattr(tsne, "N_JOBS", 1)
     monkeypatch.setattr(sampled, "REFINE_EXAGGERATED_ITER", 5)
-    monkeypatch.setattr(sampled, "REFINE_ITER", 5)
+    monkeypatch.setattr(sampled, "REFINE_ITER", refine_iter)
     emb, w = _features(400)
-    amap = AspectMap.fit(emb, w, perplexity=5, n_iter=10, seed=0,
-                         method=SampledEngine(sample_size=100, schedule=Schedule(exaggeration_iter=10)))
+    return emb, AspectMap.fit(emb, w, perplexity=5, n_iter=n_iter, seed=0,
+                              method=SampledEngine(sample_size=100, schedule=Schedule(exaggeration_iter=10)))
+
+
+def test_a_sampled_fit_on_annoy_never_holds_its_features_whole(monkeypatch):
+    monkeypatch.setattr(tsne, "EXACT_MAX", 100)  # a k-NN map's caches (`prepare`) from 100 papers
+    _, amap = _fit_on_reduced_search(monkeypatch, refine_iter=5, n_iter=10)
     assert "features" not in amap._cache  # the PCA start, the sample, Annoy and `prepare` read blocks of rows
     f = amap.features()
     idx, d = ReducedSearch(trees=sampled.GRAPH_TREES).search(f, 15, 1, 0)  # on the whole array: the same search
@@ -248,13 +254,7 @@ def test_a_small_change_re_ranks_the_kept_neighbours_and_a_large_one_searches(mo
     """The fit keeps each neighbour pair's cosine per aspect (`sampled.KeptGraph`): under other weights they give
     the distances of the weighted features built anew on the same pairs. A small change re-ranks them and searches
     nothing, and settles as well as on a searched graph; a change that keeps few of the 10 nearest searches."""
-    monkeypatch.setattr(reweight, "EXACT_SEARCH_MAX", 100)  # the graph by `ReducedSearch` from 100 papers
-    monkeypatch.setattr(tsne, "N_JOBS", 1)
-    monkeypatch.setattr(sampled, "REFINE_EXAGGERATED_ITER", 5)
-    monkeypatch.setattr(sampled, "REFINE_ITER", 20)
-    emb, w = _features(400)
-    amap = AspectMap.fit(emb, w, perplexity=5, n_iter=30, seed=0,
-                         method=SampledEngine(sample_size=100, schedule=Schedule(exaggeration_iter=10)))
+    emb, amap = _fit_on_reduced_search(monkeypatch, refine_iter=20, n_iter=30)
     kept = amap._cache[sampled.GRAPH_KEY]
     assert kept.idx is amap.known_neighbours()[0] and kept.cosines.shape == (3, 400, 15)
     other = {"task": 0.1, "method": 0.0, "outcome": 0.9}

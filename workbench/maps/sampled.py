@@ -295,9 +295,8 @@ class SampledEngine(KNNEngine):
         if not isinstance(search, ReducedSearch):
             return reweighted_affinities(f, amap.perplexity, n_jobs, job.seed, self.trees, search)
         idx, d, cosines = search.search_kept(f, int(3 * amap.perplexity), n_jobs, job.seed)
-        if cosines is not None:  # in the order of f's embeddings: the map's, if f is its `feature_rows`
-            order = [list(f.embeddings).index(a) for a in amap.aspects]
-            amap._cache[GRAPH_KEY] = KeptGraph(idx, cosines if order == sorted(order) else cosines[order])
+        if cosines is not None:  # f is the map's `feature_rows`: its embeddings, in its aspect order
+            amap._cache[GRAPH_KEY] = KeptGraph(idx, cosines)
         return graph_affinities(idx, d, amap.perplexity)
 
     def _reranked(self, old, new):
