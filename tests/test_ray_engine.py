@@ -2,8 +2,9 @@
 
 One Ray head for the module (`ray start --head`, started here, joined by address), kept on loopback by
 RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 and RAY_USAGE_STATS_ENABLED=0 (../shared/OFFLINE_ASSETS.md). The
-backbone reads at most 64 tokens here (the engines take the cache's backbone as it is), so the passes
-cost seconds; the numbers compared are the engines', not the length's.
+backbone is an untrained one-layer BERT on MiniLM's tokenizer, reading at most 64 tokens (the engines take
+the cache's backbone as it is): the numbers compared are the engines', not the model's, and each pass costs
+what starting its actors costs. The Ray benchmark's smoke run below encodes with MiniLM itself.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]
 N_DOCS = 200
 MAX_LENGTH = 64
+WIDTH = 64  # the tiny backbone's vectors
 
 
 def _free_port() -> int:
@@ -103,6 +105,23 @@ def head():
 
 
 @pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> str:
+    """An untrained, seeded one-layer BERT (WIDTH wide) with MiniLM's tokenizer, saved as a local model folder."""
+    import torch
+    from transformers import AutoTokenizer, BertConfig, BertModel
+    from workbench.core.models import resolve_model
+
+    folder = tmp_path_factory.mktemp("tiny-bert")
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model("minilm").path)
+    torch.manual_seed(0)
+    BertModel(BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=WIDTH,
+                         num_hidden_layers=1, num_attention_heads=2, intermediate_size=2 * WIDTH,
+                         max_position_embeddings=512)).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return str(folder)
+
+
+@pytest.fixture(scope="module")
 def corpus():
     """The first N_DOCS CSAbstruct abstracts (text only: no label is read)."""
     rows = [json.loads(line) for line in (ROOT / "data" / "csabstruct" / "csabstruct.jsonl").open()][:N_DOCS]
@@ -124,13 +143,13 @@ def _kill_workers_after_first_shard(head, folder: Path, pass_thread: threading.T
 
 
 @pytest.fixture(scope="module")
-def passes(tmp_path_factory, head, corpus):
+def passes(tmp_path_factory, head, corpus, tiny):
     """The feature pass in process (run A) and on the head with 2 workers (run B), and the Ray engine used.
     Run B starts with one shard of run A's, as a killed job would leave it: the Ray pass resumes from there.
     Both workers are killed -9 once the Ray pass has stored its first shard: Ray restarts them and the pass
     ends with every text (the test below checks the numbers)."""
     runs = [RunDir(tmp_path_factory.mktemp(name)) for name in ("local", "ray")]
-    backbone = FrozenBackbone("minilm", max_length=MAX_LENGTH)
+    backbone = FrozenBackbone(tiny, max_length=MAX_LENGTH)
     with pytest.MonkeyPatch.context() as patch:  # shards of 500 texts: run A holds several
         patch.setattr("workbench.embed.features.SHARD_ROWS", 500)
         LocalEngine().encode_documents(FeatureCache.for_run(runs[0], backbone), corpus.texts())
@@ -178,7 +197,7 @@ def test_features_same_numbers_on_a_real_head_and_resume_by_shard(passes, corpus
     fresh = FeatureCache.for_run(run_b, backbone)  # read back from the shards alone
     assert fresh.missing(texts) == []
     b = fresh.vectors(texts)
-    assert a.shape == b.shape == (len(texts), 384)
+    assert a.shape == b.shape == (len(texts), WIDTH)
     assert np.abs(a - b).max() <= 1e-5
     # An independent computation: the backbone itself, one text at a time, for texts the actors encoded.
     ray_made = [t for t in texts if text_key(t) not in set(kept)]
@@ -188,9 +207,9 @@ def test_features_same_numbers_on_a_real_head_and_resume_by_shard(passes, corpus
     assert not leftover.exists() or not any(leftover.iterdir())  # the Parquet blocks are removed
 
 
-def _model(run: RunDir) -> Path:
+def _model(run: RunDir, backbone: str) -> Path:
     """A unified model of two pooling heads (seeded, untrained) on the test's backbone, saved in the run."""
-    PooledAspectModel("minilm", ["method", "result"], hidden=384, max_length=MAX_LENGTH,
+    PooledAspectModel(backbone, ["method", "result"], hidden=WIDTH, max_length=MAX_LENGTH,
                       pool=True).save_pretrained(run.unified_model)
     return run.unified_model
 
@@ -225,14 +244,14 @@ def test_a_wrong_head_address_is_said_at_once():
     assert time.perf_counter() - t0 < 5
 
 
-def test_embeddings_same_numbers_and_resume_after_kill(passes, corpus, head, tmp_path):
+def test_embeddings_same_numbers_and_resume_after_kill(passes, corpus, head, tiny):
     """Stage 03's embeddings: in process vs Ray (same rows, same order); a driver killed -9 right after its first
     part is written (it kills itself there: no race with a poll) leaves that part, and the rerun embeds only the
     papers no finished part holds. One actor each (every actor loads torch and the model: seconds): the features
     pass above is the one with two."""
     (run_a, run_b), _, _, _ = passes
-    local = embed_corpus(_model(run_a), corpus, run_a, progress=False, engine="local")
-    model_dir = _model(run_b)
+    local = embed_corpus(_model(run_a, tiny), corpus, run_a, progress=False, engine="local")
+    model_dir = _model(run_b, tiny)
     key = embeddings_key(model_dir, corpus)
     parts = EmbeddingParts(run_b, key)
     script = (f"from workbench.embed.checkpoints import load_model\n"
@@ -264,7 +283,7 @@ def test_embeddings_same_numbers_and_resume_after_kill(passes, corpus, head, tmp
     assert engine.computed == N_DOCS - done
     assert list(local) == list(remote) == ["method", "result"]
     for aspect in local:
-        assert local[aspect].shape == (N_DOCS, 384)
+        assert local[aspect].shape == (N_DOCS, WIDTH)
         assert np.abs(local[aspect] - remote[aspect]).max() <= 1e-5
     meta = json.loads((run_b.embeddings / f"{key}.json").read_text())
     assert meta["doc_ids"] == corpus.ids  # same ids, same order
@@ -330,7 +349,8 @@ from workbench.embed.features import FeatureCache, FrozenBackbone
 from workbench.embed.ray_engine import RayEngine
 engine = RayEngine("127.0.0.1:6379", workers=2)
 texts = json.load(open(os.environ["TEXTS"]))
-engine.encode_documents(FeatureCache.for_run(os.environ["RUN"], FrozenBackbone("minilm", max_length=64)), texts)
+backbone = FrozenBackbone(os.environ["BACKBONE"], max_length=64)
+engine.encode_documents(FeatureCache.for_run(os.environ["RUN"], backbone), texts)
 print(json.dumps({"nodes": sum(n["Alive"] for n in ray.nodes()), "rows_per_node": engine.rows_per_node,
                   "addresses": [a.ip for c in psutil.net_connections("inet") for a in (c.laddr, c.raddr) if a]}))
 """
@@ -356,7 +376,7 @@ def test_two_nodes_in_a_network_namespace_share_the_feature_pass(passes, corpus,
     temp_dir = tempfile.mkdtemp(prefix="wbns", dir="/tmp")  # short: Ray's socket paths
     env = {**os.environ, **RAY_ENV, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "1", "PYTHONPATH": str(ROOT),
            "RAY": str(Path(sys.executable).with_name("ray")), "PYTHON": sys.executable, "TEMP": temp_dir,
-           "DRIVER": TWO_NODES_DRIVER, "TEXTS": str(tmp_path / "texts.json"), "RUN": str(tmp_path / "run")}
+           "DRIVER": TWO_NODES_DRIVER, "BACKBONE": backbone.name, "TEXTS": str(tmp_path / "texts.json"), "RUN": str(tmp_path / "run")}
     try:
         done = subprocess.run(["unshare", "-n", "-p", "-f", "--mount-proc", "bash", "-c", TWO_NODES], env=env,
                               capture_output=True, text=True, timeout=300)
