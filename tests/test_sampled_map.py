@@ -273,7 +273,18 @@ def test_a_small_change_re_ranks_the_kept_neighbours_and_a_large_one_searches(mo
     assert searched and again._cache[sampled.GRAPH_KEY] is not kept
     f = moved.features()
     assert neighbours_kept(moved.coords, f, m=30) > neighbours_kept(again.coords, f, m=30) - 0.02
+    # Left to the engine (no n_iter), a middling overlap settles in SMALL_CHANGE_ITER on the re-ranked graph and in
+    # `iterations(n)` on a searched one.
+    settles = []
+    warm = sampled.reweight
+    monkeypatch.setattr(sampled, "reweight", lambda y, a, first, settle, *r: (settle and settles.append(first + settle))
+                        or warm(y, a, first, settle, *r))  # settle 0: the first frame's sample
+    monkeypatch.setattr(sampled, "neighbour_overlap", lambda *a: 0.81)
+    amap.with_weights(small)
     monkeypatch.setattr(sampled, "RERANK_MIN", reweight.RELAYOUT_BELOW)
     searched.clear()
+    amap.with_weights(small)
+    assert not searched and settles == [reweight.iterations(400), reweight.SMALL_CHANGE_ITER]
+    monkeypatch.setattr(sampled, "neighbour_overlap", reweight.neighbour_overlap)
     amap.with_weights({"task": 0.0, "method": 0.05, "outcome": 0.95}, n_iter=20)
     assert searched

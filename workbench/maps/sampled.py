@@ -48,7 +48,7 @@ import numpy as np
 from .engine import ENGINES, Job, KNNEngine, Layout
 from .neighbours import WARM_TREES, AnnoySearch, NeighbourSearch
 from .optimiser import EARLY_MOMENTUM, MOMENTUM
-from .reweight import (FIRST_ITER, RELAYOUT_BELOW, change_iterations, graph_affinities, iterations, knn_affinities,
+from .reweight import (FIRST_ITER, RELAYOUT_BELOW, SMALL_CHANGE, change_iterations, graph_affinities, iterations, knn_affinities,
                        large_change, neighbour_overlap, reweight, reweighted_affinities, shrunk, slow_search)
 from .reduced import REDUCED_DIMS, ReducedSearch, nearest_first
 from .tsne_math import row_blocks
@@ -80,7 +80,9 @@ GRAPH_KEY = "graph"         # and its `KeptGraph`
 # searched): to 0.45 / 0.3 / 0.25 0.93 (0.734 / 0.729); to 0.4 / 0.35 / 0.25 0.88 (0.780 / 0.780); to
 # 0.35 / 0.35 / 0.3 0.82 (0.691 / 0.686, a fresh fit 0.685); to 0.2 / 0.3 / 0.5 0.60 (searched). At a million papers
 # (seed 1) the re-ranked lists of 0.4 / 0.35 / 0.25 (0.84) held 0.96 of the new weights' true 10 nearest, where
-# the graph's search finds 0.88 of them.
+# the graph's search finds 0.88 of them. Those settled scores are after `reweight.SMALL_CHANGE_ITER` iterations,
+# which a re-ranked change gets whatever its overlap (from the first frame, 25 against 40 iterations: 0.6889 /
+# 0.6889 for 0.35 / 0.35 / 0.3, 0.7797 / 0.7780 for 0.4 / 0.35 / 0.25).
 RERANK_MIN = RELAYOUT_BELOW
 
 
@@ -344,8 +346,8 @@ class SampledEngine(KNNEngine):
     def with_weights(self, old, new, job, on_frame=None, relayout=None):
         """The first frame from the sample alone (`first_frame`; `on_frame`), then the new graph (the kept
         neighbours re-ranked after a small change, `_reranked`; else searched), and from that frame: after a
-        small change (`reweight.change_iterations`) or a middling one, `reweight.iterations(n)` warm iterations
-        of the whole (job.n_iter in all); after a large one (relayout None:
+        small change (re-ranked, or by `reweight.change_iterations`) `reweight.SMALL_CHANGE_ITER` warm iterations
+        of the whole, after a middling one `reweight.iterations(n)` (job.n_iter in all); after a large one (relayout None:
         `reweight.large_change`, measured at any size), the sample laid out again and the rest placed and
         refined, as a fit does (on seed 0's 100,000 papers, 0.5 / 0.3 / 0.2 to 0.2 / 0.3 / 0.5, the score of
         benchmarks/map_million.py: warm iterations 0.355, laid out again 0.829, a fresh fit 0.827)."""
@@ -355,7 +357,8 @@ class SampledEngine(KNNEngine):
         if on_frame is not None:
             on_frame(frame)
         n, f = len(old), self._graph_rows(new)
-        graph = self._reranked(old, new) or self._graph(new, f, job)  # a small change: no search
+        reranked = self._reranked(old, new)  # a small change: no search
+        graph = reranked or self._graph(new, f, job)
         affinities, knn, rows = graph
         overlap = neighbour_overlap(old.known_neighbours()[0], knn[0])
         if large_change(overlap) if relayout is None else relayout:
@@ -365,7 +368,10 @@ class SampledEngine(KNNEngine):
             small = self._sample_layout(new, np.asarray(f[sample]), shrunk(frame[sample]), job)
             new.coords = self._from_sample(new, sample, small, graph, job).coords
         else:
-            total = change_iterations(iterations(n), overlap) if job.n_iter is None else int(job.n_iter)
+            # A re-ranked graph is a small change by its own lists (RERANK_MIN): SMALL_CHANGE_ITER, as a step that
+            # keeps SMALL_CHANGE of the 10 nearest gets (RERANK_MIN, the re-ranked lists' settled scores).
+            small = SMALL_CHANGE if reranked is not None else overlap
+            total = change_iterations(iterations(n), small) if job.n_iter is None else int(job.n_iter)
             new.coords = reweight(frame, affinities, FIRST_ITER, max(total - FIRST_ITER, 0), None,
                                   self.gradient(n, warm=True), self._threads(), job.seed)
         new.keep_neighbours(knn, rows)
