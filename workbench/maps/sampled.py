@@ -48,8 +48,9 @@ import numpy as np
 from .engine import ENGINES, Job, KNNEngine, Layout
 from .neighbours import WARM_TREES, AnnoySearch, NeighbourSearch
 from .optimiser import EARLY_MOMENTUM, MOMENTUM
-from .reweight import (FIRST_ITER, RELAYOUT_BELOW, SMALL_CHANGE, change_iterations, graph_affinities, iterations, knn_affinities,
-                       large_change, neighbour_overlap, reweight, reweighted_affinities, shrunk, slow_search)
+from .reweight import (FIRST_ITER, RELAYOUT_BELOW, SMALL_CHANGE, change_iterations, graph_affinities, iterations,
+                       knn_affinities, large_change, neighbour_overlap, reweight, reweighted_affinities, shrunk,
+                       slow_search)
 from .reduced import REDUCED_DIMS, ReducedSearch, nearest_first
 from .tsne_math import row_blocks
 
