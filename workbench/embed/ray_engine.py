@@ -33,6 +33,7 @@ from .features import SHARD_ROWS, FeatureCache, FrozenBackbone, by_length
 
 BLOCK_ROWS = 4096  # texts per Parquet block at most (a million abstracts and their sentences: about 2,000 blocks)
 MIN_BLOCK_ROWS = 64
+ACTORS_READY_S = 600  # seconds a pass waits for its actors to load their encoders (a large model, a busy cluster)
 ACTOR_BATCH = 256  # texts per `map_batches` call of an actor: a killed actor loses at most this much
 HEAD_TIMEOUT = 10.0  # seconds a head's address may take to accept a connection
 READ_CPUS = 0.1  # reading Parquet is light: the read tasks must not wait for a CPU the encoders hold
@@ -119,6 +120,10 @@ def ray_session(address: str | None = None, num_cpus: int | None = None):
     # Ray Data's newer Parquet reader (2.60's default) hands a small dataset's files to the actors as one input,
     # so one actor did all the work and every result came back at once; the first reader keeps a block per file.
     context.use_datasource_v2 = False
+    # A pass starts once every actor has loaded its encoder: otherwise the first one ready takes the blocks while
+    # the others still load (on two nodes, the first node's actor encoded all of a 500-text pass). Past
+    # ACTORS_READY_S Ray says that the cluster could not start them.
+    context.wait_for_min_actors_s = ACTORS_READY_S
     return ray
 
 
