@@ -347,10 +347,10 @@ class SampledEngine(KNNEngine):
     def with_weights(self, old, new, job, on_frame=None, relayout=None):
         """The first frame from the sample alone (`first_frame`; `on_frame`), then the new graph (the kept
         neighbours re-ranked after a small change, `_reranked`; else searched), and from that frame: after a
-        small change (re-ranked, or by `reweight.change_iterations`) `reweight.SMALL_CHANGE_ITER` warm iterations
-        of the whole, after a middling one `reweight.iterations(n)` (job.n_iter in all); after a large one (relayout None:
-        `reweight.large_change`, measured at any size), the sample laid out again and the rest placed and
-        refined, as a fit does (on seed 0's 100,000 papers, 0.5 / 0.3 / 0.2 to 0.2 / 0.3 / 0.5, the score of
+        small change (re-ranked, or by `reweight.change_iterations`) `reweight.SMALL_CHANGE_ITER` warm
+        iterations of the whole, after a middling one `reweight.iterations(n)` (job.n_iter in all); after a large
+        one (relayout None: `reweight.large_change`, measured at any size), the sample laid out again and the
+        rest placed and refined, as a fit does (on seed 0's 100,000 papers, 0.5 / 0.3 / 0.2 to 0.2 / 0.3 / 0.5, the score of
         benchmarks/map_million.py: warm iterations 0.355, laid out again 0.829, a fresh fit 0.827)."""
         if not isinstance(old._cache.get(SAMPLE_KEY), SampleFrame) or old.known_neighbours() is None:
             return super().with_weights(old, new, job, on_frame, relayout)
@@ -369,10 +369,10 @@ class SampledEngine(KNNEngine):
             small = self._sample_layout(new, np.asarray(f[sample]), shrunk(frame[sample]), job)
             new.coords = self._from_sample(new, sample, small, graph, job).coords
         else:
-            # A re-ranked graph is a small change by its own lists (RERANK_MIN): SMALL_CHANGE_ITER, as a step that
-            # keeps SMALL_CHANGE of the 10 nearest gets (RERANK_MIN, the re-ranked lists' settled scores).
-            small = SMALL_CHANGE if reranked is not None else overlap
-            total = change_iterations(iterations(n), small) if job.n_iter is None else int(job.n_iter)
+            # A re-ranked graph is a small change by its own lists (RERANK_MIN): it settles in SMALL_CHANGE_ITER,
+            # as a step that keeps SMALL_CHANGE of the 10 nearest does (the scores at RERANK_MIN).
+            kept = SMALL_CHANGE if reranked is not None else overlap
+            total = change_iterations(iterations(n), kept) if job.n_iter is None else int(job.n_iter)
             new.coords = reweight(frame, affinities, FIRST_ITER, max(total - FIRST_ITER, 0), None,
                                   self.gradient(n, warm=True), self._threads(), job.seed)
         new.keep_neighbours(knn, rows)
