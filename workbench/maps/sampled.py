@@ -232,7 +232,8 @@ class KeptGraph:
     search; cosines (A, n, k) float16 each pair's cosine per aspect, in the map's aspect order (the re-ranking
     computed them; 0.54 GB at a million papers of 90 neighbours and 3 aspects, each cosine within 2.5e-4).
     Under new weights a pair's distance is 1 - sum_a alpha_a cos_a, so a small change re-ranks these lists
-    (`reranked`: 0.5 s at 100,000 papers, 4 to 7 s at a million) instead of searching again (30 s; 190 to 330 s)."""
+    (`reranked`: 0.5 s at 100,000 papers, 4 to 7 s at a million) instead of searching again (30 s; 190 to
+    330 s at a million)."""
 
     idx: np.ndarray
     cosines: np.ndarray
@@ -350,8 +351,8 @@ class SampledEngine(KNNEngine):
         small change (re-ranked, or by `reweight.change_iterations`) `reweight.SMALL_CHANGE_ITER` warm
         iterations of the whole, after a middling one `reweight.iterations(n)` (job.n_iter in all); after a large
         one (relayout None: `reweight.large_change`, measured at any size), the sample laid out again and the
-        rest placed and refined, as a fit does (on seed 0's 100,000 papers, 0.5 / 0.3 / 0.2 to 0.2 / 0.3 / 0.5, the score of
-        benchmarks/map_million.py: warm iterations 0.355, laid out again 0.829, a fresh fit 0.827)."""
+        rest placed and refined, as a fit does (on seed 0's 100,000 papers, 0.5 / 0.3 / 0.2 to 0.2 / 0.3 / 0.5,
+        the score of benchmarks/map_million.py: warm iterations 0.355, laid out again 0.829, a fresh fit 0.827)."""
         if not isinstance(old._cache.get(SAMPLE_KEY), SampleFrame) or old.known_neighbours() is None:
             return super().with_weights(old, new, job, on_frame, relayout)
         frame = self.first_frame(old, new, job)
@@ -361,7 +362,10 @@ class SampledEngine(KNNEngine):
         reranked = self._reranked(old, new)  # a small change: no search
         graph = reranked or self._graph(new, f, job)
         affinities, knn, rows = graph
-        overlap = neighbour_overlap(old.known_neighbours()[0], knn[0])
+        # A re-ranked graph is a small change by its own lists (their share kept, `KeptGraph.kept`, is at least
+        # RERANK_MIN): it settles in SMALL_CHANGE_ITER, as a step that keeps SMALL_CHANGE of the 10 nearest does
+        # (the scores at RERANK_MIN), and its overlap is not measured a second time.
+        overlap = SMALL_CHANGE if reranked is not None else neighbour_overlap(old.known_neighbours()[0], knn[0])
         if large_change(overlap) if relayout is None else relayout:
             sample = old._cache[SAMPLE_KEY].sample
             # From the frame's sample shrunk (`reweight.shrunk`), as `reweight.relayout` starts: the map keeps its
@@ -369,10 +373,7 @@ class SampledEngine(KNNEngine):
             small = self._sample_layout(new, np.asarray(f[sample]), shrunk(frame[sample]), job)
             new.coords = self._from_sample(new, sample, small, graph, job).coords
         else:
-            # A re-ranked graph is a small change by its own lists (RERANK_MIN): it settles in SMALL_CHANGE_ITER,
-            # as a step that keeps SMALL_CHANGE of the 10 nearest does (the scores at RERANK_MIN).
-            kept = SMALL_CHANGE if reranked is not None else overlap
-            total = change_iterations(iterations(n), kept) if job.n_iter is None else int(job.n_iter)
+            total = change_iterations(iterations(n), overlap) if job.n_iter is None else int(job.n_iter)
             new.coords = reweight(frame, affinities, FIRST_ITER, max(total - FIRST_ITER, 0), None,
                                   self.gradient(n, warm=True), self._threads(), job.seed)
         new.keep_neighbours(knn, rows)
