@@ -197,7 +197,8 @@ def _numbers(value, prefix=""):
 def test_kills_in_stages_01_03_and_05_resume_to_what_an_uninterrupted_run_stores(own_run):
     """The same command killed with SIGKILL (the runner and its kernel, as the OOM killer or a closed laptop
     does) in stages 01, 03 and 05, and started again each time, ends with what the uninterrupted run
-    (`own_run`) stores: the same summaries, checkpoints and metrics.
+    (`own_run`) stores: the same summaries, checkpoints and metrics. Each start skips the stages the command
+    finished before (the last one: 01 to 04) and resumes inside the stage it was killed in.
 
     Both runs pin one thread per process and use the same batch sizes. Summaries are compared exactly;
     checkpoint tensors and metrics within 1e-5, since a resumed run encodes some texts in other batches than
@@ -222,6 +223,9 @@ def test_kills_in_stages_01_03_and_05_resume_to_what_an_uninterrupted_run_stores
     _run_until_killed(home, command, lambda: (resumed / ".05_visualize.running.ipynb").exists())
     done = subprocess.run(command, cwd=home, env=_env(), capture_output=True, text=True)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    skipped = [s for s in ("01_generate", "02_train", "03_distill", "04_decode", "05_visualize")
+               if f"{s}: finished before this command was interrupted; skipped" in done.stdout]
+    assert skipped == ["01_generate", "02_train", "03_distill", "04_decode"], done.stdout[-2000:]
 
     assert _summaries(resumed) == _summaries(clean)  # exactly: per-request seeds, whatever the kill left
     stored = {"aspect_models", "unified_model", "decoders", "maps"}

@@ -11,6 +11,7 @@ import yaml
 
 import workbench
 from workbench.run.runner import NOTEBOOKS, ExecutionOptions, available_stages, load_params, run_pipeline
+from workbench.core.rundir import RunDir
 from workbench.run.runconfig import RunConfigError
 
 
@@ -403,3 +404,61 @@ def test_a_kernel_passed_in_serves_two_runs_and_stays_up(tmp_path):
     while _alive(pid) and time.time() < deadline:
         time.sleep(0.05)
     assert not _alive(pid)
+
+
+def _resumable_notebooks(folder: Path) -> None:
+    """Three stages that append their name to `ran` in the run directory; the second fails until `fixed` exists."""
+    import nbformat
+
+    folder.mkdir()
+    kernel = {"name": "python3", "language": "python", "display_name": "Python 3"}
+    for stage in ("01_one", "02_two", "03_three"):
+        failing = "if not Path('fixed').exists():\n    raise ValueError('not yet')\n" if stage == "02_two" else ""
+        cells = [nbformat.v4.new_code_cell("run_dir = '.'\nsource = None", metadata={"tags": ["parameters"]}),
+                 nbformat.v4.new_code_cell(f"from pathlib import Path\n{failing}"
+                                           f"with open('ran', 'a') as fh:\n    fh.write('{stage}\\n')")]
+        nbformat.write(nbformat.v4.new_notebook(cells=cells, metadata={"kernelspec": kernel}), folder / f"{stage}.ipynb")
+
+
+@pytest.mark.slow
+def test_the_same_command_goes_on_from_the_stage_it_did_not_finish(tmp_path, notebook_kernel):
+    """A command stopped in stage 02 and started again skips 01 (said in the log) and runs 02 and 03; once it
+    completed, the same command runs every stage again. A changed input file, or redo, runs every stage."""
+    _resumable_notebooks(tmp_path / "notebooks")
+    run, source = tmp_path / "run", tmp_path / "input.txt"
+    source.write_text("one version")
+    said = []
+
+    def command(redo: bool = False):
+        return run_pipeline(None, run_dir=str(run), report=False, progress=False, log=said.append,
+                            overrides={"source": str(source)},
+                            execution=ExecutionOptions(notebook_dir=tmp_path / "notebooks", kernel=notebook_kernel,
+                                                       redo=redo))
+
+    def ran() -> list[str]:
+        lines = (run / "ran").read_text().splitlines()
+        (run / "ran").unlink()
+        return lines
+
+    with pytest.raises(RuntimeError, match="stage 02_two failed"):
+        command()
+    assert ran() == ["01_one"] and RunDir(run).unfinished.is_file()
+    (run / "fixed").write_text("")
+    assert list(command()) == ["02_two", "03_three"]
+    assert ran() == ["02_two", "03_three"] and not RunDir(run).unfinished.exists()
+    assert any("01_one: finished before this command was interrupted; skipped" in s for s in said)
+    assert list(command()) == ["01_one", "02_two", "03_three"]  # completed: asked again, it runs again
+    ran()
+    (run / "fixed").unlink()
+    for change in ("input", "redo"):
+        with pytest.raises(RuntimeError, match="stage 02_two failed"):
+            command()
+        assert ran() == ["01_one"]
+        (run / "fixed").write_text("")
+        if change == "input":
+            source.write_text("another version, another size")
+            assert list(command()) == ["01_one", "02_two", "03_three"]
+        else:
+            assert list(command(redo=True)) == ["01_one", "02_two", "03_three"]
+        ran()
+        (run / "fixed").unlink()

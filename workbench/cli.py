@@ -38,7 +38,8 @@ def cmd_run(args) -> int:
     stages = args.stages.split(",") if args.stages else None
     run_pipeline(args.params, run_dir=args.run_dir, stages=stages, overrides=_overrides(args.param),
                  report=not args.no_report,
-                 execution=ExecutionOptions(kernel_per_stage=args.kernel_per_stage, report_code=args.report_code))
+                 execution=ExecutionOptions(kernel_per_stage=args.kernel_per_stage, report_code=args.report_code,
+                                            redo=args.redo))
     return 0
 
 
@@ -238,6 +239,8 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("-p", "--param", action="append", default=[], metavar="KEY=VALUE",
                      help="override one notebook parameter (repeatable)")
     run.add_argument("--no-report", action="store_true", help="skip the HTML export")
+    run.add_argument("--redo", action="store_true",
+                     help="run every stage, even those an interrupted run of the same command finished")
     run.add_argument("--report-code", action="store_true",
                      help="keep the code cells in the HTML reports (by default they show results only)")
     run.add_argument("--kernel-per-stage", action="store_true",

@@ -24,6 +24,8 @@
                                           caches `workbench runs --clean` may delete (`RunDir.mark`)
     .workbench-caches.jsonl               the ledger: each cache file the run wrote, with its size
                                           (`RunDir.record_cache`)
+    .unfinished-command.json              the running or interrupted `workbench run`: its fingerprint and
+                                          the stages it finished (run/resume.py)
 
 A folder is ours only if it says so: `workbench runs --clean` deletes nothing in a folder without
 the marker, and in the caches the marker lists only the files the ledger says the run wrote, at
@@ -71,6 +73,7 @@ GUARD_NAME = "guard.json"
 PARAMS_FILE = "params.yaml"
 RUN_FILE = "run.json"
 MARKS_FILE = "marks.jsonl"
+UNFINISHED_FILE = ".unfinished-command.json"
 # Folders that can be deleted and are rebuilt when needed (`workbench runs --clean`).
 CACHES = (FEATURES_DIR, EMBEDDINGS_DIR)
 MARKER_NAME = ".workbench-run.json"
@@ -293,6 +296,11 @@ class RunDir(os.PathLike):
     @property
     def run_record(self) -> Path:
         return self.path / RUN_FILE
+
+    @property
+    def unfinished(self) -> Path:
+        """The command running here, or interrupted: the stages it finished (run/resume.py)."""
+        return self.path / UNFINISHED_FILE
 
     def stages_done(self) -> dict[str, bool]:
         """{stage: whether its artifact is in the run directory}, in stage order."""

@@ -33,6 +33,7 @@ from ..core.files import RunLock, replace_from, write_text
 from ..core.progress import NOTICE
 from .corpuscheck import check_corpus
 from .record import record_stage
+from .resume import Unfinished, command_fingerprint
 from .reports import claim_report_dir, export_html
 from ..core.rundir import RunDir
 from .runconfig import (NOTEBOOKS, OPTIONAL_STAGES, available_stages, check_parameters, check_run_dir,
@@ -298,13 +299,15 @@ class ExecutionOptions:
     kernel's own output goes to ``kernel.log`` in the run directory (``<stage>.kernel.log`` with a
     kernel per stage). kernel: a `Kernel(keep=True)` to run the stages in and leave running for
     the caller's next run (the caller closes it); its own output stays in the log of the run that
-    started it. report_code: the HTML reports show the notebooks' code as well.
+    started it. report_code: the HTML reports show the notebooks' code as well. redo: run every stage,
+    even those an interrupted run of the same command finished (resume.py).
     """
 
     notebook_dir: Path = NOTEBOOKS
     kernel_per_stage: bool = False
     kernel: Kernel | None = None
     report_code: bool = False
+    redo: bool = False
 
 
 @dataclass(frozen=True)
@@ -330,6 +333,9 @@ def run_pipeline(params_file: str | os.PathLike | None = None, *, run_dir: str |
     (papermill marks the failing cell) and the error names it. `progress` shows the live line
     on stdout (see `Progress`). The notebooks' folder, the kernel and the reports' code are
     `execution` (an `ExecutionOptions`).
+
+    The same command started again after a kill or a failed stage skips the stages it finished and goes
+    on from there (resume.py: same parameters, stages and input files); `execution.redo` runs every stage.
     """
     notebook_dir = execution.notebook_dir
     config = load_params(params_file, overrides)
@@ -370,6 +376,17 @@ def _keep_stage(stage: str, entry: dict, params: dict, run_path: Path, report_pa
     return entry
 
 
+def _kernel_log(kernel: Kernel, run_path: Path, stage: str) -> Path:
+    """Where the kernel's own output goes. A kept kernel writes where it started (a kernel passed in from an
+    earlier run: that run's log); a kernel per stage, to its stage's log, emptied first."""
+    if kernel.manager is not None:
+        return kernel.log_path
+    kernel_log = run_path / ("kernel.log" if kernel.keep else f"{stage}.kernel.log")
+    if not kernel.keep:
+        kernel_log.unlink(missing_ok=True)
+    return kernel_log
+
+
 def _run_locked(checked: _CheckedRun, report: bool, log, progress: bool, execution: ExecutionOptions) -> dict:
     """`run_pipeline` once its checks have passed and it holds the run directory's lock."""
     without_iri_format_checker()
@@ -390,8 +407,13 @@ def _run_locked(checked: _CheckedRun, report: bool, log, progress: bool, executi
     if kernel.keep and kernel.manager is None:
         (run_path / "kernel.log").unlink(missing_ok=True)  # this run's kernel only
     results = {}
+    command = Unfinished(run_path, command_fingerprint(config, resolved, report, run_path), redo=execution.redo)
+    command.begin()
     try:
         for stage in resolved:
+            if stage in command.finished_before:
+                log(f"[workbench] {stage}: finished before this command was interrupted; skipped (--redo runs it)")
+                continue
             source = execution.notebook_dir / f"{stage}.ipynb"
             params = stage_values(config, stage, declared[stage])  # as check_parameters checked them
             params["run_dir"] = str(run_path)
@@ -404,12 +426,7 @@ def _run_locked(checked: _CheckedRun, report: bool, log, progress: bool, executi
             log(f"[workbench] {stage}: executing {source.name} -> {_shown(executed)}")
             before, t0 = _snapshot(run_path), time.perf_counter()
             kernel.reset(run_path)
-            # A kept kernel writes where it started (a kernel passed in from an earlier run: that run's log).
-            kernel_log = run_path / ("kernel.log" if kernel.keep else f"{stage}.kernel.log")
-            if kernel.manager is not None:
-                kernel_log = kernel.log_path
-            elif not kernel.keep:
-                kernel_log.unlink(missing_ok=True)
+            kernel_log = _kernel_log(kernel, run_path, stage)
             try:
                 with Progress(stage, sys.stdout if progress else None) as watch, warnings.catch_warnings():
                     warnings.filterwarnings("ignore", message="Cell is missing an id field")
@@ -439,7 +456,9 @@ def _run_locked(checked: _CheckedRun, report: bool, log, progress: bool, executi
                      "notices": list(watch.notices)}
             results[stage] = _keep_stage(stage, entry, params, run_path, report_path if report else None,
                                          execution.report_code)
+            command.finished(stage)
             log(f"[workbench] {stage}: done in {_duration(entry['seconds'])}, {watch.done} cells")
+        command.complete()
     finally:
         if own_kernel:
             kernel.close()
