@@ -462,3 +462,25 @@ def test_the_same_command_goes_on_from_the_stage_it_did_not_finish(tmp_path, not
             assert list(command(redo=True)) == ["01_one", "02_two", "03_three"]
         ran()
         (run / "fixed").unlink()
+
+
+def test_the_command_fingerprint_follows_what_the_stages_compute_from(tmp_path):
+    """Same command, same fingerprint; another parameter, stage list, report choice, input file's content or the
+    run's marks: another. A parameter that no path can be (a NUL byte, a long prompt) is only a parameter."""
+    from workbench.run.resume import command_fingerprint
+
+    corpus, run = tmp_path / "papers.csv", RunDir(tmp_path / "run")
+    corpus.write_text("title,abstract\n")
+    config = {"parameters": {"corpus": str(corpus), "prompt": "a\x00b" + "x" * 5000}, "stage_parameters": {}}
+    first = command_fingerprint(config, ["01_generate"], True, run)
+    assert command_fingerprint(config, ["01_generate"], True, run) == first
+    assert command_fingerprint({**config, "stage_parameters": {"01_generate": {"k": 2}}}, ["01_generate"], True,
+                               run) != first
+    assert command_fingerprint(config, ["01_generate", "02_train"], True, run) != first
+    assert command_fingerprint(config, ["01_generate"], False, run) != first
+    corpus.write_text("title,abstract\nA,An abstract.\n")
+    second = command_fingerprint(config, ["01_generate"], True, run)
+    assert second != first
+    run.path.mkdir()
+    run.marks.write_text('{"sentence": "We propose X."}\n')
+    assert command_fingerprint(config, ["01_generate"], True, run) != second

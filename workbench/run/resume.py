@@ -34,7 +34,7 @@ def _files(value) -> list[str]:
     if isinstance(value, str) and 0 < len(value) < 4096:  # paths are made absolute by `load_params`
         try:
             return [value] if Path(value).is_file() else []
-        except OSError:
+        except (OSError, ValueError):  # a name too long for the system, a NUL byte in a prompt
             return []
     return []
 
