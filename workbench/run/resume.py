@@ -72,15 +72,16 @@ class Unfinished:
             return {}
         return record if isinstance(record, dict) else {}
 
-    def begin(self) -> None:
-        """Write the record before the first stage (a command started afresh forgets another's stages)."""
+    def write(self) -> None:
+        """Write the record: before the first stage (a command started afresh forgets another's stages), and
+        after each stage it finishes."""
         write_json(self.path, {"fingerprint": self.fingerprint, "done": self.done})
 
     def finished(self, stage: str) -> None:
         """A stage completed: a later start of this command skips it."""
         if stage not in self.done:
             self.done.append(stage)
-        write_json(self.path, {"fingerprint": self.fingerprint, "done": self.done})
+        self.write()
 
     def complete(self) -> None:
         """Every stage completed: the command is not unfinished any more."""

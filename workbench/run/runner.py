@@ -408,7 +408,7 @@ def _run_locked(checked: _CheckedRun, report: bool, log, progress: bool, executi
         (run_path / "kernel.log").unlink(missing_ok=True)  # this run's kernel only
     results = {}
     command = Unfinished(run_path, command_fingerprint(config, resolved, report, run_path), redo=execution.redo)
-    command.begin()
+    command.write()
     try:
         for stage in resolved:
             if stage in command.finished_before:
