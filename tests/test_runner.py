@@ -333,20 +333,24 @@ def test_a_tiny_notebook_through_the_engine_shows_progress_and_sums_up(tmp_path,
     assert "straight to the kernel process stderr" in (tmp_path / "run" / "kernel.log").read_text()
 
 
-def _two_stage_notebooks(folder: Path) -> None:
+def _stage_notebooks(folder: Path, code: dict[str, str], parameters: str = "run_dir = '.'") -> None:
+    """One notebook per stage in `folder`: the `parameters` cell, then the stage's code."""
     import nbformat
 
     folder.mkdir()
     kernel = {"name": "python3", "language": "python", "display_name": "Python 3"}
-    code = {"01_first": "import os\nfrom pathlib import Path\nleft_behind = 1\n"
-                        "Path('pid_01').write_text(str(os.getpid()))",
-            "02_second": "import os\nfrom pathlib import Path\nPath('pid_02').write_text(str(os.getpid()))\n"
-                         "Path('seen').write_text(str('left_behind' in dir()))"}
     for stage, source in code.items():
-        cells = [nbformat.v4.new_code_cell("run_dir = '.'", metadata={"tags": ["parameters"]}),
+        cells = [nbformat.v4.new_code_cell(parameters, metadata={"tags": ["parameters"]}),
                  nbformat.v4.new_code_cell(source)]
         nbformat.write(nbformat.v4.new_notebook(cells=cells, metadata={"kernelspec": kernel}),
                        folder / f"{stage}.ipynb")
+
+
+def _two_stage_notebooks(folder: Path) -> None:
+    _stage_notebooks(folder, {
+        "01_first": "import os\nfrom pathlib import Path\nleft_behind = 1\nPath('pid_01').write_text(str(os.getpid()))",
+        "02_second": "import os\nfrom pathlib import Path\nPath('pid_02').write_text(str(os.getpid()))\n"
+                     "Path('seen').write_text(str('left_behind' in dir()))"})
 
 
 def _alive(pid: int) -> bool:
@@ -408,16 +412,10 @@ def test_a_kernel_passed_in_serves_two_runs_and_stays_up(tmp_path):
 
 def _resumable_notebooks(folder: Path) -> None:
     """Three stages that append their name to `ran` in the run directory; the second fails until `fixed` exists."""
-    import nbformat
-
-    folder.mkdir()
-    kernel = {"name": "python3", "language": "python", "display_name": "Python 3"}
-    for stage in ("01_one", "02_two", "03_three"):
-        failing = "if not Path('fixed').exists():\n    raise ValueError('not yet')\n" if stage == "02_two" else ""
-        cells = [nbformat.v4.new_code_cell("run_dir = '.'\nsource = None", metadata={"tags": ["parameters"]}),
-                 nbformat.v4.new_code_cell(f"from pathlib import Path\n{failing}"
-                                           f"with open('ran', 'a') as fh:\n    fh.write('{stage}\\n')")]
-        nbformat.write(nbformat.v4.new_notebook(cells=cells, metadata={"kernelspec": kernel}), folder / f"{stage}.ipynb")
+    failing = "if not Path('fixed').exists():\n    raise ValueError('not yet')\n"
+    _stage_notebooks(folder, {stage: f"from pathlib import Path\n{failing if stage == '02_two' else ''}"
+                                     f"with open('ran', 'a') as fh:\n    fh.write('{stage}\\n')"
+                              for stage in ("01_one", "02_two", "03_three")}, parameters="run_dir = '.'\nsource = None")
 
 
 @pytest.mark.slow
