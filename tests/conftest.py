@@ -14,6 +14,7 @@ once); every other test goes to whichever worker is free, slow ones first.
 """
 
 import os
+import shutil
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -128,6 +129,32 @@ def notebook_kernel():
     kernel = Kernel()
     yield kernel
     kernel.close()
+
+
+def made_once(tmp_path_factory, name: str, make) -> Path:
+    """`make(folder)` run once per session, even across xdist workers: the first worker to ask makes the folder
+    under the session's shared temp root, holding a lock; the others wait for it and read it. Not under xdist,
+    this process's own temp dir. Callers copy the folder before changing anything in it."""
+    from workbench.core.files import RunLock
+
+    base = tmp_path_factory.getbasetemp()
+    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # pytest-N/, shared by its workers
+    folder, made = root / "made-once" / name, root / "made-once" / f"{name}.made"
+    with RunLock(folder.parent, f"test fixture {name}", wait=True):
+        if not made.is_file():
+            shutil.rmtree(folder, ignore_errors=True)  # a worker that died half-way
+            make(folder)
+            made.touch()
+    return folder
+
+
+@pytest.fixture(scope="session")
+def tiny_map_pristine(tmp_path_factory) -> Path:
+    """`lab_harness.tiny_map_run`'s run (stages 02-04's artifacts for 30 ACLSum papers), made once per session:
+    the JupyterLab pane and the corrupt-artifact tests each copy it."""
+    from lab_harness import tiny_map_run
+
+    return made_once(tmp_path_factory, "tiny-map-run", tiny_map_run)
 
 
 @pytest.fixture(scope="session")

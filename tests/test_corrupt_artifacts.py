@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from lab_harness import ASPECTS, CORPUS, tiny_map_run
+from lab_harness import ASPECTS, CORPUS
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def pristine(tmp_path_factory):
-    return tiny_map_run(tmp_path_factory.mktemp("pristine") / "run")
+def pristine(tiny_map_pristine):
+    return tiny_map_pristine  # each case copies it
 
 
 def _garbage(path: Path) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import time
 from pathlib import Path
 
@@ -24,7 +25,7 @@ import pytest
 
 from workbench.core.rundir import RunDir
 
-from lab_harness import ASPECTS, CORPUS, Browser, JupyterLab, chromium_paths, ink, notebook, tiny_map_run
+from lab_harness import ASPECTS, CORPUS, Browser, JupyterLab, chromium_paths, ink, notebook
 from lab_timeline import KERNEL_CELL, PAGE_JS, summary
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
@@ -168,11 +169,11 @@ def lab(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def pane_lab(lab):
-    """The lab with a tiny run and the notebooks that read it, made only for the tests that open them (the timed
-    tests, run on their own after the rest, need neither)."""
+def pane_lab(lab, tiny_map_pristine):
+    """The lab with a tiny run (a copy of the session's) and the notebooks that read it, made only for the tests
+    that open them (the timed tests, run on their own after the rest, need neither)."""
     server, browser, base = lab
-    run = tiny_map_run(base / "run")
+    run = Path(shutil.copytree(tiny_map_pristine, base / "run"))
     notebook(server.root / "pane.ipynb", _pane_cells(run))
     notebook(server.root / "pane_notebook7.ipynb", _pane_cells(run))  # never opened by Lab: no stale widget outputs
     notebook(server.root / "no_bokehjs.ipynb", _pane_cells(run, load_bokehjs=False))
