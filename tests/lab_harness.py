@@ -83,10 +83,11 @@ class JupyterLab:
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc = None
 
-    def notebook_url(self, name: str) -> str:
-        """Where a notebook of the root opens: in Lab alone in a workspace of its own (`?reset`), so no
-        other notebook's pane loads BokehJS beside it; in Notebook 7 on a page of its own anyway."""
-        if self.app == "notebook":
+    def notebook_url(self, name: str, app: str | None = None) -> str:
+        """Where a notebook of the root opens in `app` (the server's own by default): in Lab alone in a workspace
+        of its own (`?reset`), so no other notebook's pane loads BokehJS beside it; in Notebook 7 on a page of its
+        own anyway. A Lab server serves Notebook 7's pages too (its server extension, enabled where installed)."""
+        if (app or self.app) == "notebook":
             return f"{self.url}/notebooks/{name}"
         return f"{self.url}/lab/workspaces/{Path(name).stem.replace('_', '-')}/tree/{name}?reset"
 
@@ -107,7 +108,8 @@ class JupyterLab:
                "--ServerApp.password=", "--ServerApp.disable_check_xsrf=True", "--expose-app-in-browser"]
         # --expose-app-in-browser: window.jupyterapp, to run commands (Run All, save) as the menus do.
         if self.app == "lab":
-            cmd += ["--LabApp.news_url=None", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
+            cmd += ["--LabApp.news_url=None", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+                    "--JupyterNotebookApp.expose_app_in_browser=True"]  # its Notebook 7 pages too
         if hasattr(os, "geteuid") and os.geteuid() == 0:
             cmd.append("--allow-root")
         self.log = open(self.home / "jupyter.log", "w")

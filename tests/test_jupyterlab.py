@@ -333,14 +333,13 @@ def test_the_pane_draws_and_every_interaction_works_in_jupyterlab(pane_lab):
     _drive_the_pane(server, browser, "lab", "pane.ipynb", run)
 
 
-def test_the_pane_works_in_jupyter_notebook_7(pane_lab, tmp_path):
-    """The same pane, the same gestures, in Jupyter Notebook 7 (its own server on the same notebooks)."""
+def test_the_pane_works_in_jupyter_notebook_7(pane_lab):
+    """The same pane, the same gestures, in Jupyter Notebook 7 (its pages, served by the same server)."""
     server, browser, run = pane_lab
     browser.driver.get("about:blank")
     browser.drain_console()
     browser.console.clear()
-    with JupyterLab(server.root, tmp_path / "home", app="notebook") as notebook7:
-        _drive_the_pane(notebook7, browser, "notebook7", "pane_notebook7.ipynb", run)
+    _drive_the_pane(server, browser, "notebook7", "pane_notebook7.ipynb", run)
 
 
 def _drive_the_pane(server: JupyterLab, browser: Browser, app: str, name: str, run: Path) -> None:
@@ -348,7 +347,11 @@ def _drive_the_pane(server: JupyterLab, browser: Browser, app: str, name: str, r
     def _shot_of(name):
         _shot(browser, f"{app}_{name}")
 
-    browser.open(server.notebook_url(name))
+    frontend = "notebook" if app == "notebook7" else "lab"
+
+    browser.open(server.notebook_url(name, frontend))
+    shell = browser.js("return window.jupyterapp.name")
+    assert shell == {"lab": "JupyterLab", "notebook": "Jupyter Notebook"}[frontend], shell
     browser.run_all()
     browser.wait(lambda: browser.map_points() is not None, 60, "the map's Bokeh view did not appear")
     browser.wait(lambda: _map_ink(browser) > 2000, 30, "the map drew no points")
@@ -444,7 +447,7 @@ def _drive_the_pane(server: JupyterLab, browser: Browser, app: str, name: str, r
     # After a page reload the map draws again (the widgets come back from the live kernel).
     browser.save()
     browser.driver.refresh()
-    browser.open(server.notebook_url(name))
+    browser.open(server.notebook_url(name, frontend))
     browser.wait(lambda: browser.map_points() is not None, 60, "after a reload the map's view did not appear")
     browser.wait(lambda: _map_ink(browser) > 2000, 30, "after a reload the map drew no points")
     _shot_of("07_reloaded")
