@@ -2,6 +2,7 @@
 
 import time
 
+import numpy as np
 import pytest
 
 from workbench.core.models import PACKAGED, ModelNotFoundError, model_table, prepare_causal_lm, resolve_model
@@ -83,6 +84,29 @@ def test_a_conversion_that_lost_the_race_keeps_the_winners_folder(tmp_path):
     (tmp / "config.json").write_text("{}")
     with pytest.raises(OSError):
         publish_folder(tmp, broken)
+
+
+def test_a_converted_gguf_is_found_from_another_checkout_and_not_for_another_file(tmp_path, monkeypatch):
+    """The dequantised copy is keyed by the file's name, size and contents: the same file installed in another
+    virtual environment (another path, another modification time) finds the copy; a changed byte does not."""
+    import os
+
+    from workbench.core.models import GGUF_KEY_BYTES, ResolvedModel, gguf_cache_folder
+
+    monkeypatch.setenv("WORKBENCH_CACHE", str(tmp_path / "cache"))
+    data = np.random.default_rng(0).integers(0, 256, size=3 * GGUF_KEY_BYTES, dtype=np.uint8).tobytes()
+    folders = []
+    for venv, when in (("a", 1_000_000_000), ("b", 2_000_000_000)):
+        (tmp_path / venv).mkdir()
+        (tmp_path / venv / "model.Q4.gguf").write_bytes(data)
+        os.utime(tmp_path / venv / "model.Q4.gguf", ns=(when, when))
+        folders.append(gguf_cache_folder(ResolvedModel("smollm", str(tmp_path / venv), gguf_file="model.Q4.gguf")))
+    assert folders[0] == folders[1] and folders[0].parent == tmp_path / "cache" / "converted"
+    for at in (0, len(data) - 1):  # the header, the last tensor's last byte
+        changed = bytearray(data)
+        changed[at] ^= 1
+        (tmp_path / "b" / "model.Q4.gguf").write_bytes(bytes(changed))
+        assert gguf_cache_folder(ResolvedModel("smollm", str(tmp_path / "b"), gguf_file="model.Q4.gguf")) != folders[0]
 
 
 def test_thread_counts_come_from_the_free_cores_or_the_environment(monkeypatch):

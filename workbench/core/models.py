@@ -211,12 +211,22 @@ def resolve_model(name: str | os.PathLike) -> ResolvedModel:
     return ResolvedModel(text, text)
 
 
+GGUF_KEY_BYTES = 4 << 20  # read from each end of the file for its key
+
+
 def gguf_cache_folder(resolved: ResolvedModel) -> Path:
-    """Where the dequantised copy of a GGUF model is kept: named by the file and keyed by its path, size and time."""
+    """Where the dequantised copy of a GGUF model is kept: named by the file and keyed by its size and contents
+    (its first and last 4 MiB: the header, which names every tensor and its offset, and the last tensors), not by
+    where it lies or when it was written, so that a second checkout or virtual environment with the same package
+    finds the copy the first made."""
     gguf = Path(resolved.path) / resolved.gguf_file
-    stat = gguf.stat()
-    key = hashlib.sha256(f"{gguf.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:12]
-    return cache_dir() / "converted" / f"{gguf.stem}-{key}"
+    size = gguf.stat().st_size
+    digest = hashlib.sha256(f"{gguf.name}:{size}:".encode())
+    with open(gguf, "rb") as fh:
+        digest.update(fh.read(GGUF_KEY_BYTES))
+        fh.seek(max(size - GGUF_KEY_BYTES, 0))
+        digest.update(fh.read(GGUF_KEY_BYTES))
+    return cache_dir() / "converted" / f"{gguf.stem}-{digest.hexdigest()[:12]}"
 
 
 def prepare_causal_lm(name: str | os.PathLike) -> str:
