@@ -10,7 +10,7 @@ export TOKENIZERS_PARALLELISM ?= false
 # otherwise every test worker, kernel and script the suite starts compiles the package and the tests again.
 export PYTHONDONTWRITEBYTECODE :=
 
-.PHONY: setup demo test test-fast bench clean-runs
+.PHONY: setup demo test test-timed test-fast bench clean-runs
 
 setup:
 	@VENV=$(VENV) bash scripts/setup.sh
@@ -19,13 +19,16 @@ demo: setup
 	$(PY) -m workbench run --params params/demo.yaml
 
 # -n auto: one pytest-xdist worker per free core and at least two on two cores, each computing
-# on one thread (tests/conftest.py). PYTEST_ARGS="-n 0" runs it in-process. Tests marked `alone`
-# hold a wall-clock bar, so they run afterwards, in-process, on the then quiet machine: only the files
-# that mark some (ALONE), since collecting every test module imports them all (about 10 s, on one core).
-ALONE = $(shell grep -l "mark.alone" tests/test_*.py)
+# on one thread (tests/conftest.py). PYTEST_ARGS="-n 0" runs it in-process.
 test: setup
-	$(PY) -m pytest -q -n auto -m "not alone" $(PYTEST_ARGS)
-	$(PY) -m pytest -q -m alone $(PYTEST_ARGS) $(ALONE)
+	$(PY) -m pytest -q -n auto $(PYTEST_ARGS)
+
+# The pane's and the page's wall-clock bars: the tests marked `timed` (which `make test` runs with their times
+# unchecked), in-process on a machine with nothing else running, their times asserted. Only the files that mark
+# some (TIMED), since collecting every test module imports them all (about 10 s, on one core).
+TIMED = $(shell grep -l "mark.timed" tests/test_*.py)
+test-timed: setup
+	WORKBENCH_TIMED=1 $(PY) -m pytest -q -m timed -s $(PYTEST_ARGS) $(TIMED)
 
 # The inner loop: every test not marked slow. A test is marked slow where it loads a packaged LM, starts a
 # server, kernel, pipeline or browser, or takes a second or more with its fixtures (`--durations` shows it).

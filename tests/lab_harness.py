@@ -29,6 +29,10 @@ import numpy as np
 
 ASPECTS = ["challenge", "approach"]
 CORPUS = "aclsum:validation[:30]"
+# The tests marked `timed` hold a wall-clock bar, asserted only where WORKBENCH_TIMED=1 (`make test-timed`, alone on
+# a quiet machine): beside another worker's pipeline the browser measures that load, not the pane. `make test` runs
+# their gestures and every other check with the rest of the suite.
+TIMED = os.environ.get("WORKBENCH_TIMED") == "1"
 WIDTH, HEIGHT = 1280, 800
 
 

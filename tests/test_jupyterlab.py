@@ -25,7 +25,7 @@ import pytest
 
 from workbench.core.rundir import RunDir
 
-from lab_harness import ASPECTS, CORPUS, Browser, JupyterLab, chromium_paths, ink, notebook
+from lab_harness import ASPECTS, CORPUS, TIMED, Browser, JupyterLab, chromium_paths, ink, notebook
 from lab_timeline import KERNEL_CELL, PAGE_JS, summary
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
@@ -171,7 +171,7 @@ def lab(tmp_path_factory):
 @pytest.fixture(scope="module")
 def pane_lab(lab, tiny_map_pristine):
     """The lab with a tiny run (a copy of the session's) and the notebooks that read it, made only for the tests
-    that open them (the timed tests, run on their own after the rest, need neither)."""
+    that open them (the timed tests, which `make test-timed` runs on their own, need neither)."""
     server, browser, base = lab
     run = Path(shutil.copytree(tiny_map_pristine, base / "run"))
     notebook(server.root / "pane.ipynb", _pane_cells(run))
@@ -531,7 +531,7 @@ def _speed() -> float:
     return 5 * 2 * 1600 * 768 * 3072 / (time.perf_counter() - t0) / 1e9
 
 
-@pytest.mark.alone  # timed: beside another worker's pipeline or launcher it measures that load, not the pane
+@pytest.mark.timed  # its times are asserted under WORKBENCH_TIMED=1 (lab_harness.TIMED)
 def test_a_map_of_10000_papers_moves_and_answers_taps_in_time(lab):
     """10,000 points drawn by WebGL. Scaled to 165 GFLOP/s (`_speed`): a slider typed to 1.0 paints its first frame
     within 1.75 s of the key press and settles within 6.4 s; a step of 0.05 then paints within 2 s and settles
@@ -564,20 +564,21 @@ def test_a_map_of_10000_papers_moves_and_answers_taps_in_time(lab):
         lines = summary(timeline / "kernel.jsonl", browser.js("return window.__wb_log;"))
         (timeline / "summary.txt").write_text("\n".join(lines) + "\n")
         print("\n".join(lines))
-    assert first * scale <= 1.75, f"typed to 1.0, the first frame took {first:.2f} s at {speed:.0f} GFLOP/s"
-    assert settled * scale <= 6.4, f"typed to 1.0, the map settled in {settled:.2f} s at {speed:.0f} GFLOP/s"
-    # The issue's bars for a step are 1.5 s and 4.5 s scaled: on a quiet machine the first frame took 0.88-1.33 s
-    # and the settled map 3.11-4.34 s (a small change settles in 25 iterations, docs/results.md). The test holds the
-    # real-abstract map's bars, 2 s and 6 s, so that a run's spread does not fail it.
-    assert step_first * scale <= 2.0, f"a step's first frame took {step_first:.2f} s at {speed:.0f} GFLOP/s"
-    assert step_settled * scale <= 6.0, f"a step settled in {step_settled:.2f} s at {speed:.0f} GFLOP/s"
     assert updates <= 2, f"the map was drawn {updates} times after one step"
-    assert np.median(taps) <= 1.0, f"taps took {taps} s to be read"
     assert _watched_errors(browser) == []
+    if TIMED:
+        assert first * scale <= 1.75, f"typed to 1.0, the first frame took {first:.2f} s at {speed:.0f} GFLOP/s"
+        assert settled * scale <= 6.4, f"typed to 1.0, the map settled in {settled:.2f} s at {speed:.0f} GFLOP/s"
+        # The issue's bars for a step are 1.5 s and 4.5 s scaled: on a quiet machine the first frame took 0.88-1.33 s
+        # and the settled map 3.11-4.34 s (a small change settles in 25 iterations, docs/results.md). The test holds
+        # the real-abstract map's bars, 2 s and 6 s, so that a run's spread does not fail it.
+        assert step_first * scale <= 2.0, f"a step's first frame took {step_first:.2f} s at {speed:.0f} GFLOP/s"
+        assert step_settled * scale <= 6.0, f"a step settled in {step_settled:.2f} s at {speed:.0f} GFLOP/s"
+        assert np.median(taps) <= 1.0, f"taps took {taps} s to be read"
     browser.command("kernelmenu:shutdown")
 
 
-@pytest.mark.alone  # timed, as the one above
+@pytest.mark.timed  # as the one above
 def test_a_map_of_real_abstracts_moves_in_two_updates_and_answers_taps_in_time(lab):
     """On the map of every CSAbstruct abstract (PANE_REAL), a slider step of 0.05 paints a first frame within
     2 s of the key press and settles within 6 s in at most two updates of the points; once settled, the
@@ -607,15 +608,16 @@ def test_a_map_of_real_abstracts_moves_in_two_updates_and_answers_taps_in_time(l
     print(f"\n{n} real abstracts in JupyterLab ({speed:.0f} GFLOP/s): a step of 0.05 to first frame {first:.2f} s, "
           f"settled {settled:.2f} s, {updates} updates; taps {', '.join(f'{t:.2f}' for t in taps)} s; "
           f"scaled to 165 GFLOP/s: {first * scale:.2f}, {settled * scale:.2f}, {np.median(taps) * scale:.2f} s")
-    assert first * scale <= 2.0, f"the first frame took {first:.2f} s at {speed:.0f} GFLOP/s"
-    assert settled * scale <= 6.0, f"the map settled in {settled:.2f} s at {speed:.0f} GFLOP/s"
     assert updates <= 2, f"the map was drawn {updates} times after one step"
-    assert np.median(taps) * scale <= 0.6, f"taps took {taps} s at {speed:.0f} GFLOP/s"
     assert _watched_errors(browser) == []
+    if TIMED:
+        assert first * scale <= 2.0, f"the first frame took {first:.2f} s at {speed:.0f} GFLOP/s"
+        assert settled * scale <= 6.0, f"the map settled in {settled:.2f} s at {speed:.0f} GFLOP/s"
+        assert np.median(taps) * scale <= 0.6, f"taps took {taps} s at {speed:.0f} GFLOP/s"
     browser.command("kernelmenu:shutdown")
 
 
-@pytest.mark.alone  # timed, as the one above
+@pytest.mark.timed  # as the one above
 def test_a_density_map_zooms_into_points_answers_taps_and_moves_in_time(lab):
     """A map past the density threshold (DENSITY_DATA) is drawn as an image; a wheel zoom redraws it within 1 s;
     a view of few papers shows them as points, and a tap on one is read within 1 s; a weight step shows its
@@ -669,9 +671,10 @@ def test_a_density_map_zooms_into_points_answers_taps_and_moves_in_time(lab):
     _wait_readout(browser, "Layout:")
     print(f"\n20,000 papers drawn as density in JupyterLab: zoom redrawn in {zoom:.2f} s, tap read in {tap:.2f} s, "
           f"a weight step's first frame in {first:.2f} s; a pan of 20 moves drawn {redraws} times")
-    assert redraws <= 10, f"a pan of 20 moves was drawn {redraws} times"
-    assert zoom <= 1.0 and tap <= 1.0 and first <= 3.0, (zoom, tap, first)
     assert _watched_errors(browser) == []
+    if TIMED:  # how often a pan is drawn follows the pace of the moves too, as the rests between them do
+        assert redraws <= 10, f"a pan of 20 moves was drawn {redraws} times"
+        assert zoom <= 1.0 and tap <= 1.0 and first <= 3.0, (zoom, tap, first)
     browser.command("kernelmenu:shutdown")
 
 
