@@ -334,7 +334,9 @@ def test_the_pane_draws_and_every_interaction_works_in_jupyterlab(pane_lab):
 
 
 def test_the_pane_works_in_jupyter_notebook_7(pane_lab):
-    """The same pane, the same gestures, in Jupyter Notebook 7 (its pages, served by the same server)."""
+    """The same pane in Jupyter Notebook 7 (its pages, served by the same server): drawn, moved by a slider, a
+    paper and an empty spot tapped, drawn again after a reload. What only the kernel does with the same widget
+    messages (placing an abstract, marks and their fit, a selection, teaching) is the test above's."""
     server, browser, run = pane_lab
     browser.driver.get("about:blank")
     browser.drain_console()
@@ -343,7 +345,8 @@ def test_the_pane_works_in_jupyter_notebook_7(pane_lab):
 
 
 def _drive_the_pane(server: JupyterLab, browser: Browser, app: str, name: str, run: Path) -> None:
-    """Every gesture of the issue on notebook `name`, checked on the page; screenshots named after `app`."""
+    """The issue's gestures on notebook `name`, checked on the page (in Lab every one, `_place_mark_and_select`'s
+    too); screenshots named after `app`."""
     def _shot_of(name):
         _shot(browser, f"{app}_{name}")
 
@@ -402,6 +405,22 @@ def _drive_the_pane(server: JupyterLab, browser: Browser, app: str, name: str, r
     assert all(f"{a}:" in text for a in ASPECTS)
     _shot_of("04_empty_spot")
 
+    if app == "lab":
+        _place_mark_and_select(browser, run, _shot_of)
+
+    # After a page reload the map draws again (the widgets come back from the live kernel).
+    browser.save()
+    browser.driver.refresh()
+    browser.open(server.notebook_url(name, frontend))
+    browser.wait(lambda: browser.map_points() is not None, 60, "after a reload the map's view did not appear")
+    browser.wait(lambda: _map_ink(browser) > 2000, 30, "after a reload the map drew no points")
+    _shot_of("07_reloaded")
+    assert _watched_errors(browser) == []
+
+
+def _place_mark_and_select(browser: Browser, run: Path, shot) -> None:
+    """Place an abstract, mark pairs and fit the weights to them, teach six sentences, select and clear: the
+    pane's gestures whose work is the kernel's."""
     # Placing an abstract adds a marker.
     area = browser.driver.find_element("css selector", ".wb-place-text textarea")
     area.click()
@@ -409,7 +428,7 @@ def _drive_the_pane(server: JupyterLab, browser: Browser, app: str, name: str, r
     browser.driver.find_element("css selector", ".wb-place-button").click()
     _wait_readout(browser, "Placed at")
     browser.wait(lambda: browser.source_length("placed") == 1, 30, "no marker for the placed abstract")
-    _shot_of("05_placed")
+    shot("05_placed")
 
     # Similar / not similar marks, then "fit weights to my marks": the weights change.
     pts = browser.map_points()
@@ -428,10 +447,9 @@ def _drive_the_pane(server: JupyterLab, browser: Browser, app: str, name: str, r
     weights_before_fit = _weights(browser)
     browser.driver.find_element("css selector", ".wb-fit").click()
     browser.wait(lambda: _weights(browser) != weights_before_fit, 90, "fitting did not change the weights")
-    _shot_of("06_fitted")
+    shot("06_fitted")
     assert _watched_errors(browser) == []
-    if app == "lab":  # the teaching widget: the same widgets in Notebook 7, its keys the same text box
-        _teach_six_sentences(browser, run, _shot_of)
+    _teach_six_sentences(browser, run, shot)
 
     # A selection made in the page (what the lasso sets) reaches the kernel: the pane counts it and the run
     # directory keeps it for explorer.selection after a restart. Cleared again, so the next pane starts bare.
@@ -443,15 +461,6 @@ def _drive_the_pane(server: JupyterLab, browser: Browser, app: str, name: str, r
     assert len(json.loads(stored.read_text())["marks"]) == 4  # the marked pairs too
     assert browser.select_points([])
     browser.wait(lambda: json.loads(stored.read_text())["doc_ids"] == [], 30, "the selection was not cleared")
-
-    # After a page reload the map draws again (the widgets come back from the live kernel).
-    browser.save()
-    browser.driver.refresh()
-    browser.open(server.notebook_url(name, frontend))
-    browser.wait(lambda: browser.map_points() is not None, 60, "after a reload the map's view did not appear")
-    browser.wait(lambda: _map_ink(browser) > 2000, 30, "after a reload the map drew no points")
-    _shot_of("07_reloaded")
-    assert _watched_errors(browser) == []
 
 
 def _teach_six_sentences(browser: Browser, run: Path, shot) -> None:
