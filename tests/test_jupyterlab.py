@@ -516,7 +516,8 @@ def _time_empty_spot_taps(browser: Browser, count: int = 3) -> list[float]:
     """Seconds from a click on each of `count` empty spots to its text, a paper tapped between them (so that
     each spot's tap changes the readout)."""
     taps = []
-    for k, (x, y) in enumerate(_empty_spot(browser, count)):
+    spots = _empty_spot(browser, count) if count > 1 else [_empty_spot(browser)]
+    for k, (x, y) in enumerate(spots):
         _tap_paper(browser, k)
         _wait_readout(browser, "Tapped:")
         time.sleep(0.6)  # two clicks within BokehJS's double-tap interval make one double tap, not two taps
@@ -557,12 +558,13 @@ def test_a_map_of_10000_papers_moves_and_answers_taps_in_time(lab):
         browser.on_plots(PAGE_JS)
     speed = _speed()
     scale = speed / 165.0
-    first, settled, typed_updates = _time_weight_change(browser, "task", 1.0)
+    # The large change (typed to 1.0) holds a time bar only: untimed, the step below is what is checked.
+    first, settled, typed_updates = _time_weight_change(browser, "task", 1.0) if TIMED else (0.0, 0.0, 0)
     aspects = ("task", "method", "outcome")
     before = _weights(browser, aspects)
     step_first, step_settled, updates = _time_weight_change(browser, "outcome", before["outcome"] + 0.05)
     assert _weights(browser, aspects)["outcome"] > before["outcome"]
-    taps = _time_empty_spot_taps(browser)
+    taps = _time_empty_spot_taps(browser, 3 if TIMED else 1)  # three for a median
     assert all(f"{a}: Paper number" in _readout(browser) for a in aspects)
     print(f"\n10,000 papers in JupyterLab ({speed:.0f} GFLOP/s): slider typed to 1.0, first frame {first:.2f} s, "
           f"settled {settled:.2f} s ({typed_updates} updates); a step of 0.05, first frame {step_first:.2f} s, settled "
@@ -613,7 +615,7 @@ def test_a_map_of_real_abstracts_moves_in_two_updates_and_answers_taps_in_time(l
     shown = _weights(browser, aspects)
     assert all(f"{x} {w:.2f}" in legend for x, w in shown.items()), (legend, shown)
     assert shown["outcome"] > before["outcome"]
-    taps = _time_empty_spot_taps(browser)
+    taps = _time_empty_spot_taps(browser, 3 if TIMED else 1)
     print(f"\n{n} real abstracts in JupyterLab ({speed:.0f} GFLOP/s): a step of 0.05 to first frame {first:.2f} s, "
           f"settled {settled:.2f} s, {updates} updates; taps {', '.join(f'{t:.2f}' for t in taps)} s; "
           f"scaled to 165 GFLOP/s: {first * scale:.2f}, {settled * scale:.2f}, {np.median(taps) * scale:.2f} s")
