@@ -5,6 +5,7 @@ models (frozen-backbone heads, as a CPU run makes them, and the split of stage 0
 tests/data/ as the code before `RunDir` wrote them, so that a run made by older code is what
 04-06 read (the stages themselves run through papermill in test_train.py, test_distill.py and
 test_own_corpus.py),
+with the feature cache of the session's tiny map run (tests/lab_harness.py) on the same validation papers,
 then 04-06 with the smallest settings that still exercise every cell (decoders trained for
 one step, a map of the whole corpus, a leave-one-out inversion, the evaluation on 20 papers of
 ACLSum's test split). The numbers are meaningless at this size; the tests check that every artifact
@@ -32,7 +33,7 @@ OLD_RUN = Path(__file__).resolve().parent / "data" / "run_made_before_rundir"
 
 
 @pytest.fixture(scope="module")
-def tiny_run(tmp_path_factory, notebook_kernel):
+def tiny_run(tmp_path_factory, notebook_kernel, tiny_map_pristine):
     from workbench.run.runner import ExecutionOptions, run_pipeline
 
     root = tmp_path_factory.mktemp("pipeline")
@@ -57,6 +58,9 @@ def tiny_run(tmp_path_factory, notebook_kernel):
     }))
     run = root / "run"
     shutil.copytree(OLD_RUN, run, ignore=shutil.ignore_patterns("README.md"))
+    # The session's tiny map run encoded KNOWN's texts with the same frozen MiniLM: its feature cache (content-
+    # addressed) is the one a second run on those papers starts from; stage 04 encodes the 20 test papers.
+    shutil.copytree(tiny_map_pristine / "features", run / "features")
     results = run_pipeline(params, run_dir=str(run), stages=["04_decode", "05_visualize", "06_evaluate"],
                            log=lambda *a: None, execution=ExecutionOptions(kernel=notebook_kernel))
     return run, root / "reports", results
