@@ -21,12 +21,27 @@ from workbench.teach.loop import TeachLoop  # noqa: E402
 from workbench.teach.marks import Marks  # noqa: E402
 
 
+OPENED: list[Marks] = []  # the panels' marks, each the writer of its run's file once it has stored a mark
+
+
+@pytest.fixture(autouse=True)
+def _release_the_marks():
+    """Each test's panels release their marks' writer lock when it ends (a kernel keeps it while it runs)."""
+    yield
+    while OPENED:
+        OPENED.pop().close()
+
+
 def panel(run_dir, refits=None):
     features, ids = corpus()
     titles = {d: f"<script>alert('{d}')</script> Title {d}" for d in ids}
     on_refit = None if refits is None else refits.append
-    return TeachPanel(lambda: TeachLoop(features, floor(), ids, marks=Marks.of_run(run_dir)), ["a", "b"], titles,
-                      on_refit).start()
+
+    def loop():
+        OPENED.append(Marks.of_run(run_dir))
+        return TeachLoop(features, floor(), ids, marks=OPENED[-1])
+
+    return TeachPanel(loop, ["a", "b"], titles, on_refit).start()
 
 
 def answers(run_dir):
