@@ -77,21 +77,20 @@ def _free_port() -> int:
 
 
 class JupyterLab:
-    """`jupyter lab` (or, with app="notebook", Jupyter Notebook 7) on 127.0.0.1 with no token, serving
-    `root`; its config, data and runtime kept apart."""
+    """`jupyter lab` on 127.0.0.1 with no token, serving `root` to JupyterLab and to Jupyter Notebook 7 (its server
+    extension, enabled where the notebook package is installed); its config, data and runtime kept apart."""
 
-    def __init__(self, root: Path, home: Path, app: str = "lab"):
-        if app not in {"lab", "notebook"}:
-            raise ValueError(f"app must be lab or notebook, not {app!r}")
-        self.root, self.home, self.port, self.app = Path(root), Path(home), _free_port(), app
+    def __init__(self, root: Path, home: Path):
+        self.root, self.home, self.port = Path(root), Path(home), _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc = None
 
-    def notebook_url(self, name: str, app: str | None = None) -> str:
-        """Where a notebook of the root opens in `app` (the server's own by default): in Lab alone in a workspace
-        of its own (`?reset`), so no other notebook's pane loads BokehJS beside it; in Notebook 7 on a page of its
-        own anyway. A Lab server serves Notebook 7's pages too (its server extension, enabled where installed)."""
-        if (app or self.app) == "notebook":
+    def notebook_url(self, name: str, app: str = "lab") -> str:
+        """Where a notebook of the root opens in `app`, "lab" or "notebook": in Lab alone in a workspace of its own
+        (`?reset`), so no other notebook's pane loads BokehJS beside it; in Notebook 7 on a page of its own anyway."""
+        if app not in {"lab", "notebook"}:
+            raise ValueError(f"app must be lab or notebook, not {app!r}")
+        if app == "notebook":
             return f"{self.url}/notebooks/{name}"
         return f"{self.url}/lab/workspaces/{Path(name).stem.replace('_', '-')}/tree/{name}?reset"
 
@@ -107,13 +106,13 @@ class JupyterLab:
         news.mkdir(parents=True, exist_ok=True)
         (news / "notification.jupyterlab-settings").write_text(json.dumps({"fetchNews": "false"}))
         # The kernel imports the workbench from this checkout (the venv has it installed in editable mode).
-        cmd = [str(Path(sys.executable).parent / "jupyter"), self.app, "--no-browser", f"--port={self.port}",
+        # --expose-app-in-browser: window.jupyterapp, to run commands (Run All, save) as the menus do; in Lab's
+        # pages, and in Notebook 7's (JupyterNotebookApp's own setting).
+        cmd = [str(Path(sys.executable).parent / "jupyter"), "lab", "--no-browser", f"--port={self.port}",
                "--ip=127.0.0.1", f"--ServerApp.root_dir={self.root}", "--IdentityProvider.token=",
-               "--ServerApp.password=", "--ServerApp.disable_check_xsrf=True", "--expose-app-in-browser"]
-        # --expose-app-in-browser: window.jupyterapp, to run commands (Run All, save) as the menus do.
-        if self.app == "lab":
-            cmd += ["--LabApp.news_url=None", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
-                    "--JupyterNotebookApp.expose_app_in_browser=True"]  # its Notebook 7 pages too
+               "--ServerApp.password=", "--ServerApp.disable_check_xsrf=True", "--expose-app-in-browser",
+               "--JupyterNotebookApp.expose_app_in_browser=True",
+               "--LabApp.news_url=None", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
         if hasattr(os, "geteuid") and os.geteuid() == 0:
             cmd.append("--allow-root")
         self.log = open(self.home / "jupyter.log", "w")
@@ -122,14 +121,14 @@ class JupyterLab:
         deadline = time.time() + 90
         while time.time() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"jupyter {self.app} exited: {self.logs()[-2000:]}")
+                raise RuntimeError(f"jupyter lab exited: {self.logs()[-2000:]}")
             try:
                 with urllib.request.urlopen(f"{self.url}/api/status", timeout=2) as r:
                     if r.status == 200:
                         return self
             except OSError:
                 time.sleep(0.5)
-        raise TimeoutError(f"jupyter {self.app} did not answer in 90 s: {self.logs()[-2000:]}")
+        raise TimeoutError(f"jupyter lab did not answer in 90 s: {self.logs()[-2000:]}")
 
     def logs(self) -> str:
         return (self.home / "jupyter.log").read_text(errors="replace")
