@@ -14,6 +14,7 @@ import importlib.util
 import ipaddress
 import json
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -29,10 +30,12 @@ import pandas as pd
 import pytest
 
 # Before Ray is first imported: it reads these once. Without the first, it swaps 127.0.0.1 for this machine's
-# network address and connects through it (../shared/OFFLINE_ASSETS.md). The head asks for Ray's token
-# (~/.ray/auth_token, made by Ray at its first start); a driver whose Ray was imported before it turned token
-# auth on sends none and is refused, so the mode is set here for both.
-RAY_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "token"}
+# network address and connects through it (../shared/OFFLINE_ASSETS.md). Token authentication is on for the
+# head, its workers and every driver alike (a driver whose Ray was imported before token auth was turned on sends
+# no token and is refused), with a token made here for this module: `ray start` does not make one where
+# ~/.ray/auth_token is missing, as on a fresh machine, and the user's own file is left alone.
+RAY_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "token",
+           "RAY_AUTH_TOKEN": secrets.token_hex(32)}
 os.environ.update(RAY_ENV)
 if importlib.util.find_spec("ray") is None:
     pytest.skip("Ray is not installed (the scale extra)", allow_module_level=True)
