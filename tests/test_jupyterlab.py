@@ -544,8 +544,8 @@ def _speed() -> float:
 @pytest.mark.timed  # its times are asserted under WORKBENCH_TIMED=1 (lab_harness.TIMED)
 def test_a_map_of_10000_papers_moves_and_answers_taps_in_time(lab):
     """10,000 points drawn by WebGL. Scaled to 165 GFLOP/s (`_speed`): a slider typed to 1.0 paints its first frame
-    within 1.75 s of the key press and settles within 6.4 s; a step of 0.05 then paints within 2 s and settles
-    within 6 s, in at most two updates of the points; a tap on an empty spot is inverted and read within 1 s
+    within 1.75 s of the key press and settles within 6.4 s; a step of 0.05 then paints within 1.5 s and settles
+    within 4.5 s, in at most two updates of the points; a tap on an empty spot is inverted and read within 1 s
     (not scaled). The times are printed for docs/results.md."""
     server, browser, _ = lab
     _run_notebook(server, browser, "pane_10k.ipynb")
@@ -580,11 +580,10 @@ def test_a_map_of_10000_papers_moves_and_answers_taps_in_time(lab):
     if TIMED:
         assert first * scale <= 1.75, f"typed to 1.0, the first frame took {first:.2f} s at {speed:.0f} GFLOP/s"
         assert settled * scale <= 6.4, f"typed to 1.0, the map settled in {settled:.2f} s at {speed:.0f} GFLOP/s"
-        # The issue's bars for a step are 1.5 s and 4.5 s scaled: on a quiet machine the first frame took 0.88-1.33 s
-        # and the settled map 3.11-4.34 s (a small change settles in 25 iterations, docs/results.md). The test holds
-        # the real-abstract map's bars, 2 s and 6 s, so that a run's spread does not fail it.
-        assert step_first * scale <= 2.0, f"a step's first frame took {step_first:.2f} s at {speed:.0f} GFLOP/s"
-        assert step_settled * scale <= 6.0, f"a step settled in {step_settled:.2f} s at {speed:.0f} GFLOP/s"
+        # A step re-ranks each paper's searched neighbours instead of searching (docs/results.md): 0.6 s and 2.1 s
+        # scaled on a quiet machine, against the bars of 1.5 s and 4.5 s.
+        assert step_first * scale <= 1.5, f"a step's first frame took {step_first:.2f} s at {speed:.0f} GFLOP/s"
+        assert step_settled * scale <= 4.5, f"a step settled in {step_settled:.2f} s at {speed:.0f} GFLOP/s"
         assert np.median(taps) <= 1.0, f"taps took {taps} s to be read"
     browser.command("kernelmenu:shutdown")
 

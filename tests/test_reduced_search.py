@@ -46,6 +46,17 @@ def test_candidate_distances_read_from_the_aspects_are_the_weighted_rows_ones():
     np.testing.assert_array_equal(candidate_distances(rows, idx, 2, order), candidate_distances(rows, idx, 1))
 
 
+def test_a_paper_with_a_zero_aspect_vector_gets_finite_distances_as_in_the_weighted_features():
+    """A zero row (an aspect text with no term in common with the corpus's, in a TF-IDF map) is zero in the
+    weighted features: cosine 0 in that aspect, not NaN."""
+    rows, f = _rows(300)
+    rows.embeddings["method"][:5] = 0.0
+    f = tsne_math.weighted_features(rows.embeddings, rows.weights).astype(np.float64)
+    idx = np.random.default_rng(2).integers(300, size=(300, 7))
+    d = candidate_distances(rows, idx)
+    assert np.isfinite(d).all()
+    np.testing.assert_allclose(d, np.clip(1.0 - np.einsum("nd,nkd->nk", f, f[idx]), 0.0, 2.0), atol=1e-6)
+
 def test_principal_axes_span_sklearns_leading_components():
     rows, f = _rows(500)
     axes = principal_axes(rows, 5)

@@ -10,6 +10,7 @@ from scipy.spatial.distance import squareform
 
 from workbench.maps import tsne
 from workbench.maps.tsne import AspectMap, joint_probabilities, normalize_weights, weighted_features
+from workbench.maps.reweight import reweighted_affinities as reweight_affinities
 from workbench.maps.tsne_math import conditional_probabilities, kl_divergence, weighted_distance
 
 
@@ -287,11 +288,12 @@ def test_kernel_sum_is_the_float64_pair_sum():
 
 
 def test_an_opentsne_map_keeps_its_neighbours_for_placing_and_inverting(monkeypatch):
-    from workbench.maps import reweight
+    from workbench.maps import engine, reweight
 
     emb, _ = _manifold(300, seed=12)
     monkeypatch.setattr(tsne, "EXAGGERATION_ITER", 20)
     monkeypatch.setattr(tsne, "EXACT_MAX", 100)  # k-NN rows, as on maps of 1,500 papers and more
+    monkeypatch.setattr(engine, "RERANK_MIN", 2.0)  # the change searches (a small one re-ranks: the test below)
     amap = AspectMap.fit(emb, method="opentsne", n_iter=30, seed=0)
     moved = amap.with_weights({"task": 0.2, "method": 0.6, "outcome": 0.2}, n_iter=10)
     calls = []
@@ -301,6 +303,37 @@ def test_an_opentsne_map_keeps_its_neighbours_for_placing_and_inverting(monkeypa
         fresh = AspectMap(m.embeddings, m.weights, m.coords, m.perplexity, m.seed, m.method)
         np.testing.assert_allclose(rows[0], fresh._rows()[0], rtol=1e-6)  # ... and give the rows a search gives
     assert len(calls) == 2  # only the two maps built from coordinates searched
+
+
+def test_a_small_weight_change_re_ranks_the_searched_neighbours_and_a_larger_one_searches(monkeypatch):
+    """A step re-ranks each paper's neighbours as the fit searched them by their distances under the new weights
+    (checked against numpy's float64 products), searches nothing, and keeps the searched lists, so that a second
+    step is measured against the search; a change whose re-ranked 10 nearest keep under RERANK_MIN of the searched
+    ones searches again."""
+    from workbench.maps import engine
+    from workbench.maps.reweight import neighbour_overlap
+
+    emb, _ = _manifold(300, seed=12)
+    monkeypatch.setattr(tsne, "EXAGGERATION_ITER", 20)
+    monkeypatch.setattr(tsne, "EXACT_MAX", 100)
+    amap = AspectMap.fit(emb, {"task": 0.5, "method": 0.3, "outcome": 0.2}, method="opentsne", n_iter=30, seed=0)
+    searched = np.asarray(amap.known_neighbours()[0])
+    calls = []
+    monkeypatch.setattr(engine, "reweighted_affinities",
+                        lambda *a, **k: calls.append(1) or reweight_affinities(*a, **k))
+    step = amap.with_weights({"task": 0.5, "method": 0.3, "outcome": 0.25}, n_iter=10)
+    assert calls == [] and step._cache[engine.SEARCHED_KEY] is searched
+    f = weighted_features(step.embeddings, step.weights).astype(np.float64)
+    d = 1.0 - np.einsum("nd,nkd->nk", f, f[searched])
+    idx, dist = step.known_neighbours()[:2]
+    np.testing.assert_array_equal(np.sort(idx, axis=1), np.sort(searched, axis=1))  # the same lists, re-ranked
+    np.testing.assert_allclose(dist, np.take_along_axis(d, np.argsort(d, axis=1, kind="stable"), axis=1), atol=1e-5)
+    assert neighbour_overlap(searched, idx) >= engine.RERANK_MIN
+    again = step.with_weights({"task": 0.5, "method": 0.3, "outcome": 0.3}, n_iter=10)
+    assert calls == [] and again._cache[engine.SEARCHED_KEY] is searched  # a step in a row: still the fit's search
+    far = step.with_weights({"task": 0.05, "method": 0.05, "outcome": 0.9}, n_iter=10)
+    assert calls == [1]  # a large change: searched again, and its lists kept for the next step
+    assert far._cache[engine.SEARCHED_KEY] is far.known_neighbours()[0]
 
 
 @pytest.mark.slow

@@ -3,7 +3,8 @@
 * `ExactEngine` ("exact"): dense P from all distances and sklearn's exact descent (`optimiser.GainsDescent`);
 * `KNNEngine` ("opentsne"): P over each paper's k = 3 x perplexity nearest papers, found by the map's
   neighbour search (`neighbours.NeighbourSearch`, chosen in `reweight.neighbours`), and openTSNE's
-  Barnes-Hut or FFT gradient; a weight change searches again and starts warm (`reweight.py`).
+  Barnes-Hut or FFT gradient; a weight change starts warm (`reweight.py`), and finds the new neighbours by
+  re-ranking each paper's searched ones after a small change, by searching again after a larger one.
 
 Both run the phases of an `optimiser.Schedule` (early exaggeration, then settling). An engine is a frozen
 dataclass: `AspectMap.fit(method=KNNEngine(search=MySearch()))` plugs in a search, and `tsne.engine_for`
@@ -19,12 +20,20 @@ import numpy as np
 
 from .neighbours import WARM_TREES, NeighbourSearch
 from .optimiser import GainsDescent, Schedule
-from .reweight import (FIRST_ITER, change_iterations, change_overlap, iterations, large_change, preview_affinities,
-                       reweight, reweighted_affinities, slow_search)
+from .reduced import candidate_distances, nearest_first
+from .reweight import (FIRST_ITER, RELAYOUT_BELOW, SMALL_CHANGE, change_iterations, change_overlap, graph_affinities,
+                       iterations, large_change, neighbour_overlap, preview_affinities, reweight, reweighted_affinities,
+                       slow_search)
 from .reweight import relayout as lay_out_again
 
 FFT_MIN = 10000             # fresh openTSNE fits: Barnes-Hut below this many points, FFT above (its rule)
 WARM_FFT_MIN = 50000        # warm starts: Barnes-Hut up to here (see `KNNEngine`)
+SEARCHED_KEY = "searched"   # `AspectMap._cache`: each paper's neighbours as last searched, which a re-ranked change keeps
+# A weight change re-ranks each paper's searched neighbours under the new weights instead of searching again where
+# their 10 nearest keep at least this share of those searched: where the re-ranked lists show no large change
+# (`reweight.RELAYOUT_BELOW`), as `sampled.KeptGraph` does at a million papers. Measured on the pane's 10,000-paper
+# map in docs/results.md ("A small step at 10,000 papers: the searched neighbours re-ranked").
+RERANK_MIN = RELAYOUT_BELOW
 
 
 @dataclass(frozen=True)
@@ -143,6 +152,7 @@ class KNNEngine(MapEngine):
         """New neighbours (the map's search), FIRST_ITER iterations to a first frame (`on_frame`), the rest
         of `reweight.iterations(n)` (fewer after a small change: `reweight.change_iterations`; or job.n_iter in
         all) to the settled map, laid out again after a large change (relayout None: `reweight.large_change`).
+        After a small change nothing is searched: each paper's searched neighbours are re-ranked (`_reranked`).
         Where the search is slow (Annoy) the first frame comes before it, from the old neighbours
         (`reweight.preview_affinities`)."""
         n = len(old)
@@ -150,14 +160,19 @@ class KNNEngine(MapEngine):
                                    self.gradient(n, warm=True))
         old_knn = old.known_neighbours()
         start, first = old.coords, min(FIRST_ITER, total)
-        if on_frame is not None and old_knn is not None and slow_search(n, self.search):  # before the search
-            preview = preview_affinities(new.features(), old_knn[0], old.perplexity)
+        graph = self._reranked(old, new) if relayout is not True else None  # a small change: nothing searched
+        if graph is None and on_frame is not None and old_knn is not None and slow_search(n, self.search):
+            preview = preview_affinities(new.features(), old_knn[0], old.perplexity)  # a frame before the search
             start = reweight(old.coords, preview, first, 0, on_frame, gradient, n_jobs, job.seed)
             first, on_frame = 0, None  # shown
-        affinities, knn, rows = reweighted_affinities(new.features(), old.perplexity, n_jobs, job.seed, WARM_TREES,
-                                                      self.search)
+        reranked = graph is not None
+        if not reranked:
+            graph = reweighted_affinities(new.features(), old.perplexity, n_jobs, job.seed, WARM_TREES, self.search)
+            new._cache[SEARCHED_KEY] = graph[1][0]
+        affinities, knn, rows = graph
         new.keep_neighbours(knn, rows)
-        overlap = change_overlap(old_knn[0] if old_knn else None, knn[0])
+        # A re-ranked graph is a small change by its own lists (at least RERANK_MIN kept): it settles as one.
+        overlap = SMALL_CHANGE if reranked else change_overlap(old_knn[0] if old_knn else None, knn[0])
         if relayout is None:
             relayout = large_change(overlap)
         if job.n_iter is None:  # a small change settles in fewer iterations
@@ -174,6 +189,26 @@ class KNNEngine(MapEngine):
             coords = lay_out_again(coords, affinities, self.gradient(n, warm=False), n_jobs, job.seed)
         new.coords = coords
         return new.prepare(background=True)
+
+    def _reranked(self, old, new):
+        """new's graph (`reweight.graph_affinities`' (affinities, neighbours, rows)) from each paper's neighbours as old's
+        map last searched them, ranked by their distances under new's weights (`reduced.candidate_distances`), where
+        their 10 nearest keep at least RERANK_MIN of those searched; else None (the graph is searched again). The
+        calibration starts from old's precisions. The searched lists stay with new, so that steps in a row are
+        measured against the search, not against each other."""
+        searched = old._cache.get(SEARCHED_KEY)
+        if searched is None:
+            known = old.known_neighbours()
+            if known is None:
+                return None
+            searched = np.asarray(known[0])
+        d = candidate_distances(new.feature_rows(), searched, self._threads())
+        idx, d = nearest_first(searched, d, searched.shape[1])[:2]
+        if neighbour_overlap(searched, idx) < RERANK_MIN:
+            return None
+        new._cache[SEARCHED_KEY] = searched
+        rows = old._cache.get("knn_rows")  # (indices, p_{j|i}, precisions, ...)
+        return graph_affinities(idx, d, old.perplexity, None if rows is None else rows[2])
 
 
 # A method's name -> its engine class: `tsne.engine_for` looks names up here, and a saved map is reopened with the

@@ -117,11 +117,13 @@ def locality_order(z: np.ndarray, seed: int = 0) -> np.ndarray:
 
 
 def inverse_norms(e: np.ndarray) -> np.ndarray:
-    """(n,) float64 1 / |e_i| of the rows of e, by blocks of rows."""
-    out = np.empty(len(e))
+    """(n,) float64 1 / |e_i| of the rows of e, by blocks of rows; 0 for a zero row, which stays zero as in
+    `weighted_features` (its cosines are 0, not NaN: a paper whose aspect text has no term in common with any)."""
+    out = np.zeros(len(e))
     for s in row_blocks(len(e)):
         block = np.asarray(e[s], dtype=np.float64)
-        out[s] = 1.0 / np.sqrt(np.einsum("nd,nd->n", block, block))
+        norms = np.sqrt(np.einsum("nd,nd->n", block, block))
+        out[s] = np.divide(1.0, norms, out=np.zeros_like(norms), where=norms > 0)
     return out
 
 
