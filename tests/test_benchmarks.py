@@ -21,7 +21,7 @@ SCRIPTS = ["aspect_file", "families", "generate", "train", "heads", "embed", "de
            "weights", "health", "evaluate", "questions", "threads", "runner", "generator_c",
            "check", "corpus_check", "junk_filter", "teach", "teach_speed", "teach_generators",
            "map_labels", "aspect_confidence", "client_inflight", "map_million", "feature_cache", "store_resume",
-           "page_million", "stored_embeddings", "pane_million"]
+           "page_million", "stored_embeddings", "pane_million", "map_steps"]
 # Smoked by another test module, which already holds what the script needs (a Ray head: one start, not two).
 SMOKED_ELSEWHERE = {"ray_engine": "tests/test_ray_engine.py"}
 # What a benchmark's results look like: a markdown table row with a number, a ratio such as "2.31x", a line
