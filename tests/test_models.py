@@ -185,3 +185,32 @@ def test_cache_keyword_follows_the_models_forward():
             pass
 
     assert cache_keyword(New()) == "cache" and cache_keyword(Old()) == "past_key_values"
+
+
+def test_a_local_model_folder_keys_its_caches_and_the_resume_by_what_its_files_hold(tmp_path):
+    """Vectors cached with a local model, and a command's resume, follow what the folder holds: a retrained model
+    in the same folder (same size, other bytes) gets a new feature-cache key and fingerprint, a file only touched
+    keeps them; a packaged model's key is the name, pooling and length alone, as before."""
+    import hashlib
+    import os
+
+    from workbench.embed.features import FrozenBackbone
+    from workbench.run.resume import command_fingerprint
+
+    folder = tmp_path / "my-encoder"
+    folder.mkdir()
+    (folder / "config.json").write_text('{"hidden_size": 8}')
+    weights = bytearray(b"a" * 3_000_000)
+    (folder / "model.safetensors").write_bytes(bytes(weights))
+
+    def fingerprint():
+        return command_fingerprint({"base_model": str(folder)}, ["02_train"], True, tmp_path / "run")
+
+    key, before = FrozenBackbone(str(folder)).key, fingerprint()
+    os.utime(folder / "model.safetensors", ns=(10**9, 10**9))  # touched, not changed
+    assert FrozenBackbone(str(folder)).key == key and fingerprint() == before
+    weights[-10] = ord("b")  # retrained in place: the same size, other weights
+    (folder / "model.safetensors").write_bytes(bytes(weights))
+    assert FrozenBackbone(str(folder)).key != key and fingerprint() != before
+    assert FrozenBackbone(str(folder), max_length=64).key != FrozenBackbone(str(folder)).key
+    assert FrozenBackbone("minilm").key == hashlib.sha1(b"minilm|mean|256").hexdigest()[:12]

@@ -212,6 +212,43 @@ def resolve_model(name: str | os.PathLike) -> ResolvedModel:
 
 
 GGUF_KEY_BYTES = 4 << 20  # read from each end of the file for its key
+MODEL_KEY_BYTES = 1 << 20  # read from each end of each file of a local model for its identity
+MODEL_KEY_FILES = 1000  # files of a local model folder read for its identity, at most
+
+
+def local_model_identity(name: str | os.PathLike) -> str | None:
+    """What a local model folder or .gguf file holds, for the keys of caches computed with it: a digest of each
+    file's name, size and contents (its first and last MODEL_KEY_BYTES), so that a model retrained or replaced in
+    the same folder is never read from vectors cached under its old weights. None for a packaged short name or a
+    hub id (fixed for a version of the package or a revision of the hub), and for a path that does not exist."""
+    text = str(name)
+    if ALIASES.get(text.lower(), text.lower()) in PACKAGED:
+        return None
+    path = Path(text).expanduser()
+    try:
+        if path.is_dir():
+            files = sorted(f for f in path.rglob("*") if f.is_file()
+                           and not any(part.startswith(".") for part in f.relative_to(path).parts))[:MODEL_KEY_FILES]
+        else:
+            files = [path] if path.is_file() else []
+        stats = tuple((str(f.resolve()), f.stat().st_size, f.stat().st_mtime_ns) for f in files)
+    except OSError:
+        return None
+    return _files_digest(stats) if stats else None
+
+
+@functools.lru_cache(maxsize=64)
+def _files_digest(stats: tuple) -> str:
+    """`local_model_identity`'s digest of (path, size, mtime) rows: read again only where a file changed."""
+    digest = hashlib.sha256()
+    for path, size, _ in stats:
+        digest.update(f"{Path(path).name}:{size}:".encode())
+        with open(path, "rb") as fh:
+            digest.update(fh.read(MODEL_KEY_BYTES))
+            if size > 2 * MODEL_KEY_BYTES:
+                fh.seek(size - MODEL_KEY_BYTES)
+                digest.update(fh.read(MODEL_KEY_BYTES))
+    return digest.hexdigest()[:12]
 
 
 def gguf_cache_folder(resolved: ResolvedModel) -> Path:

@@ -40,6 +40,7 @@ import numpy as np
 
 from ..data.sentences import split_sentences
 from ..core.files import RunLock, write_arrays, write_json
+from ..core.models import local_model_identity
 from ..core.vectors import unit_rows
 from ..core.rundir import RunDir
 from .phrases import TEMPERATURE as PHRASE_TEMPERATURE, frequencies_tag, penalties, phrases, pool_phrases
@@ -98,8 +99,11 @@ class FrozenBackbone:
 
     @property
     def key(self) -> str:
-        """What the vectors depend on: the model, its pooling and the maximum length."""
-        return hashlib.sha1(f"{self.name}|{self.pooling}|{self.max_length}".encode()).hexdigest()[:12]
+        """What the vectors depend on: the model (for a local folder, what its files hold:
+        `models.local_model_identity`), its pooling and the maximum length."""
+        identity = local_model_identity(self.name)
+        text = f"{self.name}|{self.pooling}|{self.max_length}" + (f"|{identity}" if identity else "")
+        return hashlib.sha1(text.encode()).hexdigest()[:12]
 
     def encoder(self):
         """The underlying model (an `AspectEncoder` whose heads are unused), loaded once per session."""

@@ -9,8 +9,9 @@ a command run again after it completed runs every stage again, as asked.
 
 The fingerprint is what decides what the stages compute: the parameters (with overrides), the stages
 asked for, whether reports are written, the package's version, and the size and modification time of
-every input file the parameters name (corpus, aspect file) and of the run's marks. Change any of them
-and every stage runs again. `redo=True` (`workbench run --redo`) runs every stage whatever was left.
+every input file the parameters name (corpus, aspect file) and of the run's marks, and what each local
+model folder they name holds (`models.local_model_identity`). Change any of them and every stage runs
+again. `redo=True` (`workbench run --redo`) runs every stage whatever was left.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from pathlib import Path
 
 from .. import __version__
 from ..core.files import write_json
+from ..core.models import local_model_identity
 from ..core.rundir import RunDir
 
 
@@ -47,11 +49,27 @@ def _stat(path) -> list:
     return [str(Path(path).resolve()), info.st_size, info.st_mtime_ns]
 
 
+def _model_folders(value) -> list[str]:
+    """Every string in `value` (nested as in `_files`) that names a model folder (one holding a config.json)."""
+    if isinstance(value, dict):
+        return [f for v in value.values() for f in _model_folders(v)]
+    if isinstance(value, (list, tuple)):
+        return [f for v in value for f in _model_folders(v)]
+    if isinstance(value, str) and 0 < len(value) < 4096:
+        try:
+            return [value] if (Path(value) / "config.json").is_file() else []
+        except (OSError, ValueError):
+            return []
+    return []
+
+
 def command_fingerprint(config: dict, stages: list[str], report: bool, run_path) -> str:
     """A hash of what the command's stages compute from (module doc)."""
     inputs = sorted({str(Path(f).resolve()) for f in _files(config)})
+    models = sorted({str(Path(f).resolve()) for f in _model_folders(config)})
     state = {"config": config, "stages": stages, "report": bool(report), "version": __version__,
-             "inputs": [_stat(f) for f in inputs], "marks": _stat(RunDir(run_path).marks)}
+             "inputs": [_stat(f) for f in inputs], "marks": _stat(RunDir(run_path).marks),
+             "models": [[f, local_model_identity(f)] for f in models]}
     return hashlib.sha256(json.dumps(state, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
