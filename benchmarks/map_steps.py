@@ -7,8 +7,8 @@ at 0.5 / 0.3 / 0.2 by `AspectMap.fit(method="opentsne")`), then each change belo
 engine does it (`KNNEngine._reranked`: a change whose re-ranked 10 nearest keep at least `engine.RERANK_MIN` of
 the searched ones searches nothing) and with every change searched (RERANK_MIN above 1, the engine before). Per
 change: the first frame's time (`on_frame`), the settled map's, and its score, the share of each of --queries
-random papers' 10 nearest (exact weighted cosine) among its 50 nearest on the map. Run alone; one thread each
-unless WORKBENCH_THREADS says otherwise.
+random papers' 10 nearest (exact weighted cosine) among its 50 nearest on the map. Run alone; the map computes on
+the cores free when it starts (WORKBENCH_THREADS sets them).
 """
 
 from __future__ import annotations

@@ -309,7 +309,7 @@ def test_a_small_weight_change_re_ranks_the_searched_neighbours_and_a_larger_one
     """A step re-ranks each paper's neighbours as the fit searched them by their distances under the new weights
     (checked against numpy's float64 products), searches nothing, and keeps the searched lists, so that a second
     step is measured against the search; a change whose re-ranked 10 nearest keep under RERANK_MIN of the searched
-    ones searches again."""
+    ones searches again, and so does any change on neighbours Annoy found (approximate lists)."""
     from workbench.maps import engine
     from workbench.maps.reweight import neighbour_overlap
 
@@ -334,6 +334,13 @@ def test_a_small_weight_change_re_ranks_the_searched_neighbours_and_a_larger_one
     far = step.with_weights({"task": 0.05, "method": 0.05, "outcome": 0.9}, n_iter=10)
     assert calls == [1]  # a large change: searched again, and its lists kept for the next step
     assert far._cache[engine.SEARCHED_KEY] is far.known_neighbours()[0]
+    from workbench.maps import reweight
+    monkeypatch.setattr(reweight, "EXACT_SEARCH_MAX", 100)  # Annoy's lists are not re-ranked: searched again
+    monkeypatch.setattr(reweight, "best_device", lambda: "cpu")
+    searched_again = amap.with_weights({"task": 0.5, "method": 0.3, "outcome": 0.25}, n_iter=10)
+    assert calls == [1, 1]
+    for m in (step, again, far, searched_again):  # their click caches, built in the background, before the exit
+        m.preparing.join()
 
 
 @pytest.mark.slow

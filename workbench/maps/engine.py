@@ -4,7 +4,8 @@
 * `KNNEngine` ("opentsne"): P over each paper's k = 3 x perplexity nearest papers, found by the map's
   neighbour search (`neighbours.NeighbourSearch`, chosen in `reweight.neighbours`), and openTSNE's
   Barnes-Hut or FFT gradient; a weight change starts warm (`reweight.py`), and finds the new neighbours by
-  re-ranking each paper's searched ones after a small change, by searching again after a larger one.
+  re-ranking each paper's searched ones after a small change where they were searched exactly, else by
+  searching again.
 
 Both run the phases of an `optimiser.Schedule` (early exaggeration, then settling). An engine is a frozen
 dataclass: `AspectMap.fit(method=KNNEngine(search=MySearch()))` plugs in a search, and `tsne.engine_for`
@@ -31,8 +32,9 @@ WARM_FFT_MIN = 50000        # warm starts: Barnes-Hut up to here (see `KNNEngine
 SEARCHED_KEY = "searched"   # `AspectMap._cache`: each paper's neighbours as last searched, which a re-ranked change keeps
 # A weight change re-ranks each paper's searched neighbours under the new weights instead of searching again where
 # their 10 nearest keep at least this share of those searched: where the re-ranked lists show no large change
-# (`reweight.RELAYOUT_BELOW`), as `sampled.KeptGraph` does at a million papers. Measured on the pane's 10,000-paper
-# map in docs/results.md ("A small step at 10,000 papers: the searched neighbours re-ranked").
+# (`reweight.RELAYOUT_BELOW`), as `sampled.KeptGraph` does at a million papers; only where the search was exact
+# (up to `reweight.EXACT_SEARCH_MAX` papers on a CPU). Measured in docs/results.md ("A small step at 10,000
+# papers: the searched neighbours re-ranked").
 RERANK_MIN = RELAYOUT_BELOW
 
 
@@ -152,7 +154,8 @@ class KNNEngine(MapEngine):
         """New neighbours (the map's search), FIRST_ITER iterations to a first frame (`on_frame`), the rest
         of `reweight.iterations(n)` (fewer after a small change: `reweight.change_iterations`; or job.n_iter in
         all) to the settled map, laid out again after a large change (relayout None: `reweight.large_change`).
-        After a small change nothing is searched: each paper's searched neighbours are re-ranked (`_reranked`).
+        After a small change on exactly searched neighbours nothing is searched: each paper's searched neighbours
+        are re-ranked (`_reranked`).
         Where the search is slow (Annoy) the first frame comes before it, from the old neighbours
         (`reweight.preview_affinities`)."""
         n = len(old)
@@ -160,8 +163,11 @@ class KNNEngine(MapEngine):
                                    self.gradient(n, warm=True))
         old_knn = old.known_neighbours()
         start, first = old.coords, min(FIRST_ITER, total)
-        graph = self._reranked(old, new) if relayout is not True else None  # a small change: nothing searched
-        if graph is None and on_frame is not None and old_knn is not None and slow_search(n, self.search):
+        # A small change on exact neighbours: nothing searched. Annoy's lists (slow searches) re-ranked scored 0.02
+        # below a new search at 100,000 papers (docs/results.md), so those are searched, their frame first.
+        exact = not slow_search(n, self.search)
+        graph = self._reranked(old, new) if relayout is not True and exact else None
+        if graph is None and on_frame is not None and old_knn is not None and not exact:
             preview = preview_affinities(new.features(), old_knn[0], old.perplexity)  # a frame before the search
             start = reweight(old.coords, preview, first, 0, on_frame, gradient, n_jobs, job.seed)
             first, on_frame = 0, None  # shown
