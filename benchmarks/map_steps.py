@@ -64,6 +64,8 @@ def change(base, weights: dict, rerank_min: float) -> tuple[float, float, object
         settled = time.perf_counter() - t0
     finally:
         engine.RERANK_MIN = kept
+    if moved.preparing is not None:  # the click caches, built in the background: not running beside the next change
+        moved.preparing.join()
     return frames[0] if frames else settled, settled, moved
 
 
