@@ -27,18 +27,28 @@ from ..core.models import local_model_identity
 from ..core.rundir import RunDir
 
 
-def _files(value) -> list[str]:
-    """Every string in `value` (nested in mappings and lists) that names an existing file."""
+def _paths(value, keep) -> list[str]:
+    """Every string in `value` (nested in mappings and lists) whose path `keep` accepts."""
     if isinstance(value, dict):
-        return [f for v in value.values() for f in _files(v)]
+        return [f for v in value.values() for f in _paths(v, keep)]
     if isinstance(value, (list, tuple)):
-        return [f for v in value for f in _files(v)]
+        return [f for v in value for f in _paths(v, keep)]
     if isinstance(value, str) and 0 < len(value) < 4096:  # paths are made absolute by `load_params`
         try:
-            return [value] if Path(value).is_file() else []
+            return [value] if keep(Path(value)) else []
         except (OSError, ValueError):  # a name too long for the system, a NUL byte in a prompt
             return []
     return []
+
+
+def _files(value) -> list[str]:
+    """Every string in `value` that names an existing file."""
+    return _paths(value, Path.is_file)
+
+
+def _model_folders(value) -> list[str]:
+    """Every string in `value` that names a model folder (one holding a config.json)."""
+    return _paths(value, lambda path: (path / "config.json").is_file())
 
 
 def _stat(path) -> list:
@@ -47,20 +57,6 @@ def _stat(path) -> list:
     except OSError:
         return [str(path), None]
     return [str(Path(path).resolve()), info.st_size, info.st_mtime_ns]
-
-
-def _model_folders(value) -> list[str]:
-    """Every string in `value` (nested as in `_files`) that names a model folder (one holding a config.json)."""
-    if isinstance(value, dict):
-        return [f for v in value.values() for f in _model_folders(v)]
-    if isinstance(value, (list, tuple)):
-        return [f for v in value for f in _model_folders(v)]
-    if isinstance(value, str) and 0 < len(value) < 4096:
-        try:
-            return [value] if (Path(value) / "config.json").is_file() else []
-        except (OSError, ValueError):
-            return []
-    return []
 
 
 def command_fingerprint(config: dict, stages: list[str], report: bool, run_path) -> str:
