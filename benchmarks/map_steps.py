@@ -7,8 +7,8 @@ at 0.5 / 0.3 / 0.2 by `AspectMap.fit(method="opentsne")`), then each change belo
 engine does it (`KNNEngine._reranked`: a change whose re-ranked 10 nearest keep at least `engine.RERANK_MIN` of
 the searched ones searches nothing) and with every change searched (RERANK_MIN above 1, the engine before). Per
 change: the first frame's time (`on_frame`), the settled map's, and its score, the share of each of --queries
-random papers' 10 nearest (exact weighted cosine) among its 50 nearest on the map. Run alone; the map computes on
-the cores free when it starts (WORKBENCH_THREADS sets them).
+random papers' 10 nearest (exact weighted cosine) among its 50 nearest on the map (`map_million.score`). Run alone;
+the map computes on the cores free when it starts (WORKBENCH_THREADS sets them).
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks._smoke import add_smoke  # noqa: E402
 from workbench.maps import engine, tsne  # noqa: E402
+
+from map_million import score as map_score, true_neighbours  # noqa: E402  (the same score as at a million)
 
 W_FIT = {"task": 0.5, "method": 0.3, "outcome": 0.2}
 CHANGES = {"a step of 0.05 (outcome)": {"task": 0.5, "method": 0.3, "outcome": 0.25},
@@ -40,18 +42,6 @@ def pane_map_embeddings(n: int, seed: int) -> dict:
         e = rng.normal(size=(12, 64))[rng.integers(12, size=n)] + 0.6 * rng.normal(size=(n, 64))
         emb[a] = e / np.linalg.norm(e, axis=1, keepdims=True)
     return emb
-
-
-def score(amap, queries: np.ndarray) -> float:
-    """The share of each query's 10 nearest papers (exact weighted cosine) among its 50 nearest on the map."""
-    from scipy.spatial import cKDTree
-
-    f = amap.features()
-    sims = f[queries] @ f.T
-    sims[np.arange(len(queries)), queries] = -np.inf
-    truth = np.argsort(-sims, axis=1)[:, :10]
-    near = cKDTree(amap.coords).query(amap.coords[queries], 51)[1]
-    return float(np.mean([len(np.intersect1d(t, r[r != q])) / 10 for t, r, q in zip(truth, near, queries)]))
 
 
 def change(base, weights: dict, rerank_min: float) -> tuple[float, float, object]:
@@ -84,10 +74,12 @@ def main() -> None:
         queries = np.sort(np.random.default_rng(1).choice(args.papers, min(args.queries, args.papers), False))
         for name, weights in CHANGES.items():
             s_first, s_settled, searched = change(base, weights, 2.0)
+            truth = true_neighbours(searched.features(), queries)  # the new weights' 10 nearest: both maps' truth
             r_first, r_settled, ours = change(base, weights, engine.RERANK_MIN)
             how = "re-ranked" if ours._cache.get(engine.SEARCHED_KEY) is not ours.known_neighbours()[0] else "searched"
-            print(f"seed {seed}, {name}: searched {s_first:.2f} / {s_settled:.2f} s, {score(searched, queries):.4f}; "
-                  f"ours ({how}) {r_first:.2f} / {r_settled:.2f} s, {score(ours, queries):.4f}; time ratio "
+            s_score, r_score = (map_score(m.coords, queries, truth) for m in (searched, ours))
+            print(f"seed {seed}, {name}: searched {s_first:.2f} / {s_settled:.2f} s, {s_score:.4f}; "
+                  f"ours ({how}) {r_first:.2f} / {r_settled:.2f} s, {r_score:.4f}; time ratio "
                   f"searched / ours: first frame {s_first / r_first:.2f}x, settled {s_settled / r_settled:.2f}x",
                   flush=True)
 
