@@ -339,8 +339,40 @@ def test_a_small_weight_change_re_ranks_the_searched_neighbours_and_a_larger_one
     monkeypatch.setattr(reweight, "best_device", lambda: "cpu")
     searched_again = amap.with_weights({"task": 0.5, "method": 0.3, "outcome": 0.25}, n_iter=10)
     assert calls == [1, 1]
-    for m in (step, again, far, searched_again):  # their click caches, built in the background, before the exit
-        m.preparing.join()
+
+
+# A script whose last line is a weight change: the click caches it builds in the background (`_rows`, held back
+# 0.5 s here) are still being built when the script ends; the file is marked once they are.
+SCRIPT_ENDING_IN_A_CHANGE = """
+import sys, time
+import numpy as np
+from workbench.maps.tsne import AspectMap
+rows = AspectMap._rows
+def slow_rows(self):
+    time.sleep(0.5)
+    out = rows(self)
+    open(sys.argv[1], "a").write("built")
+    return out
+rng = np.random.default_rng(0)
+emb = {a: rng.normal(size=(300, 8)).astype(np.float32) for a in ("task", "method")}
+amap = AspectMap.fit(emb, {"task": 0.5, "method": 0.5}, method="opentsne", n_iter=60, seed=0)
+AspectMap._rows = slow_rows
+amap.with_weights({"task": 0.45, "method": 0.55}, n_iter=20)
+"""
+
+
+def test_a_script_that_ends_after_a_weight_change_ends_cleanly_with_the_click_caches_built(tmp_path):
+    """The background `prepare` is finished before the interpreter exits: a daemon thread was cut off there (its
+    caches never built), or aborted the whole process (exit status 134) when cut off inside BLAS."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    marks = tmp_path / "built.txt"
+    done = subprocess.run([sys.executable, "-c", SCRIPT_ENDING_IN_A_CHANGE, str(marks)], capture_output=True,
+                          text=True, timeout=120, cwd=Path(__file__).resolve().parents[1])
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert marks.read_text() == "built"  # the caches, built after the script's last line
 
 
 @pytest.mark.slow
