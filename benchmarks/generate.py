@@ -5,7 +5,7 @@ the "acl" aspect set's prompt keys, the summary prefill and stop strings, k samp
 each), generated in one process, one run, with the same sampling:
 
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/generate.py [--docs 4] [--k 4] [--aspects 3]
-        [--max-new-tokens 64] [--batch-size 96] [--generate-batch-size 24] [--no-llama-cpp] [--smoke]
+        [--max-new-tokens 64] [--batch-size 96] [--generate-batch-size 24] [--sentences N] [--no-llama-cpp] [--smoke]
 
 Rows:
 * workbench transformers: `TransformersBackend` (each prompt token read once, each
@@ -22,8 +22,8 @@ Rows:
 
 llama-cpp-python is an optional extra that compiles llama.cpp; when it is missing this
 script installs it first (about 4 minutes on 2 cores; pip keeps the wheel), unless
-`--no-llama-cpp`. `--smoke` (or WORKBENCH_BENCH_SMOKE=1): 1 abstract, 1 aspect, k = 2, 4 new tokens,
-batches of 2, to check that every row still runs; it uses llama.cpp only where it is already
+`--no-llama-cpp`. `--smoke` (or WORKBENCH_BENCH_SMOKE=1): the first 2 sentences of 1 abstract, 1 aspect, k = 2,
+4 new tokens, batches of 2, to check that every row still runs; it uses llama.cpp only where it is already
 installed (it never installs it).
 """
 
@@ -42,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 from workbench.data.aspects import load_aspects  # noqa: E402
 from workbench.data.corpus import load_corpus  # noqa: E402
+from workbench.data.sentences import split_sentences  # noqa: E402
 from workbench.generate.summaries import SUMMARY_PREFILL, SUMMARY_STOP  # noqa: E402
 from workbench.generate.llm import Sampling, TransformersBackend  # noqa: E402
 
@@ -50,12 +51,13 @@ from _smoke import add_smoke  # noqa: E402
 LLAMA_CPP = "llama-cpp-python==0.3.36"
 
 
-def build_prompts(docs: int, k: int, aspects: int | None = None) -> list[list[dict]]:
-    """k copies of each (abstract, prompt key) conversation for the first `docs` train abstracts and the first
-    `aspects` prompt keys of the acl preset (None: all)."""
+def build_prompts(docs: int, k: int, aspects: int | None = None, sentences: int | None = None) -> list[list[dict]]:
+    """k copies of each (abstract, prompt key) conversation for the first `docs` train abstracts (their first
+    `sentences` sentences; None: whole) and the first `aspects` prompt keys of the acl preset (None: all)."""
     corpus = load_corpus("aclsum:train")
     preset = load_aspects("acl")
-    return [preset.messages(key, abstract) for abstract in corpus.texts()[:docs]
+    abstracts = [a if sentences is None else " ".join(split_sentences(a)[:sentences]) for a in corpus.texts()[:docs]]
+    return [preset.messages(key, abstract) for abstract in abstracts
             for _, key in preset.prompt_keys()[:aspects] for _ in range(k)]
 
 
@@ -136,15 +138,18 @@ def main(argv=None) -> None:
     parser.add_argument("--generate-batch-size", type=int, default=24,
                         help="answers per batch, transformers generate and the plain cache (default 24)")
     parser.add_argument("--aspects", type=int, default=None, help="the first N aspects of the acl preset (default: all 3)")
+    parser.add_argument("--sentences", type=int, default=None,
+                        help="the first N sentences of each abstract (default: the whole abstract)")
     parser.add_argument("--no-llama-cpp", action="store_true", help="skip llama.cpp (do not install it)")
-    add_smoke(parser, argv, docs=1, k=2, aspects=1, max_new_tokens=4, batch_size=2, generate_batch_size=2)
+    add_smoke(parser, argv, docs=1, k=2, aspects=1, max_new_tokens=4, batch_size=2, generate_batch_size=2,
+              sentences=2)
     args = parser.parse_args(argv)
 
     import torch
 
     from workbench.core.devices import free_threads
 
-    prompts = build_prompts(args.docs, args.k, args.aspects)
+    prompts = build_prompts(args.docs, args.k, args.aspects, args.sentences)
     groups = len(prompts) // args.k
     sampling = Sampling(stop=SUMMARY_STOP, max_new_tokens=args.max_new_tokens, seed=0)
     print(f"{args.docs} ACLSum abstracts x {groups // args.docs} aspects x k={args.k}: {len(prompts)} answers, "
