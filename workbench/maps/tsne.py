@@ -245,11 +245,11 @@ class AspectMap:
 
         The row precisions and K_j (`_rows`, from the neighbours the fit or weight change found), Z,
         the principal components and their products with the corpus: about 0.5 s at 10,000 papers of
-        1,152 dimensions on 2 cores. background: in a thread (`self.preparing`); a click that comes first
-        waits for it (the caches share one lock), and so does the interpreter's exit (not a daemon: one still in
-        BLAS when Python shut down aborted the process, exit status 134, after a script's last weight change). `fit` prepares an openTSNE map before it
-        returns, `with_weights` and `extend` in the background. layout=False: only what the layout does
-        not change (precisions, components), which `with_weights` builds right after its first frame.
+        1,152 dimensions on 2 cores. background: in a thread (`self.preparing`); a click that comes first waits
+        for it (the caches share one lock), and so does the interpreter's exit (a daemon thread still in BLAS at
+        exit aborted a script whose last line was a weight change, exit status 134). `fit` prepares an openTSNE
+        map before it returns, `with_weights` and `extend` in the background. layout=False: only what the layout
+        does not change (precisions, components), which `with_weights` builds right after its first frame.
         """
         def build():
             with self._lock:
