@@ -58,8 +58,11 @@ for line in sys.stdin:
                     print(exc.code, file=sys.stderr)
             except BaseException:
                 traceback.print_exc()
-            import atexit
-            atexit._run_exitfuncs()  # what the interpreter runs at exit: temporary folders removed
+            import atexit, threading
+            for thread in threading.enumerate():  # as the interpreter's exit does: its threads end first (a map's
+                if not thread.daemon and thread is not threading.current_thread():  # background click caches)
+                    thread.join()
+            atexit._run_exitfuncs()  # then what it runs at exit: temporary folders removed
         finally:
             sys.stdout.flush()
             sys.stderr.flush()

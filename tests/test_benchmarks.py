@@ -87,12 +87,14 @@ def launcher(tmp_path_factory):
 @pytest.mark.slow  # the launcher imports torch, transformers and the workbench: 7 s before its first script
 def test_the_launcher_runs_a_script_as_python_does(tmp_path, launcher):
     """argv, __name__, the script's folder on sys.path, the working directory, the environment, exit codes and
-    output, and a timeout that stops the script, as `subprocess.run([python, script, ...])` has them."""
+    output, a thread still running at the exit waited for, and a timeout that stops the script, as
+    `subprocess.run([python, script, ...])` has them."""
     (tmp_path / "helper.py").write_text("VALUE = 7\n")
     script = tmp_path / "script.py"
-    script.write_text("import os, sys\nimport helper\n"
+    script.write_text("import os, sys, threading, time\nimport helper\n"
                       "print(__name__, sys.argv[1:], helper.VALUE, os.getcwd(), os.environ['ONLY_HERE'])\n"
                       "print('to stderr', file=sys.stderr)\n"
+                      "threading.Thread(target=lambda: (time.sleep(0.2), print('thread done', flush=True))).start()\n"
                       "sys.exit(int(sys.argv[1]))\n")
     env = {**smoke_env(), "ONLY_HERE": "yes"}
     for code in ("0", "3"):
