@@ -76,14 +76,14 @@ SPREAD_KEY = "spread"       # and its `Spread`
 GRAPH_KEY = "graph"         # and its `KeptGraph`
 # A weight change re-ranks the kept neighbours (`KeptGraph`) instead of searching where their 10 nearest under the
 # new weights keep at least `engine.RERANK_MIN` of those they were searched with: where the re-ranked lists
-# themselves show no large change (`reweight.RELAYOUT_BELOW`); else the graph is searched and a large change laid
-# out again. One line for both engines, chosen here on seed 0's 100,000 papers, from 0.5 / 0.3 / 0.2 (share kept
-# by the re-ranked lists; settled score re-ranked / searched): to 0.45 / 0.3 / 0.25 0.93 (0.734 / 0.729); to 0.4 / 0.35 / 0.25 0.88 (0.780 / 0.780); to
-# 0.35 / 0.35 / 0.3 0.82 (0.691 / 0.686, a fresh fit 0.685); to 0.2 / 0.3 / 0.5 0.60 (searched). At a million papers
-# (seed 1) the re-ranked lists of 0.4 / 0.35 / 0.25 (0.84) held 0.96 of the new weights' true 10 nearest, where
-# the graph's search finds 0.88 of them. Those settled scores are after `reweight.SMALL_CHANGE_ITER` iterations,
-# which a re-ranked change gets whatever its overlap (from the first frame, 25 against 40 iterations: 0.6889 /
-# 0.6889 for 0.35 / 0.35 / 0.3, 0.7797 / 0.7780 for 0.4 / 0.35 / 0.25).
+# themselves show no large change (`reweight.RELAYOUT_BELOW`); else the graph is searched and a large change laid out
+# again. One line for both engines, chosen here on seed 0's 100,000 papers, from 0.5 / 0.3 / 0.2 (share kept by the
+# re-ranked lists; settled score re-ranked / searched): to 0.45 / 0.3 / 0.25 0.93 (0.734 / 0.729); to 0.4 / 0.35 /
+# 0.25 0.88 (0.780 / 0.780); to 0.35 / 0.35 / 0.3 0.82 (0.691 / 0.686, a fresh fit 0.685); to 0.2 / 0.3 / 0.5 0.60
+# (searched). At a million papers (seed 1) the re-ranked lists of 0.4 / 0.35 / 0.25 (0.84) held 0.96 of the new
+# weights' true 10 nearest, where the graph's search finds 0.88 of them. Those settled scores are after
+# `reweight.SMALL_CHANGE_ITER` iterations, which a re-ranked change gets whatever its overlap (from the first frame,
+# 25 against 40 iterations: 0.6889 / 0.6889 for 0.35 / 0.35 / 0.3, 0.7797 / 0.7780 for 0.4 / 0.35 / 0.25).
 
 
 def sample_indices(n: int, size: int, seed: int) -> np.ndarray:
