@@ -46,7 +46,9 @@ def tiny_run(tmp_path_factory, notebook_kernel, tiny_map_pristine):
         "parameters": {"corpus": CORPUS, "aspects": "acl", "aspect_names": ASPECTS, "seed": 0},
         "stage_parameters": {
             # compare: the retrieval decoder (the default, used by 05 and 06) and a soft-prompt decoder.
+            # One known statement in the LM's prompt and soft-prompt batches of 2: the LM passes are most of it.
             "04_decode": {"compare": True, "max_steps": 1, "eval_every": 1, "val_docs": 2, "val_summaries": 1,
+                          "context": 1, "batch_size": 2,
                           "eval_docs": 2, "perplexity_docs": 2, "examples_per_aspect": 1, "max_new_tokens": 8,
                           "bertscore_model": "minilm"},
             "05_visualize": {"corpus": KNOWN, "n_labels": 2, "loo_docs": 1, "perplexity": 10.0},
