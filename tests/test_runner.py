@@ -373,7 +373,7 @@ def test_stages_share_one_kernel_each_from_an_empty_namespace(tmp_path, per_stag
                  execution=ExecutionOptions(notebook_dir=tmp_path / "notebooks", kernel_per_stage=per_stage))
     first, second = int((run / "pid_01").read_text()), int((run / "pid_02").read_text())
     assert (first != second) == per_stage
-    assert (run / "seen").read_text() == "False"  # %reset -f between stages; a fresh kernel anyway
+    assert (run / "seen").read_text() == "False"  # the shell's reset between stages; a fresh kernel anyway
     assert not _alive(first) and not _alive(second)
     logs = sorted(p.name for p in run.glob("*kernel.log"))
     assert logs == (["01_first.kernel.log", "02_second.kernel.log"] if per_stage else ["kernel.log"])
