@@ -337,7 +337,7 @@ def test_a_small_weight_change_re_ranks_the_searched_neighbours_and_a_larger_one
     from workbench.maps import reweight
     monkeypatch.setattr(reweight, "EXACT_SEARCH_MAX", 100)  # Annoy's lists are not re-ranked: searched again
     monkeypatch.setattr(reweight, "best_device", lambda: "cpu")
-    searched_again = amap.with_weights({"task": 0.5, "method": 0.3, "outcome": 0.25}, n_iter=10)
+    amap.with_weights({"task": 0.5, "method": 0.3, "outcome": 0.25}, n_iter=10)
     assert calls == [1, 1]
 
 
