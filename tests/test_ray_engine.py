@@ -2,12 +2,10 @@
 
 One Ray head for the module (`ray start --head`, started here, joined by address), kept on loopback by
 RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 and RAY_USAGE_STATS_ENABLED=0 (../shared/OFFLINE_ASSETS.md). The
-backbone reads at most 32 tokens here (64 in the two-node test; the engines take the cache's backbone as it is),
-so the passes cost seconds; the numbers compared are the engines', not the length's. Stage 03's embeddings are
-compared on an untrained one-layer BERT with MiniLM's tokenizer: their test kills its driver at a fixed point, so
-no pass has to outlast a watcher. The feature passes keep MiniLM: the fixture's workers are killed while blocks
-remain, and each block of the two-node pass must outlast the read of the next, or one actor may take every block
-(with the tiny backbone, one pass in six went to one node only).
+backbone reads at most 64 tokens here (the engines take the cache's backbone as it is), so the passes
+cost seconds; the numbers compared are the engines', not the length's. Stage 03's embeddings are compared on an
+untrained one-layer BERT with MiniLM's tokenizer: their test kills its driver at a fixed point, so no pass has to
+outlast a watcher, and the feature passes keep MiniLM, which does (the workers are killed while blocks remain).
 """
 
 from __future__ import annotations
@@ -53,10 +51,8 @@ from workbench.embed.heads import PooledAspectModel  # noqa: E402
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]
 N_DOCS = 200
-FIRST_DOCS = 20  # run A's papers: the shard a killed job left
-NODE_DOCS = 60  # the two-node test's papers
-MAX_LENGTH = 32
-NODE_LENGTH = 64  # the two-node test's (its blocks must last: the module's docstring)
+FIRST_DOCS = 60  # run A's papers: the shard a killed job left, and the two-node test's texts
+MAX_LENGTH = 64
 WIDTH = 64  # the tiny backbone's vectors
 
 
@@ -359,7 +355,7 @@ from workbench.embed.features import FeatureCache, FrozenBackbone
 from workbench.embed.ray_engine import RayEngine
 engine = RayEngine("127.0.0.1:6379", workers=2)
 texts = json.load(open(os.environ["TEXTS"]))
-backbone = FrozenBackbone(os.environ["BACKBONE"], max_length=int(os.environ["MAX_LENGTH"]))
+backbone = FrozenBackbone(os.environ["BACKBONE"], max_length=64)
 engine.encode_documents(FeatureCache.for_run(os.environ["RUN"], backbone), texts)
 print(json.dumps({"nodes": sum(n["Alive"] for n in ray.nodes()), "rows_per_node": engine.rows_per_node,
                   "addresses": [a.ip for c in psutil.net_connections("inet") for a in (c.laddr, c.raddr) if a]}))
@@ -374,21 +370,22 @@ def _namespaces_allowed() -> bool:
         return False
 
 
-def test_two_nodes_in_a_network_namespace_share_the_feature_pass(corpus, tmp_path):
+def test_two_nodes_in_a_network_namespace_share_the_feature_pass(passes, corpus, tmp_path):
     """A head and a second node (one CPU each) in a network namespace made here, joined by a driver in it: each
     node's actor encodes at least a quarter of the texts, the vectors are the in-process ones, and every socket
     in the namespace is on loopback. Skipped where this machine allows no namespaces (unshare needs root).
-    MiniLM at NODE_LENGTH tokens (the module's docstring says why not the tiny backbone)."""
+    MiniLM, not the tiny backbone: its pass outlasts the start of the second node's actor, where the tiny one's
+    whole pass ended on the first node's actor before that (the blocks go to whichever actor is ready)."""
     if not _namespaces_allowed():
         pytest.skip("this machine allows no network namespaces here (unshare -n needs root, and ip)")
-    backbone = FrozenBackbone("minilm", max_length=NODE_LENGTH)
-    texts = corpus.texts()[:NODE_DOCS]
+    (run_a, _), backbone, _, _ = passes
+    texts = corpus.texts()[:FIRST_DOCS]  # run A's papers: the vectors to compare with
     (tmp_path / "texts.json").write_text(json.dumps(texts))
     temp_dir = tempfile.mkdtemp(prefix="wbns", dir="/tmp")  # short: Ray's socket paths
     env = {**os.environ, **RAY_ENV, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "1", "PYTHONPATH": str(ROOT),
            "RAY": str(Path(sys.executable).with_name("ray")), "PYTHON": sys.executable, "TEMP": temp_dir,
-           "DRIVER": TWO_NODES_DRIVER, "BACKBONE": backbone.name, "MAX_LENGTH": str(NODE_LENGTH),
-           "TEXTS": str(tmp_path / "texts.json"), "RUN": str(tmp_path / "run")}
+           "DRIVER": TWO_NODES_DRIVER, "BACKBONE": backbone.name, "TEXTS": str(tmp_path / "texts.json"),
+           "RUN": str(tmp_path / "run")}
     try:
         done = subprocess.run(["unshare", "-n", "-p", "-f", "--mount-proc", "bash", "-c", TWO_NODES], env=env,
                               capture_output=True, text=True, timeout=300)
@@ -404,6 +401,4 @@ def test_two_nodes_in_a_network_namespace_share_the_feature_pass(corpus, tmp_pat
     assert report["addresses"] and all(_on_loopback(a) for a in report["addresses"]), report["addresses"]
     ours = FeatureCache.for_run(tmp_path / "run", backbone)
     assert ours.missing(every) == []
-    sample = sorted(set(every))[::20]  # in process, one text at a time
-    alone = np.stack([backbone.embed([t])[0] for t in sample])
-    assert np.abs(ours.vectors(sample) - alone).max() <= 1e-5
+    assert np.abs(ours.vectors(every) - FeatureCache.for_run(run_a, backbone).vectors(every)).max() <= 1e-5
