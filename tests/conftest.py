@@ -119,6 +119,31 @@ def tiny_corpus():
     }), name="tiny")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def forked_kernels(request, tmp_path_factory):
+    """Every Jupyter kernel the tests start (papermill's in `workbench run`, JupyterLab's, Notebook 7's) is a
+    fork of one process per worker that has imported what a stage imports: about 7 s of CPU less per kernel
+    (`kernel_zygote.py`). WORKBENCH_TEST_PLAIN_KERNELS=1 starts them as the standard kernel spec does. Only
+    slow tests start kernels: a run of none (`make test-fast`) starts no zygote."""
+    slow = any(item.get_closest_marker("slow") for item in request.session.items)
+    if os.environ.get("WORKBENCH_TEST_PLAIN_KERNELS") == "1" or not slow:
+        yield None
+        return
+    import kernel_zygote
+
+    process, env = kernel_zygote.start(tmp_path_factory.mktemp("kernels"))
+    before = {name: os.environ.get(name) for name in env}
+    os.environ.update(env)
+    yield process
+    for name, value in before.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+    process.kill()
+    process.wait()
+
+
 @pytest.fixture(scope="session")
 def notebook_kernel():
     """One kernel for the session's in-process `run_pipeline` calls
