@@ -37,8 +37,12 @@ FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signa
 # Imported by the zygote before it forks: the stage notebooks' own workbench imports are added (`_preload`).
 PRELOAD = ["ipykernel.kernelapp", "ipykernel.ipkernel", "numpy", "pandas", "scipy.stats", "sklearn.linear_model",
            "torch", "transformers", "transformers.modeling_utils", "transformers.models.bert.modeling_bert",
-           "transformers.models.llama.modeling_llama", "matplotlib.pyplot", "bokeh.plotting", "ipywidgets",
-           "jupyter_bokeh", "papermill"]
+           "transformers.models.llama.modeling_llama", "transformers.models.auto.tokenization_auto",
+           "transformers.models.bert.tokenization_bert_fast", "transformers.convert_slow_tokenizer",
+           "matplotlib.pyplot", "seaborn", "sklearn.cluster", "sklearn.decomposition", "sklearn.manifold",
+           "bokeh.plotting", "ipywidgets", "jupyter_bokeh", "papermill"]
+# Never preloaded: matplotlib_inline's backend module, which hooks figures into the shell only when it is first
+# imported inside a kernel, and ipykernel's debugger (debugpy), which warns at import.
 
 
 def start(folder) -> tuple[object, dict]:

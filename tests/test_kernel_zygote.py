@@ -1,6 +1,6 @@
 """The suite's kernels (`kernel_zygote.py`): a forked kernel behaves as one the standard spec starts.
 
-What a stage relies on: the folder and environment its kernel was started with, the inline matplotlib backend,
+What a stage relies on: the folder and environment its kernel was started with, figures shown inline,
 an interrupt that stops a cell, and a kernel that ends when Jupyter kills it. Without the zygote the same spec
 starts the kernel as `python -m ipykernel_launcher` does.
 """
@@ -59,6 +59,17 @@ def test_a_kernel_has_its_folder_environment_and_backend_stops_on_interrupt_and_
         cwd, probe, backend, flag, pid, own_group = printed.split()
         assert (cwd, probe, backend, flag, own_group) == (str(tmp_path), "here", kernel_zygote.INLINE, "-f", "True")
         pid = int(pid)
+        figure = client.execute("import matplotlib.pyplot as plt; plt.plot([0, 1], [1, 0]); plt.show()")
+        shown = []
+        while True:  # the figure comes back inline, as a PNG, as stage reports need it
+            message = client.get_iopub_msg(timeout=30)
+            if message["parent_header"].get("msg_id") != figure:
+                continue
+            shown += [message["content"]["data"]] if message["msg_type"] == "display_data" else []
+            if message["msg_type"] == "status" and message["content"]["execution_state"] == "idle":
+                break
+        assert any("image/png" in data for data in shown), shown
+        assert client.get_shell_msg(timeout=30)["parent_header"]["msg_id"] == figure  # its reply, read
         assert (pid != manager.provisioner.pid) is forked  # forked: the shim stands in for it
         asked = client.execute("import time; time.sleep(30)")
         time.sleep(1.0)
