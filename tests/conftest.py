@@ -122,26 +122,27 @@ def tiny_corpus():
 @pytest.fixture(scope="session", autouse=True)
 def forked_kernels(request, tmp_path_factory):
     """Every Jupyter kernel the tests start (papermill's in `workbench run`, JupyterLab's, Notebook 7's) is a
-    fork of one process per worker that has imported what a stage imports: about 7 s of CPU less per kernel
-    (`kernel_zygote.py`). WORKBENCH_TEST_PLAIN_KERNELS=1 starts them as the standard kernel spec does. Only
-    slow tests start kernels: a run of none (`make test-fast`) starts no zygote."""
+    fork of one process that has imported what a stage imports, shared by the session's workers: about 4 s of
+    CPU less per kernel (`kernel_zygote.py`). Yields the zygote's socket, or None where kernels start as the
+    standard kernel spec starts them: with WORKBENCH_TEST_PLAIN_KERNELS=1, and in a run of no slow test (only
+    slow tests start kernels: `make test-fast` starts no zygote)."""
     slow = any(item.get_closest_marker("slow") for item in request.session.items)
     if os.environ.get("WORKBENCH_TEST_PLAIN_KERNELS") == "1" or not slow:
         yield None
         return
     import kernel_zygote
 
-    process, env = kernel_zygote.start(tmp_path_factory.mktemp("kernels"))
+    session = os.getppid() if os.environ.get("PYTEST_XDIST_WORKER") else os.getpid()  # xdist's controller
+    folder = made_once(tmp_path_factory, "kernels", lambda f: kernel_zygote.start(f, session))
+    env = kernel_zygote.environment(folder)
     before = {name: os.environ.get(name) for name in env}
     os.environ.update(env)
-    yield process
+    yield env[kernel_zygote.ENV]
     for name, value in before.items():
         if value is None:
             os.environ.pop(name, None)
         else:
             os.environ[name] = value
-    process.kill()
-    process.wait()
 
 
 @pytest.fixture(scope="session")

@@ -3,7 +3,7 @@
 A stage notebook's kernel spends its first 7 to 9 s of CPU importing ipykernel, torch, transformers (its
 modelling code too), pandas, scikit-learn, matplotlib, Bokeh and the workbench, before any cell computes. The
 suite starts dozens of kernels: papermill's in `workbench run`, JupyterLab's and Notebook 7's. Here one
-*zygote* per test worker imports them once and computes nothing; every kernel the suite starts is a fork of
+*zygote* per test session (shared by its xdist workers) imports them once and computes nothing; every kernel the suite starts is a fork of
 it, running ipykernel's own `ipykernel_launcher` as `python -m ipykernel_launcher -f <connection file>` would,
 with the environment, working directory and standard streams of the process Jupyter started.
 
@@ -24,6 +24,7 @@ the one ipykernel would set (`MPLBACKEND`, inline) first; numpy's global random 
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import select
@@ -45,12 +46,12 @@ PRELOAD = ["ipykernel.kernelapp", "ipykernel.ipkernel", "numpy", "pandas", "scip
 # imported inside a kernel, and ipykernel's debugger (debugpy), which warns at import.
 
 
-def start(folder) -> tuple[object, dict]:
-    """Start a zygote with its socket and kernel spec in `folder`; return the process and the environment to add.
-
-    The zygote binds its socket before importing, so a kernel asked for early waits for the imports, not in vain.
-    """
+def start(folder, session: int) -> None:
+    """Start a zygote with its socket and kernel spec in `folder`, serving until process `session` (the test
+    session's pytest process, the one that starts the workers) ends. It binds its socket before importing, so a
+    kernel asked for early waits for the imports, not in vain; this returns once the socket is there."""
     import subprocess
+    import time
     from pathlib import Path
 
     folder = Path(folder)
@@ -60,11 +61,20 @@ def start(folder) -> tuple[object, dict]:
         "argv": [sys.executable, "-S", os.path.abspath(__file__), "-f", "{connection_file}"],
         "display_name": "Python 3 (ipykernel)", "language": "python", "metadata": {"debugger": True},
         "kernel_protocol_version": "5.5"}))
-    path = str(folder / "zygote.sock")
-    process = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--serve", path], stdin=subprocess.DEVNULL,
-                               start_new_session=True)
+    path = folder / "zygote.sock"
+    process = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--serve", str(path), str(session)],
+                               stdin=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.time() + 60
+    while not path.exists():
+        if process.poll() is not None or time.time() > deadline:
+            raise RuntimeError(f"the kernel zygote did not start (exit code {process.poll()})")
+        time.sleep(0.02)
+
+
+def environment(folder) -> dict:
+    """What every process the tests start needs in its environment to have its kernels forked."""
     paths = [str(folder), *filter(None, os.environ.get("JUPYTER_PATH", "").split(os.pathsep))]
-    return process, {ENV: path, "JUPYTER_PATH": os.pathsep.join(paths)}
+    return {ENV: os.path.join(str(folder), "zygote.sock"), "JUPYTER_PATH": os.pathsep.join(paths)}
 
 
 # ---- the shim: what Jupyter starts as the kernel ----
@@ -106,14 +116,17 @@ def _signal_group(pid: int, number: int) -> None:
 
 # ---- the zygote ----
 
-def serve(path: str) -> None:
+def serve(path: str, session: int) -> None:
     os.environ.setdefault("MPLBACKEND", INLINE)  # before matplotlib is imported: what ipykernel would set
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(path)
+    listener.bind(path + ".new")
     listener.listen(64)
+    os.rename(path + ".new", path)  # the name appears once connections queue
     _preload()
-    parent, waiting = os.getppid(), {}  # kernel pid -> its shim's connection
-    while os.getppid() == parent:  # the test worker that started it is gone: so is the zygote
+    gc.collect()
+    gc.freeze()  # what is imported now stays out of every kernel's collections: none copies its pages to scan them
+    waiting = {}  # kernel pid -> its shim's connection
+    while _running(session):  # the test session is over: so is the zygote
         if select.select([listener], [], [], 0.5)[0]:
             conn, _ = listener.accept()
             pid = _fork_kernel(conn, listener, waiting)
@@ -130,6 +143,14 @@ def serve(path: str) -> None:
             if conn is not None:
                 _send(conn, {"status": os.waitstatus_to_exitcode(status)})
                 conn.close()
+
+
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(") ", 1)[1][0] != "Z"
+    except FileNotFoundError:
+        return False
 
 
 def _preload() -> None:
@@ -231,6 +252,6 @@ def _end_with_shim(conn) -> None:
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--serve"]:
-        serve(sys.argv[2])
+        serve(sys.argv[2], int(sys.argv[3]))
     else:
         shim(sys.argv[1:])
