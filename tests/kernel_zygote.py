@@ -126,7 +126,7 @@ def serve(path: str, session: int) -> None:
     gc.collect()
     gc.freeze()  # what is imported now stays out of every kernel's collections: none copies its pages to scan them
     waiting = {}  # kernel pid -> its shim's connection
-    while _running(session):  # the test session is over: so is the zygote
+    while running(session):  # the test session is over: so is the zygote
         if select.select([listener], [], [], 0.5)[0]:
             conn, _ = listener.accept()
             pid = _fork_kernel(conn, listener, waiting)
@@ -145,12 +145,24 @@ def serve(path: str, session: int) -> None:
                 conn.close()
 
 
-def _running(pid: int) -> bool:
+def running(pid: int) -> bool:
+    """Whether process `pid` runs (an ended process its parent has not yet reaped counts as ended)."""
     try:
         with open(f"/proc/{pid}/stat") as fh:
             return fh.read().rsplit(") ", 1)[1][0] != "Z"
     except FileNotFoundError:
         return False
+
+
+def ends(pid: int, within: float = 5.0) -> bool:
+    """Whether process `pid` has ended or ends within `within` seconds: a forked kernel ends a moment after the
+    shim that Jupyter waited for."""
+    import time
+
+    deadline = time.time() + within
+    while running(pid) and time.time() < deadline:
+        time.sleep(0.05)
+    return not running(pid)
 
 
 def _preload() -> None:
@@ -211,7 +223,7 @@ def _run_kernel(conn, fds: list[int], request: dict) -> None:
         for number, fd in enumerate(fds):
             os.dup2(fd, number)
             os.close(fd)
-        for sig in (*FORWARDED, signal.SIGCHLD, signal.SIGPIPE):
+        for sig in (*FORWARDED, signal.SIGCHLD):
             signal.signal(sig, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
         signal.signal(signal.SIGPIPE, signal.SIG_IGN)  # as the interpreter sets it at start-up

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from kernel_zygote import ends, running
 
 import workbench
 from workbench.run.runner import NOTEBOOKS, ExecutionOptions, available_stages, load_params, run_pipeline
@@ -353,24 +354,6 @@ def _two_stage_notebooks(folder: Path) -> None:
                      "Path('seen').write_text(str('left_behind' in dir()))"})
 
 
-def _alive(pid: int) -> bool:
-    """Whether process `pid` runs (an ended process its parent has not yet reaped counts as ended)."""
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(") ", 1)[1][0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
-def _ends(pid: int, within: float = 5.0) -> bool:
-    """Whether process `pid` has ended or ends within seconds: a kernel the suite forks (conftest.py) ends a
-    moment after the process that Jupyter waited for."""
-    deadline = time.time() + within
-    while _alive(pid) and time.time() < deadline:
-        time.sleep(0.05)
-    return not _alive(pid)
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("per_stage", [False, True], ids=["shared", "per stage"])
 def test_stages_share_one_kernel_each_from_an_empty_namespace(tmp_path, per_stage):
@@ -384,7 +367,7 @@ def test_stages_share_one_kernel_each_from_an_empty_namespace(tmp_path, per_stag
     first, second = int((run / "pid_01").read_text()), int((run / "pid_02").read_text())
     assert (first != second) == per_stage
     assert (run / "seen").read_text() == "False"  # the shell's reset between stages; a fresh kernel anyway
-    assert _ends(first) and _ends(second)
+    assert ends(first) and ends(second)  # forked kernels end a moment later
     logs = sorted(p.name for p in run.glob("*kernel.log"))
     assert logs == (["01_first.kernel.log", "02_second.kernel.log"] if per_stage else ["kernel.log"])
 
@@ -403,7 +386,7 @@ def test_a_kernel_passed_in_serves_two_runs_and_stays_up(tmp_path):
                          progress=False, log=lambda *a: None,
                          execution=ExecutionOptions(notebook_dir=tmp_path / "notebooks", kernel=kernel))
         pids = {int((tmp_path / run / f"pid_0{i}").read_text()) for run in ["run1", "run2"] for i in (1, 2)}
-        assert len(pids) == 1 and _alive(pid := pids.pop())  # relative paths landed in each run directory
+        assert len(pids) == 1 and running(pid := pids.pop())  # relative paths landed in each run directory
         assert (tmp_path / "run2" / "seen").read_text() == "False"
         # The kernel's own output stays in the log of the run that started it.
         assert kernel.log_path == tmp_path / "run1" / "kernel.log" and not (tmp_path / "run2" / "kernel.log").exists()
@@ -414,10 +397,7 @@ def test_a_kernel_passed_in_serves_two_runs_and_stays_up(tmp_path):
                                                     kernel_per_stage=True))
     finally:
         kernel.close()
-    deadline = time.time() + 10
-    while _alive(pid) and time.time() < deadline:
-        time.sleep(0.05)
-    assert not _alive(pid)
+    assert ends(pid, within=10)
 
 
 def _resumable_notebooks(folder: Path) -> None:
